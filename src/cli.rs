@@ -1,0 +1,101 @@
+//! Command-line flags. Every flag also reads `NCCL_PREFLIGHT_<FLAG>` so a
+//! manifest can set it under `env:`. Parsing only; validation into a `Policy`
+//! happens in policy.rs.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nccl-preflight",
+    version,
+    about = "Checks a GPU node or pod for what breaks or slows NCCL, and writes tuned NCCL settings.",
+    after_help = "Exit codes: 0 no check failed (warnings allowed); 1 at least one check failed; 2 the tool could not do its job."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check this node and print the report.
+    Check(CheckArgs),
+    /// Check, then write the tuned settings and the report where told (for initContainers).
+    Init(InitArgs),
+    /// Print the gathered facts as JSON, for replay with --facts.
+    Facts(GatherArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GatherArgs {
+    /// The directory that stands for / when reading /proc, /sys, /dev and /etc.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_HOST_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub host_root: PathBuf,
+    /// Answer syscalls from a recording instead of the kernel (fixture host trees).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub replay_kernel: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub gather: GatherArgs,
+    /// Judge facts saved by `nccl-preflight facts` (or a JSON report) instead of this host.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_FACTS",
+        value_name = "FILE",
+        conflicts_with = "replay_kernel"
+    )]
+    pub facts: Option<PathBuf>,
+    /// Check ids whose failures become warnings (comma list, repeatable, or `all`).
+    #[arg(long, env = "NCCL_PREFLIGHT_IGNORE", value_name = "ID[,ID...]")]
+    pub ignore: Vec<String>,
+    /// Extra requirements (comma list, repeatable): host-ipc.
+    #[arg(long, env = "NCCL_PREFLIGHT_REQUIRE", value_name = "REQ[,REQ...]")]
+    pub require: Vec<String>,
+    /// Minimum /dev/shm size (e.g. 1GiB, 512Mi); below it dev-shm fails. Default 1GiB.
+    #[arg(long, env = "NCCL_PREFLIGHT_MIN_SHM", value_name = "SIZE")]
+    pub min_shm: Option<String>,
+    /// Minimum locked-memory limit (a size or `unlimited`); below it memlock fails. Default unlimited,
+    /// enforced as a failure only where RDMA devices exist unless given explicitly.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_MIN_MEMLOCK",
+        value_name = "SIZE|unlimited"
+    )]
+    pub min_memlock: Option<String>,
+    /// Report format on standard output.
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    /// Write the tuned settings as a POSIX sh env file.
+    #[arg(long, env = "NCCL_PREFLIGHT_ENV_FILE", value_name = "PATH")]
+    pub env_file: Option<PathBuf>,
+    /// Write the tuned settings as an nccl.conf for NCCL_CONF_FILE.
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_CONF", value_name = "PATH")]
+    pub nccl_conf: Option<PathBuf>,
+    /// Write the JSON report.
+    #[arg(long, env = "NCCL_PREFLIGHT_REPORT", value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Write the termination summary here [default: /dev/termination-log when it exists].
+    #[arg(long, env = "NCCL_PREFLIGHT_TERMINATION_LOG", value_name = "PATH")]
+    pub termination_log: Option<PathBuf>,
+}

@@ -1,0 +1,175 @@
+//! What each subcommand does: gather (or load facts), judge, tune, render, write.
+//! Returns the process exit code; errors that stop the tool become exit 2 in main.
+
+use crate::cli::{CheckArgs, Format, GatherArgs, InitArgs};
+use crate::facts::{FACTS_SCHEMA, Facts};
+use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
+use crate::judge::{self, Status};
+use crate::output::{self, Output};
+use crate::policy::{self, Policy};
+use crate::render;
+use crate::report::{REPORT_SCHEMA, Report};
+use crate::tune;
+use anyhow::{Context, Result, anyhow, bail};
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FAILED: u8 = 1;
+
+/// Where the kubelet mounts the container's termination message file.
+const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+
+fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts> {
+    let host = Host::new(&args.host_root);
+    let kernel: Box<dyn Kernel> = match &args.replay_kernel {
+        None => Box::new(LiveKernel),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--replay-kernel {}", path.display()))?;
+            let recording: replay::Recording = serde_json::from_str(&text).with_context(|| {
+                format!("--replay-kernel {}: not a kernel recording", path.display())
+            })?;
+            Box::new(replay::ReplayKernel::new(recording, &args.host_root))
+        }
+    };
+    Ok(gather::gather(&host, kernel.as_ref(), env))
+}
+
+/// Loads saved facts: a facts document, or a report (its `facts`). A document
+/// from another schema version is refused rather than misread.
+pub fn load_facts(path: &Path) -> Result<Facts> {
+    let flag = format!("--facts {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(|| flag.clone())?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
+    let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    let facts = if schema == FACTS_SCHEMA {
+        value
+    } else if schema == REPORT_SCHEMA {
+        value
+            .get("facts")
+            .cloned()
+            .ok_or_else(|| anyhow!("{flag}: report has no facts"))?
+    } else if schema.starts_with("nccl-preflight/") {
+        bail!(
+            "{flag}: schema {schema:?} is not one this version reads ({FACTS_SCHEMA} or {REPORT_SCHEMA}); it was written by another nccl-preflight version"
+        )
+    } else {
+        bail!("{flag}: not an nccl-preflight facts document (no \"schema\": {FACTS_SCHEMA:?})")
+    };
+    let facts: Facts = serde_json::from_value(facts).map_err(|e| anyhow!("{flag}: {e}"))?;
+    if facts.schema != FACTS_SCHEMA {
+        bail!(
+            "{flag}: facts schema {:?} is not {FACTS_SCHEMA}",
+            facts.schema
+        );
+    }
+    Ok(facts)
+}
+
+fn build_policy(args: &CheckArgs) -> Result<Policy> {
+    let policy = policy::build(
+        &args.ignore,
+        &args.require,
+        args.min_shm.as_deref(),
+        args.min_memlock.as_deref(),
+    )
+    .map_err(|e| anyhow!(e))?;
+    for id in &policy.ignore {
+        if !judge::check_ids().any(|known| known == id) {
+            eprintln!(
+                "nccl-preflight: note: --ignore {id}: no check has this id in this version (known: {})",
+                judge::check_ids().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    Ok(policy)
+}
+
+fn evaluate(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Report> {
+    // Flags are validated before anything is gathered: a typo costs nothing.
+    let policy = build_policy(args)?;
+    let facts = match &args.facts {
+        Some(path) => load_facts(path)?,
+        None => gather_facts(&args.gather, env)?,
+    };
+    let findings = judge::judge(&facts, &policy);
+    let settings = tune::tune(&facts);
+    Ok(Report::new(facts, findings, settings))
+}
+
+fn use_color(env: &[(OsString, OsString)]) -> bool {
+    // https://no-color.org: any non-empty NO_COLOR disables colour.
+    let no_color = env.iter().any(|(k, v)| k == "NO_COLOR" && !v.is_empty());
+    !no_color && std::io::stdout().is_terminal()
+}
+
+fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) {
+    match format {
+        Format::Human => print!("{}", render::human::render(report, use_color(env))),
+        Format::Json => print!("{}", render::json::render(report)),
+    }
+}
+
+fn exit_code(report: &Report) -> u8 {
+    if report.verdict == Status::Fail {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
+
+pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+    let report = evaluate(args, env)?;
+    print(&report, args.format, env);
+    Ok(exit_code(&report))
+}
+
+pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+    let report = evaluate(&args.check, env)?;
+    let mut outputs = Vec::new();
+    let mut add = |flag, path: &Option<PathBuf>, contents: String| {
+        if let Some(path) = path {
+            outputs.push(Output {
+                flag,
+                path: path.clone(),
+                contents,
+            });
+        }
+    };
+    add(
+        "--env-file",
+        &args.env_file,
+        render::env_file::render(&report),
+    );
+    add(
+        "--nccl-conf",
+        &args.nccl_conf,
+        render::nccl_conf::render(&report),
+    );
+    add("--report", &args.report, render::json::render(&report));
+    output::write_atomically(&outputs)?;
+    let termination = match &args.termination_log {
+        Some(path) => Some(path.clone()),
+        None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)).filter(|p| p.exists()),
+    };
+    if let Some(path) = termination {
+        output::write_in_place(
+            "--termination-log",
+            &path,
+            &render::termination::render(&report),
+        )?;
+    }
+    print(&report, args.check.format, env);
+    Ok(exit_code(&report))
+}
+
+pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+    let facts = gather_facts(args, env)?;
+    let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
+    text.push('\n');
+    print!("{text}");
+    Ok(EXIT_OK)
+}

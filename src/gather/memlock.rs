@@ -1,0 +1,88 @@
+//! Locked-memory facts: RLIMIT_MEMLOCK, CAP_IPC_LOCK and two real mlock probes.
+//!
+//! The limit alone can mislead: CAP_IPC_LOCK lifts it for mlock and for RDMA
+//! memory registration alike (the kernel's ib_umem_get checks the capability
+//! before the limit), so the probes show what is really enforced.
+
+use super::host::Host;
+use super::kernel::{Kernel, LimitKind};
+use crate::facts::{FactError, Limit, MemlockFacts, MlockProbe, Observed};
+
+/// Size of the plain probe: 64 KiB, the default limit of old kernels.
+pub const PROBE_BYTES: u64 = 64 << 10;
+/// The over-limit probe is only tried below this soft limit: if the kernel
+/// unexpectedly accepts it, it pins this much memory for an instant.
+const ENFORCEMENT_PROBE_MAX: u64 = 256 << 20;
+const PAGE: u64 = 4096;
+/// Capability number of CAP_IPC_LOCK (linux/capability.h).
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Reads the effective capability mask from /proc/self/status text.
+pub fn parse_cap_eff(status: &str) -> Result<u64, String> {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .ok_or("no CapEff line")?;
+    u64::from_str_radix(line.trim(), 16).map_err(|e| format!("CapEff {:?}: {e}", line.trim()))
+}
+
+fn probe(kernel: &dyn Kernel, bytes: u64) -> Result<MlockProbe, FactError> {
+    kernel
+        .mlock_probe(bytes)
+        .map(|refused| MlockProbe { bytes, refused })
+}
+
+pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
+    let limit = match kernel.rlimit(LimitKind::Memlock) {
+        Ok(l) => Observed::Value(l),
+        Err(e) => Observed::Error(e),
+    };
+    let cap_ipc_lock = match host.read("/proc/self/status") {
+        Ok(Some(text)) => match parse_cap_eff(&text) {
+            Ok(mask) => Observed::Value(mask & (1 << CAP_IPC_LOCK) != 0),
+            Err(e) => Observed::Error(FactError::new(
+                host.path("/proc/self/status").display().to_string(),
+                e,
+            )),
+        },
+        Ok(None) => Observed::Error(FactError::new(
+            host.path("/proc/self/status").display().to_string(),
+            "missing",
+        )),
+        Err(e) => Observed::Error(e),
+    };
+    // A probe that cannot even run (mmap failed) is recorded as not probed; the
+    // limit and capability still judge the check.
+    let small = probe(kernel, PROBE_BYTES).ok();
+    let enforcement = match (limit.value(), cap_ipc_lock.value()) {
+        (Some(l), cap) if cap != Some(&true) => match l.soft {
+            Limit::Bytes(n) if n < ENFORCEMENT_PROBE_MAX => {
+                probe(kernel, (n / PAGE + 1) * PAGE).ok()
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    MemlockFacts {
+        limit,
+        cap_ipc_lock,
+        probe: small,
+        enforcement_probe: enforcement,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_eff_parses_and_rejects_garbage() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001fffeffffff\n";
+        let mask = parse_cap_eff(status).unwrap();
+        assert!(mask & (1 << CAP_IPC_LOCK) != 0);
+        let docker = "CapEff:\t00000000a80425fb\n";
+        assert_eq!(parse_cap_eff(docker).unwrap() & (1 << CAP_IPC_LOCK), 0);
+        assert!(parse_cap_eff("CapEff:\tzz\n").is_err());
+        assert!(parse_cap_eff("Name: x\n").is_err());
+    }
+}

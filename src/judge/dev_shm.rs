@@ -1,0 +1,175 @@
+//! `dev-shm`: the size of /dev/shm.
+//!
+//! NCCL < 2.24 (and any NCCL with NCCL_CUMEM_HOST_ENABLE=0 or a driver older than
+//! CUDA 12.6) puts SHM transport buffers there and dies with "failed to extend
+//! /dev/shm/nccl-XXXX" or SIGBUS when it is full; PyTorch DataLoader workers need
+//! it always ("bus error ... insufficient shared memory"). Docker and containerd
+//! give containers 64 MiB. (FACTS.md sections 1 and 2.)
+
+use super::{Finding, Status, undetermined};
+use crate::facts::{Facts, Observed};
+use crate::policy::Policy;
+use crate::units::format_bytes;
+
+pub const ID: &str = "dev-shm";
+
+pub const REMEDIATION: &str = "\
+Mount a memory-backed emptyDir at /dev/shm in the pod spec:
+  volumes:
+    - name: dshm
+      emptyDir:
+        medium: Memory
+        sizeLimit: 16Gi   # counts against the pod's memory; an over-run evicts the pod
+  containers:
+    - volumeMounts:
+        - name: dshm
+          mountPath: /dev/shm
+Docker: docker run --shm-size=1g ...";
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let shm = &facts.dev_shm;
+    let min = policy.min_shm.value;
+    let mut evidence = Vec::new();
+    match &shm.mount {
+        Observed::Value(Some(m)) => evidence.push(format!(
+            "mounted: {} {} ({})",
+            m.fs_type,
+            m.source,
+            m.super_options.join(",")
+        )),
+        Observed::Value(None) => evidence.push("not a mount point of its own".to_string()),
+        Observed::Error(e) => evidence.push(format!("mountinfo unreadable: {e}")),
+    }
+    let usage = match &shm.usage {
+        Observed::Value(Some(u)) => *u,
+        Observed::Value(None) => {
+            let mut f =
+                Finding::new(ID, Status::Fail, "/dev/shm does not exist").remediation(REMEDIATION);
+            f.evidence = evidence;
+            return f;
+        }
+        Observed::Error(e) => {
+            evidence.push(format!("statvfs failed: {e}"));
+            let mut f = Finding::new(
+                ID,
+                undetermined(policy.min_shm.explicit),
+                "could not determine the size of /dev/shm",
+            )
+            .remediation(REMEDIATION);
+            f.evidence = evidence;
+            return f;
+        }
+    };
+    evidence.push(format!(
+        "size {}, free {}, required {}",
+        format_bytes(usage.size_bytes),
+        format_bytes(usage.free_bytes),
+        format_bytes(min)
+    ));
+    // Only a mount of its own with another filesystem is suspect; a plain directory
+    // lives on its parent mount (in containers, /dev is itself a tmpfs).
+    let disk_backed = matches!(&shm.mount, Observed::Value(Some(m)) if m.fs_type != "tmpfs");
+    let mut f = if usage.size_bytes < min {
+        Finding::new(
+            ID,
+            Status::Fail,
+            format!(
+                "/dev/shm is {}, below the {} minimum: NCCL's SHM transport (NCCL < 2.24) and DataLoader workers crash when it fills",
+                format_bytes(usage.size_bytes),
+                format_bytes(min)
+            ),
+        )
+        .remediation(REMEDIATION)
+    } else if usage.free_bytes < min {
+        Finding::new(
+            ID,
+            Status::Warn,
+            format!(
+                "/dev/shm is {} but only {} is free",
+                format_bytes(usage.size_bytes),
+                format_bytes(usage.free_bytes)
+            ),
+        )
+        .remediation(
+            "Find what holds /dev/shm (ls -la /dev/shm) and remove stale segments, or enlarge it:\n"
+                .to_string() + REMEDIATION,
+        )
+    } else if disk_backed {
+        Finding::new(
+            ID,
+            Status::Warn,
+            format!(
+                "/dev/shm has {} but is not a tmpfs mount: shared memory lands on the container's disk",
+                format_bytes(usage.size_bytes)
+            ),
+        )
+        .remediation(REMEDIATION)
+    } else {
+        Finding::new(
+            ID,
+            Status::Pass,
+            format!("/dev/shm is {}", format_bytes(usage.size_bytes)),
+        )
+    };
+    f.evidence = evidence;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::FsUsage;
+    use crate::judge::test_facts::healthy;
+    use crate::policy;
+
+    fn sized(size: u64, free: u64) -> Facts {
+        let mut f = healthy();
+        f.dev_shm.usage = Observed::Value(Some(FsUsage {
+            size_bytes: size,
+            free_bytes: free,
+        }));
+        f
+    }
+
+    #[test]
+    fn small_shm_fails_with_emptydir_fix() {
+        let f = judge(&sized(64 << 20, 64 << 20), &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.summary
+                .starts_with("/dev/shm is 64 MiB, below the 1 GiB minimum")
+        );
+        assert!(f.remediation.unwrap().contains("medium: Memory"));
+        let low = policy::build(&[], &[], Some("64MiB"), None).unwrap();
+        assert_eq!(judge(&sized(64 << 20, 64 << 20), &low).status, Status::Pass);
+    }
+
+    #[test]
+    fn full_shm_or_disk_backed_warns() {
+        assert_eq!(
+            judge(&sized(2 << 30, 1 << 20), &Policy::default()).status,
+            Status::Warn
+        );
+        let mut f = sized(100 << 30, 50 << 30);
+        f.dev_shm.mount = Observed::Value(None);
+        // Not its own mount: a directory on the root filesystem, still usable.
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        let mut f = sized(100 << 30, 50 << 30);
+        if let Observed::Value(Some(m)) = &mut f.dev_shm.mount {
+            m.fs_type = "overlay".into();
+        }
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+    }
+
+    #[test]
+    fn missing_or_unreadable() {
+        let mut f = healthy();
+        f.dev_shm.usage = Observed::Value(None);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
+        f.dev_shm.usage =
+            Observed::Error(crate::facts::FactError::new("statvfs(/dev/shm)", "EACCES"));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        let explicit = policy::build(&[], &[], Some("1GiB"), None).unwrap();
+        assert_eq!(judge(&f, &explicit).status, Status::Fail);
+    }
+}

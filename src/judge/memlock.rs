@@ -1,0 +1,221 @@
+//! `memlock`: the locked-memory limit NCCL's RDMA transports will meet.
+//!
+//! ibv_reg_mr pins every NCCL buffer; above RLIMIT_MEMLOCK it fails with ENOMEM
+//! ("Call to ibv_reg_mr failed") or NCCL silently falls back to TCP (FACTS.md
+//! section 2). Without an RDMA NIC the limit does not matter to NCCL (measured:
+//! 64 KiB changes nothing over NVLink, FACTS.md section 1), so there a low limit
+//! only warns unless the user set `--min-memlock`. CAP_IPC_LOCK lifts the limit
+//! (the kernel's ib_umem_get checks the capability first).
+
+use super::{Finding, Status, undetermined};
+use crate::facts::{Facts, Limit, Observed};
+use crate::policy::Policy;
+use crate::units::{format_bytes, format_limit};
+
+pub const ID: &str = "memlock";
+
+/// Pod-spec and runtime fixes, from FACTS.md section 1: Kubernetes has no ulimit field.
+pub const REMEDIATION: &str = "\
+Grant the container CAP_IPC_LOCK, which lifts the limit for RDMA registration:
+  securityContext:
+    capabilities:
+      add: [\"IPC_LOCK\"]
+or raise the container runtime's default limit on the node (Kubernetes has no pod field for ulimits):
+  containerd: systemctl edit containerd  ->  [Service] LimitMEMLOCK=infinity ; systemctl restart containerd
+  CRI-O:      /etc/crio/crio.conf.d/10-memlock.conf  ->  [crio.runtime] default_ulimits = [\"memlock=-1:-1\"]
+              (OpenShift: ship that file with a MachineConfig)
+  Docker:     docker run --ulimit memlock=-1:-1 ...";
+
+/// The limit really in force, and why.
+fn effective(facts: &Facts) -> Option<(Limit, String)> {
+    if facts.memlock.cap_ipc_lock.value() == Some(&true) {
+        return Some((
+            Limit::Unlimited,
+            "CAP_IPC_LOCK is held, which lifts RLIMIT_MEMLOCK".into(),
+        ));
+    }
+    let limit = facts.memlock.limit.value()?;
+    if let Some(probe) = &facts.memlock.enforcement_probe
+        && probe.refused.is_none()
+    {
+        return Some((
+            Limit::Unlimited,
+            format!(
+                "the kernel let this process lock {} past the soft limit: the limit is not enforced",
+                format_bytes(probe.bytes)
+            ),
+        ));
+    }
+    Some((limit.soft, "soft RLIMIT_MEMLOCK".into()))
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let m = &facts.memlock;
+    let need = policy.min_memlock.value;
+    let rdma_devices = facts.rdma.devices.value().map_or(0, Vec::len);
+    let mut evidence = Vec::new();
+    match &m.limit {
+        Observed::Value(l) => evidence.push(format!(
+            "RLIMIT_MEMLOCK soft {}, hard {}",
+            format_limit(l.soft),
+            format_limit(l.hard)
+        )),
+        Observed::Error(e) => evidence.push(format!("RLIMIT_MEMLOCK unreadable: {e}")),
+    }
+    match &m.cap_ipc_lock {
+        Observed::Value(held) => evidence.push(format!(
+            "CAP_IPC_LOCK {}",
+            if *held { "held" } else { "not held" }
+        )),
+        Observed::Error(e) => evidence.push(format!("capabilities unreadable: {e}")),
+    }
+    for probe in m.probe.iter().chain(&m.enforcement_probe) {
+        evidence.push(match &probe.refused {
+            None => format!("mlock of {}: locked", format_bytes(probe.bytes)),
+            Some(why) => format!("mlock of {}: refused ({why})", format_bytes(probe.bytes)),
+        });
+    }
+    evidence.push(format!("RDMA devices: {rdma_devices}"));
+
+    let Some((limit, why)) = effective(facts) else {
+        let mut f = Finding::new(
+            ID,
+            undetermined(policy.min_memlock.explicit || rdma_devices > 0),
+            "could not determine the memlock limit",
+        )
+        .remediation(REMEDIATION);
+        f.evidence = evidence;
+        return f;
+    };
+    evidence.push(format!("effective limit {} ({why})", format_limit(limit)));
+
+    let mut f = if limit.covers(need) {
+        match m.probe.as_ref().and_then(|p| p.refused.as_ref()) {
+            Some(why) if limit.covers(Limit::Bytes(crate::gather::memlock::PROBE_BYTES)) => {
+                Finding::new(
+                    ID,
+                    Status::Warn,
+                    format!(
+                        "memlock {} but a real mlock was refused: {why}",
+                        format_limit(limit)
+                    ),
+                )
+                .remediation(
+                    "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
+                     Check the pod's seccompProfile and the runtime's default profile.",
+                )
+            }
+            _ => Finding::new(ID, Status::Pass, format!("memlock {}", format_limit(limit))),
+        }
+    } else {
+        let summary = format!(
+            "memlock {} is below the required {}",
+            format_limit(limit),
+            format_limit(need)
+        );
+        if policy.min_memlock.explicit || rdma_devices > 0 {
+            Finding::new(ID, Status::Fail, format!("{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"))
+                .remediation(REMEDIATION)
+        } else {
+            Finding::new(
+                ID,
+                Status::Warn,
+                format!("{summary}; no RDMA devices here, so NCCL over NVLink, PCIe or sockets is unaffected"),
+            )
+            .remediation(REMEDIATION)
+        }
+    };
+    f.evidence = evidence;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::{MlockProbe, Rlimit};
+    use crate::judge::test_facts::healthy;
+    use crate::policy;
+
+    fn limited(bytes: u64) -> Facts {
+        let mut f = healthy();
+        f.memlock.limit = Observed::Value(Rlimit {
+            soft: Limit::Bytes(bytes),
+            hard: Limit::Bytes(bytes),
+        });
+        f.memlock.enforcement_probe = Some(MlockProbe {
+            bytes: bytes + 4096,
+            refused: Some("ENOMEM: Cannot allocate memory".into()),
+        });
+        f
+    }
+
+    #[test]
+    fn low_limit_warns_without_rdma_and_fails_with_it() {
+        let f = judge(&limited(8 << 20), &Policy::default());
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.summary.contains("8 MiB"), "{}", f.summary);
+        let mut rdma = limited(8 << 20);
+        rdma.rdma.devices = Observed::Value(vec!["rdmap16s27".into()]);
+        assert_eq!(judge(&rdma, &Policy::default()).status, Status::Fail);
+        let explicit = policy::build(&[], &[], None, Some("unlimited")).unwrap();
+        let f = judge(&limited(65536), &explicit);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.remediation.unwrap().contains("IPC_LOCK"));
+    }
+
+    #[test]
+    fn threshold_met_passes() {
+        let p = policy::build(&[], &[], None, Some("8MiB")).unwrap();
+        assert_eq!(judge(&limited(8 << 20), &p).status, Status::Pass);
+        assert_eq!(
+            judge(
+                &limited(8 << 20),
+                &policy::build(&[], &[], None, Some("9MiB")).unwrap()
+            )
+            .status,
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn capability_or_unenforced_limit_counts_as_unlimited() {
+        let mut f = limited(65536);
+        f.memlock.cap_ipc_lock = Observed::Value(true);
+        let strict = policy::build(&[], &[], None, Some("unlimited")).unwrap();
+        let finding = judge(&f, &strict);
+        assert_eq!(finding.status, Status::Pass);
+        assert!(
+            finding
+                .evidence
+                .iter()
+                .any(|e| e.contains("CAP_IPC_LOCK is held"))
+        );
+        let mut f = limited(65536);
+        f.memlock.enforcement_probe.as_mut().unwrap().refused = None;
+        assert_eq!(judge(&f, &strict).status, Status::Pass);
+    }
+
+    #[test]
+    fn unreadable_limit_is_undetermined_not_zero() {
+        let mut f = healthy();
+        f.memlock.limit = Observed::Error(crate::facts::FactError::new(
+            "getrlimit(RLIMIT_MEMLOCK)",
+            "EPERM",
+        ));
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Warn);
+        assert!(finding.summary.contains("could not determine"));
+        let strict = policy::build(&[], &[], None, Some("1GiB")).unwrap();
+        assert_eq!(judge(&f, &strict).status, Status::Fail);
+    }
+
+    #[test]
+    fn refused_probe_under_a_generous_limit_warns() {
+        let mut f = healthy();
+        f.memlock.probe = Some(MlockProbe {
+            bytes: 65536,
+            refused: Some("EPERM: Operation not permitted".into()),
+        });
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+    }
+}

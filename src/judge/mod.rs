@@ -1,0 +1,201 @@
+//! judge: `(&Facts, &Policy) -> Vec<Finding>`, pure.
+//!
+//! Every check is one row of `CHECKS`: a stable id (users pass it to `--ignore`;
+//! ids never change once released), a title, and a judging function. The runner,
+//! not the checks, applies `--ignore`.
+
+mod dev_shm;
+mod host_ipc;
+mod memlock;
+mod nccl_env;
+mod stack_limit;
+
+use crate::facts::Facts;
+use crate::policy::Policy;
+use serde::{Deserialize, Serialize};
+
+/// Outcome of one check, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Skip,
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Skip => "SKIP",
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check's verdict, with what it saw and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub id: String,
+    pub status: Status,
+    /// One line.
+    pub summary: String,
+    /// What was observed, one item per line.
+    pub evidence: Vec<String>,
+    /// What to paste to fix it; every failing finding has one.
+    pub remediation: Option<String>,
+    /// True when `--ignore` turned a failure into this warning.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
+}
+
+impl Finding {
+    pub fn new(id: &str, status: Status, summary: impl Into<String>) -> Self {
+        Finding {
+            id: id.to_string(),
+            status,
+            summary: summary.into(),
+            evidence: Vec::new(),
+            remediation: None,
+            ignored: false,
+        }
+    }
+
+    pub fn evidence(mut self, line: impl Into<String>) -> Self {
+        self.evidence.push(line.into());
+        self
+    }
+
+    pub fn remediation(mut self, text: impl Into<String>) -> Self {
+        self.remediation = Some(text.into());
+        self
+    }
+}
+
+/// One row of the check table.
+pub struct Check {
+    pub id: &'static str,
+    /// What the check looks at, for `--help` and the README.
+    pub title: &'static str,
+    pub judge: fn(&Facts, &Policy) -> Finding,
+}
+
+/// Every check, in report order.
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "memlock",
+        title: "locked-memory limit in force (RLIMIT_MEMLOCK, CAP_IPC_LOCK, a real mlock)",
+        judge: memlock::judge,
+    },
+    Check {
+        id: "dev-shm",
+        title: "/dev/shm size, free space and filesystem",
+        judge: dev_shm::judge,
+    },
+    Check {
+        id: "host-ipc",
+        title: "IPC namespace (host or private)",
+        judge: host_ipc::judge,
+    },
+    Check {
+        id: "stack-limit",
+        title: "stack limit (unlimited or small stacks shrink NCCL's threads)",
+        judge: stack_limit::judge,
+    },
+    Check {
+        id: "nccl-env",
+        title: "the user's own NCCL variables against this node",
+        judge: nccl_env::judge,
+    },
+];
+
+/// The ids of all checks.
+pub fn check_ids() -> impl Iterator<Item = &'static str> {
+    CHECKS.iter().map(|c| c.id)
+}
+
+/// Runs every check and applies the ignore policy.
+pub fn judge(facts: &Facts, policy: &Policy) -> Vec<Finding> {
+    CHECKS
+        .iter()
+        .map(|check| {
+            let mut finding = (check.judge)(facts, policy);
+            if finding.status == Status::Fail && policy.ignores(check.id) {
+                finding.status = Status::Warn;
+                finding.ignored = true;
+            }
+            finding
+        })
+        .collect()
+}
+
+/// The worst status among the findings, as the verdict: `pass`, `warn` or `fail`.
+pub fn verdict(findings: &[Finding]) -> Status {
+    findings
+        .iter()
+        .map(|f| f.status)
+        .max()
+        .unwrap_or(Status::Pass)
+        .max(Status::Pass)
+}
+
+/// The status for "could not determine": a warning, or a failure when the user
+/// explicitly asked for what this check enforces.
+fn undetermined(explicit: bool) -> Status {
+    if explicit { Status::Fail } else { Status::Warn }
+}
+
+#[cfg(test)]
+pub(crate) mod test_facts;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy;
+
+    #[test]
+    fn ignore_turns_failures_into_flagged_warnings() {
+        let mut facts = test_facts::healthy();
+        facts.dev_shm.usage = crate::facts::Observed::Value(Some(crate::facts::FsUsage {
+            size_bytes: 64 << 20,
+            free_bytes: 64 << 20,
+        }));
+        let strict = judge(&facts, &Policy::default());
+        let shm = strict.iter().find(|f| f.id == "dev-shm").unwrap();
+        assert_eq!(shm.status, Status::Fail);
+        assert_eq!(verdict(&strict), Status::Fail);
+        let lenient = judge(
+            &facts,
+            &policy::build(&["dev-shm".into()], &[], None, None).unwrap(),
+        );
+        let shm = lenient.iter().find(|f| f.id == "dev-shm").unwrap();
+        assert_eq!((shm.status, shm.ignored), (Status::Warn, true));
+        assert_eq!(verdict(&lenient), Status::Warn);
+    }
+
+    #[test]
+    fn healthy_node_passes_every_check() {
+        let findings = judge(&test_facts::healthy(), &Policy::default());
+        assert_eq!(findings.len(), CHECKS.len());
+        for f in &findings {
+            assert_eq!(f.status, Status::Pass, "{f:?}");
+        }
+        assert_eq!(verdict(&findings), Status::Pass);
+    }
+
+    #[test]
+    fn every_failure_has_a_remediation() {
+        for facts in test_facts::broken_variants() {
+            for f in judge(
+                &facts,
+                &policy::build(&[], &["host-ipc".into()], None, None).unwrap(),
+            ) {
+                if f.status == Status::Fail {
+                    assert!(f.remediation.is_some(), "{f:?}");
+                }
+            }
+        }
+    }
+}

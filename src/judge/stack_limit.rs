@@ -1,0 +1,96 @@
+//! `stack-limit`: RLIMIT_STACK as NCCL's threads will inherit it.
+//!
+//! glibc uses RLIMIT_STACK as the default pthread stack size, but falls back to
+//! 2 MiB when it is unlimited; NCCL's threads can overflow that and crash
+//! (FACTS.md section 2). NCCL 2.28.3 and later raise their threads' stacks to 8 MiB
+//! themselves (src/os/linux.cc setCpuStackSize, NCCL_SET_CPU_STACK_SIZE=1), so this
+//! warns rather than fails: older NCCL in the image is at risk, newer is not.
+
+use super::{Finding, Status};
+use crate::facts::{Facts, Limit, Observed};
+use crate::policy::Policy;
+use crate::units::format_limit;
+
+pub const ID: &str = "stack-limit";
+/// NCCL's SAFE_STACK_SIZE: the Linux default, 8 MiB.
+const SAFE_STACK: u64 = 8 << 20;
+
+const REMEDIATION: &str = "\
+Set a finite stack limit of at least 8 MiB before the launcher starts, e.g. in the container command:
+  command: [\"sh\", \"-c\", \"ulimit -s 8192 && exec torchrun ...\"]
+or use NCCL >= 2.28.3, which sizes its own threads' stacks.";
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    match &facts.stack_limit {
+        Observed::Error(e) => Finding::new(ID, Status::Warn, "could not determine the stack limit")
+            .evidence(e.to_string())
+            .remediation(REMEDIATION),
+        Observed::Value(l) => {
+            let evidence = format!(
+                "RLIMIT_STACK soft {}, hard {}",
+                format_limit(l.soft),
+                format_limit(l.hard)
+            );
+            match l.soft {
+                Limit::Unlimited => Finding::new(
+                    ID,
+                    Status::Warn,
+                    "stack limit is unlimited: glibc then gives new threads 2 MiB stacks, which crashes NCCL < 2.28.3",
+                )
+                .evidence(evidence)
+                .remediation(REMEDIATION),
+                Limit::Bytes(n) if n < SAFE_STACK => Finding::new(
+                    ID,
+                    Status::Warn,
+                    format!(
+                        "stack limit {} is below the 8 MiB NCCL's threads need (NCCL < 2.28.3 does not raise it)",
+                        format_limit(l.soft)
+                    ),
+                )
+                .evidence(evidence)
+                .remediation(REMEDIATION),
+                Limit::Bytes(_) => {
+                    Finding::new(ID, Status::Pass, format!("stack limit {}", format_limit(l.soft)))
+                        .evidence(evidence)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Rlimit;
+    use crate::judge::test_facts::healthy;
+
+    fn with_stack(soft: Limit) -> Facts {
+        let mut f = healthy();
+        f.stack_limit = Observed::Value(Rlimit {
+            soft,
+            hard: Limit::Unlimited,
+        });
+        f
+    }
+
+    #[test]
+    fn unlimited_and_small_stacks_warn() {
+        let p = Policy::default();
+        assert_eq!(
+            judge(&with_stack(Limit::Unlimited), &p).status,
+            Status::Warn
+        );
+        assert_eq!(
+            judge(&with_stack(Limit::Bytes(2 << 20)), &p).status,
+            Status::Warn
+        );
+        assert_eq!(
+            judge(&with_stack(Limit::Bytes(8 << 20)), &p).status,
+            Status::Pass
+        );
+        assert_eq!(
+            judge(&with_stack(Limit::Bytes(64 << 20)), &p).status,
+            Status::Pass
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! Literal `Facts` for unit tests of judge and tune: a healthy node, and
+//! variations of it with one thing broken each.
+
+use crate::facts::*;
+use std::collections::BTreeMap;
+
+pub fn iface(name: &str, kind: Option<&str>) -> Interface {
+    Interface {
+        name: name.into(),
+        up: true,
+        running: true,
+        loopback: name == "lo",
+        kind: kind.map(String::from),
+    }
+}
+
+pub fn v4(name: &str, address: &str) -> IfAddress {
+    IfAddress {
+        interface: name.into(),
+        family: Family::Inet,
+        address: address.into(),
+        prefix_len: Some(24),
+    }
+}
+
+/// A node where every check passes: unlimited memlock, 1 GiB tmpfs /dev/shm,
+/// host IPC, 8 MiB stack, eth0 with the default route, no NCCL variables.
+pub fn healthy() -> Facts {
+    Facts {
+        schema: FACTS_SCHEMA.into(),
+        tool_version: "0.0.0".into(),
+        host_root: "/".into(),
+        memlock: MemlockFacts {
+            limit: Observed::Value(Rlimit {
+                soft: Limit::Unlimited,
+                hard: Limit::Unlimited,
+            }),
+            cap_ipc_lock: Observed::Value(false),
+            probe: Some(MlockProbe {
+                bytes: 65536,
+                refused: None,
+            }),
+            enforcement_probe: None,
+        },
+        stack_limit: Observed::Value(Rlimit {
+            soft: Limit::Bytes(8 << 20),
+            hard: Limit::Unlimited,
+        }),
+        dev_shm: ShmFacts {
+            usage: Observed::Value(Some(FsUsage {
+                size_bytes: 1 << 30,
+                free_bytes: 1 << 30,
+            })),
+            mount: Observed::Value(Some(MountEntry {
+                mount_point: "/dev/shm".into(),
+                fs_type: "tmpfs".into(),
+                source: "shm".into(),
+                mount_options: vec!["rw".into()],
+                super_options: vec!["rw".into(), "size=1048576k".into()],
+            })),
+        },
+        namespaces: NamespaceFacts {
+            ipc: Observed::Value(4026531839),
+            uts: Observed::Value(4026531838),
+            net: Observed::Value(4026531840),
+            hostname: Observed::Value("node-a".into()),
+            boot_id: Observed::Value("2f0c7c0e-0000-4000-8000-000000000001".into()),
+        },
+        network: NetworkFacts {
+            interfaces: Observed::Value(vec![iface("lo", None), iface("eth0", None)]),
+            addresses: Observed::Value(vec![v4("lo", "127.0.0.1"), v4("eth0", "10.0.0.5")]),
+            default_routes: Observed::Value(vec![DefaultRoute {
+                interface: "eth0".into(),
+                family: Family::Inet,
+                metric: 0,
+            }]),
+            hosts_entries: Observed::Value(vec![]),
+        },
+        platform: PlatformFacts {
+            product_name: Observed::Value(None),
+            sys_vendor: Observed::Value(None),
+        },
+        rdma: RdmaFacts {
+            devices: Observed::Value(vec![]),
+        },
+        launcher: BTreeMap::new(),
+        nccl_env: BTreeMap::new(),
+    }
+}
+
+pub fn with_env(mut facts: Facts, pairs: &[(&str, &str)]) -> Facts {
+    for (k, v) in pairs {
+        let value = EnvValue::text(*v);
+        if crate::gather::environment::LAUNCHER_VARS.contains(k) {
+            facts.launcher.insert(k.to_string(), value);
+        } else {
+            facts.nccl_env.insert(k.to_string(), value);
+        }
+    }
+    facts
+}
+
+/// Each a healthy node with one thing broken or unreadable.
+pub fn broken_variants() -> Vec<Facts> {
+    let unreadable = || Observed::Error(FactError::new("/proc/x", "Permission denied"));
+    let mut out = Vec::new();
+    let mut f = healthy();
+    f.memlock.limit = Observed::Value(Rlimit {
+        soft: Limit::Bytes(8 << 20),
+        hard: Limit::Bytes(8 << 20),
+    });
+    f.rdma.devices = Observed::Value(vec!["mlx5_0".into()]);
+    out.push(f);
+    let mut f = healthy();
+    f.memlock.limit = unreadable();
+    out.push(f);
+    let mut f = healthy();
+    f.dev_shm.usage = Observed::Value(None);
+    out.push(f);
+    let mut f = healthy();
+    f.namespaces.ipc = Observed::Value(4026532200);
+    out.push(f);
+    out.push(with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "nonexist0")]));
+    out.push(with_env(
+        healthy(),
+        &[("NCCL_SOCKET_IFNAME", "lo"), ("PET_NNODES", "2")],
+    ));
+    out
+}

@@ -1,0 +1,19 @@
+//! nccl-preflight: checks a GPU node or pod for what breaks or slows NCCL and
+//! writes tuned NCCL settings.
+//!
+//! The pipeline is gather -> judge -> tune -> render: `gather` is the only
+//! module that touches the host; the others are pure functions over `Facts`.
+
+pub mod cli;
+pub mod commands;
+pub mod facts;
+pub mod gather;
+pub mod judge;
+pub mod layout;
+pub mod nccl;
+pub mod output;
+pub mod policy;
+pub mod render;
+pub mod report;
+pub mod tune;
+pub mod units;

@@ -1,0 +1,27 @@
+//! The `nccl-preflight` binary: parse flags, run the command, exit with its code.
+//! Exit codes: 0 no check failed, 1 a check failed, 2 the tool could not do its job.
+
+use clap::Parser;
+use nccl_preflight::cli::{Cli, Command};
+use nccl_preflight::commands;
+use std::process::ExitCode;
+
+const EXIT_TOOL_ERROR: u8 = 2;
+
+fn main() -> ExitCode {
+    // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
+    let cli = Cli::parse();
+    let env: Vec<_> = std::env::vars_os().collect();
+    let result = match &cli.command {
+        Command::Check(args) => commands::check(args, &env),
+        Command::Init(args) => commands::init(args, &env),
+        Command::Facts(args) => commands::facts(args, &env),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("nccl-preflight: error: {e:#}");
+            ExitCode::from(EXIT_TOOL_ERROR)
+        }
+    }
+}

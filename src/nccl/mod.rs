@@ -1,0 +1,4 @@
+//! How NCCL itself reads things, reimplemented from its source so checks and
+//! tuning predict what NCCL will do rather than guess.
+
+pub mod socket_ifname;

@@ -1,0 +1,215 @@
+//! NCCL_SOCKET_IFNAME semantics and NCCL's interface selection.
+//!
+//! From NVIDIA/nccl (src/misc/socket.cc ncclFindInterfaces, src/os/linux.cc
+//! ncclOsFindInterfaces, src/misc/utils.cc parseStringList/matchIf, 2.28/2.29):
+//! - a value of length <= 1 is ignored (automatic selection);
+//! - a leading `^` excludes, then a leading `=` asks for exact names; the rest is a
+//!   comma list whose entries are `prefix[:port]`, empty entries skipped;
+//! - only interfaces with IFF_RUNNING and an IPv4/IPv6 address count, IPv6
+//!   loopback addresses are skipped, NCCL_SOCKET_FAMILY (AF_INET/AF_INET6) filters;
+//! - interfaces are taken in getifaddrs order; bootstrap uses the first one.
+//! - automatic selection: `ib` prefixes, then anything but `docker`, `lo`, `virbr`,
+//!   then `docker`, then `lo`, then `virbr`.
+
+use crate::facts::{Family, IfAddress, Interface};
+
+/// A parsed NCCL_SOCKET_IFNAME value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfnameFilter {
+    pub exclude: bool,
+    pub exact: bool,
+    /// Name prefixes (or exact names), port suffixes removed.
+    pub names: Vec<String>,
+}
+
+impl IfnameFilter {
+    /// Parses a value the way NCCL does; `None` when NCCL ignores it (length <= 1).
+    pub fn parse(value: &str) -> Option<IfnameFilter> {
+        if value.len() <= 1 {
+            return None;
+        }
+        Some(Self::parse_list(value))
+    }
+
+    fn parse_list(value: &str) -> IfnameFilter {
+        let (exclude, rest) = match value.strip_prefix('^') {
+            Some(r) => (true, r),
+            None => (false, value),
+        };
+        let (exact, rest) = match rest.strip_prefix('=') {
+            Some(r) => (true, r),
+            None => (false, rest),
+        };
+        let names = rest
+            .split(',')
+            .filter_map(|entry| entry.split(':').next())
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        IfnameFilter {
+            exclude,
+            exact,
+            names,
+        }
+    }
+
+    /// Whether NCCL would consider interface `name` under this filter.
+    pub fn admits(&self, name: &str) -> bool {
+        // An empty list matches everything (matchIfList's exception), before negation.
+        let listed = self.names.is_empty()
+            || self.names.iter().any(|p| {
+                if self.exact {
+                    name == p
+                } else {
+                    name.starts_with(p.as_str())
+                }
+            });
+        listed != self.exclude
+    }
+}
+
+/// Parses NCCL_SOCKET_FAMILY: `AF_INET` or `AF_INET6`; anything else is ignored by NCCL.
+pub fn socket_family(value: Option<&str>) -> Option<Family> {
+    match value {
+        Some("AF_INET") => Some(Family::Inet),
+        Some("AF_INET6") => Some(Family::Inet6),
+        _ => None,
+    }
+}
+
+/// Interfaces NCCL would use under `filter`, in the order it finds them.
+pub fn select(
+    filter: &IfnameFilter,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+    family: Option<Family>,
+) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for addr in addresses {
+        let Some(link) = interfaces.iter().find(|i| i.name == addr.interface) else {
+            continue;
+        };
+        if !link.running || family.is_some_and(|f| f != addr.family) {
+            continue;
+        }
+        if addr.family == Family::Inet6 && addr.address == "::1" {
+            continue;
+        }
+        if filter.admits(&addr.interface) && !found.contains(&addr.interface) {
+            found.push(addr.interface.clone());
+        }
+    }
+    found
+}
+
+/// What NCCL picks with NCCL_SOCKET_IFNAME unset (NCCL_COMM_ID subnet matching aside).
+pub fn select_automatic(
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+    family: Option<Family>,
+) -> Vec<String> {
+    for step in ["ib", "^docker,lo,virbr", "docker", "lo", "virbr"] {
+        let found = select(
+            &IfnameFilter::parse_list(step),
+            interfaces,
+            addresses,
+            family,
+        );
+        if !found.is_empty() {
+            return found;
+        }
+    }
+    Vec::new()
+}
+
+/// Names NCCL's automatic selection avoids, and `veth*` (host-side container
+/// links, where NCCL traffic hangs: FACTS.md section 2).
+pub fn is_unsuitable_name(name: &str) -> bool {
+    ["lo", "docker", "virbr", "veth"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iface(name: &str, running: bool) -> Interface {
+        Interface {
+            name: name.into(),
+            up: running,
+            running,
+            loopback: name == "lo",
+            kind: None,
+        }
+    }
+
+    fn addr(name: &str, family: Family, address: &str) -> IfAddress {
+        IfAddress {
+            interface: name.into(),
+            family,
+            address: address.into(),
+            prefix_len: None,
+        }
+    }
+
+    fn node() -> (Vec<Interface>, Vec<IfAddress>) {
+        let ifs = vec![
+            iface("lo", true),
+            iface("eth0", true),
+            iface("docker0", true),
+            iface("eth10", false),
+            iface("net1", true),
+        ];
+        let addrs = vec![
+            addr("lo", Family::Inet, "127.0.0.1"),
+            addr("eth0", Family::Inet, "10.0.0.5"),
+            addr("docker0", Family::Inet, "172.17.0.1"),
+            addr("eth10", Family::Inet, "10.9.0.5"),
+            addr("net1", Family::Inet6, "fd00::5"),
+            addr("lo", Family::Inet6, "::1"),
+        ];
+        (ifs, addrs)
+    }
+
+    fn pick(value: &str) -> Vec<String> {
+        let (i, a) = node();
+        select(&IfnameFilter::parse(value).unwrap(), &i, &a, None)
+    }
+
+    #[test]
+    fn parse_follows_ncc_syntax() {
+        assert_eq!(IfnameFilter::parse("e"), None);
+        assert_eq!(IfnameFilter::parse(""), None);
+        let f = IfnameFilter::parse("^=eth0:1,,net").unwrap();
+        assert!(f.exclude && f.exact);
+        assert_eq!(f.names, ["eth0", "net"]);
+        // `=^` is an exact match on a name starting with ^, as in NCCL.
+        let g = IfnameFilter::parse("=^eth0").unwrap();
+        assert!(!g.exclude && g.exact);
+    }
+
+    #[test]
+    fn prefix_exact_and_exclusion() {
+        assert_eq!(pick("eth"), ["eth0"]); // eth10 is not running
+        assert_eq!(pick("=eth"), Vec::<String>::new());
+        assert_eq!(pick("==eth0"), Vec::<String>::new()); // exact name "=eth0"
+        assert_eq!(pick("=eth0,net1"), ["eth0", "net1"]);
+        // ^docker0 alone leaves lo first: the trap FACTS.md section 2 describes.
+        assert_eq!(pick("^docker0"), ["lo", "eth0", "net1"]);
+        assert_eq!(pick("^docker0,lo"), ["eth0", "net1"]);
+        assert_eq!(pick("nonexist0"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn family_and_automatic() {
+        let (i, a) = node();
+        let f = IfnameFilter::parse("^lo").unwrap();
+        assert_eq!(select(&f, &i, &a, Some(Family::Inet6)), ["net1"]);
+        assert_eq!(select_automatic(&i, &a, None), ["eth0", "net1"]);
+        let only_lo = vec![iface("lo", true)];
+        assert_eq!(select_automatic(&only_lo, &a, None), ["lo"]);
+        assert_eq!(socket_family(Some("AF_INET6")), Some(Family::Inet6));
+        assert_eq!(socket_family(Some("inet")), None);
+    }
+}

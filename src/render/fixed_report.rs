@@ -1,0 +1,43 @@
+//! One fixed report for renderer tests: a failing dev-shm, a warning, a pass,
+//! one tuned and one user setting.
+
+use crate::judge::{Finding, Status, test_facts};
+use crate::report::Report;
+use crate::tune::{Setting, Source};
+
+pub fn report() -> Report {
+    let checks = vec![
+        Finding::new(
+            "dev-shm",
+            Status::Fail,
+            "/dev/shm is 64 MiB, below the 1 GiB minimum",
+        )
+        .evidence("size 64 MiB, free 64 MiB, required 1 GiB")
+        .remediation(
+            "Mount a memory-backed emptyDir at /dev/shm:\n  emptyDir:\n    medium: Memory",
+        ),
+        Finding::new(
+            "memlock",
+            Status::Warn,
+            "memlock 8 MiB is below the required unlimited",
+        )
+        .evidence("RLIMIT_MEMLOCK soft 8 MiB, hard 8 MiB")
+        .remediation("Grant CAP_IPC_LOCK"),
+        Finding::new("host-ipc", Status::Pass, "host IPC namespace"),
+    ];
+    let settings = vec![
+        Setting {
+            name: "NCCL_DEBUG".into(),
+            value: "INFO".into(),
+            reason: "set by the user; kept as is and checked by nccl-env".into(),
+            source: Source::User,
+        },
+        Setting {
+            name: "NCCL_SOCKET_IFNAME".into(),
+            value: "=eth0".into(),
+            reason: "eth0 carries the default route (IPv4, metric 0)".into(),
+            source: Source::Tuned,
+        },
+    ];
+    Report::new(test_facts::healthy(), checks, settings)
+}

@@ -1,0 +1,54 @@
+//! `Report`: the judged result of one run, as every renderer consumes it and as
+//! `--format json` prints it (schema `nccl-preflight/report/v1`).
+
+use crate::facts::Facts;
+use crate::judge::{Finding, Status};
+use crate::tune::Setting;
+use serde::{Deserialize, Serialize};
+
+pub const REPORT_SCHEMA: &str = "nccl-preflight/report/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: String,
+    pub tool_version: String,
+    /// The worst check status: `pass`, `warn` or `fail`.
+    pub verdict: Status,
+    pub checks: Vec<Finding>,
+    pub settings: Vec<Setting>,
+    pub facts: Facts,
+}
+
+impl Report {
+    pub fn new(facts: Facts, checks: Vec<Finding>, settings: Vec<Setting>) -> Self {
+        Report {
+            schema: REPORT_SCHEMA.to_string(),
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            verdict: crate::judge::verdict(&checks),
+            checks,
+            settings,
+            facts,
+        }
+    }
+
+    /// Counts of checks by status: (failed, warned, passed, skipped).
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let n = |s| self.checks.iter().filter(|c| c.status == s).count();
+        (
+            n(Status::Fail),
+            n(Status::Warn),
+            n(Status::Pass),
+            n(Status::Skip),
+        )
+    }
+
+    /// The host name the facts carry, for headers; `unknown` when unreadable.
+    pub fn hostname(&self) -> &str {
+        self.facts
+            .namespaces
+            .hostname
+            .value()
+            .map_or("unknown", String::as_str)
+    }
+}
