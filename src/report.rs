@@ -51,4 +51,20 @@ impl Report {
             .value()
             .map_or("unknown", String::as_str)
     }
+
+    /// "1 failed, 2 warnings" style counts for one-line summaries.
+    pub fn count_text(&self) -> String {
+        let (failed, warned, passed, skipped) = self.counts();
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut parts = vec![
+            format!("{failed} failed"),
+            plural(warned, "warning", "warnings"),
+            format!("{passed} passed"),
+        ];
+        if skipped > 0 {
+            parts.push(format!("{skipped} skipped"));
+        }
+        parts.join(", ")
+    }
 }

@@ -105,7 +105,18 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                      Check the pod's seccompProfile and the runtime's default profile.",
                 )
             }
-            _ => Finding::new(ID, Status::Pass, format!("memlock {}", format_limit(limit))),
+            _ => {
+                let soft = m.limit.value().map(|l| l.soft);
+                let summary = match soft {
+                    Some(soft) if soft != limit => format!(
+                        "memlock {} in effect (soft limit {}, lifted: {why})",
+                        format_limit(limit),
+                        format_limit(soft)
+                    ),
+                    _ => format!("memlock {}", format_limit(limit)),
+                };
+                Finding::new(ID, Status::Pass, summary)
+            }
         }
     } else {
         let summary = format!(

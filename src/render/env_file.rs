@@ -16,12 +16,11 @@ pub fn shell_quote(value: &str) -> String {
 
 pub fn render(report: &Report) -> String {
     let mut out = format!(
-        "# nccl-preflight {}: tuned NCCL environment for {} (verdict: {:?}).\n# Source it before the launcher: . ./nccl.env\n",
+        "# nccl-preflight {}: tuned NCCL environment for {} (verdict: {}).\n# Source it before the launcher starts: . /path/to/this/file\n",
         report.tool_version,
         comment_text(report.hostname()),
-        report.verdict
-    )
-    .to_lowercase();
+        report.verdict.label().to_lowercase()
+    );
     for s in report.settings.iter().filter(|s| s.source == Source::User) {
         out.push_str(&format!(
             "# {} is set by the user and left as is\n",

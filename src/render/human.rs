@@ -83,17 +83,8 @@ pub fn render(report: &Report, color: bool) -> String {
             );
         }
     }
-    let (failed, warned, passed, skipped) = report.counts();
     let verdict = paint(report.verdict.label(), report.verdict, color);
-    let _ = writeln!(
-        out,
-        "\nVerdict: {verdict} ({failed} failed, {warned} warnings, {passed} passed{})",
-        if skipped > 0 {
-            format!(", {skipped} skipped")
-        } else {
-            String::new()
-        }
-    );
+    let _ = writeln!(out, "\nVerdict: {verdict} ({})", report.count_text());
     out
 }
 
@@ -113,7 +104,7 @@ mod tests {
         assert!(text.contains("                - size 64 MiB, free 64 MiB, required 1 GiB\n"));
         assert!(text.contains("                  emptyDir:\n"));
         assert!(text.contains("NCCL_SOCKET_IFNAME  '=eth0'  tuned  eth0 carries"));
-        assert!(text.ends_with("Verdict: FAIL (1 failed, 1 warnings, 1 passed)\n"));
+        assert!(text.ends_with("Verdict: FAIL (1 failed, 1 warning, 1 passed)\n"));
         assert!(!text.contains('\x1b'));
     }
 

@@ -7,11 +7,12 @@ use crate::report::Report;
 pub const MAX_BYTES: usize = 4096;
 
 pub fn render(report: &Report) -> String {
-    let (failed, warned, _, _) = report.counts();
-    let mut lines = vec![match report.verdict {
-        Status::Fail => format!("nccl-preflight: FAIL ({failed} failed, {warned} warnings)"),
-        _ => format!("nccl-preflight: {:?} ({warned} warnings)", report.verdict).to_uppercase(),
-    }];
+    let lines_head = format!(
+        "nccl-preflight: {} ({})",
+        report.verdict.label(),
+        report.count_text()
+    );
+    let mut lines = vec![lines_head];
     let failures: Vec<String> = report
         .checks
         .iter()
@@ -61,7 +62,7 @@ mod tests {
         let text = render(&report());
         assert_eq!(
             text,
-            "nccl-preflight: FAIL (1 failed, 1 warnings)\ndev-shm: /dev/shm is 64 MiB, below the 1 GiB minimum\n"
+            "nccl-preflight: FAIL (1 failed, 1 warning, 1 passed)\ndev-shm: /dev/shm is 64 MiB, below the 1 GiB minimum\n"
         );
     }
 

@@ -93,8 +93,8 @@ pub fn rule(facts: &Facts) -> Option<Setting> {
         name: NAME.to_string(),
         value: format!("={}", choice.name),
         reason: format!(
-            "{}; {agreement}; '=' matches the exact name only",
-            choice.why
+            "{}; {agreement}; exact-name syntax, so no other interface starting with {} matches",
+            choice.why, choice.name
         ),
         source: Source::Tuned,
     })
