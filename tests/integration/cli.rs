@@ -1,0 +1,151 @@
+//! Flags, their NCCL_PREFLIGHT_* variables, and the exit-code contract.
+
+use super::support::*;
+
+fn healthy_args(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "check",
+        "--host-root",
+        "root",
+        "--replay-kernel",
+        "kernel.json",
+    ];
+    args.extend(extra);
+    args
+}
+
+fn in_fixture(name: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    command(args, env)
+        .current_dir(repo().join("tests/fixtures").join(name))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bad_flag_values_exit_2_naming_the_flag() {
+    for (args, needle) in [
+        (vec!["check", "--min-shm", "12XB"], "--min-shm"),
+        (vec!["check", "--min-memlock", "lots"], "--min-memlock"),
+        (vec!["check", "--require", "gpus=eight"], "--require"),
+        (vec!["check", "--format", "yaml"], "--format"),
+        (vec!["frobnicate"], "frobnicate"),
+    ] {
+        let out = run(&args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{args:?} printed a report");
+    }
+}
+
+#[test]
+fn every_flag_reads_its_environment_variable() {
+    let out = run(&["check"], &[("NCCL_PREFLIGHT_MIN_SHM", "12XB")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--min-shm"));
+    // runtime-defaults fails on dev-shm; the variable form of --ignore turns it into a warning.
+    let strict = in_fixture("runtime-defaults", &healthy_args(&[]), &[]);
+    assert_eq!(strict.status.code(), Some(1));
+    let lenient = in_fixture(
+        "runtime-defaults",
+        &healthy_args(&[]),
+        &[("NCCL_PREFLIGHT_IGNORE", "dev-shm")],
+    );
+    assert_eq!(lenient.status.code(), Some(0), "{}", stdout(&lenient));
+    assert!(stdout(&lenient).contains("(failure ignored by --ignore)"));
+    let json = in_fixture(
+        "runtime-defaults",
+        &healthy_args(&[]),
+        &[
+            ("NCCL_PREFLIGHT_FORMAT", "json"),
+            ("NCCL_PREFLIGHT_MIN_SHM", "64MiB"),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["schema"], "nccl-preflight/report/v1");
+    assert_eq!(json.status.code(), Some(0));
+    // Our own variables are not taken for NCCL's.
+    assert!(
+        v["facts"]["nccl_env"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| !k.starts_with("NCCL_PREFLIGHT_"))
+    );
+}
+
+#[test]
+fn ignore_all_and_require_host_ipc() {
+    let out = in_fixture("runtime-defaults", &healthy_args(&["--ignore", "all"]), &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = in_fixture(
+        "healthy-pod",
+        &healthy_args(&["--require", "host-ipc"]),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("FAIL  host-ipc"));
+    let out = in_fixture(
+        "healthy-pod",
+        &healthy_args(&["--ignore", "no-such-check"]),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("no check has this id"));
+}
+
+#[test]
+fn bad_facts_files_exit_2() {
+    let dir = scratch("facts-files");
+    let cases = [
+        ("malformed.json", "{\"schema\": ", "not valid JSON"),
+        (
+            "future.json",
+            "{\"schema\": \"nccl-preflight/facts/v9\"}",
+            "another nccl-preflight version",
+        ),
+        (
+            "foreign.json",
+            "{\"hello\": 1}",
+            "not an nccl-preflight facts document",
+        ),
+        (
+            "partial.json",
+            "{\"schema\": \"nccl-preflight/facts/v1\"}",
+            "missing field",
+        ),
+    ];
+    for (file, text, needle) in cases {
+        let path = dir.join(file);
+        std::fs::write(&path, text).unwrap();
+        let out = run(&["check", "--facts", path.to_str().unwrap()], &[]);
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let err = stderr(&out);
+        assert!(err.contains(file) && err.contains(needle), "{file}: {err}");
+    }
+    let out = run(
+        &[
+            "check",
+            "--facts",
+            dir.join("absent.json").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("absent.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    assert_eq!(run(&["--help"], &[]).status.code(), Some(0));
+    let out = run(&["--version"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).starts_with("nccl-preflight "));
+}
+
+#[test]
+fn colour_only_on_a_terminal() {
+    // Output to a pipe: never colour, whatever NO_COLOR says.
+    let out = in_fixture("runtime-defaults", &healthy_args(&[]), &[]);
+    assert!(!stdout(&out).contains('\x1b'));
+}

@@ -1,0 +1,253 @@
+//! Real kernel behaviour, no containers: unshare, prlimit, setpriv, tmpfs and
+//! network namespaces with veth pairs (this project's CI kernel has no dummy
+//! driver; veth pairs are what pods get anyway). Needs root.
+
+use super::support::*;
+use std::process::{Command, Output};
+
+fn report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+fn check_status(r: &serde_json::Value, id: &str) -> String {
+    let c = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap();
+    c["status"].as_str().unwrap().to_string()
+}
+
+/// Runs `wrapper... BIN args...` with an empty environment.
+fn wrapped(wrapper: &[&str], args: &[&str]) -> Output {
+    let mut cmd = Command::new(wrapper[0]);
+    cmd.args(&wrapper[1..])
+        .arg(BIN)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    cmd.output().unwrap()
+}
+
+#[test]
+fn private_ipc_namespace_fails_only_when_host_ipc_is_required() {
+    if !require_root("private_ipc_namespace") {
+        return;
+    }
+    let out = wrapped(&["unshare", "--ipc"], &["check", "--format", "json"]);
+    let r = report(&out);
+    assert_eq!(check_status(&r, "host-ipc"), "pass");
+    assert_ne!(r["facts"]["namespaces"]["ipc"]["value"], 4026531839u64);
+    let out = wrapped(
+        &["unshare", "--ipc"],
+        &["check", "--format", "json", "--require", "host-ipc"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(check_status(&report(&out), "host-ipc"), "fail");
+    // And in the host namespace the same requirement passes.
+    let out = run(&["check", "--format", "json", "--require", "host-ipc"], &[]);
+    assert_eq!(check_status(&report(&out), "host-ipc"), "pass");
+}
+
+#[test]
+fn small_tmpfs_on_dev_shm_fails_with_the_emptydir_fix() {
+    if !require_root("small_tmpfs_on_dev_shm") {
+        return;
+    }
+    let script = "mount -t tmpfs -o size=64m tmpfs /dev/shm && exec \"$0\" check";
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", script, BIN])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    let out = cmd.output().unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("FAIL  dev-shm      /dev/shm is 64 MiB, below the 1 GiB minimum"),
+        "{text}"
+    );
+    assert!(text.contains("medium: Memory") && text.contains("mountPath: /dev/shm"));
+    assert!(
+        text.contains("mounted: tmpfs tmpfs (rw,size=65536k"),
+        "{text}"
+    );
+}
+
+#[test]
+fn low_memlock_is_reported_and_enforced_without_cap_ipc_lock() {
+    if !require_root("low_memlock") {
+        return;
+    }
+    // Root holds CAP_IPC_LOCK, which lifts the limit: the check says so and passes.
+    let out = wrapped(
+        &["prlimit", "--memlock=65536:65536"],
+        &["check", "--format", "json", "--min-memlock", "unlimited"],
+    );
+    let r = report(&out);
+    assert_eq!(r["facts"]["memlock"]["limit"]["value"]["soft"], 65536);
+    assert_eq!(r["facts"]["memlock"]["cap_ipc_lock"]["value"], true);
+    assert_eq!(check_status(&r, "memlock"), "pass");
+    // Without the capability (as in a default container) the kernel enforces it.
+    let out = wrapped(
+        &[
+            "setpriv",
+            "--bounding-set=-ipc_lock",
+            "--inh-caps=-ipc_lock",
+            "prlimit",
+            "--memlock=65536:65536",
+        ],
+        &["check", "--format", "json", "--min-memlock", "unlimited"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let r = report(&out);
+    assert_eq!(r["facts"]["memlock"]["cap_ipc_lock"]["value"], false);
+    assert_eq!(
+        r["facts"]["memlock"]["probe"]["refused"],
+        serde_json::Value::Null,
+        "64 KiB fits the limit"
+    );
+    let refused = r["facts"]["memlock"]["enforcement_probe"]["refused"]
+        .as_str()
+        .unwrap();
+    assert!(
+        refused.starts_with("ENOMEM") || refused.starts_with("EAGAIN"),
+        "{refused}"
+    );
+    assert_eq!(check_status(&r, "memlock"), "fail");
+    // The default policy without RDMA devices only warns.
+    let out = wrapped(
+        &[
+            "setpriv",
+            "--bounding-set=-ipc_lock",
+            "--inh-caps=-ipc_lock",
+            "prlimit",
+            "--memlock=65536:65536",
+        ],
+        &["check", "--format", "json"],
+    );
+    assert_eq!(check_status(&report(&out), "memlock"), "warn");
+}
+
+/// Runs BIN in a fresh network namespace with a veth pair named `$IFNAME` carrying the
+/// default route, plus the extra setup in `more`.
+fn in_netns(
+    ifname: &str,
+    more: &str,
+    args: &[&str],
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Output {
+    let script = format!(
+        "set -e; ip link set lo up; ip link add \"$IFNAME\" type veth peer name peer0; \
+         ip addr add 10.77.0.1/24 dev \"$IFNAME\"; ip link set \"$IFNAME\" up; ip link set peer0 up; \
+         ip route add default via 10.77.0.2 dev \"$IFNAME\"; {more} exec \"$0\" \"$@\""
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-n", "sh", "-c", &script, BIN])
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("IFNAME", ifname);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn hostile_interface_names_stay_inert_in_the_env_file() {
+    if !require_root("hostile_interface_names") {
+        return;
+    }
+    // Interface names are at most 15 bytes; the kernel refuses '/', ':' and whitespace.
+    for name in ["e'$(>p)'", "`>q`", "x;>r;", "\"$(>s)\"", "a\\b'c$HOME"] {
+        let dir = scratch("hostile");
+        let out = in_netns(
+            name,
+            "",
+            &["init", "--env-file", "nccl.env", "--nccl-conf", "nccl.conf"],
+            &dir,
+            &[],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        for shell in ["sh", "bash"] {
+            let got = Command::new(shell)
+                .args(["-c", ". ./nccl.env && printf %s \"$NCCL_SOCKET_IFNAME\""])
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got.stdout),
+                format!("={name}"),
+                "{shell}: {}",
+                String::from_utf8_lossy(&got.stderr)
+            );
+        }
+        let conf = std::fs::read_to_string(dir.join("nccl.conf")).unwrap();
+        assert!(
+            conf.lines()
+                .any(|l| l == format!("NCCL_SOCKET_IFNAME=={name}")),
+            "{conf}"
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["nccl.conf", "nccl.env"], "sourcing ran something");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
+    if !require_root("interface_choice") {
+        return;
+    }
+    let dir = scratch("netns");
+    // A second, host-side-style veth with an address: never chosen, and the kind comes from netlink.
+    let more = "ip link add veth9 type veth peer name peer9; ip addr add 10.88.0.1/24 dev veth9; ip link set veth9 up; ip link set peer9 up;";
+    let out = in_netns("eth0", more, &["check", "--format", "json"], &dir, &[]);
+    let r = report(&out);
+    let s = r["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "NCCL_SOCKET_IFNAME")
+        .unwrap();
+    assert_eq!(s["value"], "=eth0");
+    let kinds: Vec<_> = r["facts"]["network"]["interfaces"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["name"].as_str().unwrap().to_string(), i["kind"].clone()))
+        .collect();
+    assert!(
+        kinds.contains(&("veth9".into(), serde_json::json!("veth"))),
+        "{kinds:?}"
+    );
+    // A filter that matches nothing fails; ^peer alone leaves lo first: a warning on one node.
+    let json = ["check", "--format", "json"];
+    let out = in_netns(
+        "eth0",
+        "",
+        &json,
+        &dir,
+        &[("NCCL_SOCKET_IFNAME", "nonexist0")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(check_status(&report(&out), "nccl-env"), "fail");
+    let out = in_netns("eth0", "", &json, &dir, &[("NCCL_SOCKET_IFNAME", "^peer")]);
+    let r = report(&out);
+    assert_eq!(check_status(&r, "nccl-env"), "warn");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,8 @@
+//! Integration tests: the built binary, end to end. One test binary, a module per topic.
+
+mod binary;
+mod cli;
+mod fixtures;
+mod kernel;
+mod outputs;
+mod support;

@@ -1,0 +1,103 @@
+//! `init` outputs: atomic, complete or absent, and exit 2 with the path named
+//! when a destination is unusable.
+
+use super::support::*;
+use std::fs;
+
+fn init_in_fixture(extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "init",
+        "--host-root",
+        "root",
+        "--replay-kernel",
+        "kernel.json",
+    ];
+    args.extend(extra);
+    command(&args, &[])
+        .current_dir(repo().join("tests/fixtures/healthy-pod"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn unusable_destinations_exit_2_and_write_nothing() {
+    let dir = scratch("bad-outputs");
+    fs::create_dir(dir.join("adir")).unwrap();
+    std::os::unix::fs::symlink(dir.join("gone/target"), dir.join("dangling")).unwrap();
+    let good = dir.join("nccl.env");
+    for (flag, bad) in [
+        ("--report", dir.join("adir").display().to_string()),
+        ("--report", dir.join("dangling").display().to_string()),
+        (
+            "--nccl-conf",
+            dir.join("missing-dir/nccl.conf").display().to_string(),
+        ),
+        ("--nccl-conf", "/proc/nccl.conf".to_string()),
+    ] {
+        let out = init_in_fixture(&["--env-file", good.to_str().unwrap(), flag, &bad]);
+        assert_eq!(out.status.code(), Some(2), "{flag} {bad}");
+        let err = stderr(&out);
+        assert!(err.contains(flag) && err.contains(&bad), "{err}");
+        assert!(
+            !good.exists(),
+            "env file written although another output failed"
+        );
+    }
+    // Only the directory, the dangling link and nothing else: no temp files left.
+    let mut names: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["adir", "dangling"]);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn outputs_replace_old_files_whole() {
+    let dir = scratch("replace");
+    let env_file = dir.join("nccl.env");
+    fs::write(&env_file, "export OLD=1\n".repeat(1000)).unwrap();
+    let out = init_in_fixture(&["--env-file", env_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = fs::read_to_string(&env_file).unwrap();
+    assert!(!text.contains("OLD") && text.contains("export NCCL_SOCKET_IFNAME='=eth0'"));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn env_file_sources_in_sh_and_bash() {
+    let dir = scratch("source");
+    let env_file = dir.join("nccl.env");
+    let out = init_in_fixture(&["--env-file", env_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    for shell in ["sh", "bash"] {
+        let got = std::process::Command::new(shell)
+            .arg("-c")
+            .arg(". \"$1\" && printf %s \"$NCCL_SOCKET_IFNAME\"")
+            .arg(shell)
+            .arg(&env_file)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&got.stdout), "=eth0", "{shell}");
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn termination_log_only_when_present_or_named() {
+    let dir = scratch("termination");
+    let term = dir.join("termination-log");
+    let out = init_in_fixture(&[
+        "--termination-log",
+        term.to_str().unwrap(),
+        "--min-shm",
+        "1TiB",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = fs::read_to_string(&term).unwrap();
+    assert!(text.starts_with("nccl-preflight: FAIL (1 failed"), "{text}");
+    assert!(text.contains("dev-shm: /dev/shm is 16 GiB, below the 1 TiB minimum"));
+    assert!(text.len() <= 4096);
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,83 @@
+//! Running the built binary with a controlled environment, scratch directories,
+//! and golden-file comparison.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nccl-preflight");
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A command for the binary with an empty environment plus `env`.
+pub fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(args, env).output().expect("run nccl-preflight")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh empty directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nccl-preflight-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compares `actual` with the golden file; `NCCL_PREFLIGHT_BLESS=1` rewrites it instead.
+pub fn golden(path: &Path, actual: &str) {
+    if std::env::var_os("NCCL_PREFLIGHT_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run NCCL_PREFLIGHT_BLESS=1 cargo test --test integration to create it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        panic!(
+            "{} differs from the output.\n--- expected\n{expected}\n--- actual\n{actual}\n(if the change is intended: NCCL_PREFLIGHT_BLESS=1 cargo test --test integration)",
+            path.display()
+        );
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Tests that need root (unshare, mount, ip netns) skip with a message when not
+/// root, unless NCCL_PREFLIGHT_TEST_REQUIRE_ROOT is set (CI sets it), where a
+/// skip would hide a broken test.
+pub fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var_os("NCCL_PREFLIGHT_TEST_REQUIRE_ROOT").is_some() {
+        panic!("{test} needs root and NCCL_PREFLIGHT_TEST_REQUIRE_ROOT is set");
+    }
+    eprintln!("skipped {test}: needs root (unshare, mount, ip)");
+    false
+}
