@@ -40,3 +40,42 @@ fn links_only_glibc() {
         );
     }
 }
+
+/// The newest GLIBC_x.y symbol version an ELF file requires, from `readelf -V`.
+fn newest_glibc(path: &str) -> (u32, u32) {
+    let out = std::process::Command::new("readelf")
+        .args(["-V", path])
+        .output()
+        .expect("readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .max()
+        .unwrap_or((0, 0))
+}
+
+/// Run by scripts/release.sh on the cargo-zigbuild output (NCCL_PREFLIGHT_RELEASE_BIN).
+#[test]
+#[ignore = "needs the release binary: run scripts/release.sh"]
+fn release_binary_needs_only_glibc_2_17() {
+    let path = std::env::var("NCCL_PREFLIGHT_RELEASE_BIN")
+        .expect("NCCL_PREFLIGHT_RELEASE_BIN names the release binary");
+    for lib in needed(&path) {
+        assert!(ALLOWED.contains(&lib.as_str()), "{path} needs {lib}");
+    }
+    let newest = newest_glibc(&path);
+    assert!(
+        newest <= (2, 17),
+        "{path} requires GLIBC_{}.{}, newer than 2.17",
+        newest.0,
+        newest.1
+    );
+    assert!(
+        newest >= (2, 2),
+        "no GLIBC version found in {path}: not a glibc binary?"
+    );
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The two everyday commands, each setting up a fresh Debian/Ubuntu machine first:
+#   scripts/dev.sh check [FLAGS]   build, check this machine, print the report
+#   scripts/dev.sh test            run every test (the real-kernel tests need root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+case "${1:-}" in
+  check)
+    shift
+    cargo build --release --quiet
+    exec target/release/nccl-preflight check "$@"
+    ;;
+  test)
+    exec cargo test --all-targets
+    ;;
+  *)
+    echo "usage: scripts/dev.sh check [FLAGS] | test" >&2
+    exit 2
+    ;;
+esac
