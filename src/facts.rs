@@ -43,6 +43,15 @@ impl<T> Observed<T> {
     }
 }
 
+impl<T> From<Result<T, FactError>> for Observed<T> {
+    fn from(result: Result<T, FactError>) -> Self {
+        match result {
+            Ok(v) => Observed::Value(v),
+            Err(e) => Observed::Error(e),
+        }
+    }
+}
+
 /// Why a fact could not be read: the file or call, and the error text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FactError {

@@ -4,7 +4,7 @@
 //! `FactError` naming the full path. Reads are bounded so a hostile or runaway
 //! pseudo-file cannot exhaust memory.
 
-use crate::facts::FactError;
+use crate::facts::{FactError, Observed};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -54,6 +54,20 @@ impl Host {
         String::from_utf8(bytes)
             .map(Some)
             .map_err(|_| self.error(abs, "not valid UTF-8"))
+    }
+
+    /// Reads a file that must exist and parses it; a missing file, a read error or
+    /// a parse error becomes an error fact naming the path.
+    pub fn parse_required<T>(
+        &self,
+        abs: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Observed<T> {
+        match self.read(abs) {
+            Ok(Some(text)) => parse(&text).map_err(|e| self.error(abs, e)).into(),
+            Ok(None) => Observed::Error(self.error(abs, "missing")),
+            Err(e) => Observed::Error(e),
+        }
     }
 
     /// Reads the target of a symbolic link (e.g. /proc/self/ns/ipc).

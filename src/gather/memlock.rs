@@ -33,24 +33,10 @@ fn probe(kernel: &dyn Kernel, bytes: u64) -> Result<MlockProbe, FactError> {
 }
 
 pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
-    let limit = match kernel.rlimit(LimitKind::Memlock) {
-        Ok(l) => Observed::Value(l),
-        Err(e) => Observed::Error(e),
-    };
-    let cap_ipc_lock = match host.read("/proc/self/status") {
-        Ok(Some(text)) => match parse_cap_eff(&text) {
-            Ok(mask) => Observed::Value(mask & (1 << CAP_IPC_LOCK) != 0),
-            Err(e) => Observed::Error(FactError::new(
-                host.path("/proc/self/status").display().to_string(),
-                e,
-            )),
-        },
-        Ok(None) => Observed::Error(FactError::new(
-            host.path("/proc/self/status").display().to_string(),
-            "missing",
-        )),
-        Err(e) => Observed::Error(e),
-    };
+    let limit: Observed<_> = kernel.rlimit(LimitKind::Memlock).into();
+    let cap_ipc_lock = host.parse_required("/proc/self/status", |text| {
+        parse_cap_eff(text).map(|mask| mask & (1 << CAP_IPC_LOCK) != 0)
+    });
     // A probe that cannot even run (mmap failed) is recorded as not probed; the
     // limit and capability still judge the check.
     let small = probe(kernel, PROBE_BYTES).ok();

@@ -13,7 +13,7 @@ pub mod platform;
 pub mod replay;
 pub mod shm;
 
-use crate::facts::{FACTS_SCHEMA, Facts, Observed};
+use crate::facts::{FACTS_SCHEMA, Facts};
 use host::Host;
 use kernel::{Kernel, LimitKind};
 use std::ffi::OsString;
@@ -32,10 +32,7 @@ pub fn gather(host: &Host, kernel: &dyn Kernel, env: &[(OsString, OsString)]) ->
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         host_root: host.root().display().to_string(),
         memlock: memlock::gather(host, kernel),
-        stack_limit: match kernel.rlimit(LimitKind::Stack) {
-            Ok(l) => Observed::Value(l),
-            Err(e) => Observed::Error(e),
-        },
+        stack_limit: kernel.rlimit(LimitKind::Stack).into(),
         dev_shm: shm::gather(host, kernel),
         namespaces,
         network,

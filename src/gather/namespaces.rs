@@ -28,15 +28,10 @@ fn ns_inode(host: &Host, kind: &str) -> Observed<u64> {
 
 /// A one-line proc file, trimmed; empty or missing is an error.
 fn one_line(host: &Host, abs: &str) -> Observed<String> {
-    let source = || host.path(abs).display().to_string();
-    match host.read(abs) {
-        Ok(Some(text)) => match text.lines().next().map(str::trim) {
-            Some(line) if !line.is_empty() => Observed::Value(line.to_string()),
-            _ => Observed::Error(FactError::new(source(), "empty")),
-        },
-        Ok(None) => Observed::Error(FactError::new(source(), "missing")),
-        Err(e) => Observed::Error(e),
-    }
+    host.parse_required(abs, |text| match text.lines().next().map(str::trim) {
+        Some(line) if !line.is_empty() => Ok(line.to_string()),
+        _ => Err("empty".to_string()),
+    })
 }
 
 pub fn gather(host: &Host) -> NamespaceFacts {

@@ -7,13 +7,12 @@ use crate::facts::{Observed, PlatformFacts, RdmaFacts};
 /// First line of a DMI attribute, trimmed; `None` when the file is absent or blank.
 fn dmi_field(host: &Host, name: &str) -> Observed<Option<String>> {
     // aws-ofi-nccl reads this exact path (src/platform-aws.cpp).
-    match host.read(&format!("/sys/devices/virtual/dmi/id/{name}")) {
-        Ok(text) => Observed::Value(
+    host.read(&format!("/sys/devices/virtual/dmi/id/{name}"))
+        .map(|text| {
             text.and_then(|t| t.lines().next().map(|l| l.trim().to_string()))
-                .filter(|l| !l.is_empty()),
-        ),
-        Err(e) => Observed::Error(e),
-    }
+                .filter(|l| !l.is_empty())
+        })
+        .into()
 }
 
 pub fn gather(host: &Host) -> PlatformFacts {
@@ -25,9 +24,9 @@ pub fn gather(host: &Host) -> PlatformFacts {
 
 pub fn gather_rdma(host: &Host) -> RdmaFacts {
     RdmaFacts {
-        devices: match host.list_dir("/sys/class/infiniband") {
-            Ok(list) => Observed::Value(list.unwrap_or_default()),
-            Err(e) => Observed::Error(e),
-        },
+        devices: host
+            .list_dir("/sys/class/infiniband")
+            .map(Option::unwrap_or_default)
+            .into(),
     }
 }

@@ -3,7 +3,7 @@
 
 use super::host::Host;
 use super::kernel::Kernel;
-use crate::facts::{FactError, MountEntry, Observed, ShmFacts};
+use crate::facts::{MountEntry, ShmFacts};
 
 pub const SHM_PATH: &str = "/dev/shm";
 
@@ -70,24 +70,10 @@ pub fn mount_at<'a>(mounts: &'a [MountEntry], point: &str) -> Option<&'a MountEn
 }
 
 pub fn gather(host: &Host, kernel: &dyn Kernel) -> ShmFacts {
-    let usage = match kernel.statvfs(&host.path(SHM_PATH)) {
-        Ok(u) => Observed::Value(u),
-        Err(e) => Observed::Error(e),
-    };
-    let mount = match host.read("/proc/self/mountinfo") {
-        Ok(Some(text)) => match parse_mountinfo(&text) {
-            Ok(mounts) => Observed::Value(mount_at(&mounts, SHM_PATH).cloned()),
-            Err(e) => Observed::Error(FactError::new(
-                host.path("/proc/self/mountinfo").display().to_string(),
-                e,
-            )),
-        },
-        Ok(None) => Observed::Error(FactError::new(
-            host.path("/proc/self/mountinfo").display().to_string(),
-            "missing",
-        )),
-        Err(e) => Observed::Error(e),
-    };
+    let usage = kernel.statvfs(&host.path(SHM_PATH)).into();
+    let mount = host.parse_required("/proc/self/mountinfo", |text| {
+        parse_mountinfo(text).map(|mounts| mount_at(&mounts, SHM_PATH).cloned())
+    });
     ShmFacts { usage, mount }
 }
 

@@ -2,23 +2,8 @@
 
 use super::support::*;
 
-fn healthy_args(extra: &[&'static str]) -> Vec<&'static str> {
-    let mut args = vec![
-        "check",
-        "--host-root",
-        "root",
-        "--replay-kernel",
-        "kernel.json",
-    ];
-    args.extend(extra);
-    args
-}
-
 fn in_fixture(name: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    command(args, env)
-        .current_dir(repo().join("tests/fixtures").join(name))
-        .output()
-        .unwrap()
+    fixture_command(name, "check", args, env).output().unwrap()
 }
 
 #[test]
@@ -43,18 +28,18 @@ fn every_flag_reads_its_environment_variable() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--min-shm"));
     // runtime-defaults fails on dev-shm; the variable form of --ignore turns it into a warning.
-    let strict = in_fixture("runtime-defaults", &healthy_args(&[]), &[]);
+    let strict = in_fixture("runtime-defaults", &[], &[]);
     assert_eq!(strict.status.code(), Some(1));
     let lenient = in_fixture(
         "runtime-defaults",
-        &healthy_args(&[]),
+        &[],
         &[("NCCL_PREFLIGHT_IGNORE", "dev-shm")],
     );
     assert_eq!(lenient.status.code(), Some(0), "{}", stdout(&lenient));
     assert!(stdout(&lenient).contains("(failure ignored by --ignore)"));
     let json = in_fixture(
         "runtime-defaults",
-        &healthy_args(&[]),
+        &[],
         &[
             ("NCCL_PREFLIGHT_FORMAT", "json"),
             ("NCCL_PREFLIGHT_MIN_SHM", "64MiB"),
@@ -75,20 +60,12 @@ fn every_flag_reads_its_environment_variable() {
 
 #[test]
 fn ignore_all_and_require_host_ipc() {
-    let out = in_fixture("runtime-defaults", &healthy_args(&["--ignore", "all"]), &[]);
+    let out = in_fixture("runtime-defaults", &["--ignore", "all"], &[]);
     assert_eq!(out.status.code(), Some(0));
-    let out = in_fixture(
-        "healthy-pod",
-        &healthy_args(&["--require", "host-ipc"]),
-        &[],
-    );
+    let out = in_fixture("healthy-pod", &["--require", "host-ipc"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("FAIL  host-ipc"));
-    let out = in_fixture(
-        "healthy-pod",
-        &healthy_args(&["--ignore", "no-such-check"]),
-        &[],
-    );
+    let out = in_fixture("healthy-pod", &["--ignore", "no-such-check"], &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("no check has this id"));
 }
@@ -146,6 +123,6 @@ fn help_and_version_exit_0() {
 #[test]
 fn colour_only_on_a_terminal() {
     // Output to a pipe: never colour, whatever NO_COLOR says.
-    let out = in_fixture("runtime-defaults", &healthy_args(&[]), &[]);
+    let out = in_fixture("runtime-defaults", &[], &[]);
     assert!(!stdout(&out).contains('\x1b'));
 }

@@ -7,38 +7,21 @@ use std::fs;
 
 /// Runs `init` on a fixture, writing every output, and checks each against its golden file.
 fn scenario(name: &str, expected_exit: i32) -> serde_json::Value {
-    let dir = repo().join("tests/fixtures").join(name);
-    let env_text = fs::read_to_string(dir.join("env")).unwrap();
-    let env: Vec<(&str, &str)> = env_text.lines().filter_map(|l| l.split_once('=')).collect();
     let out_dir = scratch(&format!("fixture-{name}"));
     let path = |f: &str| out_dir.join(f).display().to_string();
-    let (env_file, conf, report, term) = (
-        path("nccl.env"),
-        path("nccl.conf"),
-        path("report.json"),
-        path("termination-log"),
-    );
-    let out = command(
-        &[
-            "init",
-            "--host-root",
-            "root",
-            "--replay-kernel",
-            "kernel.json",
-            "--env-file",
-            &env_file,
-            "--nccl-conf",
-            &conf,
-            "--report",
-            &report,
-            "--termination-log",
-            &term,
-        ],
-        &env,
-    )
-    .current_dir(&dir)
-    .output()
-    .unwrap();
+    let outputs = [
+        "--env-file",
+        &path("nccl.env"),
+        "--nccl-conf",
+        &path("nccl.conf"),
+        "--report",
+        &path("report.json"),
+        "--termination-log",
+        &path("termination-log"),
+    ];
+    let out = fixture_command(name, "init", &outputs, &[])
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(expected_exit),
@@ -56,25 +39,12 @@ fn scenario(name: &str, expected_exit: i32) -> serde_json::Value {
         );
     }
     // `check` prints the same report and exits the same way.
-    let check = command(
-        &[
-            "check",
-            "--host-root",
-            "root",
-            "--replay-kernel",
-            "kernel.json",
-        ],
-        &env,
-    )
-    .current_dir(&dir)
-    .output()
-    .unwrap();
+    let check = fixture_command(name, "check", &[], &[]).output().unwrap();
     assert_eq!(check.status.code(), Some(expected_exit));
     assert_eq!(stdout(&check), stdout(&out));
-    let report: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(out_dir.join("report.json")).unwrap()).unwrap();
+    let report = fs::read_to_string(out_dir.join("report.json")).unwrap();
     fs::remove_dir_all(&out_dir).unwrap();
-    report
+    serde_json::from_str(&report).unwrap()
 }
 
 fn status<'a>(report: &'a serde_json::Value, id: &str) -> &'a str {
@@ -176,41 +146,16 @@ fn unreadable_host_degrades_to_warnings_naming_paths() {
 
 #[test]
 fn saved_facts_replay_to_the_same_report() {
-    let dir = repo().join("tests/fixtures/multi-interface");
-    let env_text = fs::read_to_string(dir.join("env")).unwrap();
-    let env: Vec<(&str, &str)> = env_text.lines().filter_map(|l| l.split_once('=')).collect();
-    let facts = command(
-        &[
-            "facts",
-            "--host-root",
-            "root",
-            "--replay-kernel",
-            "kernel.json",
-        ],
-        &env,
-    )
-    .current_dir(&dir)
-    .output()
-    .unwrap();
+    let facts = fixture_command("multi-interface", "facts", &[], &[])
+        .output()
+        .unwrap();
     assert_eq!(facts.status.code(), Some(0));
     let scratch = scratch("replay");
     let saved = scratch.join("node.json");
     fs::write(&saved, &facts.stdout).unwrap();
-    let live = command(
-        &[
-            "check",
-            "--host-root",
-            "root",
-            "--replay-kernel",
-            "kernel.json",
-            "--format",
-            "json",
-        ],
-        &env,
-    )
-    .current_dir(&dir)
-    .output()
-    .unwrap();
+    let live = fixture_command("multi-interface", "check", &["--format", "json"], &[])
+        .output()
+        .unwrap();
     // Replayed anywhere, with no environment at all: the facts carry it.
     let replayed = run(
         &[

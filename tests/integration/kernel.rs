@@ -75,6 +75,15 @@ fn small_tmpfs_on_dev_shm_fails_with_the_emptydir_fix() {
     );
 }
 
+/// A 64 KiB memlock limit with CAP_IPC_LOCK dropped, as in a default container.
+const WITHOUT_IPC_LOCK_64K: &[&str] = &[
+    "setpriv",
+    "--bounding-set=-ipc_lock",
+    "--inh-caps=-ipc_lock",
+    "prlimit",
+    "--memlock=65536:65536",
+];
+
 #[test]
 fn low_memlock_is_reported_and_enforced_without_cap_ipc_lock() {
     if !require_root("low_memlock") {
@@ -91,13 +100,7 @@ fn low_memlock_is_reported_and_enforced_without_cap_ipc_lock() {
     assert_eq!(check_status(&r, "memlock"), "pass");
     // Without the capability (as in a default container) the kernel enforces it.
     let out = wrapped(
-        &[
-            "setpriv",
-            "--bounding-set=-ipc_lock",
-            "--inh-caps=-ipc_lock",
-            "prlimit",
-            "--memlock=65536:65536",
-        ],
+        WITHOUT_IPC_LOCK_64K,
         &["check", "--format", "json", "--min-memlock", "unlimited"],
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -117,16 +120,7 @@ fn low_memlock_is_reported_and_enforced_without_cap_ipc_lock() {
     );
     assert_eq!(check_status(&r, "memlock"), "fail");
     // The default policy without RDMA devices only warns.
-    let out = wrapped(
-        &[
-            "setpriv",
-            "--bounding-set=-ipc_lock",
-            "--inh-caps=-ipc_lock",
-            "prlimit",
-            "--memlock=65536:65536",
-        ],
-        &["check", "--format", "json"],
-    );
+    let out = wrapped(WITHOUT_IPC_LOCK_64K, &["check", "--format", "json"]);
     assert_eq!(check_status(&report(&out), "memlock"), "warn");
 }
 

@@ -5,16 +5,7 @@ use super::support::*;
 use std::fs;
 
 fn init_in_fixture(extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "init",
-        "--host-root",
-        "root",
-        "--replay-kernel",
-        "kernel.json",
-    ];
-    args.extend(extra);
-    command(&args, &[])
-        .current_dir(repo().join("tests/fixtures/healthy-pod"))
+    fixture_command("healthy-pod", "init", extra, &[])
         .output()
         .unwrap()
 }

@@ -34,6 +34,38 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The environment recorded for fixture `name` (tests/fixtures/NAME/env, NAME=value lines).
+pub fn fixture_env(name: &str) -> Vec<(String, String)> {
+    let text =
+        std::fs::read_to_string(repo().join("tests/fixtures").join(name).join("env")).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// `SUBCOMMAND --host-root root --replay-kernel kernel.json ARGS...` run inside fixture
+/// `name` with its recorded environment plus `env`.
+pub fn fixture_command(
+    name: &str,
+    subcommand: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Command {
+    let mut all = vec![
+        subcommand,
+        "--host-root",
+        "root",
+        "--replay-kernel",
+        "kernel.json",
+    ];
+    all.extend(args);
+    let mut cmd = command(&all, env);
+    cmd.envs(fixture_env(name))
+        .current_dir(repo().join("tests/fixtures").join(name));
+    cmd
+}
+
 /// A fresh empty directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nccl-preflight-it-{name}-{}", std::process::id()));
