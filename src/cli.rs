@@ -25,6 +25,18 @@ pub enum Command {
     Init(InitArgs),
     /// Print the gathered facts as JSON, for replay with --facts.
     Facts(GatherArgs),
+    /// Read an NCCL_DEBUG=INFO log and say which transports ran and what is wrong.
+    ExplainLog(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The log file; `-` or nothing reads standard input.
+    #[arg(value_name = "FILE|-", default_value = "-")]
+    pub input: PathBuf,
+    /// Output format.
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,7 +1,7 @@
 //! What each subcommand does: gather (or load facts), judge, tune, render, write.
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
-use crate::cli::{CheckArgs, Format, GatherArgs, InitArgs};
+use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
 use crate::judge::{self, Status};
@@ -172,4 +172,30 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<u8> {
     text.push('\n');
     print!("{text}");
     Ok(EXIT_OK)
+}
+
+pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+    let name = args.input.display().to_string();
+    let explanation = if name == "-" {
+        crate::explain::explain(std::io::stdin().lock(), "-")
+    } else {
+        let file =
+            std::fs::File::open(&args.input).with_context(|| format!("explain-log {name}"))?;
+        crate::explain::explain(file, &name)
+    }
+    .with_context(|| format!("explain-log {name}: reading"))?;
+    match args.format {
+        Format::Human => print!("{}", render::explain::render(&explanation, use_color(env))),
+        Format::Json => {
+            let mut text = serde_json::to_string_pretty(&explanation)
+                .context("serializing the explanation")?;
+            text.push('\n');
+            print!("{text}");
+        }
+    }
+    Ok(if explanation.verdict == Status::Fail {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
 }

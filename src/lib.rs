@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod explain;
 pub mod facts;
 pub mod gather;
 pub mod judge;
@@ -13,6 +14,7 @@ pub mod layout;
 pub mod nccl;
 pub mod output;
 pub mod policy;
+pub mod remediation;
 pub mod render;
 pub mod report;
 pub mod tune;

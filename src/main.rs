@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Check(args) => commands::check(args, &env),
         Command::Init(args) => commands::init(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
+        Command::ExplainLog(args) => commands::explain_log(args, &env),
     });
     match result {
         Ok(Ok(code)) => ExitCode::from(code),

@@ -9,22 +9,10 @@
 use super::{Finding, Status, undetermined};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
+use crate::remediation;
 use crate::units::format_bytes;
 
 pub const ID: &str = "dev-shm";
-
-pub const REMEDIATION: &str = "\
-Mount a memory-backed emptyDir at /dev/shm in the pod spec:
-  volumes:
-    - name: dshm
-      emptyDir:
-        medium: Memory
-        sizeLimit: 16Gi   # counts against the pod's memory; an over-run evicts the pod
-  containers:
-    - volumeMounts:
-        - name: dshm
-          mountPath: /dev/shm
-Docker: docker run --shm-size=1g ...";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let shm = &facts.dev_shm;
@@ -43,8 +31,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let usage = match &shm.usage {
         Observed::Value(Some(u)) => *u,
         Observed::Value(None) => {
-            let mut f =
-                Finding::new(ID, Status::Fail, "/dev/shm does not exist").remediation(REMEDIATION);
+            let mut f = Finding::new(ID, Status::Fail, "/dev/shm does not exist")
+                .remediation(remediation::DEV_SHM);
             f.evidence = evidence;
             return f;
         }
@@ -55,7 +43,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 undetermined(policy.min_shm.explicit),
                 "could not determine the size of /dev/shm",
             )
-            .remediation(REMEDIATION);
+            .remediation(remediation::DEV_SHM);
             f.evidence = evidence;
             return f;
         }
@@ -79,7 +67,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 format_bytes(min)
             ),
         )
-        .remediation(REMEDIATION)
+        .remediation(remediation::DEV_SHM)
     } else if usage.free_bytes < min {
         Finding::new(
             ID,
@@ -92,7 +80,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         )
         .remediation(
             "Find what holds /dev/shm (ls -la /dev/shm) and remove stale segments, or enlarge it:\n"
-                .to_string() + REMEDIATION,
+                .to_string() + remediation::DEV_SHM,
         )
     } else if disk_backed {
         Finding::new(
@@ -103,7 +91,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 format_bytes(usage.size_bytes)
             ),
         )
-        .remediation(REMEDIATION)
+        .remediation(remediation::DEV_SHM)
     } else {
         Finding::new(
             ID,

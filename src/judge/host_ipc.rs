@@ -10,15 +10,10 @@
 use super::{Finding, Status, undetermined};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
+use crate::remediation;
 
 pub const ID: &str = "host-ipc";
 pub const PROC_IPC_INIT_INO: u64 = 4026531839;
-
-const REMEDIATION: &str = "\
-Share the host's IPC namespace in the pod spec:
-  spec:
-    hostIPC: true
-Docker: docker run --ipc=host ...";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let required = policy.require.host_ipc;
@@ -29,7 +24,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             "could not determine the IPC namespace",
         )
         .evidence(e.to_string())
-        .remediation(REMEDIATION),
+        .remediation(remediation::HOST_IPC),
         Observed::Value(inode) => {
             let evidence = format!("/proc/self/ns/ipc -> ipc:[{inode}]");
             if *inode == PROC_IPC_INIT_INO {
@@ -41,7 +36,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     "private IPC namespace, but --require host-ipc asks for the host's",
                 )
                 .evidence(evidence)
-                .remediation(REMEDIATION)
+                .remediation(remediation::HOST_IPC)
             } else {
                 Finding::new(
                     ID,

@@ -10,21 +10,10 @@
 use super::{Finding, Status, undetermined};
 use crate::facts::{Facts, Limit, Observed};
 use crate::policy::Policy;
+use crate::remediation;
 use crate::units::{format_bytes, format_limit};
 
 pub const ID: &str = "memlock";
-
-/// Pod-spec and runtime fixes, from FACTS.md section 1: Kubernetes has no ulimit field.
-pub const REMEDIATION: &str = "\
-Grant the container CAP_IPC_LOCK, which lifts the limit for RDMA registration:
-  securityContext:
-    capabilities:
-      add: [\"IPC_LOCK\"]
-or raise the container runtime's default limit on the node (Kubernetes has no pod field for ulimits):
-  containerd: systemctl edit containerd  ->  [Service] LimitMEMLOCK=infinity ; systemctl restart containerd
-  CRI-O:      /etc/crio/crio.conf.d/10-memlock.conf  ->  [crio.runtime] default_ulimits = [\"memlock=-1:-1\"]
-              (OpenShift: ship that file with a MachineConfig)
-  Docker:     docker run --ulimit memlock=-1:-1 ...";
 
 /// The limit really in force, and why.
 fn effective(facts: &Facts) -> Option<(Limit, String)> {
@@ -83,7 +72,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             undetermined(policy.min_memlock.explicit || rdma_devices > 0),
             "could not determine the memlock limit",
         )
-        .remediation(REMEDIATION);
+        .remediation(remediation::MEMLOCK);
         f.evidence = evidence;
         return f;
     };
@@ -126,14 +115,14 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         );
         if policy.min_memlock.explicit || rdma_devices > 0 {
             Finding::new(ID, Status::Fail, format!("{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"))
-                .remediation(REMEDIATION)
+                .remediation(remediation::MEMLOCK)
         } else {
             Finding::new(
                 ID,
                 Status::Warn,
                 format!("{summary}; no RDMA devices here, so NCCL over NVLink, PCIe or sockets is unaffected"),
             )
-            .remediation(REMEDIATION)
+            .remediation(remediation::MEMLOCK)
         }
     };
     f.evidence = evidence;

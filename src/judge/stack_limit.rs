@@ -9,22 +9,18 @@
 use super::{Finding, Status};
 use crate::facts::{Facts, Limit, Observed};
 use crate::policy::Policy;
+use crate::remediation;
 use crate::units::format_limit;
 
 pub const ID: &str = "stack-limit";
 /// NCCL's SAFE_STACK_SIZE: the Linux default, 8 MiB.
 const SAFE_STACK: u64 = 8 << 20;
 
-const REMEDIATION: &str = "\
-Set a finite stack limit of at least 8 MiB before the launcher starts, e.g. in the container command:
-  command: [\"sh\", \"-c\", \"ulimit -s 8192 && exec torchrun ...\"]
-or use NCCL >= 2.28.3, which sizes its own threads' stacks.";
-
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     match &facts.stack_limit {
         Observed::Error(e) => Finding::new(ID, Status::Warn, "could not determine the stack limit")
             .evidence(e.to_string())
-            .remediation(REMEDIATION),
+            .remediation(remediation::STACK_LIMIT),
         Observed::Value(l) => {
             let evidence = format!(
                 "RLIMIT_STACK soft {}, hard {}",
@@ -38,7 +34,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     "stack limit is unlimited: glibc then gives new threads 2 MiB stacks, which crashes NCCL < 2.28.3",
                 )
                 .evidence(evidence)
-                .remediation(REMEDIATION),
+                .remediation(remediation::STACK_LIMIT),
                 Limit::Bytes(n) if n < SAFE_STACK => Finding::new(
                     ID,
                     Status::Warn,
@@ -48,7 +44,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     ),
                 )
                 .evidence(evidence)
-                .remediation(REMEDIATION),
+                .remediation(remediation::STACK_LIMIT),
                 Limit::Bytes(_) => {
                     Finding::new(ID, Status::Pass, format!("stack limit {}", format_limit(l.soft)))
                         .evidence(evidence)

@@ -2,12 +2,12 @@
 //! every check that did not pass, the settings, and the verdict. Colour only
 //! when asked (the caller decides: a terminal, and NO_COLOR unset).
 
-use crate::judge::Status;
+use crate::judge::{Finding, Status};
 use crate::report::Report;
 use crate::tune::Source;
 use std::fmt::Write;
 
-fn paint(text: &str, status: Status, color: bool) -> String {
+pub fn paint(text: &str, status: Status, color: bool) -> String {
     if !color {
         return text.to_string();
     }
@@ -25,18 +25,11 @@ fn indent(text: &str, pad: usize) -> String {
     text.lines().map(|l| format!("{:pad$}{l}\n", "")).collect()
 }
 
-pub fn render(report: &Report, color: bool) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "nccl-preflight {} on {} (host root {})\n",
-        report.tool_version,
-        report.hostname(),
-        report.facts.host_root
-    );
-    let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+/// One aligned line per finding; evidence and the fix under each that did not pass.
+pub fn findings(out: &mut String, list: &[Finding], color: bool) {
+    let width = list.iter().map(|c| c.id.len()).max().unwrap_or(0);
     let detail_pad = 6 + width + 2;
-    for c in &report.checks {
+    for c in list {
         let label = paint(c.status.label(), c.status, color);
         let ignored = if c.ignored {
             " (failure ignored by --ignore)"
@@ -55,6 +48,18 @@ pub fn render(report: &Report, color: bool) -> String {
             out.push_str(&indent(fix, detail_pad + 2));
         }
     }
+}
+
+pub fn render(report: &Report, color: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "nccl-preflight {} on {} (host root {})\n",
+        report.tool_version,
+        report.hostname(),
+        report.facts.host_root
+    );
+    findings(&mut out, &report.checks, color);
     if !report.settings.is_empty() {
         out.push_str("\nNCCL settings (user values are kept, never overridden):\n");
         let name_w = report

@@ -2,6 +2,7 @@
 //! nccl.conf, termination message).
 
 pub mod env_file;
+pub mod explain;
 pub mod human;
 pub mod json;
 pub mod nccl_conf;

@@ -2,6 +2,7 @@
 
 mod binary;
 mod cli;
+mod explain;
 mod fixtures;
 mod kernel;
 mod outputs;

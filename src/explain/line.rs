@@ -1,0 +1,162 @@
+//! One log line: find NCCL's own prefix (`host:pid:tid [dev] NCCL INFO msg`, or
+//! `host:pid:tid [dev] file.cc:123 (func) NCCL WARN msg`) behind whatever the
+//! launcher put in front of it: torchrun's `[default0]:`, mpirun's
+//! `[1,0]<stdout>:`, kubectl's `[pod/name/container] `, timestamps.
+//! Formats from NVIDIA/nccl src/debug.cc, 2.4 to 2.29.
+
+use memchr::memmem;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+}
+
+/// The parts of an NCCL line that matter. The prefix is split into host, pid and
+/// WARN location only when asked: most lines never need them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclLine<'a> {
+    pub level: Level,
+    /// Everything before `NCCL INFO` / `NCCL WARN`.
+    pub prefix: &'a str,
+    /// The text after `NCCL INFO ` / `NCCL WARN `, without the line end.
+    pub message: &'a str,
+}
+
+impl<'a> NcclLine<'a> {
+    /// Host name (as NCCL printed it, up to the first `.`) and pid, when the prefix has them.
+    pub fn host_pid(&self) -> Option<(&'a str, u32)> {
+        self.prefix
+            .split_whitespace()
+            .rev()
+            .take(4)
+            .find_map(host_pid)
+    }
+
+    pub fn host(&self) -> Option<&'a str> {
+        self.host_pid().map(|(h, _)| h)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.host_pid().map(|(_, p)| p)
+    }
+
+    /// `file.cc:line` of a WARN, when printed.
+    pub fn location(&self) -> Option<&'a str> {
+        if self.level != Level::Warn {
+            return None;
+        }
+        self.prefix
+            .split_whitespace()
+            .rev()
+            .take(3)
+            .take_while(|t| host_pid(t).is_none())
+            .find(|t| t.contains(".cc:") || t.contains(".c:"))
+    }
+}
+
+/// Splits `host:pid:tid`, dropping launcher prefixes glued to the host (`[default0]:vm`).
+fn host_pid(token: &str) -> Option<(&str, u32)> {
+    let mut parts = token.rsplitn(3, ':');
+    let tid = parts.next()?;
+    let pid = parts.next()?;
+    let host = parts.next()?;
+    if tid.is_empty() || !tid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let pid: u32 = pid.parse().ok()?;
+    let host = host.rsplit([']', '>']).next()?.trim_start_matches(':');
+    (!host.is_empty()).then_some((host, pid))
+}
+
+/// Parses a line; `None` when it is not an NCCL INFO or WARN line.
+pub fn parse<'a>(line: &'a str, finder: &memmem::Finder<'_>) -> Option<NcclLine<'a>> {
+    let bytes = line.as_bytes();
+    let mut from = 0;
+    // "NCCL " may appear inside a launcher prefix; take the first occurrence followed by a level.
+    while let Some(pos) = finder.find(&bytes[from..]) {
+        let at = from + pos;
+        let rest = &line[at + 5..];
+        let level = if rest.starts_with("INFO ") || rest == "INFO" {
+            Level::Info
+        } else if rest.starts_with("WARN ") || rest == "WARN" {
+            Level::Warn
+        } else {
+            from = at + 5;
+            continue;
+        };
+        let message = rest.get(5..).unwrap_or("").trim_end_matches(['\r', '\n']);
+        return Some(NcclLine {
+            level,
+            prefix: &line[..at],
+            message,
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(line: &str) -> Option<NcclLine<'_>> {
+        parse(line, &memmem::Finder::new(b"NCCL "))
+    }
+
+    #[test]
+    fn plain_and_prefixed_info_lines() {
+        let l = p("vm:675:675 [0] NCCL INFO NCCL version 2.28.9+cuda13.0").unwrap();
+        assert_eq!(
+            (l.host(), l.pid(), l.level, l.message),
+            (
+                Some("vm"),
+                Some(675),
+                Level::Info,
+                "NCCL version 2.28.9+cuda13.0"
+            )
+        );
+        let l = p("[default1]:node-a:42:99 [1] NCCL INFO Using network IB\r\n").unwrap();
+        assert_eq!(
+            (l.host(), l.pid(), l.message),
+            (Some("node-a"), Some(42), "Using network IB")
+        );
+        let l = p(
+            "[1,3]<stdout>:gpu-7:1234:1301 [3] NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/IPC",
+        )
+        .unwrap();
+        assert_eq!(l.host(), Some("gpu-7"));
+        let l = p("[pod/trainer-worker-0/pytorch] 2025-01-02T03:04:05.678Z trainer-worker-0:87:87 [0] NCCL INFO x").unwrap();
+        assert_eq!((l.host(), l.pid()), (Some("trainer-worker-0"), Some(87)));
+    }
+
+    #[test]
+    fn warn_lines_with_and_without_function() {
+        let l = p("vm:1:2 [0] bootstrap.cc:114 (bootstrapInit) NCCL WARN Bootstrap : no socket interface found").unwrap();
+        assert_eq!(
+            (l.level, l.location(), l.message),
+            (
+                Level::Warn,
+                Some("bootstrap.cc:114"),
+                "Bootstrap : no socket interface found"
+            )
+        );
+        let l = p("vm:1:2 [0] transport/shm.cc:590 NCCL WARN Error: failed to extend /dev/shm/nccl-x to 9 bytes").unwrap();
+        assert_eq!(l.location(), Some("transport/shm.cc:590"));
+    }
+
+    #[test]
+    fn other_lines_and_odd_prefixes() {
+        assert!(p("W1122 torch/distributed/run.py:851] ****").is_none());
+        assert!(p("NCCL TRACE something").is_none());
+        assert!(
+            p("prefix NCCL notes then vm:1:1 [0] NCCL INFO real")
+                .unwrap()
+                .message
+                == "real"
+        );
+        let l = p("NCCL INFO no prefix at all").unwrap();
+        assert_eq!((l.host(), l.message), (None, "no prefix at all"));
+        assert!(p("x:y:z [0] NCCL INFO m").unwrap().host().is_none());
+        assert_eq!(p("trailing NCCL INFO").unwrap().message, "");
+    }
+}

@@ -1,0 +1,170 @@
+//! explain-log: read an NCCL_DEBUG=INFO log (one rank or many interleaved,
+//! behind any launcher's prefixes) and say which transports ran and what is
+//! wrong. Streams: memory stays flat whatever the log's size (a fixed read
+//! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
+
+pub mod line;
+pub mod rules;
+pub mod summary;
+pub mod transport;
+
+use crate::judge::{Finding, Status};
+use memchr::memmem;
+use serde::Serialize;
+use std::io::{self, Read};
+use summary::LogSummary;
+
+pub const SCHEMA: &str = "nccl-preflight/explain-log/v1";
+/// Longest line read whole; NCCL's own lines are at most 1 KiB or so.
+pub const MAX_LINE: usize = 64 * 1024;
+const BUFFER: usize = 1 << 20;
+
+/// The result: what the log showed and what it means.
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub schema: &'static str,
+    /// The file read, or `-` for standard input.
+    pub input: String,
+    pub verdict: Status,
+    #[serde(flatten)]
+    pub summary: LogSummary,
+    pub findings: Vec<Finding>,
+}
+
+fn feed(summary: &mut LogSummary, finder: &memmem::Finder<'_>, line_no: u64, bytes: &[u8]) {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => std::borrow::Cow::Borrowed(t),
+        Err(_) => {
+            summary.non_utf8_lines += 1;
+            String::from_utf8_lossy(bytes)
+        }
+    };
+    match line::parse(&text, finder) {
+        Some(l) => summary.nccl_line(line_no, &l),
+        // NCCL before 2.13 or so printed its version as a bare `NCCL version X` line.
+        None => match text.find("NCCL version ") {
+            Some(at) => summary.bare_version(&text[at + 13..]),
+            None => summary.other_line(),
+        },
+    }
+}
+
+/// Reads a whole log into a summary.
+pub fn summarize(mut input: impl Read) -> io::Result<LogSummary> {
+    let finder = memmem::Finder::new(b"NCCL ");
+    let mut summary = LogSummary::default();
+    let mut buf = vec![0u8; BUFFER];
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut line_no = 0u64;
+    // Inside an over-long line whose head was already read: drop bytes to its end.
+    let mut skipping = false;
+    loop {
+        if let Some(pos) = memchr::memchr(b'\n', &buf[start..end]) {
+            if skipping {
+                skipping = false;
+            } else {
+                line_no += 1;
+                if pos > MAX_LINE {
+                    summary.truncated_lines += 1;
+                }
+                feed(
+                    &mut summary,
+                    &finder,
+                    line_no,
+                    &buf[start..start + pos.min(MAX_LINE)],
+                );
+            }
+            start += pos + 1;
+            continue;
+        }
+        if end - start >= MAX_LINE {
+            if !skipping {
+                line_no += 1;
+                summary.truncated_lines += 1;
+                feed(
+                    &mut summary,
+                    &finder,
+                    line_no,
+                    &buf[start..start + MAX_LINE],
+                );
+                skipping = true;
+            }
+            start = end;
+        }
+        if start > 0 {
+            buf.copy_within(start..end, 0);
+            end -= start;
+            start = 0;
+        }
+        let n = match input.read(&mut buf[end..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            if end > start && !skipping {
+                line_no += 1;
+                feed(&mut summary, &finder, line_no, &buf[start..end]);
+            }
+            return Ok(summary);
+        }
+        end += n;
+    }
+}
+
+/// Summarizes and diagnoses a log.
+pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
+    let summary = summarize(input)?;
+    let findings = rules::diagnose(&summary);
+    Ok(Explanation {
+        schema: SCHEMA,
+        input: name.to_string(),
+        verdict: crate::judge::verdict(&findings),
+        summary,
+        findings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_truncated_and_last_line_without_newline() {
+        let mut log = Vec::new();
+        log.extend(b"vm:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n");
+        log.extend(b"vm:1:1 [0] NCCL INFO ");
+        log.extend(std::iter::repeat_n(b'x', 3 * MAX_LINE));
+        log.extend(b"\nvm:1:1 [0] NCCL INFO Using network IB");
+        log.extend(b"\n");
+        // A line longer than the whole read buffer, then a normal line.
+        log.extend(std::iter::repeat_n(b'y', 2 * BUFFER + 7));
+        log.extend(b"\nvm:1:1 [0] NCCL INFO Using network Socket");
+        let s = summarize(&log[..]).unwrap();
+        assert_eq!((s.lines, s.nccl_lines, s.truncated_lines), (5, 4, 2));
+        assert!(s.networks.contains("Socket"));
+        assert!(s.networks.contains("IB"));
+        assert!(s.nccl_versions.contains("2.28.9+cuda13.0"));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..200 {
+            let len = (round * 97) % 5000;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    // Mostly text that looks like NCCL lines, with raw bytes mixed in.
+                    const ALPHABET: &[u8] =
+                        b"NCCL INFO WARN via /[]:0123 Channel comm rank nNodes busId\n\xff\xc3";
+                    ALPHABET[(seed % ALPHABET.len() as u64) as usize]
+                })
+                .collect();
+            let e = explain(&bytes[..], "fuzz").unwrap();
+            assert!(e.summary.lines >= e.summary.nccl_lines);
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! explain-log end to end: the real H200 logs from ../shared/data (skipped, with
+//! a message, outside the repo's usual layout), the synthetic logs in
+//! tests/logs (one per rule and per NCCL line format) against golden outputs,
+//! standard input, exit codes, and flat memory on a large streamed input.
+
+use super::support::*;
+use std::io::Write;
+use std::process::Stdio;
+
+fn explain_json(path: &std::path::Path) -> (i32, serde_json::Value) {
+    let out = run(
+        &["explain-log", "--format", "json", path.to_str().unwrap()],
+        &[],
+    );
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    (out.status.code().unwrap(), v)
+}
+
+fn finding_ids(v: &serde_json::Value) -> Vec<String> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn shared_logs() -> Option<std::path::PathBuf> {
+    let dir = repo().join("../shared/data/h200x2");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: ../shared/data/h200x2 is not beside the repository");
+        None
+    }
+}
+
+#[test]
+fn real_h200_logs() {
+    let Some(dir) = shared_logs() else { return };
+    let (code, v) = explain_json(&dir.join("nccl-allreduce-default.log"));
+    assert_eq!(code, 0);
+    assert_eq!(v["transport_counts"], serde_json::json!({"P2P/CUMEM": 48}));
+    assert_eq!(v["nccl_versions"], serde_json::json!(["2.28.9+cuda13.0"]));
+    assert_eq!(v["networks"], serde_json::json!(["Socket"]));
+    assert!(finding_ids(&v).is_empty(), "{v}");
+    let comm = v["communicators"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(
+        (comm["ranks_total"].as_u64(), comm["nodes"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(comm["ranks"]["1"]["bus_id"], "70");
+
+    let (code, v) = explain_json(&dir.join("nccl-allreduce-p2p-disabled.log"));
+    assert_eq!(code, 0, "a slow transport warns, it does not fail");
+    assert_eq!(
+        v["transport_counts"],
+        serde_json::json!({"SHM/direct/direct": 8})
+    );
+    assert_eq!(v["settings"]["NCCL_P2P_DISABLE"], serde_json::json!(["1"]));
+    assert_eq!(finding_ids(&v), ["log-shm-instead-of-nvlink"]);
+}
+
+#[test]
+fn synthetic_logs_match_golden_outputs() {
+    let expected = [
+        ("nccl-2.4-ib-ring", 0, vec![]),
+        (
+            "nccl-2.12-efa-fallback",
+            0,
+            vec!["log-socket-despite-rdma", "log-p2p-read-mode"],
+        ),
+        ("nccl-2.19-efa-p4d", 0, vec!["log-proto-forced"]),
+        ("nccl-2.21-ib-no-gdr", 0, vec!["log-gdr-off"]),
+        (
+            "nccl-2.27-warnings",
+            1,
+            vec![
+                "log-dev-shm-full",
+                "log-memory-registration",
+                "log-roce-gid",
+                "log-socket-ifname",
+                "log-socket-connect",
+                "log-gdr-required",
+                "log-nccl-warn",
+            ],
+        ),
+        ("nccl-2.28-read-forced", 0, vec!["log-p2p-read-mode"]),
+        ("nccl-2.28-split-pods", 0, vec!["log-split-pods"]),
+    ];
+    let logs = repo().join("tests/logs");
+    let mut seen = 0;
+    for (name, code, ids) in expected {
+        let path = logs.join(format!("{name}.log"));
+        let (got_code, v) = explain_json(&path);
+        assert_eq!(
+            (got_code, finding_ids(&v)),
+            (code, ids.iter().map(|s| s.to_string()).collect()),
+            "{name}"
+        );
+        // Golden files hold relative input paths so they do not depend on the checkout.
+        let human = command(&["explain-log", &format!("tests/logs/{name}.log")], &[])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        golden(
+            &repo().join(format!("tests/golden/logs/{name}.txt")),
+            &stdout(&human),
+        );
+        seen += 1;
+    }
+    let on_disk = std::fs::read_dir(&logs).unwrap().count();
+    assert_eq!(
+        seen, on_disk,
+        "every log in tests/logs has an expectation here"
+    );
+}
+
+#[test]
+fn transport_counts_per_format() {
+    let logs = repo().join("tests/logs");
+    let (_, v) = explain_json(&logs.join("nccl-2.19-efa-p4d.log"));
+    assert_eq!(
+        v["transport_counts"],
+        serde_json::json!({"NET/Libfabric/GDRDMA": 2, "P2P/CUMEM/read": 2})
+    );
+    assert_eq!(v["proxied_connections"], 1);
+    let (_, v) = explain_json(&logs.join("nccl-2.4-ib-ring.log"));
+    assert_eq!(
+        v["transport_counts"],
+        serde_json::json!({"NET/IB/GDRDMA": 3, "P2P/IPC": 2})
+    );
+    assert_eq!(v["nccl_versions"], serde_json::json!(["2.4.8+cuda10.1"]));
+    assert_eq!(
+        v["plugins"]["not_found"],
+        serde_json::json!(["libnccl-net.so"])
+    );
+    let (_, v) = explain_json(&logs.join("nccl-2.12-efa-fallback.log"));
+    assert_eq!(
+        v["plugins"]["failed"],
+        serde_json::json!(["AWS Libfabric", "IB"])
+    );
+    assert_eq!(
+        v["plugins"]["loaded"],
+        serde_json::json!(["AWS Libfabric (v5)"])
+    );
+}
+
+#[test]
+fn reads_standard_input_and_reports_missing_files() {
+    let mut child = command(&["explain-log", "--format", "json"], &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"[rank3]:h:9:9 [3] NCCL INFO Channel 00/0 : 3[3] -> 0[0] [send] via NET/IB/0/GDRDMA\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["input"], "-");
+    assert_eq!(
+        v["transport_counts"],
+        serde_json::json!({"NET/IB/GDRDMA": 1})
+    );
+    let out = run(&["explain-log", "/nonexistent/nccl.log"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/nccl.log"));
+}
+
+/// Peak resident memory of a running process, from /proc/PID/status (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn memory_stays_flat_while_streaming() {
+    // 64 MiB, then 512 MiB more, of interleaved lines with thousands of distinct
+    // hosts, WARNs and settings: the peak must not grow with the input.
+    let mut chunk = Vec::new();
+    for i in 0..4096u32 {
+        writeln!(chunk, "[default{i}]:host-{i}:{i}:{i} [0] NCCL INFO Channel {:02}/0 : {i}[0] -> {}[1] via NET/IB/{}({})/GDRDMA", i % 32, i + 1, i % 4, i % 7).unwrap();
+        writeln!(
+            chunk,
+            "host-{i}:{i}:{i} [0] net.cc:{i} NCCL WARN unexpected thing number {i}"
+        )
+        .unwrap();
+        writeln!(
+            chunk,
+            "host-{i}:{i}:{i} [0] NCCL INFO NCCL_X{i} set by environment to {i}."
+        )
+        .unwrap();
+        writeln!(chunk, "host-{i}:{i}:{i} [0] NCCL INFO ncclCommInitRank comm 0x{i:x} rank {i} nranks 99999 cudaDev 0 busId {i:x} commId 0x{:x} - Init START", i % 3).unwrap();
+    }
+    let mut child = command(&["explain-log", "--format", "json"], &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut written = 0usize;
+    let mut peak_after_64m = 0;
+    while written < 576 << 20 {
+        stdin.write_all(&chunk).unwrap();
+        written += chunk.len();
+        if peak_after_64m == 0 && written >= 64 << 20 {
+            peak_after_64m = peak_rss_kib(pid);
+        }
+    }
+    stdin.flush().unwrap();
+    let peak_end = peak_rss_kib(pid);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert!(
+        peak_end <= peak_after_64m + 2048,
+        "peak RSS grew from {peak_after_64m} KiB to {peak_end} KiB"
+    );
+    assert!(peak_end < 64 * 1024, "peak RSS {peak_end} KiB");
+}
