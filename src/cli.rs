@@ -23,6 +23,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
+    /// Everything for a person debugging a node: GPU topology and P2P matrices, CUDA's view, and the checks.
+    Doctor(CheckArgs),
     /// Print the gathered facts as JSON, for replay with --facts.
     Facts(GatherArgs),
     /// Read an NCCL_DEBUG=INFO log and say which transports ran and what is wrong.
@@ -55,6 +57,26 @@ pub struct GatherArgs {
         value_name = "DIR"
     )]
     pub host_root: PathBuf,
+    /// The NVML library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_NVML_LIB",
+        default_value = "libnvidia-ml.so.1",
+        value_name = "PATH"
+    )]
+    pub nvml_lib: String,
+    /// The CUDA driver library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_CUDA_LIB",
+        default_value = "libcuda.so.1",
+        value_name = "PATH"
+    )]
+    pub cuda_lib: String,
+    /// Deadline for each NVML and CUDA call (e.g. 500ms, 10s): a hung driver fails the check instead of the pod.
+    #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub timeout: std::time::Duration,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,

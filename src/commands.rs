@@ -3,6 +3,7 @@
 
 use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs};
 use crate::facts::{FACTS_SCHEMA, Facts};
+use crate::gather::gpu::{GpuOptions, HungCall};
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
 use crate::judge::{self, Status};
 use crate::output::{self, Output};
@@ -21,7 +22,21 @@ pub const EXIT_FAILED: u8 = 1;
 /// Where the kubelet mounts the container's termination message file.
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
-fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts> {
+/// A command's exit: its code, and whether a vendor call hung, in which case the
+/// process must leave with `_exit` rather than run library destructors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub code: u8,
+    pub hung: bool,
+}
+
+impl Exit {
+    fn new(code: u8, hung: HungCall) -> Exit {
+        Exit { code, hung: hung.0 }
+    }
+}
+
+fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<(Facts, HungCall)> {
     let host = Host::new(&args.host_root);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
         None => Box::new(LiveKernel),
@@ -34,7 +49,12 @@ fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts
             Box::new(replay::ReplayKernel::new(recording, &args.host_root))
         }
     };
-    Ok(gather::gather(&host, kernel.as_ref(), env))
+    let gpu = GpuOptions {
+        nvml_library: args.nvml_lib.clone(),
+        cuda_library: args.cuda_lib.clone(),
+        call_timeout: args.timeout,
+    };
+    Ok(gather::gather(&host, kernel.as_ref(), env, &gpu))
 }
 
 /// Loads saved facts: a facts document, or a report (its `facts`). A document
@@ -88,16 +108,16 @@ fn build_policy(args: &CheckArgs) -> Result<Policy> {
     Ok(policy)
 }
 
-fn evaluate(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Report> {
+fn evaluate(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<(Report, HungCall)> {
     // Flags are validated before anything is gathered: a typo costs nothing.
     let policy = build_policy(args)?;
-    let facts = match &args.facts {
-        Some(path) => load_facts(path)?,
+    let (facts, hung) = match &args.facts {
+        Some(path) => (load_facts(path)?, HungCall(false)),
         None => gather_facts(&args.gather, env)?,
     };
     let findings = judge::judge(&facts, &policy);
     let settings = tune::tune(&facts);
-    Ok(Report::new(facts, findings, settings))
+    Ok((Report::new(facts, findings, settings), hung))
 }
 
 fn use_color(env: &[(OsString, OsString)]) -> bool {
@@ -121,14 +141,28 @@ fn exit_code(report: &Report) -> u8 {
     }
 }
 
-pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<u8> {
-    let report = evaluate(args, env)?;
+pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (report, hung) = evaluate(args, env)?;
     print(&report, args.format, env);
-    Ok(exit_code(&report))
+    Ok(Exit::new(exit_code(&report), hung))
 }
 
-pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<u8> {
-    let report = evaluate(&args.check, env)?;
+pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (report, hung) = evaluate(args, env)?;
+    match args.format {
+        Format::Human => print!("{}", render::doctor::render(&report, use_color(env))),
+        Format::Json => {
+            let mut text = serde_json::to_string_pretty(&render::doctor::doctor(&report))
+                .context("serializing the report")?;
+            text.push('\n');
+            print!("{text}");
+        }
+    }
+    Ok(Exit::new(exit_code(&report), hung))
+}
+
+pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (report, hung) = evaluate(&args.check, env)?;
     let mut outputs = Vec::new();
     let mut add = |flag, path: &Option<PathBuf>, contents: String| {
         if let Some(path) = path {
@@ -163,18 +197,18 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<u8> {
         )?;
     }
     print(&report, args.check.format, env);
-    Ok(exit_code(&report))
+    Ok(Exit::new(exit_code(&report), hung))
 }
 
-pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<u8> {
-    let facts = gather_facts(args, env)?;
+pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (facts, hung) = gather_facts(args, env)?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     print!("{text}");
-    Ok(EXIT_OK)
+    Ok(Exit::new(EXIT_OK, hung))
 }
 
-pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<u8> {
+pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let name = args.input.display().to_string();
     let explanation = if name == "-" {
         crate::explain::explain(std::io::stdin().lock(), "-")
@@ -193,9 +227,10 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<u
             print!("{text}");
         }
     }
-    Ok(if explanation.verdict == Status::Fail {
+    let code = if explanation.verdict == Status::Fail {
         EXIT_FAILED
     } else {
         EXIT_OK
-    })
+    };
+    Ok(Exit::new(code, HungCall(false)))
 }

@@ -17,11 +17,21 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(|| match &cli.command {
         Command::Check(args) => commands::check(args, &env),
         Command::Init(args) => commands::init(args, &env),
+        Command::Doctor(args) => commands::doctor(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
     });
     match result {
-        Ok(Ok(code)) => ExitCode::from(code),
+        Ok(Ok(exit)) if exit.hung => {
+            // A vendor thread is stuck inside the driver: leave without running
+            // library destructors, which could block on the same driver lock.
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            // SAFETY: _exit ends the process immediately; output was flushed above.
+            unsafe { libc::_exit(i32::from(exit.code)) }
+        }
+        Ok(Ok(exit)) => ExitCode::from(exit.code),
         Ok(Err(e)) => {
             eprintln!("nccl-preflight: error: {e:#}");
             ExitCode::from(EXIT_TOOL_ERROR)

@@ -14,12 +14,16 @@ pub struct Threshold<T> {
 }
 
 /// `--require` items this version understands.
-pub const REQUIREMENTS: &[&str] = &["host-ipc"];
+pub const REQUIREMENTS: &[&str] = &["host-ipc", "gpus=N", "nvlink"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Requirements {
     /// The pod must share the host's IPC namespace (`hostIPC: true`).
     pub host_ipc: bool,
+    /// At least this many GPUs must be visible.
+    pub gpus: Option<u32>,
+    /// GPUs must share active NVLinks.
+    pub nvlink: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +93,17 @@ pub fn build(
     for item in split_list(require) {
         match item.as_str() {
             "host-ipc" => policy.require.host_ipc = true,
+            "nvlink" => policy.require.nvlink = true,
+            other if other.starts_with("gpus=") => {
+                let n = other["gpus=".len()..]
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        format!("--require: {other:?}: gpus= takes a whole number above 0")
+                    })?;
+                policy.require.gpus = Some(n);
+            }
             other => {
                 return Err(format!(
                     "--require: {other:?} is not a requirement this version knows (known: {})",
@@ -139,6 +154,10 @@ mod tests {
         assert!(e.starts_with("--min-shm:"), "{e}");
         let e = build(&[], &["gpus=8x".into()], None, None).unwrap_err();
         assert!(e.starts_with("--require:"), "{e}");
+        let e = build(&[], &["rdma-ish".into()], None, None).unwrap_err();
+        assert!(e.contains("known: host-ipc, gpus=N, nvlink"), "{e}");
+        let p = build(&[], &["gpus=8,nvlink".into()], None, None).unwrap();
+        assert_eq!((p.require.gpus, p.require.nvlink), (Some(8), true));
         assert!(
             build(&["all".into()], &[], None, None)
                 .unwrap()

@@ -48,6 +48,32 @@ pub fn parse_limit(text: &str) -> Result<Limit, String> {
     }
 }
 
+/// Parses a duration: `500ms`, `5s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (use e.g. 500ms, 5s, 2m)"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        other => {
+            return Err(format!(
+                "{text:?} has an unknown unit {other:?} (use ms, s or m)"
+            ));
+        }
+    };
+    if !(seconds > 0.0 && seconds <= 3600.0) {
+        return Err(format!("{text:?} must be more than 0 and at most an hour"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 /// Prints bytes in the largest binary unit that keeps at most one decimal: `64 MiB`, `1.5 GiB`.
 pub fn format_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -95,6 +121,18 @@ mod tests {
         assert_eq!(parse_limit("unlimited"), Ok(Limit::Unlimited));
         assert_eq!(parse_limit("-1"), Ok(Limit::Unlimited));
         assert_eq!(parse_limit("64KiB"), Ok(Limit::Bytes(65536)));
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("fast").is_err());
     }
 
     #[test]

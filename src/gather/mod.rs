@@ -2,7 +2,9 @@
 //! makes syscalls through `Kernel`, takes the environment as an argument, and
 //! returns `Facts`.
 
+pub mod deadline;
 pub mod environment;
+pub mod gpu;
 pub mod host;
 pub mod kernel;
 pub mod memlock;
@@ -19,7 +21,14 @@ use kernel::{Kernel, LimitKind};
 use std::ffi::OsString;
 
 /// Gathers every fact. Never fails: what could not be read is recorded as such.
-pub fn gather(host: &Host, kernel: &dyn Kernel, env: &[(OsString, OsString)]) -> Facts {
+/// The second value says whether a vendor call hung (see `deadline`).
+pub fn gather(
+    host: &Host,
+    kernel: &dyn Kernel,
+    env: &[(OsString, OsString)],
+    gpu_options: &gpu::GpuOptions,
+) -> (Facts, gpu::HungCall) {
+    let (gpus, hung) = gpu::gather(host, gpu_options);
     let namespaces = namespaces::gather(host);
     let network = network::gather(
         host,
@@ -27,7 +36,7 @@ pub fn gather(host: &Host, kernel: &dyn Kernel, env: &[(OsString, OsString)]) ->
         namespaces.hostname.value().map(String::as_str),
     );
     let (launcher, nccl_env) = environment::split(env);
-    Facts {
+    let facts = Facts {
         schema: FACTS_SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         host_root: host.root().display().to_string(),
@@ -38,7 +47,9 @@ pub fn gather(host: &Host, kernel: &dyn Kernel, env: &[(OsString, OsString)]) ->
         network,
         platform: platform::gather(host),
         rdma: platform::gather_rdma(host),
+        gpus,
         launcher,
         nccl_env,
-    }
+    };
+    (facts, hung)
 }

@@ -5,9 +5,13 @@
 //! not the checks, applies `--ignore`.
 
 mod dev_shm;
+mod gpu_devices;
+mod gpu_p2p;
 mod host_ipc;
 mod memlock;
 mod nccl_env;
+mod nvlink;
+mod pod_placement;
 mod stack_limit;
 
 use crate::facts::Facts;
@@ -105,6 +109,26 @@ pub const CHECKS: &[Check] = &[
         judge: stack_limit::judge,
     },
     Check {
+        id: "gpu-devices",
+        title: "NVML and the CUDA driver load and see the GPUs (fabric manager, lost GPUs, CUDA_VISIBLE_DEVICES)",
+        judge: gpu_devices::judge,
+    },
+    Check {
+        id: "gpu-p2p",
+        title: "peer access (read, write, CUDA) between GPUs that share NVLink or a PCIe switch",
+        judge: gpu_p2p::judge,
+    },
+    Check {
+        id: "nvlink",
+        title: "every NVLink a GPU has is up",
+        judge: nvlink::judge,
+    },
+    Check {
+        id: "pod-placement",
+        title: "the pod holds all the node's GPUs and runs one process per GPU",
+        judge: pod_placement::judge,
+    },
+    Check {
         id: "nccl-env",
         title: "the user's own NCCL variables against this node",
         judge: nccl_env::judge,
@@ -139,6 +163,67 @@ pub fn verdict(findings: &[Finding]) -> Status {
         .max()
         .unwrap_or(Status::Pass)
         .max(Status::Pass)
+}
+
+/// One problem a check found: how bad, what, and the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub status: Status,
+    pub summary: String,
+    pub evidence: Vec<String>,
+    pub remediation: String,
+}
+
+impl Problem {
+    pub fn new(status: Status, summary: impl Into<String>, remediation: impl Into<String>) -> Self {
+        Problem {
+            status,
+            summary: summary.into(),
+            evidence: Vec::new(),
+            remediation: remediation.into(),
+        }
+    }
+}
+
+/// One finding from a check's problems: a pass with `pass_summary` when there are
+/// none, else the worst status, its summary (with a count when there are several),
+/// every problem's evidence, and each distinct fix once.
+fn combine(
+    id: &str,
+    pass_summary: String,
+    evidence: Vec<String>,
+    mut problems: Vec<Problem>,
+) -> Finding {
+    let mut f = Finding::new(id, Status::Pass, pass_summary);
+    f.evidence = evidence;
+    if problems.is_empty() {
+        return f;
+    }
+    problems.sort_by_key(|p| std::cmp::Reverse(p.status));
+    f.status = problems[0].status;
+    f.summary = if problems.len() == 1 {
+        problems[0].summary.clone()
+    } else {
+        format!(
+            "{} problems; worst: {}",
+            problems.len(),
+            problems[0].summary
+        )
+    };
+    for p in &problems {
+        if problems.len() > 1 {
+            f.evidence.push(p.summary.clone());
+        }
+        f.evidence.extend(p.evidence.iter().cloned());
+    }
+    let mut fixes: Vec<&str> = Vec::new();
+    for p in &problems {
+        if !fixes.contains(&p.remediation.as_str()) {
+            fixes.push(&p.remediation);
+        }
+    }
+    f.remediation = Some(fixes.join("\n"));
+    f
 }
 
 /// The status for "could not determine": a warning, or a failure when the user

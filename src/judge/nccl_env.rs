@@ -8,7 +8,7 @@
 //! broken across nodes), that picks veth* (hangs), or that NCCL ignores (one
 //! character); NCCL_SOCKET_FAMILY that NCCL does not understand.
 
-use super::{Finding, Status};
+use super::{Finding, Problem, Status};
 use crate::facts::{EnvValue, Facts, Observed};
 use crate::layout;
 use crate::nccl::socket_ifname::{self, IfnameFilter};
@@ -16,14 +16,6 @@ use crate::policy::Policy;
 use crate::tune::socket_ifname::choose_interface;
 
 pub const ID: &str = "nccl-env";
-
-/// One problem with one variable.
-struct Lint {
-    status: Status,
-    summary: String,
-    evidence: Vec<String>,
-    remediation: String,
-}
 
 fn suggestion(facts: &Facts) -> String {
     match choose_interface(facts) {
@@ -37,10 +29,10 @@ fn suggestion(facts: &Facts) -> String {
     }
 }
 
-fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
+fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem> {
     let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
     if value.not_utf8 {
-        return vec![Lint {
+        return vec![Problem {
             status: Status::Warn,
             summary: format!(
                 "{shown} is not valid UTF-8 and cannot name an interface NCCL will find"
@@ -50,7 +42,7 @@ fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
         }];
     }
     let Some(filter) = IfnameFilter::parse(&value.value) else {
-        return vec![Lint {
+        return vec![Problem {
             status: Status::Warn,
             summary: format!(
                 "{shown} is ignored by NCCL (values of one character or less mean automatic selection)"
@@ -62,7 +54,7 @@ fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
     let (Observed::Value(interfaces), Observed::Value(addresses)) =
         (&facts.network.interfaces, &facts.network.addresses)
     else {
-        return vec![Lint {
+        return vec![Problem {
             status: Status::Warn,
             summary: format!("could not check {shown}: the interface list is unreadable"),
             evidence: facts
@@ -96,7 +88,7 @@ fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
     let Some(first) = selected.first() else {
-        return vec![Lint {
+        return vec![Problem {
             status: Status::Fail,
             summary: format!(
                 "{shown} matches no running interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\""
@@ -136,14 +128,14 @@ fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
         } else {
             suggestion(facts)
         };
-        lints.push(Lint {
+        lints.push(Problem {
             status,
             summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
             evidence: evidence.clone(),
             remediation: fix,
         });
     } else if first.starts_with("veth") {
-        lints.push(Lint {
+        lints.push(Problem {
             status: Status::Warn,
             summary: format!(
                 "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
@@ -155,11 +147,11 @@ fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Lint> {
     lints
 }
 
-fn lint_socket_family(value: &EnvValue) -> Option<Lint> {
+fn lint_socket_family(value: &EnvValue) -> Option<Problem> {
     if socket_ifname::socket_family(Some(&value.value)).is_some() {
         return None;
     }
-    Some(Lint {
+    Some(Problem {
         status: Status::Warn,
         summary: format!(
             "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
@@ -179,45 +171,19 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
         lints.extend(lint_socket_family(v));
     }
-    if lints.is_empty() {
-        let summary = if env.is_empty() {
-            "no NCCL, libfabric or aws-ofi-nccl variables set".to_string()
-        } else {
-            format!(
-                "{} variable(s) set, none conflicts with this node",
-                env.len()
-            )
-        };
-        let mut f = Finding::new(ID, Status::Pass, summary);
-        f.evidence = env
-            .keys()
-            .map(|k| format!("{k}={:?}", env[k].value))
-            .collect();
-        return f;
-    }
-    lints.sort_by_key(|l| std::cmp::Reverse(l.status));
-    let status = lints[0].status;
-    let summary = if lints.len() == 1 {
-        lints[0].summary.clone()
+    let summary = if env.is_empty() {
+        "no NCCL, libfabric or aws-ofi-nccl variables set".to_string()
     } else {
-        format!("{} problems; worst: {}", lints.len(), lints[0].summary)
+        format!(
+            "{} variable(s) set, none conflicts with this node",
+            env.len()
+        )
     };
-    let mut finding = Finding::new(ID, status, summary);
-    for lint in &lints {
-        if lints.len() > 1 {
-            finding.evidence.push(lint.summary.clone());
-        }
-        finding.evidence.extend(lint.evidence.iter().cloned());
-    }
-    finding.evidence.dedup();
-    finding.remediation = Some(
-        lints
-            .iter()
-            .map(|l| l.remediation.as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    finding
+    let evidence = env
+        .iter()
+        .map(|(k, v)| format!("{k}={:?}", v.value))
+        .collect();
+    super::combine(ID, summary, evidence, lints)
 }
 
 #[cfg(test)]

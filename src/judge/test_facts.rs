@@ -83,8 +83,90 @@ pub fn healthy() -> Facts {
         rdma: RdmaFacts {
             devices: Observed::Value(vec![]),
         },
+        gpus: h200x2_gpus(),
         launcher: BTreeMap::new(),
         nccl_env: BTreeMap::new(),
+    }
+}
+
+/// The lent 2x H200 machine: both GPUs visible, NVSwitch fabric, CUDA agrees.
+pub fn h200x2_gpus() -> gpu::GpuFacts {
+    use gpu::*;
+    let nvml = crate::topology::matrix::fixtures::h200x2();
+    let buses: Vec<String> = nvml
+        .gpus
+        .iter()
+        .map(|g| g.pci_bus_id.value().unwrap().clone())
+        .collect();
+    GpuFacts {
+        cuda: Library {
+            library: "libcuda.so.1".into(),
+            state: LibraryState::Loaded(CudaFacts {
+                driver_version: Observed::Value(13000),
+                init_result: 0,
+                init_result_name: "CUDA_SUCCESS".into(),
+                devices: buses
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| CudaDevice {
+                        ordinal: i as u32,
+                        pci_bus_id: Observed::Value(b.clone()),
+                    })
+                    .collect(),
+                peer_access: vec![
+                    PeerAccess {
+                        a: 0,
+                        b: 1,
+                        can_access: Observed::Value(true),
+                    },
+                    PeerAccess {
+                        a: 1,
+                        b: 0,
+                        can_access: Observed::Value(true),
+                    },
+                ],
+            }),
+        },
+        nvml: Library {
+            library: "libnvidia-ml.so.1".into(),
+            state: LibraryState::Loaded(nvml),
+        },
+        pci_gpus: Observed::Value(
+            buses
+                .iter()
+                .map(|b| PciGpu {
+                    bus_id: b.clone(),
+                    device_id: "0x2335".into(),
+                    sysfs_path: Some(format!("/sys/devices/pci0000:00/{b}")),
+                    numa_node: None,
+                    max_link_speed: Some("32.0 GT/s PCIe".into()),
+                    max_link_width: Some(16),
+                })
+                .collect(),
+        ),
+        call_timeout_ms: 10_000,
+    }
+}
+
+/// A machine without NVIDIA libraries or GPUs.
+pub fn no_gpus() -> gpu::GpuFacts {
+    use gpu::*;
+    fn absent<T>(lib: &str) -> LibraryState<T> {
+        LibraryState::NotFound {
+            message: format!("{lib}: cannot open shared object file: No such file or directory"),
+        }
+    }
+    GpuFacts {
+        nvml: Library {
+            library: "libnvidia-ml.so.1".into(),
+            state: absent("libnvidia-ml.so.1"),
+        },
+        cuda: Library {
+            library: "libcuda.so.1".into(),
+            state: absent("libcuda.so.1"),
+        },
+        pci_gpus: Observed::Value(vec![]),
+        call_timeout_ms: 10_000,
     }
 }
 

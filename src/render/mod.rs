@@ -1,6 +1,7 @@
 //! render: pure functions from a `Report` to text (human report, JSON, env file,
 //! nccl.conf, termination message).
 
+pub mod doctor;
 pub mod env_file;
 pub mod explain;
 pub mod human;

@@ -185,3 +185,188 @@ fn saved_facts_replay_to_the_same_report() {
     assert_eq!(stdout(&again), stdout(&live));
     fs::remove_dir_all(&scratch).unwrap();
 }
+
+#[test]
+fn gpu_scenarios_through_the_fake_nvidia_libraries() {
+    // (fixture, exit code, check -> status)
+    type Expectation = (&'static str, i32, &'static [(&'static str, &'static str)]);
+    let cases: &[Expectation] = &[
+        (
+            "gpu-p4d-a100",
+            0,
+            &[
+                ("gpu-devices", "pass"),
+                ("gpu-p2p", "pass"),
+                ("nvlink", "pass"),
+                ("pod-placement", "pass"),
+            ],
+        ),
+        (
+            "gpu-h100-nv18",
+            0,
+            &[
+                ("gpu-devices", "pass"),
+                ("gpu-p2p", "pass"),
+                ("nvlink", "pass"),
+            ],
+        ),
+        (
+            "gpu-g6e-l40s-pcie",
+            0,
+            &[
+                ("gpu-devices", "pass"),
+                ("gpu-p2p", "pass"),
+                ("nvlink", "skip"),
+            ],
+        ),
+        (
+            "gpu-pcie-switch-pair",
+            0,
+            &[("gpu-p2p", "pass"), ("nvlink", "skip")],
+        ),
+        (
+            "gpu-nvlink-down",
+            1,
+            &[("nvlink", "fail"), ("gpu-p2p", "pass")],
+        ),
+        ("gpu-p2p-read-only", 0, &[("gpu-p2p", "warn")]),
+        (
+            "gpu-one-of-eight",
+            0,
+            &[("pod-placement", "warn"), ("gpu-p2p", "skip")],
+        ),
+        ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
+        (
+            "gpu-driver-not-loaded",
+            1,
+            &[("gpu-devices", "fail"), ("nvlink", "skip")],
+        ),
+    ];
+    for (name, code, statuses) in cases {
+        let r = scenario(name, *code);
+        for (id, want) in *statuses {
+            assert_eq!(status(&r, id), *want, "{name}: {id}");
+        }
+    }
+}
+
+#[test]
+fn fake_libraries_report_what_nvidia_smi_would() {
+    let r = scenario_report_only("gpu-p4d-a100");
+    let nvml = &r["facts"]["gpus"]["nvml"]["state"]["loaded"];
+    assert_eq!(nvml["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(nvml["gpus"][0]["pci_bus_id"]["value"], "0000:10:1c.0");
+    assert_eq!(nvml["gpus"][4]["cpu_affinity"]["value"], "24-47,72-95");
+    assert_eq!(nvml["gpus"][0]["nvlink_speed_mbps"]["value"], 25000);
+    assert_eq!(
+        nvml["gpus"][0]["nvlinks"][11]["remote_type"]["value"],
+        "switch"
+    );
+    assert_eq!(nvml["pairs"].as_array().unwrap().len(), 56);
+    let cuda = &r["facts"]["gpus"]["cuda"]["state"]["loaded"];
+    assert_eq!(cuda["devices"][7]["pci_bus_id"]["value"], "0000:a0:1d.0");
+    // sysfs lists the 8 GPUs and not the NVIDIA bridge function.
+    assert_eq!(
+        r["facts"]["gpus"]["pci_gpus"]["value"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+}
+
+fn scenario_report_only(name: &str) -> serde_json::Value {
+    let out = fixture_command(name, "check", &["--format", "json"], &[])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_hung_driver_call_fails_on_time_and_names_the_call() {
+    let started = std::time::Instant::now();
+    let r = scenario("gpu-hung-p2p-query", 1);
+    let elapsed = started.elapsed();
+    // Two runs (init and check), each waiting out a 1 s deadline.
+    assert!(
+        elapsed < std::time::Duration::from_secs(8),
+        "took {elapsed:?}"
+    );
+    assert_eq!(status(&r, "gpu-devices"), "fail");
+    let summary = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-devices")
+        .unwrap()["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        summary.contains("nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)")
+            && summary.contains("did not return"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn cuda_visible_devices_is_applied_by_the_driver_and_mapped_by_bus_id() {
+    let out = fixture_command(
+        "gpu-p4d-a100",
+        "check",
+        &["--format", "json"],
+        &[("CUDA_VISIBLE_DEVICES", "7,0,12,3")],
+    )
+    .output()
+    .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cuda = &r["facts"]["gpus"]["cuda"]["state"]["loaded"]["devices"];
+    // The driver stops at 12: ordinals 0 and 1 are NVML GPUs 7 and 0.
+    assert_eq!(cuda.as_array().unwrap().len(), 2);
+    assert_eq!(cuda[0]["pci_bus_id"]["value"], "0000:a0:1d.0");
+    let devices = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-devices")
+        .unwrap();
+    assert_eq!(devices["status"], "warn");
+    assert!(
+        devices["summary"].as_str().unwrap().contains("\"12\""),
+        "{devices}"
+    );
+    assert_eq!(status(&r, "gpu-p2p"), "pass");
+}
+
+#[test]
+fn doctor_prints_nvidia_smi_matrices() {
+    let out = fixture_command("gpu-nvlink-down", "doctor", &[], &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    golden(
+        &repo().join("tests/golden/gpu-nvlink-down/doctor.txt"),
+        &stdout(&out),
+    );
+    let json = fixture_command("gpu-pcie-switch-pair", "doctor", &["--format", "json"], &[])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["schema"], "nccl-preflight/report/v1");
+    assert_eq!(
+        v["gpu_matrices"]["topology"],
+        serde_json::json!([["X", "PIX"], ["PIX", "X"]])
+    );
+    assert_eq!(
+        v["gpu_matrices"]["p2p_nvlink"],
+        serde_json::json!([["X", "NS"], ["NS", "X"]])
+    );
+    let none = fixture_command("healthy-pod", "doctor", &[], &[])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&none).starts_with("GPUs: no NVML (absent/libnvidia-ml.so.1"),
+        "{}",
+        stdout(&none)
+    );
+}

@@ -44,14 +44,58 @@ pub fn fixture_env(name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The fake libnvidia-ml.so.1 and libcuda.so.1 (tests/fakes), built once per test run.
+pub fn fake_libs() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-libs");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (source, library) in [
+            ("fake_nvml.c", "libnvidia-ml.so.1"),
+            ("fake_cuda.c", "libcuda.so.1"),
+        ] {
+            let out = Command::new("cc")
+                .args([
+                    "-shared",
+                    "-fPIC",
+                    "-O1",
+                    "-Wall",
+                    "-Wno-format-truncation",
+                    "-o",
+                ])
+                .arg(dir.join(library))
+                .arg(repo().join("tests/fakes").join(source))
+                .arg("-lpthread")
+                .output()
+                .expect("cc (build-essential) builds the fake vendor libraries");
+            assert!(
+                out.status.success(),
+                "building {source}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        dir
+    })
+}
+
+/// Points a command at the fake NVIDIA libraries with `scenario`, through the same
+/// dlopen of libnvidia-ml.so.1 and libcuda.so.1 as on a real node.
+pub fn with_fake_gpus(cmd: &mut Command, scenario: &Path) {
+    cmd.env("LD_LIBRARY_PATH", fake_libs())
+        .env("FAKE_GPU_SCENARIO", scenario);
+}
+
 /// `SUBCOMMAND --host-root root --replay-kernel kernel.json ARGS...` run inside fixture
-/// `name` with its recorded environment plus `env`.
+/// `name` with its recorded environment plus `env`. A fixture with a gpu.scenario
+/// gets the fake NVIDIA libraries; the others get library paths that do not
+/// exist, so they read "no NVIDIA libraries" whatever machine runs the tests.
 pub fn fixture_command(
     name: &str,
     subcommand: &str,
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Command {
+    let dir = repo().join("tests/fixtures").join(name);
     let mut all = vec![
         subcommand,
         "--host-root",
@@ -61,8 +105,14 @@ pub fn fixture_command(
     ];
     all.extend(args);
     let mut cmd = command(&all, env);
-    cmd.envs(fixture_env(name))
-        .current_dir(repo().join("tests/fixtures").join(name));
+    let scenario = dir.join("gpu.scenario");
+    if scenario.exists() {
+        with_fake_gpus(&mut cmd, &scenario);
+    } else {
+        cmd.env("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1")
+            .env("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1");
+    }
+    cmd.envs(fixture_env(name)).current_dir(dir);
     cmd
 }
 

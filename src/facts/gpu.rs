@@ -1,0 +1,191 @@
+//! GPU facts: what NVML and the CUDA driver report, and the NVIDIA GPUs sysfs
+//! lists on the PCI bus. Pairs are ordered (a, b) with a != b, as
+//! `nvidia-smi topo` prints them.
+
+use super::{FactError, Observed};
+use serde::{Deserialize, Serialize};
+
+/// A vendor library loaded at run time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Library<T> {
+    /// The name or path passed to dlopen.
+    pub library: String,
+    pub state: LibraryState<T>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LibraryState<T> {
+    /// dlopen found no such library (dlerror's text): nothing of this vendor here.
+    NotFound {
+        message: String,
+    },
+    /// The library loaded but could not do its job: dlopen failed for another
+    /// reason (a missing dependency), init failed, or a call did not return in time.
+    Failed(FactError),
+    Loaded(T),
+}
+
+impl<T> Library<T> {
+    pub fn loaded(&self) -> Option<&T> {
+        match &self.state {
+            LibraryState::Loaded(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Everything about the GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    pub nvml: Library<NvmlFacts>,
+    pub cuda: Library<CudaFacts>,
+    /// NVIDIA GPUs on the PCI bus from sysfs, sorted by bus id. sysfs is not
+    /// namespaced: a container sees the whole node's GPUs here, not just its own.
+    pub pci_gpus: Observed<Vec<PciGpu>>,
+    /// The per-call deadline applied to NVML and CUDA, in milliseconds.
+    pub call_timeout_ms: u64,
+}
+
+/// NVML's view: the GPUs this process may use and how each pair is linked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NvmlFacts {
+    pub driver_version: Observed<String>,
+    /// CUDA version the driver supports, as NVML encodes it (12020 = 12.2).
+    pub cuda_driver_version: Observed<i32>,
+    pub gpus: Vec<NvmlGpu>,
+    /// Every ordered pair of `gpus`.
+    pub pairs: Vec<GpuPair>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NvmlGpu {
+    /// NVML index (0-based, in PCI order).
+    pub index: u32,
+    pub name: Observed<String>,
+    pub uuid: Observed<String>,
+    /// PCI bus id, lower case with a 4-digit domain (`0000:10:1c.0`), as sysfs names it.
+    pub pci_bus_id: Observed<String>,
+    /// CUDA compute capability, `major.minor`.
+    pub compute_capability: Observed<String>,
+    /// Total memory in bytes.
+    pub memory_bytes: Observed<u64>,
+    pub numa_node: Observed<u32>,
+    /// CPUs closest to the GPU, as a CPU list (`0-47,96-143`).
+    pub cpu_affinity: Observed<String>,
+    pub persistence_mode: Observed<bool>,
+    /// MIG mode currently enabled.
+    pub mig_mode: Observed<bool>,
+    /// NVLink speed per link and direction, in MB/s (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON).
+    pub nvlink_speed_mbps: Observed<u32>,
+    pub pcie_max_generation: Observed<u32>,
+    pub pcie_max_width: Observed<u32>,
+    /// Links NVML reports a state for (absent links are not listed).
+    pub nvlinks: Vec<NvLink>,
+}
+
+/// One NVLink of a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    pub version: Observed<u32>,
+    /// Bus id of the device at the other end (normalized like `NvmlGpu::pci_bus_id`).
+    pub remote_pci_bus_id: Observed<String>,
+    /// `gpu`, `switch`, `ibmnpu` or `unknown`.
+    pub remote_type: Observed<String>,
+}
+
+/// How two GPUs reach each other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuPair {
+    pub a: u32,
+    pub b: u32,
+    /// nvmlDeviceGetTopologyCommonAncestor: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM.
+    pub common_ancestor: Observed<String>,
+    /// nvmlDeviceGetP2PStatus per capability, in nvidia-smi's notation: OK, CNS, GNS, TNS, NS, U
+    /// (and DISABLED for disabled by registry key).
+    pub p2p_read: Observed<String>,
+    pub p2p_write: Observed<String>,
+    pub p2p_nvlink: Observed<String>,
+    pub p2p_atomics: Observed<String>,
+    pub p2p_prop: Observed<String>,
+}
+
+/// The CUDA driver's view (libcuda), which applies CUDA_VISIBLE_DEVICES and
+/// refuses what NVML may still list (e.g. fabric manager not running).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CudaFacts {
+    /// cuDriverGetVersion (12020 = 12.2).
+    pub driver_version: Observed<i32>,
+    /// cuInit's CUresult: 0 is success.
+    pub init_result: i32,
+    /// The CUresult's name (CUDA_SUCCESS, CUDA_ERROR_SYSTEM_NOT_READY, ...).
+    pub init_result_name: String,
+    /// Devices in CUDA ordinal order, empty when cuInit failed.
+    pub devices: Vec<CudaDevice>,
+    /// cuDeviceCanAccessPeer for every ordered pair of `devices`.
+    pub peer_access: Vec<PeerAccess>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CudaDevice {
+    pub ordinal: u32,
+    /// Normalized like `NvmlGpu::pci_bus_id`.
+    pub pci_bus_id: Observed<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerAccess {
+    /// CUDA ordinals.
+    pub a: u32,
+    pub b: u32,
+    pub can_access: Observed<bool>,
+}
+
+/// An NVIDIA GPU function on the PCI bus, from /sys/bus/pci/devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciGpu {
+    /// `0000:10:1c.0`.
+    pub bus_id: String,
+    /// PCI device id (`0x20b0`).
+    pub device_id: String,
+    /// The device's place in the PCI tree (`/sys/devices/pci0000:00/.../0000:10:1c.0`):
+    /// the common prefix of two paths is their closest common bridge.
+    pub sysfs_path: Option<String>,
+    /// NUMA node, `None` when the kernel reports -1 or nothing.
+    pub numa_node: Option<u32>,
+    /// `max_link_speed` as sysfs prints it (`16.0 GT/s PCIe`).
+    pub max_link_speed: Option<String>,
+    pub max_link_width: Option<u32>,
+}
+
+/// Normalizes a PCI bus id from NVML (`00000000:10:1C.0`), CUDA (`0000:10:1C.0`) or sysfs
+/// to sysfs' form: lower case, 4-digit domain. Returns the input lower-cased if it does not parse.
+pub fn normalize_bus_id(raw: &str) -> String {
+    let raw = raw.trim().trim_end_matches('\0').to_ascii_lowercase();
+    let parts: Vec<&str> = raw.split(':').collect();
+    match parts.as_slice() {
+        [domain, bus, devfn] => {
+            let domain = domain.trim_start_matches('0');
+            format!("{:0>4}:{bus:0>2}:{devfn}", domain)
+        }
+        [bus, devfn] => format!("0000:{bus:0>2}:{devfn}"),
+        _ => raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_normalize_across_sources() {
+        assert_eq!(normalize_bus_id("00000000:10:1C.0"), "0000:10:1c.0");
+        assert_eq!(normalize_bus_id("0000:10:1C.0"), "0000:10:1c.0");
+        assert_eq!(normalize_bus_id("0000:10:1c.0\0\0"), "0000:10:1c.0");
+        assert_eq!(normalize_bus_id("00000001:a0:00.0"), "0001:a0:00.0");
+        assert_eq!(normalize_bus_id("garbage"), "garbage");
+    }
+}

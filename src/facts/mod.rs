@@ -1,0 +1,315 @@
+//! `Facts`: everything gather saw on the host, as plain serializable data.
+//!
+//! Absence is data (`None`, an empty list); a read or syscall that failed is an
+//! `Observed::Error` carrying what was read and why it failed. Nothing here
+//! defaults to zero. The judge, tune and render stages read only this struct, so
+//! a `facts` capture replays anywhere.
+
+pub mod gpu;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The schema string of a facts document. Bumped when a field changes meaning.
+pub const FACTS_SCHEMA: &str = "nccl-preflight/facts/v1";
+
+/// The result of reading one fact: its value, or why it could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observed<T> {
+    Value(T),
+    Error(FactError),
+}
+
+impl<T> Observed<T> {
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            Observed::Value(v) => Some(v),
+            Observed::Error(_) => None,
+        }
+    }
+
+    pub fn error(&self) -> Option<&FactError> {
+        match self {
+            Observed::Value(_) => None,
+            Observed::Error(e) => Some(e),
+        }
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Observed<U> {
+        match self {
+            Observed::Value(v) => Observed::Value(f(v)),
+            Observed::Error(e) => Observed::Error(e),
+        }
+    }
+}
+
+impl<T> From<Result<T, FactError>> for Observed<T> {
+    fn from(result: Result<T, FactError>) -> Self {
+        match result {
+            Ok(v) => Observed::Value(v),
+            Err(e) => Observed::Error(e),
+        }
+    }
+}
+
+/// Why a fact could not be read: the file or call, and the error text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FactError {
+    /// The path read (under the host root) or the syscall made, e.g. `getrlimit(RLIMIT_MEMLOCK)`.
+    pub source: String,
+    /// The operating system's or parser's message.
+    pub message: String,
+}
+
+impl FactError {
+    pub fn new(source: impl Into<String>, message: impl fmt::Display) -> Self {
+        FactError {
+            source: source.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for FactError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.source, self.message)
+    }
+}
+
+/// A resource limit: a number of bytes, or unlimited (`RLIM_INFINITY`).
+/// Serialized as a number or the string `"unlimited"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Limit {
+    Bytes(u64),
+    Unlimited,
+}
+
+impl Limit {
+    /// True when this limit is at least `other`.
+    pub fn covers(self, other: Limit) -> bool {
+        match (self, other) {
+            (Limit::Unlimited, _) => true,
+            (Limit::Bytes(_), Limit::Unlimited) => false,
+            (Limit::Bytes(a), Limit::Bytes(b)) => a >= b,
+        }
+    }
+}
+
+impl Serialize for Limit {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Limit::Bytes(n) => s.serialize_u64(*n),
+            Limit::Unlimited => s.serialize_str("unlimited"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(Limit::Bytes(n)),
+            Raw::Text(t) if t == "unlimited" => Ok(Limit::Unlimited),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "expected a byte count or \"unlimited\", found {t:?}"
+            ))),
+        }
+    }
+}
+
+/// Soft and hard values of one resource limit, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// The limit in force (`rlim_cur`).
+    pub soft: Limit,
+    /// The ceiling the process may raise the soft limit to (`rlim_max`).
+    pub hard: Limit,
+}
+
+/// Everything the tool saw, in one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Facts {
+    /// Always [`FACTS_SCHEMA`].
+    pub schema: String,
+    /// The version of nccl-preflight that gathered these facts.
+    pub tool_version: String,
+    /// The directory every host file was read under (`--host-root`).
+    pub host_root: String,
+    pub memlock: MemlockFacts,
+    /// RLIMIT_STACK of this process, in bytes.
+    pub stack_limit: Observed<Rlimit>,
+    pub dev_shm: ShmFacts,
+    pub namespaces: NamespaceFacts,
+    pub network: NetworkFacts,
+    pub platform: PlatformFacts,
+    pub rdma: RdmaFacts,
+    pub gpus: gpu::GpuFacts,
+    /// Launcher and container variables (WORLD_SIZE, CUDA_VISIBLE_DEVICES, ...) that were set.
+    pub launcher: BTreeMap<String, EnvValue>,
+    /// Every NCCL_*, FI_* and OFI_NCCL_* variable that was set (NCCL_PREFLIGHT_* excluded: those are ours).
+    pub nccl_env: BTreeMap<String, EnvValue>,
+}
+
+/// An environment variable's value. Values that are not UTF-8 are kept with
+/// U+FFFD replacements and flagged, so nothing downstream mistakes them for the real bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvValue {
+    pub value: String,
+    /// True when the raw value was not valid UTF-8 and `value` is a lossy rendering.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_utf8: bool,
+}
+
+impl EnvValue {
+    pub fn text(value: impl Into<String>) -> Self {
+        EnvValue {
+            value: value.into(),
+            not_utf8: false,
+        }
+    }
+}
+
+/// Locked-memory limits and what a real `mlock` showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemlockFacts {
+    /// RLIMIT_MEMLOCK of this process, in bytes.
+    pub limit: Observed<Rlimit>,
+    /// Whether CAP_IPC_LOCK is in the effective set (from `/proc/self/status` CapEff): it lifts
+    /// RLIMIT_MEMLOCK for both mlock and RDMA memory registration.
+    pub cap_ipc_lock: Observed<bool>,
+    /// A small buffer locked and unlocked again: proves mlock works at all here.
+    pub probe: Option<MlockProbe>,
+    /// A buffer one page larger than the soft limit: proves whether the limit is enforced.
+    /// Only tried when the soft limit is finite and small, and CAP_IPC_LOCK is not held.
+    pub enforcement_probe: Option<MlockProbe>,
+}
+
+/// One real `mlock` of an anonymous buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MlockProbe {
+    /// Size of the buffer, in bytes.
+    pub bytes: u64,
+    /// `None` when the lock succeeded, otherwise the error text (e.g. `ENOMEM: Cannot allocate memory`).
+    pub refused: Option<String>,
+}
+
+/// The POSIX shared-memory mount NCCL and PyTorch use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShmFacts {
+    /// statvfs of /dev/shm; `None` when /dev/shm does not exist.
+    pub usage: Observed<Option<FsUsage>>,
+    /// The mount at /dev/shm from /proc/self/mountinfo; `None` when /dev/shm is not a mount point.
+    pub mount: Observed<Option<MountEntry>>,
+}
+
+/// Size and free space of a filesystem, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsUsage {
+    pub size_bytes: u64,
+    /// Bytes available to an unprivileged process.
+    pub free_bytes: u64,
+}
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountEntry {
+    pub mount_point: String,
+    pub fs_type: String,
+    pub source: String,
+    /// Per-mount options (ro, nosuid, ...).
+    pub mount_options: Vec<String>,
+    /// Filesystem options (size=..., mode=...).
+    pub super_options: Vec<String>,
+}
+
+/// The namespaces this process runs in, and the identity NCCL uses to decide "same host".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceFacts {
+    /// Inode of /proc/self/ns/ipc.
+    pub ipc: Observed<u64>,
+    /// Inode of /proc/self/ns/uts.
+    pub uts: Observed<u64>,
+    /// Inode of /proc/self/ns/net.
+    pub net: Observed<u64>,
+    /// /proc/sys/kernel/hostname: half of NCCL's host hash.
+    pub hostname: Observed<String>,
+    /// /proc/sys/kernel/random/boot_id: the other half of NCCL's host hash.
+    pub boot_id: Observed<String>,
+}
+
+/// Network interfaces as getifaddrs and sysfs show them, and the routes that matter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkFacts {
+    /// Every interface, in getifaddrs order (the order NCCL walks them in).
+    pub interfaces: Observed<Vec<Interface>>,
+    /// Every IPv4/IPv6 address, in getifaddrs order.
+    pub addresses: Observed<Vec<IfAddress>>,
+    /// Default routes from /proc/net/route and /proc/net/ipv6_route, best metric first.
+    pub default_routes: Observed<Vec<DefaultRoute>>,
+    /// Addresses /etc/hosts gives this host's name (kubelet writes the pod IP there).
+    pub hosts_entries: Observed<Vec<String>>,
+}
+
+/// One network interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    /// IFF_UP: administratively up.
+    pub up: bool,
+    /// IFF_RUNNING: up with carrier. NCCL only uses running interfaces.
+    pub running: bool,
+    /// IFF_LOOPBACK.
+    pub loopback: bool,
+    /// The link kind rtnetlink reports (veth, bridge, dummy, macvlan, ipvlan, vlan, bond, ...);
+    /// `None` for a physical device or when netlink could not be asked.
+    pub kind: Option<String>,
+}
+
+/// Address family of an interface address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Inet,
+    Inet6,
+}
+
+/// One address of an interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IfAddress {
+    pub interface: String,
+    pub family: Family,
+    pub address: String,
+    /// Prefix length of the netmask, when the kernel gave one.
+    pub prefix_len: Option<u8>,
+}
+
+/// A default route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefaultRoute {
+    pub interface: String,
+    pub family: Family,
+    pub metric: u32,
+}
+
+/// The machine, as DMI names it (cloud instance type on EC2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformFacts {
+    /// First line of /sys/devices/virtual/dmi/id/product_name (e.g. `p4d.24xlarge`); `None` when absent.
+    pub product_name: Observed<Option<String>>,
+    /// First line of /sys/devices/virtual/dmi/id/sys_vendor; `None` when absent.
+    pub sys_vendor: Observed<Option<String>>,
+}
+
+/// RDMA devices the kernel exposes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaFacts {
+    /// Names under /sys/class/infiniband, sorted; empty when there are none.
+    pub devices: Observed<Vec<String>>,
+}

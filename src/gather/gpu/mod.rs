@@ -1,0 +1,103 @@
+//! GPU gathering: NVML and the CUDA driver, each on its own thread under the
+//! per-call deadline (they run side by side: cuInit alone can take a second),
+//! plus the GPUs sysfs lists.
+
+pub mod cuda;
+pub mod dl;
+pub mod nvml;
+pub mod pci;
+
+use crate::facts::FactError;
+use crate::facts::gpu::{GpuFacts, Library, LibraryState};
+use crate::gather::deadline::{self, Hung};
+use crate::gather::host::Host;
+use std::time::Duration;
+
+/// Where to load the vendor libraries from, and the per-call deadline.
+#[derive(Debug, Clone)]
+pub struct GpuOptions {
+    pub nvml_library: String,
+    pub cuda_library: String,
+    pub call_timeout: Duration,
+}
+
+/// True when a vendor call hung: the process must then leave with `_exit`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HungCall(pub bool);
+
+fn hung_fact(h: &Hung) -> FactError {
+    FactError::new(
+        h.call.clone(),
+        format!(
+            "did not return within {:.1} s: the driver or a GPU is hung (check dmesg for Xid errors)",
+            h.waited.as_secs_f64()
+        ),
+    )
+}
+
+fn nvml_state(
+    r: Result<nvml::Outcome, Hung>,
+    hung: &mut bool,
+) -> LibraryState<crate::facts::gpu::NvmlFacts> {
+    match r {
+        Ok(nvml::Outcome::NotFound(message)) => LibraryState::NotFound { message },
+        Ok(nvml::Outcome::Failed(e)) => LibraryState::Failed(e),
+        Ok(nvml::Outcome::Loaded(f)) => LibraryState::Loaded(f),
+        Err(h) => {
+            *hung = true;
+            LibraryState::Failed(hung_fact(&h))
+        }
+    }
+}
+
+fn cuda_state(
+    r: Result<cuda::Outcome, Hung>,
+    hung: &mut bool,
+) -> LibraryState<crate::facts::gpu::CudaFacts> {
+    match r {
+        Ok(cuda::Outcome::NotFound(message)) => LibraryState::NotFound { message },
+        Ok(cuda::Outcome::Failed(e)) => LibraryState::Failed(e),
+        Ok(cuda::Outcome::Loaded(f)) => LibraryState::Loaded(f),
+        Err(h) => {
+            *hung = true;
+            LibraryState::Failed(hung_fact(&h))
+        }
+    }
+}
+
+pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
+    let timeout = options.call_timeout;
+    let cuda_library = options.cuda_library.clone();
+    // The CUDA waiter returns on its own deadline, so joining it cannot hang.
+    let cuda_waiter = std::thread::Builder::new()
+        .name("cuda-wait".into())
+        .spawn(move || deadline::run("cuda", timeout, move |w| cuda::gather(w, &cuda_library)));
+    let nvml_library = options.nvml_library.clone();
+    let nvml_result = deadline::run("nvml", timeout, move |w| nvml::gather(w, &nvml_library));
+    let cuda_result = match cuda_waiter {
+        Ok(handle) => handle.join().unwrap_or_else(|_| {
+            Err(Hung {
+                call: "the CUDA thread (it panicked)".into(),
+                waited: Duration::ZERO,
+            })
+        }),
+        Err(e) => Err(Hung {
+            call: format!("starting the CUDA thread ({e})"),
+            waited: Duration::ZERO,
+        }),
+    };
+    let mut hung = false;
+    let facts = GpuFacts {
+        nvml: Library {
+            library: options.nvml_library.clone(),
+            state: nvml_state(nvml_result, &mut hung),
+        },
+        cuda: Library {
+            library: options.cuda_library.clone(),
+            state: cuda_state(cuda_result, &mut hung),
+        },
+        pci_gpus: pci::gather(host),
+        call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+    (facts, HungCall(hung))
+}

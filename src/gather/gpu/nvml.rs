@@ -1,0 +1,335 @@
+//! NVML through nvml-wrapper, loading libnvidia-ml.so.1 (or the path given) at
+//! run time. Every call goes through the `Watch` so a hung driver is named. A
+//! call that fails degrades its own fact only; the run goes on.
+
+use crate::facts::gpu::{GpuPair, NvLink, NvmlFacts, NvmlGpu, normalize_bus_id};
+use crate::facts::{FactError, Observed};
+use crate::gather::deadline::Watch;
+use nvml_wrapper::Device;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON;
+use std::ffi::OsStr;
+
+/// NVML_NVLINK_MAX_LINKS in nvml.h (18 on Hopper; older GPUs report fewer).
+const MAX_LINKS: u32 = 18;
+
+/// How loading and initialising NVML ended.
+pub enum Outcome {
+    NotFound(String),
+    Failed(FactError),
+    Loaded(NvmlFacts),
+}
+
+fn observed<T>(call: &str, r: Result<T, NvmlError>) -> Observed<T> {
+    match r {
+        Ok(v) => Observed::Value(v),
+        Err(e) => Observed::Error(FactError::new(call, e)),
+    }
+}
+
+/// Name of an NVML P2P status in `nvidia-smi topo -p2p` notation.
+pub fn p2p_label(s: &P2pStatus) -> &'static str {
+    match s {
+        P2pStatus::Ok => "OK",
+        P2pStatus::ChipsetNotSupported => "CNS",
+        P2pStatus::GpuNotSupported => "GNS",
+        P2pStatus::IohTopologyNotSupported => "TNS",
+        P2pStatus::DisabledByRegkey => "DISABLED",
+        P2pStatus::NotSupported => "NS",
+        P2pStatus::Unknown => "U",
+    }
+}
+
+fn topology_label(t: &TopologyLevel) -> &'static str {
+    match t {
+        TopologyLevel::Internal => "INTERNAL",
+        TopologyLevel::Single => "SINGLE",
+        TopologyLevel::Multiple => "MULTIPLE",
+        TopologyLevel::HostBridge => "HOSTBRIDGE",
+        TopologyLevel::Node => "NODE",
+        TopologyLevel::System => "SYSTEM",
+    }
+}
+
+/// Turns NVML's CPU affinity bitmask (64-bit words, lowest CPU first) into a CPU list.
+pub fn cpu_list(words: &[u64]) -> String {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for (w, word) in words.iter().enumerate() {
+        for bit in 0..64 {
+            if word & (1 << bit) != 0 {
+                let cpu = w * 64 + bit;
+                match ranges.last_mut() {
+                    Some((_, end)) if *end + 1 == cpu => *end = cpu,
+                    _ => ranges.push((cpu, cpu)),
+                }
+            }
+        }
+    }
+    ranges
+        .iter()
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn remote_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result<String, NvmlError> {
+    // nvml-wrapper 0.13's NvLink::remote_device_type writes into a temporary and
+    // always returns Unknown, so the symbol is called directly.
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let mut kind: u32 = 255;
+    // SAFETY: the handle comes from this Nvml instance, which outlives the call;
+    // `kind` is a valid out-pointer for the enum NVML writes.
+    let rc = unsafe { sym(device.handle(), link, &mut kind) };
+    if rc != 0 {
+        return Err(nvml_error(rc));
+    }
+    Ok(match kind {
+        0 => "gpu",
+        1 => "ibmnpu",
+        2 => "switch",
+        _ => "unknown",
+    }
+    .to_string())
+}
+
+/// An NVML return code as nvml-wrapper would name it, for calls made directly.
+fn nvml_error(rc: u32) -> NvmlError {
+    match rc {
+        1 => NvmlError::Uninitialized,
+        2 => NvmlError::InvalidArg,
+        3 => NvmlError::NotSupported,
+        4 => NvmlError::NoPermission,
+        15 => NvmlError::GpuLost,
+        _ => NvmlError::UnexpectedVariant(rc),
+    }
+}
+
+fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
+    let call = |what: &str| format!("{what}(GPU {index})");
+    let links = (0..MAX_LINKS)
+        .filter_map(|link| {
+            let wrapper = device.link_wrapper_for(link);
+            let active = match watch.call(
+                format!("nvmlDeviceGetNvLinkState(GPU {index}, link {link})"),
+                || wrapper.is_active(),
+            ) {
+                Ok(a) => a,
+                // Links the GPU does not have answer NotSupported or InvalidArg.
+                Err(NvmlError::NotSupported | NvmlError::InvalidArg) => return None,
+                Err(_) => false,
+            };
+            let name = |what: &str| format!("{what}(GPU {index}, link {link})");
+            Some(NvLink {
+                link,
+                active,
+                version: observed(
+                    &name("nvmlDeviceGetNvLinkVersion"),
+                    watch.call(name("nvmlDeviceGetNvLinkVersion"), || wrapper.version()),
+                ),
+                remote_pci_bus_id: observed(
+                    &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+                    watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
+                        wrapper.remote_pci_info()
+                    }),
+                )
+                .map(|p| normalize_bus_id(&p.bus_id)),
+                remote_type: observed(
+                    &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
+                    watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
+                        remote_type(device, nvml, link)
+                    }),
+                ),
+            })
+        })
+        .collect();
+    let speed = watch.call(call("nvmlDeviceGetFieldValues"), || {
+        device
+            .field_values_for(&[FieldId(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)])
+            .and_then(|mut v| v.pop().unwrap_or(Err(NvmlError::NotSupported)))
+            .and_then(|sample| sample.value)
+            .and_then(|value| match value {
+                nvml_wrapper::enums::device::SampleValue::U32(v) => Ok(v),
+                nvml_wrapper::enums::device::SampleValue::U64(v) => {
+                    u32::try_from(v).map_err(|_| NvmlError::NotSupported)
+                }
+                _ => Err(NvmlError::NotSupported),
+            })
+    });
+    macro_rules! ask {
+        ($what:literal, $e:expr) => {
+            observed(&call($what), watch.call(call($what), || $e))
+        };
+    }
+    NvmlGpu {
+        index,
+        name: ask!("nvmlDeviceGetName", device.name()),
+        uuid: ask!("nvmlDeviceGetUUID", device.uuid()),
+        pci_bus_id: ask!("nvmlDeviceGetPciInfo_v3", device.pci_info())
+            .map(|p| normalize_bus_id(&p.bus_id)),
+        compute_capability: ask!(
+            "nvmlDeviceGetCudaComputeCapability",
+            device.cuda_compute_capability()
+        )
+        .map(|c| format!("{}.{}", c.major, c.minor)),
+        memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
+        numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
+        cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
+            .map(|words| cpu_list(&words)),
+        persistence_mode: ask!(
+            "nvmlDeviceGetPersistenceMode",
+            device.is_in_persistent_mode()
+        ),
+        mig_mode: ask!("nvmlDeviceGetMigMode", device.mig_mode()).map(|m| m.current == 1),
+        nvlink_speed_mbps: observed(&call("nvmlDeviceGetFieldValues"), speed),
+        pcie_max_generation: ask!(
+            "nvmlDeviceGetMaxPcieLinkGeneration",
+            device.max_pcie_link_gen()
+        ),
+        pcie_max_width: ask!(
+            "nvmlDeviceGetMaxPcieLinkWidth",
+            device.max_pcie_link_width()
+        ),
+        nvlinks: links,
+    }
+}
+
+fn pair(watch: &Watch, nvml: &Nvml, a: (u32, &Device<'_>), b: (u32, &Device<'_>)) -> GpuPair {
+    let p2p = |index: P2pCapabilitiesIndex, label: &str| {
+        let name = format!("nvmlDeviceGetP2PStatus(GPU {}, GPU {}, {label})", a.0, b.0);
+        observed(
+            &name,
+            watch.call(name.clone(), || a.1.p2p_status(b.1, index)),
+        )
+        .map(|s| p2p_label(&s).to_string())
+    };
+    let name = format!(
+        "nvmlDeviceGetTopologyCommonAncestor(GPU {}, GPU {})",
+        a.0, b.0
+    );
+    GpuPair {
+        a: a.0,
+        b: b.0,
+        // nvml-wrapper takes the other device by value, so it gets a handle of its own.
+        common_ancestor: observed(
+            &name,
+            watch.call(name.clone(), || {
+                nvml.device_by_index(b.0)
+                    .and_then(|other| a.1.topology_common_ancestor(other))
+            }),
+        )
+        .map(|t| topology_label(&t).to_string()),
+        p2p_read: p2p(P2pCapabilitiesIndex::Read, "read"),
+        p2p_write: p2p(P2pCapabilitiesIndex::Write, "write"),
+        p2p_nvlink: p2p(P2pCapabilitiesIndex::NvLink, "nvlink"),
+        p2p_atomics: p2p(P2pCapabilitiesIndex::Atomics, "atomics"),
+        p2p_prop: p2p(P2pCapabilitiesIndex::Prop, "prop"),
+    }
+}
+
+fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
+    Observed::Error(FactError::new(call, e))
+}
+
+/// Loads NVML from `library` and reads every GPU fact.
+pub fn gather(watch: &Watch, library: &str) -> Outcome {
+    let nvml = match watch.call("nvmlInit_v2", || {
+        Nvml::builder().lib_path(OsStr::new(library)).init()
+    }) {
+        Ok(n) => n,
+        Err(NvmlError::LibloadingError(e)) => {
+            let message = e.to_string();
+            // dlopen says "cannot open shared object file" only when the file itself is absent;
+            // anything else (a dependency missing, a bad ELF) is a broken install.
+            return if message.contains("No such file or directory") {
+                Outcome::NotFound(message)
+            } else {
+                Outcome::Failed(FactError::new(format!("dlopen({library})"), message))
+            };
+        }
+        Err(e) => return Outcome::Failed(FactError::new("nvmlInit_v2", e)),
+    };
+    let count = match watch.call("nvmlDeviceGetCount_v2", || nvml.device_count()) {
+        Ok(n) => n,
+        Err(e) => return Outcome::Failed(FactError::new("nvmlDeviceGetCount_v2", e)),
+    };
+    let mut devices = Vec::new();
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        match watch.call(format!("nvmlDeviceGetHandleByIndex_v2({index})"), || {
+            nvml.device_by_index(index)
+        }) {
+            Ok(d) => {
+                gpus.push(gpu(watch, &nvml, index, &d));
+                devices.push((index, d));
+            }
+            Err(e) => {
+                // A lost GPU: keep the index with every fact in error.
+                let call = format!("nvmlDeviceGetHandleByIndex_v2({index})");
+                gpus.push(NvmlGpu {
+                    index,
+                    name: lost(&call, &e),
+                    uuid: lost(&call, &e),
+                    pci_bus_id: lost(&call, &e),
+                    compute_capability: lost(&call, &e),
+                    memory_bytes: lost(&call, &e),
+                    numa_node: lost(&call, &e),
+                    cpu_affinity: lost(&call, &e),
+                    persistence_mode: lost(&call, &e),
+                    mig_mode: lost(&call, &e),
+                    nvlink_speed_mbps: lost(&call, &e),
+                    pcie_max_generation: lost(&call, &e),
+                    pcie_max_width: lost(&call, &e),
+                    nvlinks: Vec::new(),
+                });
+            }
+        }
+    }
+    let mut pairs = Vec::new();
+    for (ia, da) in &devices {
+        for (ib, db) in &devices {
+            if ia != ib {
+                pairs.push(pair(watch, &nvml, (*ia, da), (*ib, db)));
+            }
+        }
+    }
+    Outcome::Loaded(NvmlFacts {
+        driver_version: observed(
+            "nvmlSystemGetDriverVersion",
+            watch.call("nvmlSystemGetDriverVersion", || nvml.sys_driver_version()),
+        ),
+        cuda_driver_version: observed(
+            "nvmlSystemGetCudaDriverVersion_v2",
+            watch.call("nvmlSystemGetCudaDriverVersion_v2", || {
+                nvml.sys_cuda_driver_version()
+            }),
+        ),
+        gpus,
+        pairs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(cpu_list(&[0xffff_ffff]), "0-31");
+        assert_eq!(cpu_list(&[0b1011, 1]), "0-1,3,64");
+        assert_eq!(cpu_list(&[u64::MAX, 1]), "0-64");
+        assert_eq!(cpu_list(&[0]), "");
+    }
+}

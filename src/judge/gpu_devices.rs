@@ -1,0 +1,323 @@
+//! `gpu-devices`: NVML and the CUDA driver load, initialise and see the GPUs
+//! this pod should have. CUDA catches what NVML misses: cuInit returns
+//! CUDA_ERROR_SYSTEM_NOT_READY (802) on an NVSwitch system whose fabric manager
+//! is not running, though NVML lists every GPU.
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::facts::gpu::{LibraryState, NvmlFacts};
+use crate::policy::Policy;
+use crate::topology::visible;
+use crate::units::format_bytes;
+
+pub const ID: &str = "gpu-devices";
+
+const REQUEST_GPUS: &str = "\
+Request the GPUs in the pod spec and run it with the NVIDIA runtime:
+  spec:
+    runtimeClassName: nvidia        # where the GPU operator installs one
+    containers:
+      - resources:
+          limits:
+            nvidia.com/gpu: 8";
+
+fn gpu_line(facts: &NvmlFacts, i: usize) -> String {
+    let g = &facts.gpus[i];
+    let v = |o: Option<&String>| o.cloned().unwrap_or_else(|| "?".to_string());
+    format!(
+        "GPU {} {} {} cc {} {} persistence {}",
+        g.index,
+        v(g.name.value()),
+        v(g.pci_bus_id.value()),
+        v(g.compute_capability.value()),
+        g.memory_bytes
+            .value()
+            .map_or("?".to_string(), |b| format_bytes(*b)),
+        match g.persistence_mode.value() {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "?",
+        }
+    )
+}
+
+fn nvml_failure_fix(message: &str) -> &'static str {
+    if message.contains("did not return") {
+        "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it."
+    } else if message.contains("DriverNotLoaded") || message.contains("driver not loaded") {
+        "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node)."
+    } else if message.contains("dlopen") {
+        "libnvidia-ml.so.1 is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."
+    } else {
+        "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs."
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let gpus = &facts.gpus;
+    let node_gpus = gpus.pci_gpus.value().map(Vec::len);
+    let product = facts
+        .platform
+        .product_name
+        .value()
+        .and_then(|p| p.as_deref());
+    let platform = product.and_then(crate::platform::lookup);
+    let nvml = match &gpus.nvml.state {
+        LibraryState::NotFound { message } => {
+            let status = if policy.require.gpus.is_some() || node_gpus.unwrap_or(0) > 0 {
+                Status::Fail
+            } else {
+                Status::Skip
+            };
+            let summary = match node_gpus {
+                Some(n) if n > 0 => format!(
+                    "the node has {n} NVIDIA GPU(s) on its PCI bus, but this container has no NVML ({}): it was started without the NVIDIA runtime or requested no GPUs",
+                    gpus.nvml.library
+                ),
+                _ => format!(
+                    "no NVIDIA driver library ({}): not a GPU node, or no GPU was requested",
+                    gpus.nvml.library
+                ),
+            };
+            let mut f = Finding::new(ID, status, summary).evidence(message.clone());
+            if status == Status::Fail {
+                f = f.remediation(REQUEST_GPUS);
+            }
+            return f;
+        }
+        LibraryState::Failed(e) => {
+            return Finding::new(ID, Status::Fail, format!("NVML failed: {e}"))
+                .evidence(format!("library {}", gpus.nvml.library))
+                .remediation(nvml_failure_fix(&e.to_string()));
+        }
+        LibraryState::Loaded(n) => n,
+    };
+    let count = nvml.gpus.len();
+    let mut evidence: Vec<String> = (0..count).map(|i| gpu_line(nvml, i)).collect();
+    let mut problems: Vec<Problem> = Vec::new();
+    if let Some(need) = policy.require.gpus
+        && (count as u32) < need
+    {
+        problems.push(Problem::new(
+            Status::Fail,
+            format!("{count} GPU(s) visible, {need} required"),
+            REQUEST_GPUS,
+        ));
+    }
+    if let (Some(p), Some(n)) = (platform, node_gpus)
+        && (n as u32) < p.gpus
+    {
+        problems.push(Problem::new(Status::Fail,
+            format!("{} has {} GPUs but the PCI bus lists {n}: a GPU has fallen off the bus", product.unwrap_or("?"), p.gpus),
+            "Drain the node and check `dmesg | grep -i xid` (Xid 79: GPU fallen off the bus); it needs a reboot or repair.",
+        ));
+    }
+    for g in &nvml.gpus {
+        if let Some(e) = g.pci_bus_id.error() {
+            problems.push(Problem::new(Status::Fail,
+                format!("GPU {} cannot be read: {e}", g.index),
+                "A GPU NVML cannot query is lost to the driver: drain the node and check `dmesg | grep -i xid`.",
+            ));
+        }
+    }
+    match &gpus.cuda.state {
+        LibraryState::NotFound { message } => {
+            evidence.push(message.clone());
+            problems.push(Problem::new(Status::Warn,
+                format!("NVML works but the CUDA driver ({}) is missing: NCCL cannot run in this container", gpus.cuda.library),
+                "Set NVIDIA_DRIVER_CAPABILITIES to include compute (e.g. compute,utility) so the runtime mounts libcuda.",
+            ));
+        }
+        LibraryState::Failed(e) => problems.push(Problem::new(
+            Status::Fail,
+            format!("CUDA driver failed: {e}"),
+            nvml_failure_fix(&e.to_string()),
+        )),
+        LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Status::Fail,
+            "cuInit failed with CUDA_ERROR_SYSTEM_NOT_READY (802): the NVSwitch fabric manager is not running",
+            "Start the fabric manager on the node: systemctl enable --now nvidia-fabricmanager (GPU operator: check the driver pod's fabric manager), and match its version to the driver's.",
+        )),
+        LibraryState::Loaded(c) if c.init_result != 0 => problems.push(Problem::new(Status::Fail,
+            format!("cuInit failed with {} ({})", c.init_result_name, c.init_result),
+            if c.init_result == 100 {
+                "CUDA sees no device: check CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES."
+            } else {
+                "Run a CUDA sample (deviceQuery) in the container; the driver and the image's CUDA must match."
+            },
+        )),
+        LibraryState::Loaded(c) => {
+            evidence.push(format!(
+                "CUDA driver {}: {} device(s)",
+                c.driver_version.value().map_or("?".to_string(), |v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+                c.devices.len()
+            ));
+            let nvml_buses: Vec<&String> = nvml.gpus.iter().filter_map(|g| g.pci_bus_id.value()).collect();
+            for d in &c.devices {
+                if let Some(bus) = d.pci_bus_id.value()
+                    && !nvml_buses.contains(&bus)
+                {
+                    problems.push(Problem::new(Status::Warn,
+                        format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
+                        "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
+                    ));
+                }
+            }
+            let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
+            if visible_var.is_none() && c.devices.len() != count {
+                problems.push(Problem::new(Status::Warn,
+                    format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
+                    "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
+                ));
+            }
+        }
+    }
+    if let Some(v) = facts.launcher.get("CUDA_VISIBLE_DEVICES") {
+        let uuids: Vec<(u32, String)> = nvml
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
+            .collect();
+        let sel = visible::select(&v.value, &uuids);
+        evidence.push(format!(
+            "CUDA_VISIBLE_DEVICES={:?} selects NVML GPU(s) {:?}",
+            v.value, sel.gpus
+        ));
+        if let Some((entry, why)) = sel.stopped_at
+            && !sel.mig
+        {
+            problems.push(Problem::new(Status::Warn,
+                format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
+                "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
+            ));
+        }
+    }
+    let names: std::collections::BTreeSet<&str> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.name.value().map(String::as_str))
+        .collect();
+    let summary = format!(
+        "{count} GPU(s) ({}), driver {}",
+        names.into_iter().collect::<Vec<_>>().join(", "),
+        nvml.driver_version.value().map_or("?", String::as_str)
+    );
+    if count == 0 && problems.is_empty() {
+        let status = if policy.require.gpus.is_some() {
+            Status::Fail
+        } else {
+            Status::Skip
+        };
+        let f = Finding::new(ID, status, "NVML loaded but lists no GPU");
+        return if status == Status::Fail {
+            f.remediation(REQUEST_GPUS)
+        } else {
+            f
+        };
+    }
+    super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::facts::gpu::{CudaFacts, LibraryState};
+    use crate::judge::test_facts::{healthy, no_gpus, with_env};
+    use crate::policy;
+
+    fn cuda(f: &mut Facts) -> &mut CudaFacts {
+        match &mut f.gpus.cuda.state {
+            LibraryState::Loaded(c) => c,
+            _ => unreachable!("healthy() loads CUDA"),
+        }
+    }
+
+    #[test]
+    fn passes_on_a_healthy_node_and_skips_without_gpus() {
+        let f = judge(&healthy(), &Policy::default());
+        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.summary, "2 GPU(s) (NVIDIA H200), driver 580.159.04");
+        let mut cpu = healthy();
+        cpu.gpus = no_gpus();
+        assert_eq!(judge(&cpu, &Policy::default()).status, Status::Skip);
+        let need = policy::build(&[], &["gpus=1".into()], None, None).unwrap();
+        assert_eq!(judge(&cpu, &need).status, Status::Fail);
+    }
+
+    #[test]
+    fn node_gpus_without_nvml_means_no_nvidia_runtime() {
+        let mut f = healthy();
+        let pci = f.gpus.pci_gpus.clone();
+        f.gpus = no_gpus();
+        f.gpus.pci_gpus = pci;
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(
+            finding.summary.contains("without the NVIDIA runtime"),
+            "{}",
+            finding.summary
+        );
+    }
+
+    #[test]
+    fn fabric_manager_missing_count_and_lost_gpus() {
+        let mut f = healthy();
+        cuda(&mut f).init_result = 802;
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(
+            finding
+                .remediation
+                .unwrap()
+                .contains("nvidia-fabricmanager")
+        );
+        let need = policy::build(&[], &["gpus=8".into()], None, None).unwrap();
+        assert!(
+            judge(&healthy(), &need)
+                .summary
+                .contains("2 GPU(s) visible, 8 required")
+        );
+        let mut f = healthy();
+        f.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
+        let finding = judge(&f, &Policy::default());
+        assert!(
+            finding.summary.contains("fallen off the bus"),
+            "{}",
+            finding.summary
+        );
+    }
+
+    #[test]
+    fn cuda_visible_devices_mistakes_warn() {
+        let f = with_env(healthy(), &[("CUDA_VISIBLE_DEVICES", "0,5")]);
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Warn);
+        assert!(finding.summary.contains("\"5\""), "{}", finding.summary);
+        assert_eq!(
+            judge(
+                &with_env(healthy(), &[("CUDA_VISIBLE_DEVICES", "1,0")]),
+                &Policy::default()
+            )
+            .status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn hung_or_failed_libraries_fail_with_the_call() {
+        let mut f = healthy();
+        f.gpus.nvml.state = LibraryState::Failed(crate::facts::FactError::new(
+            "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)",
+            "did not return within 10.0 s: the driver or a GPU is hung",
+        ));
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(finding.summary.contains("nvmlDeviceGetP2PStatus"));
+        assert!(finding.remediation.unwrap().contains("Xid"));
+        let mut f = healthy();
+        f.gpus.cuda.state = LibraryState::NotFound {
+            message: "libcuda.so.1: cannot open".into(),
+        };
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+    }
+}

@@ -1,0 +1,190 @@
+//! `gpu-p2p`: every pair of GPUs that the topology says can do peer-to-peer
+//! (NVLink, or one or more PCIe switches: PIX/PXB) really can, for reads and
+//! writes, in NVML and in the CUDA driver. Without it NCCL falls back to SHM
+//! through host memory: measured 27 GB/s instead of ~295 GB/s on 2x H200
+//! (FACTS.md section 1). Write unsupported with read OK is its own warning:
+//! NCCL then runs P2P in read mode (seen under hypervisors that limit writes).
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
+use crate::policy::Policy;
+use crate::topology::matrix;
+
+pub const ID: &str = "gpu-p2p";
+
+const FIX: &str = "\
+Compare with `nvidia-smi topo -p2p rw` on the node. On bare metal, PCIe ACS or the IOMMU can route or block
+peer traffic: disable ACS on the GPUs' switches (or boot with iommu=pt); in a VM the hypervisor must allow P2P.
+A GPU whose P2P is DISABLED has it turned off by a driver registry key (NVreg_RegistryDwords).";
+
+/// CUDA ordinal of an NVML GPU, matched by PCI bus id (CUDA_VISIBLE_DEVICES reorders ordinals).
+fn cuda_ordinal(nvml: &NvmlFacts, cuda: &CudaFacts, index: u32) -> Option<u32> {
+    let bus = matrix::gpu(nvml, index)?.pci_bus_id.value()?;
+    cuda.devices
+        .iter()
+        .find(|d| d.pci_bus_id.value() == Some(bus))
+        .map(|d| d.ordinal)
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::new(ID, Status::Skip, "no NVML: peer access not checked");
+    };
+    if nvml.gpus.len() < 2 {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            format!("{} GPU(s) visible: no pair to check", nvml.gpus.len()),
+        );
+    }
+    let cuda = match &facts.gpus.cuda.state {
+        LibraryState::Loaded(c) if c.init_result == 0 => Some(c),
+        _ => None,
+    };
+    let mut evidence = Vec::new();
+    let mut expected = 0;
+    let mut labels = std::collections::BTreeSet::new();
+    // Pairs per problem, so 56 bad pairs on an 8-GPU node make one line each kind.
+    let (mut no_read, mut read_only, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for p in &nvml.pairs {
+        let label = matrix::link_label(nvml, p.a, p.b);
+        let read = p.p2p_read.value().map_or("?", String::as_str);
+        let write = p.p2p_write.value().map_or("?", String::as_str);
+        let cuda_peer = cuda.and_then(|c| {
+            let (ca, cb) = (cuda_ordinal(nvml, c, p.a)?, cuda_ordinal(nvml, c, p.b)?);
+            c.peer_access
+                .iter()
+                .find(|x| x.a == ca && x.b == cb)?
+                .can_access
+                .value()
+                .copied()
+        });
+        let line = format!(
+            "GPU {} -> GPU {}: {label}, read {read}, write {write}{}",
+            p.a,
+            p.b,
+            cuda_peer.map_or(String::new(), |c| format!(
+                ", CUDA peer access {}",
+                if c { "yes" } else { "no" }
+            ))
+        );
+        let should = label.starts_with("NV") || label == "PIX" || label == "PXB";
+        if should {
+            expected += 1;
+            labels.insert(label.clone());
+            if read != "OK" {
+                no_read.push(line.clone());
+            } else if write != "OK" {
+                read_only.push(line.clone());
+            }
+            if read == "OK" && cuda_peer == Some(false) {
+                refused.push(line.clone());
+            }
+        }
+        evidence.push(line);
+    }
+    let kinds = [
+        (
+            no_read,
+            Status::Fail,
+            "P2P read unsupported, so NCCL falls back to SHM through host memory",
+        ),
+        (
+            read_only,
+            Status::Warn,
+            "P2P write unsupported but read OK: NCCL runs P2P in the slower read mode",
+        ),
+        (
+            refused,
+            Status::Fail,
+            "NVML reports P2P but the CUDA driver refuses peer access",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (pairs, status, what) in kinds {
+        if let Some(first) = pairs.first() {
+            let mut p = Problem::new(
+                status,
+                format!(
+                    "{} of {expected} pair(s): {what} (first: {first})",
+                    pairs.len()
+                ),
+                FIX,
+            );
+            p.evidence = pairs.iter().take(8).cloned().collect();
+            problems.push(p);
+        }
+    }
+    if evidence.len() > 8 && !problems.is_empty() {
+        // The problem pairs are listed; the full matrix is in `nccl-preflight doctor`.
+        evidence.clear();
+    }
+    let summary = if expected == 0 {
+        "no GPU pair shares NVLink or a PCIe switch: NCCL uses SHM between them, as expected"
+            .to_string()
+    } else {
+        format!(
+            "{expected} ordered pair(s) over {}: P2P read and write OK{}",
+            labels.into_iter().collect::<Vec<_>>().join("/"),
+            if cuda.is_some() {
+                ", CUDA peer access granted"
+            } else {
+                ""
+            }
+        )
+    };
+    super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::judge::test_facts::healthy;
+
+    fn nvml(f: &mut Facts) -> &mut NvmlFacts {
+        match &mut f.gpus.nvml.state {
+            LibraryState::Loaded(n) => n,
+            _ => unreachable!("healthy() loads NVML"),
+        }
+    }
+
+    #[test]
+    fn nvlink_pairs_must_read_and_write() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        let mut f = healthy();
+        nvml(&mut f).pairs[0].p2p_write = Observed::Value("NS".into());
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Warn);
+        assert!(finding.summary.contains("read mode"));
+        nvml(&mut f).pairs[1].p2p_read = Observed::Value("CNS".into());
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(finding.summary.starts_with("2 problems"));
+    }
+
+    #[test]
+    fn cuda_refusal_fails_and_sys_pairs_are_expected_to_lack_p2p() {
+        let mut f = healthy();
+        if let LibraryState::Loaded(c) = &mut f.gpus.cuda.state {
+            c.peer_access[0].can_access = Observed::Value(false);
+        }
+        assert!(
+            judge(&f, &Policy::default())
+                .summary
+                .contains("CUDA driver refuses")
+        );
+        let mut f = healthy();
+        for g in &mut nvml(&mut f).gpus {
+            g.nvlinks.clear();
+        }
+        for p in &mut nvml(&mut f).pairs {
+            p.common_ancestor = Observed::Value("SYSTEM".into());
+            p.p2p_read = Observed::Value("TNS".into());
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Pass);
+        assert!(finding.summary.contains("SHM"));
+    }
+}

@@ -1,0 +1,152 @@
+//! `nvlink`: the NVLinks a GPU has are up. A link NVML lists but reports
+//! inactive (a degraded NVLink) halves a pair's bandwidth or pushes traffic
+//! through other GPUs; `--require nvlink` fails where no NVLink is active.
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::policy::Policy;
+
+pub const ID: &str = "nvlink";
+
+const FIX: &str = "\
+Inspect the links on the node: nvidia-smi nvlink -s and nvidia-smi nvlink -e (error counters), and
+dmesg | grep -i xid. A link that stays down needs a GPU reset or a repair; on NVSwitch systems check the
+fabric manager too.";
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        let status = if policy.require.nvlink {
+            Status::Fail
+        } else {
+            Status::Skip
+        };
+        let f = Finding::new(ID, status, "no NVML: NVLink not checked");
+        return if policy.require.nvlink {
+            f.remediation(FIX)
+        } else {
+            f
+        };
+    };
+    let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
+    let active_total: usize = with_links
+        .iter()
+        .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
+        .sum();
+    if with_links.is_empty()
+        || (active_total == 0 && !policy.require.nvlink && with_links.len() < nvml.gpus.len())
+    {
+        let status = if policy.require.nvlink {
+            Status::Fail
+        } else {
+            Status::Skip
+        };
+        let f = Finding::new(ID, status, "no NVLink on these GPUs (PCIe only)");
+        return if policy.require.nvlink {
+            f.remediation("--require nvlink asks for NVLink-connected GPUs: schedule the pod on an NVLink node (e.g. an HGX/SXM instance type).")
+        } else {
+            f
+        };
+    }
+    let mut problems = Vec::new();
+    let mut evidence = Vec::new();
+    for g in &nvml.gpus {
+        let active: Vec<u32> = g
+            .nvlinks
+            .iter()
+            .filter(|l| l.active)
+            .map(|l| l.link)
+            .collect();
+        let inactive: Vec<u32> = g
+            .nvlinks
+            .iter()
+            .filter(|l| !l.active)
+            .map(|l| l.link)
+            .collect();
+        let version = g.nvlinks.iter().find_map(|l| l.version.value().copied());
+        evidence.push(format!(
+            "GPU {}: {} active link(s){}{}",
+            g.index,
+            active.len(),
+            version.map_or(String::new(), |v| format!(", NVLink {v}")),
+            g.nvlink_speed_mbps
+                .value()
+                .map_or(String::new(), |s| format!(
+                    ", {:.3} GB/s per link",
+                    f64::from(*s) / 1000.0
+                ))
+        ));
+        if !inactive.is_empty() {
+            problems.push(Problem::new(
+                Status::Fail,
+                format!(
+                    "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
+                    g.index,
+                    active.len(),
+                    g.nvlinks.len()
+                ),
+                FIX,
+            ));
+        }
+    }
+    if policy.require.nvlink && active_total == 0 {
+        problems.push(Problem::new(
+            Status::Fail,
+            "--require nvlink: no NVLink is active".to_string(),
+            FIX,
+        ));
+    }
+    let per_gpu: std::collections::BTreeSet<usize> = nvml
+        .gpus
+        .iter()
+        .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
+        .collect();
+    let summary = format!(
+        "{} GPU(s), {} active NVLink(s) each",
+        nvml.gpus.len(),
+        per_gpu
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    );
+    super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::gpu::LibraryState;
+    use crate::judge::test_facts::{healthy, no_gpus};
+    use crate::policy;
+
+    #[test]
+    fn down_links_fail_and_pcie_nodes_skip() {
+        let f = judge(&healthy(), &Policy::default());
+        assert_eq!(
+            (f.status, f.summary.as_str()),
+            (Status::Pass, "2 GPU(s), 18 active NVLink(s) each")
+        );
+        let mut h = healthy();
+        if let LibraryState::Loaded(n) = &mut h.gpus.nvml.state {
+            n.gpus[1].nvlinks[7].active = false;
+        }
+        let f = judge(&h, &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.summary
+                .contains("GPU 1: NVLink(s) [7] down (17 of 18 active)"),
+            "{}",
+            f.summary
+        );
+        let mut pcie = healthy();
+        if let LibraryState::Loaded(n) = &mut pcie.gpus.nvml.state {
+            n.gpus.iter_mut().for_each(|g| g.nvlinks.clear());
+        }
+        assert_eq!(judge(&pcie, &Policy::default()).status, Status::Skip);
+        let need = policy::build(&[], &["nvlink".into()], None, None).unwrap();
+        assert_eq!(judge(&pcie, &need).status, Status::Fail);
+        let mut cpu = healthy();
+        cpu.gpus = no_gpus();
+        assert_eq!(judge(&cpu, &need).status, Status::Fail);
+    }
+}

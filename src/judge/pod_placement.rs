@@ -1,0 +1,161 @@
+//! `pod-placement`: the costly mistake is one GPU per pod on a multi-GPU node.
+//! NCCL decides "same host" by hostname and boot id, so ranks in separate pods
+//! talk over the network even on one machine: measured 3.3 GB/s instead of
+//! ~295 GB/s over NVLink on 2x H200 without RDMA (FACTS.md section 1). With
+//! GPUDirect RDMA the cost can be small (a p4d field report: 28:15 for 4 pods x
+//! 1 GPU x 1 EFA vs 29:47 for 1 pod x 4 GPUs), so the warning states the fabric
+//! it assumed. sysfs lists every GPU of the node even inside a container.
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::facts::gpu::NvmlFacts;
+use crate::policy::Policy;
+
+pub const ID: &str = "pod-placement";
+
+fn fix(node_gpus: usize) -> String {
+    format!(
+        "Run one pod per node with all its GPUs and one process per GPU:
+  resources:
+    limits:
+      nvidia.com/gpu: {node_gpus}
+  torchrun --nproc_per_node={node_gpus} ...   (PyTorchJob: nprocPerNode: \"{node_gpus}\"; MPIJob: slotsPerWorker: {node_gpus})"
+    )
+}
+
+/// True when a visible GPU has NVLinks to GPUs or switches beyond this container.
+fn nvlink_leaves_container(nvml: &NvmlFacts) -> bool {
+    let visible: Vec<&String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .collect();
+    nvml.gpus.iter().flat_map(|g| &g.nvlinks).any(|l| {
+        l.active
+            && (l.remote_type.value().is_some_and(|t| t == "switch")
+                || l.remote_pci_bus_id
+                    .value()
+                    .is_some_and(|b| !visible.contains(&b)))
+    })
+}
+
+fn cost(facts: &Facts, nvlink: bool) -> String {
+    let rdma = facts.rdma.devices.value().is_some_and(|d| !d.is_empty());
+    match (nvlink, rdma) {
+        (true, false) => "without an RDMA NIC, ranks in separate pods use TCP sockets: measured 3.3 GB/s instead of ~295 GB/s over NVLink (90x)".into(),
+        (true, true) => "with GPUDirect RDMA the loss can be small (p4d field report: 28:15 vs 29:47), but NVLink between GPUs of one pod is still left unused".into(),
+        (false, false) => "ranks in separate pods use TCP sockets instead of PCIe peer access or shared memory".into(),
+        (false, true) => "ranks in separate pods go through the RDMA NIC instead of PCIe peer access".into(),
+    }
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::new(ID, Status::Skip, "no NVML: placement not checked");
+    };
+    let visible = nvml.gpus.len();
+    let node = facts.gpus.pci_gpus.value().map(Vec::len);
+    let mut evidence = vec![format!(
+        "this container sees {visible} GPU(s); the node's PCI bus lists {}",
+        node.map_or("?".into(), |n| n.to_string())
+    )];
+    let mut problems = Vec::new();
+    let nvlink = crate::topology::matrix::has_nvlink(nvml);
+    if let Some(n) = node
+        && n > visible
+        && visible > 0
+    {
+        let leaves = nvlink_leaves_container(nvml);
+        problems.push(Problem::new(
+            Status::Warn,
+            format!(
+                "this container sees {visible} of the node's {n} GPUs{}: {}",
+                if leaves {
+                    ", which share NVLink with GPUs it cannot see"
+                } else {
+                    ""
+                },
+                cost(facts, leaves)
+            ),
+            fix(n),
+        ));
+    }
+    let per_pod = facts
+        .launcher
+        .get("LOCAL_WORLD_SIZE")
+        .or_else(|| facts.launcher.get("PET_NPROC_PER_NODE"))
+        .and_then(|v| v.value.trim().parse::<usize>().ok());
+    if let Some(k) = per_pod {
+        evidence.push(format!("launcher: {k} process(es) per pod"));
+        if k < visible {
+            problems.push(Problem::new(
+                Status::Warn,
+                format!(
+                    "the launcher starts {k} process(es) in a pod with {visible} GPUs: {} GPU(s) sit idle{}",
+                    visible - k,
+                    if k == 1 && nvlink { ", and the job spreads across pods instead of NVLink" } else { "" }
+                ),
+                fix(node.unwrap_or(visible).max(visible)),
+            ));
+        }
+    }
+    let summary = match node {
+        Some(n) if n <= visible => format!("this container sees all {visible} GPU(s) of the node"),
+        _ => format!("this container sees {visible} GPU(s)"),
+    };
+    super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::gpu::LibraryState;
+    use crate::judge::test_facts::{healthy, with_env};
+
+    /// The pod sees GPU 0 of a 2-GPU NVSwitch node.
+    fn one_gpu_pod() -> Facts {
+        let mut f = healthy();
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            n.gpus.truncate(1);
+            n.pairs.clear();
+        }
+        f
+    }
+
+    #[test]
+    fn one_gpu_of_an_nvlink_node_warns_with_the_measured_cost() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        let f = judge(&one_gpu_pod(), &Policy::default());
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary
+                .contains("1 of the node's 2 GPUs, which share NVLink"),
+            "{}",
+            f.summary
+        );
+        assert!(f.summary.contains("3.3 GB/s"));
+        assert!(f.remediation.unwrap().contains("nproc_per_node=2"));
+        let mut rdma = one_gpu_pod();
+        rdma.rdma.devices = crate::facts::Observed::Value(vec!["rdmap16s27".into()]);
+        assert!(
+            judge(&rdma, &Policy::default())
+                .summary
+                .contains("field report")
+        );
+    }
+
+    #[test]
+    fn one_process_for_many_gpus_warns() {
+        let f = judge(
+            &with_env(healthy(), &[("LOCAL_WORLD_SIZE", "1")]),
+            &Policy::default(),
+        );
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.summary.contains("1 GPU(s) sit idle"), "{}", f.summary);
+        let ok = judge(
+            &with_env(healthy(), &[("PET_NPROC_PER_NODE", "2")]),
+            &Policy::default(),
+        );
+        assert_eq!(ok.status, Status::Pass);
+    }
+}

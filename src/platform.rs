@@ -1,0 +1,76 @@
+//! Known machines, keyed by DMI product_name the way aws-ofi-nccl keys its
+//! platform table (src/platform-aws.cpp: first match wins). Only what this
+//! tool checks against: how many GPUs and EFA devices the machine has, and
+//! whether its GPUs share NVLink. Counts from FACTS.md section 6 and the
+//! instance types' published specifications.
+
+/// One known machine type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Platform {
+    /// DMI product_name values that identify it.
+    pub names: &'static [&'static str],
+    pub gpus: u32,
+    /// EFA devices, where known.
+    pub efa_devices: Option<u32>,
+    pub nvlink: bool,
+}
+
+pub const PLATFORMS: &[Platform] = &[
+    Platform {
+        names: &["p4d.24xlarge", "p4de.24xlarge"],
+        gpus: 8,
+        efa_devices: Some(4),
+        nvlink: true,
+    },
+    Platform {
+        names: &["p5.48xlarge", "p5e.48xlarge"],
+        gpus: 8,
+        efa_devices: Some(32),
+        nvlink: true,
+    },
+    Platform {
+        names: &["p5en.48xlarge"],
+        gpus: 8,
+        efa_devices: Some(16),
+        nvlink: true,
+    },
+    Platform {
+        names: &["p6-b200.48xlarge"],
+        gpus: 8,
+        efa_devices: Some(8),
+        nvlink: true,
+    },
+    Platform {
+        names: &["g5.48xlarge"],
+        gpus: 8,
+        efa_devices: None,
+        nvlink: false,
+    },
+    Platform {
+        names: &["g6e.48xlarge"],
+        gpus: 8,
+        efa_devices: None,
+        nvlink: false,
+    },
+];
+
+/// The platform a product name belongs to.
+pub fn lookup(product_name: &str) -> Option<&'static Platform> {
+    let name = product_name.trim();
+    PLATFORMS.iter().find(|p| p.names.contains(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_and_unknown() {
+        assert_eq!(lookup("p4d.24xlarge").map(|p| p.gpus), Some(8));
+        assert_eq!(
+            lookup(" p5.48xlarge ").and_then(|p| p.efa_devices),
+            Some(32)
+        );
+        assert!(lookup("PowerEdge XE9680").is_none());
+    }
+}

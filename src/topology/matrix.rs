@@ -1,0 +1,259 @@
+//! Pair links in nvidia-smi's notation: `X` (self), `NV#` (# bonded NVLinks),
+//! `PIX`, `PXB`, `PHB`, `NODE`, `SYS` (FACTS.md section 6), from NVML's common
+//! ancestor and the GPUs' active NVLinks.
+
+use crate::facts::gpu::{GpuPair, NvmlFacts, NvmlGpu};
+
+/// nvidia-smi's label for NVML's common-ancestor level.
+pub fn pcie_label(level: &str) -> &'static str {
+    match level {
+        "INTERNAL" => "X",
+        "SINGLE" => "PIX",
+        "MULTIPLE" => "PXB",
+        "HOSTBRIDGE" => "PHB",
+        "NODE" => "NODE",
+        "SYSTEM" => "SYS",
+        _ => "?",
+    }
+}
+
+fn active_links(gpu: &NvmlGpu) -> impl Iterator<Item = &crate::facts::gpu::NvLink> {
+    gpu.nvlinks.iter().filter(|l| l.active)
+}
+
+fn switch_links(gpu: &NvmlGpu) -> usize {
+    active_links(gpu)
+        .filter(|l| l.remote_type.value().is_some_and(|t| t == "switch"))
+        .count()
+}
+
+/// NVLinks between `a` and `b`: direct links from `a` whose far end is `b`, or,
+/// when both reach NVSwitches, the smaller of their switch link counts (an
+/// NVSwitch fabric joins every pair with all of them, which nvidia-smi prints
+/// as NV18 on H100/H200; a GPU with a link down limits every pair it is in).
+pub fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> usize {
+    let Some(b_bus) = b.pci_bus_id.value() else {
+        return 0;
+    };
+    let direct = active_links(a)
+        .filter(|l| l.remote_pci_bus_id.value() == Some(b_bus))
+        .count();
+    if direct > 0 {
+        return direct;
+    }
+    switch_links(a).min(switch_links(b))
+}
+
+/// The label for the ordered pair (a, b).
+pub fn link_label(facts: &NvmlFacts, a: u32, b: u32) -> String {
+    if a == b {
+        return "X".into();
+    }
+    let (Some(ga), Some(gb)) = (gpu(facts, a), gpu(facts, b)) else {
+        return "?".into();
+    };
+    let n = nvlinks_between(ga, gb);
+    if n > 0 {
+        return format!("NV{n}");
+    }
+    pair(facts, a, b)
+        .and_then(|p| p.common_ancestor.value())
+        .map_or("?".into(), |l| pcie_label(l).to_string())
+}
+
+pub fn gpu(facts: &NvmlFacts, index: u32) -> Option<&NvmlGpu> {
+    facts.gpus.iter().find(|g| g.index == index)
+}
+
+pub fn pair(facts: &NvmlFacts, a: u32, b: u32) -> Option<&GpuPair> {
+    facts.pairs.iter().find(|p| p.a == a && p.b == b)
+}
+
+/// True when any two visible GPUs share NVLink.
+pub fn has_nvlink(facts: &NvmlFacts) -> bool {
+    facts.gpus.iter().any(|g| active_links(g).next().is_some())
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Literal NVML facts for unit tests.
+    use crate::facts::Observed;
+    use crate::facts::gpu::*;
+
+    pub fn gpu(index: u32, bus: &str, links: Vec<NvLink>) -> NvmlGpu {
+        NvmlGpu {
+            index,
+            name: Observed::Value("NVIDIA H200".into()),
+            uuid: Observed::Value(format!("GPU-{index:08}")),
+            pci_bus_id: Observed::Value(bus.into()),
+            compute_capability: Observed::Value("9.0".into()),
+            memory_bytes: Observed::Value(150_754_820_096),
+            numa_node: Observed::Value(0),
+            cpu_affinity: Observed::Value("0-31".into()),
+            persistence_mode: Observed::Value(true),
+            mig_mode: Observed::Value(false),
+            nvlink_speed_mbps: Observed::Value(26562),
+            pcie_max_generation: Observed::Value(5),
+            pcie_max_width: Observed::Value(16),
+            nvlinks: links,
+        }
+    }
+
+    pub fn link(link: u32, active: bool, remote: &str, kind: &str) -> NvLink {
+        NvLink {
+            link,
+            active,
+            version: Observed::Value(4),
+            remote_pci_bus_id: Observed::Value(remote.into()),
+            remote_type: Observed::Value(kind.into()),
+        }
+    }
+
+    pub fn pair(a: u32, b: u32, ancestor: &str, read: &str, write: &str) -> GpuPair {
+        let v = |s: &str| Observed::Value(s.to_string());
+        GpuPair {
+            a,
+            b,
+            common_ancestor: v(ancestor),
+            p2p_read: v(read),
+            p2p_write: v(write),
+            p2p_nvlink: v(if read == "OK" { "OK" } else { "NS" }),
+            p2p_atomics: v(read),
+            p2p_prop: v(read),
+        }
+    }
+
+    /// Two H200s on an NVSwitch fabric (18 links each), as on the lent 2x H200 machine.
+    pub fn h200x2() -> NvmlFacts {
+        let links = |_: u32| {
+            (0..18)
+                .map(|l| link(l, true, "0000:00:0f.0", "switch"))
+                .collect()
+        };
+        NvmlFacts {
+            driver_version: Observed::Value("580.159.04".into()),
+            cuda_driver_version: Observed::Value(13000),
+            gpus: vec![
+                gpu(0, "0000:00:06.0", links(0)),
+                gpu(1, "0000:00:07.0", links(1)),
+            ],
+            pairs: vec![
+                pair(0, 1, "HOSTBRIDGE", "OK", "OK"),
+                pair(1, 0, "HOSTBRIDGE", "OK", "OK"),
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn switch_fabric_counts_all_links() {
+        let f = h200x2();
+        assert_eq!(link_label(&f, 0, 1), "NV18");
+        assert_eq!(link_label(&f, 1, 1), "X");
+        assert!(has_nvlink(&f));
+    }
+
+    #[test]
+    fn direct_links_and_pcie_levels() {
+        let mut f = h200x2();
+        f.gpus[0].nvlinks = vec![
+            link(0, true, "0000:00:07.0", "gpu"),
+            link(1, true, "0000:00:07.0", "gpu"),
+            link(2, false, "0000:00:07.0", "gpu"),
+        ];
+        f.gpus[1].nvlinks = vec![];
+        assert_eq!(link_label(&f, 0, 1), "NV2");
+        assert_eq!(link_label(&f, 1, 0), "PHB");
+        f.gpus[0].nvlinks.clear();
+        f.pairs[0].common_ancestor = crate::facts::Observed::Value("SINGLE".into());
+        assert_eq!(link_label(&f, 0, 1), "PIX");
+        assert_eq!(link_label(&f, 0, 7), "?");
+        assert!(!has_nvlink(&f));
+    }
+}
+
+/// Every matrix `doctor` prints, indexed by NVML GPU index order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Matrices {
+    /// NVML indices, the order of rows and columns.
+    pub gpus: Vec<u32>,
+    /// `nvidia-smi topo -m` notation.
+    pub topology: Vec<Vec<String>>,
+    /// `nvidia-smi topo -p2p r|w|n|a` notation; `X` on the diagonal.
+    pub p2p_read: Vec<Vec<String>>,
+    pub p2p_write: Vec<Vec<String>>,
+    pub p2p_nvlink: Vec<Vec<String>>,
+    pub p2p_atomics: Vec<Vec<String>>,
+    /// Read and write together, as `nvidia-smi topo -p2p rw` prints them: OK when both are.
+    pub p2p_read_write: Vec<Vec<String>>,
+}
+
+fn square(facts: &NvmlFacts, cell: impl Fn(&GpuPair) -> String) -> Vec<Vec<String>> {
+    facts
+        .gpus
+        .iter()
+        .map(|a| {
+            facts
+                .gpus
+                .iter()
+                .map(|b| {
+                    if a.index == b.index {
+                        "X".to_string()
+                    } else {
+                        pair(facts, a.index, b.index).map_or("?".into(), &cell)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn status(o: &crate::facts::Observed<String>) -> String {
+    o.value().cloned().unwrap_or_else(|| "?".into())
+}
+
+pub fn matrices(facts: &NvmlFacts) -> Matrices {
+    Matrices {
+        gpus: facts.gpus.iter().map(|g| g.index).collect(),
+        topology: facts
+            .gpus
+            .iter()
+            .map(|a| {
+                facts
+                    .gpus
+                    .iter()
+                    .map(|b| link_label(facts, a.index, b.index))
+                    .collect()
+            })
+            .collect(),
+        p2p_read: square(facts, |p| status(&p.p2p_read)),
+        p2p_write: square(facts, |p| status(&p.p2p_write)),
+        p2p_nvlink: square(facts, |p| status(&p.p2p_nvlink)),
+        p2p_atomics: square(facts, |p| status(&p.p2p_atomics)),
+        p2p_read_write: square(facts, |p| {
+            let (r, w) = (status(&p.p2p_read), status(&p.p2p_write));
+            if r != "OK" { r } else { w }
+        }),
+    }
+}
+
+#[cfg(test)]
+mod matrix_tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn matrices_follow_nvidia_smi() {
+        let mut f = h200x2();
+        f.pairs[1].p2p_write = crate::facts::Observed::Value("NS".into());
+        let m = matrices(&f);
+        assert_eq!(m.topology, [["X", "NV18"], ["NV18", "X"]]);
+        assert_eq!(m.p2p_read_write, [["X", "OK"], ["NS", "X"]]);
+        assert_eq!(m.p2p_write[1][0], "NS");
+    }
+}

@@ -1,0 +1,6 @@
+//! GPU topology derived from facts, pure: how each pair of GPUs is linked in
+//! `nvidia-smi topo -m` notation, the P2P matrix, and what CUDA_VISIBLE_DEVICES
+//! selects. Shared by the checks, `doctor` and tuning.
+
+pub mod matrix;
+pub mod visible;

@@ -1,0 +1,140 @@
+/* A fake libnvidia-ml.so.1 for tests: answers the NVML calls nccl-preflight
+ * makes from a scenario file (see scenario.h). Signatures and struct layouts
+ * follow nvml.h. */
+#include "scenario.h"
+
+typedef int nvmlReturn_t;
+typedef struct fake_gpu *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+
+typedef union { double dVal; int siVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal; long long sllVal; unsigned short usVal; } nvmlValue_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define GUARD(sym) do { int rc_ = injected(sym); if (rc_ >= 0) return rc_; } while (0)
+#define DEV_INDEX(d) ((int)((d) - S.gpus))
+#define CHECK_DEV(d) do { if (!(d) || DEV_INDEX(d) < 0 || DEV_INDEX(d) >= S.ngpus) return 2; } while (0)
+
+static int initialised;
+
+nvmlReturn_t nvmlInit_v2(void) { GUARD("nvmlInit_v2"); if (scenario()->nvml_init) return S.nvml_init; initialised = 1; return 0; }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
+nvmlReturn_t nvmlShutdown(void) { initialised = 0; return 0; }
+const char *nvmlErrorString(nvmlReturn_t rc) {
+    switch (rc) {
+    case 0: return "Success"; case 2: return "Invalid Argument"; case 3: return "Not Supported";
+    case 9: return "Driver Not Loaded"; case 15: return "GPU is lost"; default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t copy_string(const char *s, char *out, unsigned int len) {
+    if (!out || strlen(s) + 1 > len) return 7; /* INSUFFICIENT_SIZE */
+    strcpy(out, s);
+    return 0;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int len) { GUARD("nvmlSystemGetDriverVersion"); return copy_string(scenario()->driver, v, len); }
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int len) { GUARD("nvmlSystemGetNVMLVersion"); return copy_string("12.535.104.05", v, len); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { GUARD("nvmlSystemGetCudaDriverVersion_v2"); *v = scenario()->cuda_version; return 0; }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { GUARD("nvmlDeviceGetCount_v2"); if (!initialised) return 1; *n = (unsigned)scenario()->ngpus; return 0; }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
+    GUARD("nvmlDeviceGetHandleByIndex_v2");
+    if (i >= (unsigned)scenario()->ngpus) return 2;
+    *d = &S.gpus[i];
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *i) { GUARD("nvmlDeviceGetIndex"); CHECK_DEV(d); *i = (unsigned)DEV_INDEX(d); return 0; }
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *out, unsigned int len) { GUARD("nvmlDeviceGetName"); CHECK_DEV(d); return copy_string(d->name, out, len); }
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *out, unsigned int len) { GUARD("nvmlDeviceGetUUID"); CHECK_DEV(d); return copy_string(d->uuid, out, len); }
+
+/* NVML's busId has an 8-digit domain and upper-case hex: 00000000:10:1C.0. */
+static void fill_pci(const char *bus, nvmlPciInfo_t *p) {
+    unsigned dom = 0, b = 0, dev = 0, fn = 0;
+    memset(p, 0, sizeof *p);
+    sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn);
+    p->domain = dom; p->bus = b; p->device = dev; p->pciDeviceId = 0x20b010de;
+    snprintf(p->busId, sizeof p->busId, "%08X:%02X:%02X.%X", dom, b, dev, fn);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%04X:%02X:%02X.%X", dom, b, dev, fn);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) { GUARD("nvmlDeviceGetPciInfo_v3"); CHECK_DEV(d); fill_pci(d->bus, p); return 0; }
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) { GUARD("nvmlDeviceGetCudaComputeCapability"); CHECK_DEV(d); *major = d->cc_major; *minor = d->cc_minor; return 0; }
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
+    GUARD("nvmlDeviceGetMemoryInfo_v2"); CHECK_DEV(d);
+    m->total = d->mem_mib << 20; m->reserved = 0; m->used = 0; m->free = m->total;
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *n) { GUARD("nvmlDeviceGetNumaNodeId"); CHECK_DEV(d); if (d->numa < 0) return 3; *n = (unsigned)d->numa; return 0; }
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int size, unsigned long *set) {
+    GUARD("nvmlDeviceGetCpuAffinity"); CHECK_DEV(d);
+    memset(set, 0, size * sizeof *set);
+    /* CPUS is a list of ranges: 0-47,96-143 */
+    char buf[128]; snprintf(buf, sizeof buf, "%s", d->cpus);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int a = 0, b = -1; if (sscanf(tok, "%d-%d", &a, &b) < 2) b = a;
+        for (int c = a; c <= b; c++) if ((unsigned)(c / 64) < size) set[c / 64] |= 1UL << (c % 64);
+    }
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) { GUARD("nvmlDeviceGetPersistenceMode"); CHECK_DEV(d); *mode = 1; return 0; }
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *cur, unsigned int *pend) { GUARD("nvmlDeviceGetMigMode"); CHECK_DEV(d); *cur = 0; *pend = 0; return 0; }
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { GUARD("nvmlDeviceGetMaxPcieLinkGeneration"); CHECK_DEV(d); *g = (unsigned)d->pcie_gen; return 0; }
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *w) { GUARD("nvmlDeviceGetMaxPcieLinkWidth"); CHECK_DEV(d); *w = (unsigned)d->pcie_width; return 0; }
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
+    GUARD("nvmlDeviceGetFieldValues"); CHECK_DEV(d);
+    for (int i = 0; i < count; i++) {
+        values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+        if (values[i].fieldId == 90 && d->speed >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->speed; }
+        else values[i].nvmlReturn = 3;
+    }
+    return 0;
+}
+
+static struct fake_link *link_of(nvmlDevice_t d, unsigned int link) {
+    if (link >= MAX_LINKS || !d->links[link].present) return NULL;
+    return &d->links[link];
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active) {
+    GUARD("nvmlDeviceGetNvLinkState"); CHECK_DEV(d);
+    struct fake_link *l = link_of(d, link); if (!l) return 3;
+    *active = l->state; return 0;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t d, unsigned int link, unsigned int *v) {
+    GUARD("nvmlDeviceGetNvLinkVersion"); CHECK_DEV(d);
+    struct fake_link *l = link_of(d, link); if (!l) return 3;
+    *v = (unsigned)l->version; return 0;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p) {
+    GUARD("nvmlDeviceGetNvLinkRemotePciInfo_v2"); CHECK_DEV(d);
+    struct fake_link *l = link_of(d, link); if (!l) return 3;
+    fill_pci(l->remote_gpu >= 0 && l->remote_gpu < S.ngpus ? S.gpus[l->remote_gpu].bus : l->remote, p);
+    return 0;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, unsigned int *type) {
+    GUARD("nvmlDeviceGetNvLinkRemoteDeviceType"); CHECK_DEV(d);
+    struct fake_link *l = link_of(d, link); if (!l) return 3;
+    *type = (unsigned)l->type; return 0;
+}
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *level) {
+    GUARD("nvmlDeviceGetTopologyCommonAncestor"); CHECK_DEV(a); CHECK_DEV(b);
+    *level = a == b ? 0 : S.topo[DEV_INDEX(a)][DEV_INDEX(b)]; return 0;
+}
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, int *status) {
+    GUARD("nvmlDeviceGetP2PStatus"); CHECK_DEV(a); CHECK_DEV(b);
+    if (index < 0 || index > 4) return 2;
+    *status = S.p2p[DEV_INDEX(a)][DEV_INDEX(b)][index]; return 0;
+}
