@@ -42,6 +42,12 @@ pub struct ExplainArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Human,
     Json,
@@ -77,6 +83,13 @@ pub struct GatherArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
           value_parser = crate::units::parse_duration)]
     pub timeout: std::time::Duration,
+    /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.5 s and loses
+    /// the fabric-manager check on pre-Hopper NVSwitch systems.
+    #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On)]
+    pub cuda: Switch,
+    /// Print each NVML and CUDA call with its duration to standard error.
+    #[arg(long, env = "NCCL_PREFLIGHT_TRACE")]
+    pub trace: bool,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,

@@ -1,7 +1,7 @@
 //! What each subcommand does: gather (or load facts), judge, tune, render, write.
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
-use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs};
+use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::gather::gpu::{GpuOptions, HungCall};
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
@@ -53,6 +53,8 @@ fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<(Fact
         nvml_library: args.nvml_lib.clone(),
         cuda_library: args.cuda_lib.clone(),
         call_timeout: args.timeout,
+        trace: args.trace,
+        cuda: args.cuda == Switch::On,
     };
     Ok(gather::gather(&host, kernel.as_ref(), env, &gpu))
 }

@@ -24,6 +24,10 @@ pub enum LibraryState<T> {
     /// reason (a missing dependency), init failed, or a call did not return in time.
     Failed(FactError),
     Loaded(T),
+    /// Not asked (`--cuda off`).
+    Skipped {
+        reason: String,
+    },
 }
 
 impl<T> Library<T> {
@@ -81,6 +85,10 @@ pub struct NvmlGpu {
     pub nvlink_speed_mbps: Observed<u32>,
     pub pcie_max_generation: Observed<u32>,
     pub pcie_max_width: Observed<u32>,
+    /// NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo, Hopper and later):
+    /// `completed`, `in_progress`, `not_started` (the fabric manager has not taken
+    /// the GPU in), `not_supported`, or `completed with error N`.
+    pub fabric_state: Observed<String>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
 }

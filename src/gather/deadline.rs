@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub struct Watch {
     current: Mutex<Option<(String, Instant)>>,
+    /// Print every call's duration to standard error (`--trace`).
+    trace: bool,
 }
 
 impl Watch {
@@ -23,6 +25,15 @@ impl Watch {
         struct Done<'a>(&'a Watch);
         impl Drop for Done<'_> {
             fn drop(&mut self) {
+                if self.0.trace {
+                    let slot = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((name, started)) = slot.as_ref() {
+                        eprintln!(
+                            "nccl-preflight: trace: {name}: {:.3} ms",
+                            started.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
+                }
                 self.0.set(None);
             }
         }
@@ -68,9 +79,13 @@ impl std::fmt::Display for Hung {
 pub fn run<T: Send + 'static>(
     name: &str,
     deadline: Duration,
+    trace: bool,
     job: impl FnOnce(&Watch) -> T + Send + 'static,
 ) -> Result<T, Hung> {
-    let watch = Arc::new(Watch::default());
+    let watch = Arc::new(Watch {
+        current: Mutex::default(),
+        trace,
+    });
     let (tx, rx) = mpsc::channel();
     let worker_watch = Arc::clone(&watch);
     let spawned = std::thread::Builder::new()
@@ -111,12 +126,12 @@ mod tests {
 
     #[test]
     fn returns_results_and_names_the_hung_call() {
-        let ok = run("t", Duration::from_millis(200), |w| {
+        let ok = run("t", Duration::from_millis(200), false, |w| {
             w.call("quick", || 1) + w.call("quick too", || 2)
         });
         assert_eq!(ok, Ok(3));
         let started = Instant::now();
-        let hung = run("t", Duration::from_millis(100), |w| {
+        let hung = run("t", Duration::from_millis(100), false, |w| {
             w.call("fast", || ());
             w.call("nvmlDeviceGetP2PStatus(0, 1)", || {
                 std::thread::sleep(Duration::from_secs(30))
@@ -134,12 +149,12 @@ mod tests {
 
     #[test]
     fn slow_work_between_calls_is_not_a_hang_but_a_panic_is_reported() {
-        let ok = run("t", Duration::from_millis(50), |w| {
+        let ok = run("t", Duration::from_millis(50), true, |w| {
             std::thread::sleep(Duration::from_millis(120));
             w.call("after", || 7)
         });
         assert_eq!(ok, Ok(7));
-        let err = run("t", Duration::from_secs(5), |w| -> u32 {
+        let err = run("t", Duration::from_secs(5), false, |w| -> u32 {
             w.call("boom", || panic!("vendor"))
         })
         .unwrap_err();

@@ -21,6 +21,8 @@ Request the GPUs in the pod spec and run it with the NVIDIA runtime:
           limits:
             nvidia.com/gpu: 8";
 
+const FABRIC_MANAGER_FIX: &str = "Start the fabric manager on the node: systemctl enable --now nvidia-fabricmanager (GPU operator: check the driver pod's fabric manager), and match its version to the driver's.";
+
 fn gpu_line(facts: &NvmlFacts, i: usize) -> String {
     let g = &facts.gpus[i];
     let v = |o: Option<&String>| o.cloned().unwrap_or_else(|| "?".to_string());
@@ -85,6 +87,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             }
             return f;
         }
+        LibraryState::Skipped { reason } => {
+            return Finding::new(ID, Status::Skip, format!("NVML not probed ({reason})"));
+        }
         LibraryState::Failed(e) => {
             return Finding::new(ID, Status::Fail, format!("NVML failed: {e}"))
                 .evidence(format!("library {}", gpus.nvml.library))
@@ -120,6 +125,27 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ));
         }
     }
+    let unregistered: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let state = g.fabric_state.value()?;
+            let bad = state == "not_started"
+                || state == "in_progress"
+                || state.starts_with("completed with error");
+            bad.then(|| format!("GPU {} {state}", g.index))
+        })
+        .collect();
+    if !unregistered.is_empty() {
+        problems.push(Problem::new(
+            Status::Fail,
+            format!(
+                "NVSwitch fabric registration incomplete ({}): the fabric manager has not taken these GPUs in, so NVLink peer traffic cannot run",
+                unregistered.join(", ")
+            ),
+            FABRIC_MANAGER_FIX,
+        ));
+    }
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
             evidence.push(message.clone());
@@ -128,6 +154,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 "Set NVIDIA_DRIVER_CAPABILITIES to include compute (e.g. compute,utility) so the runtime mounts libcuda.",
             ));
         }
+        LibraryState::Skipped { reason } => evidence.push(format!("CUDA driver not probed ({reason})")),
         LibraryState::Failed(e) => problems.push(Problem::new(
             Status::Fail,
             format!("CUDA driver failed: {e}"),
@@ -135,7 +162,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         )),
         LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Status::Fail,
             "cuInit failed with CUDA_ERROR_SYSTEM_NOT_READY (802): the NVSwitch fabric manager is not running",
-            "Start the fabric manager on the node: systemctl enable --now nvidia-fabricmanager (GPU operator: check the driver pod's fabric manager), and match its version to the driver's.",
+            FABRIC_MANAGER_FIX,
         )),
         LibraryState::Loaded(c) if c.init_result != 0 => problems.push(Problem::new(Status::Fail,
             format!("cuInit failed with {} ({})", c.init_result_name, c.init_result),

@@ -122,6 +122,9 @@ pub fn render(report: &Report, color: bool) -> String {
         LibraryState::Failed(e) => {
             let _ = writeln!(out, "GPUs: NVML failed: {e}\n");
         }
+        LibraryState::Skipped { reason } => {
+            let _ = writeln!(out, "GPUs: NVML not probed ({reason})\n");
+        }
     }
     match &gpus.cuda.state {
         LibraryState::Loaded(c) => {
@@ -147,6 +150,9 @@ pub fn render(report: &Report, color: bool) -> String {
         }
         LibraryState::Failed(e) => {
             let _ = writeln!(out, "CUDA driver: failed: {e}\n");
+        }
+        LibraryState::Skipped { reason } => {
+            let _ = writeln!(out, "CUDA driver: not probed ({reason})\n");
         }
     }
     if let Some(pci) = gpus.pci_gpus.value()

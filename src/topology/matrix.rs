@@ -95,6 +95,7 @@ pub(crate) mod fixtures {
             nvlink_speed_mbps: Observed::Value(26562),
             pcie_max_generation: Observed::Value(5),
             pcie_max_width: Observed::Value(16),
+            fabric_state: Observed::Value("completed".into()),
             nvlinks: links,
         }
     }

@@ -138,3 +138,14 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, i
     if (index < 0 || index > 4) return 2;
     *status = S.p2p[DEV_INDEX(a)][DEV_INDEX(b)][index]; return 0;
 }
+
+typedef struct { unsigned char clusterUuid[16]; nvmlReturn_t status; unsigned int cliqueId; unsigned char state; } nvmlGpuFabricInfo_t;
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *info) {
+    GUARD("nvmlDeviceGetGpuFabricInfo"); CHECK_DEV(d);
+    if (d->fabric_state < 0) return 3; /* pre-Hopper: NOT_SUPPORTED */
+    memset(info, 0, sizeof *info);
+    info->state = (unsigned char)d->fabric_state;
+    info->status = d->fabric_status;
+    return 0;
+}

@@ -18,6 +18,7 @@
  *   topo A|* B|* LEVEL                (INTERNAL SINGLE MULTIPLE HOSTBRIDGE NODE SYSTEM)
  *   fail SYMBOL RC                    that NVML function returns RC
  *   hang SYMBOL                       that function never returns
+ *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
  *   cuda_init CODE                    cuInit's CUresult (default 0)
  *   cuda_peer A|* B|* 0|1             cuDeviceCanAccessPeer (default: NVML read == OK)
  *
@@ -43,7 +44,7 @@ struct fake_link {
 
 struct fake_gpu {
     char bus[32], uuid[96], name[96], cpus[128];
-    int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width;
+    int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width, fabric_state, fabric_status;
     unsigned long long mem_mib;
     struct fake_link links[MAX_LINKS];
 };
@@ -113,7 +114,7 @@ static void load_scenario(void) {
             while (*p == ' ' || *p == '\t') p++;
             snprintf(g->name, sizeof g->name, "%s", p);
             g->name[strcspn(g->name, "\r\n")] = 0;
-            g->speed = -1; g->pcie_gen = 4; g->pcie_width = 16;
+            g->speed = -1; g->pcie_gen = 4; g->pcie_width = 16; g->fabric_state = -1;
         } else if (!strcmp(w[0], "link")) {
             int first = 0, last = 0; sscanf(w[2], "%d-%d", &first, &last); if (last < first) last = first;
             EACH(w[1], i, {
@@ -127,6 +128,7 @@ static void load_scenario(void) {
                 }
             });
         } else if (!strcmp(w[0], "speed")) { EACH(w[1], i, S.gpus[i].speed = atoi(w[2])); }
+        else if (!strcmp(w[0], "fabric")) { EACH(w[1], i, { S.gpus[i].fabric_state = atoi(w[2]); S.gpus[i].fabric_status = code_of(w[3]); }); }
         else if (!strcmp(w[0], "pcie")) { EACH(w[1], i, { S.gpus[i].pcie_gen = atoi(w[2]); S.gpus[i].pcie_width = atoi(w[3]); }); }
         else if (!strcmp(w[0], "p2p")) {
             EACH(w[1], a, EACH(w[2], b, { if (a != b) for (int k = 0; k < 5; k++) S.p2p[a][b][k] = code_of(w[3 + k]); }));

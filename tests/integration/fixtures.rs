@@ -370,3 +370,39 @@ fn doctor_prints_nvidia_smi_matrices() {
         stdout(&none)
     );
 }
+
+#[test]
+fn cuda_off_skips_cuinit_and_nvml_still_sees_the_fabric_manager() {
+    let out = fixture_command(
+        "gpu-fabric-manager-down",
+        "check",
+        &["--format", "json", "--cuda", "off"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        r["facts"]["gpus"]["cuda"]["state"]["skipped"]["reason"],
+        "--cuda off"
+    );
+    let devices = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-devices")
+        .unwrap();
+    let summary = devices["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("NVSwitch fabric registration incomplete")
+            && summary.contains("GPU 7 not_started"),
+        "{summary}"
+    );
+    assert!(
+        devices["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia-fabricmanager")
+    );
+}

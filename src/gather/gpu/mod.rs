@@ -19,6 +19,10 @@ pub struct GpuOptions {
     pub nvml_library: String,
     pub cuda_library: String,
     pub call_timeout: Duration,
+    /// Print each vendor call's duration to standard error.
+    pub trace: bool,
+    /// Probe the CUDA driver (cuInit costs ~0.5 s even on a warm node).
+    pub cuda: bool,
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -67,26 +71,44 @@ fn cuda_state(
 
 pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
     let timeout = options.call_timeout;
+    let trace = options.trace;
     let cuda_library = options.cuda_library.clone();
     // The CUDA waiter returns on its own deadline, so joining it cannot hang.
-    let cuda_waiter = std::thread::Builder::new()
-        .name("cuda-wait".into())
-        .spawn(move || deadline::run("cuda", timeout, move |w| cuda::gather(w, &cuda_library)));
-    let nvml_library = options.nvml_library.clone();
-    let nvml_result = deadline::run("nvml", timeout, move |w| nvml::gather(w, &nvml_library));
-    let cuda_result = match cuda_waiter {
-        Ok(handle) => handle.join().unwrap_or_else(|_| {
-            Err(Hung {
-                call: "the CUDA thread (it panicked)".into(),
-                waited: Duration::ZERO,
+    let cuda_waiter = options.cuda.then(|| {
+        std::thread::Builder::new()
+            .name("cuda-wait".into())
+            .spawn(move || {
+                deadline::run("cuda", timeout, trace, move |w| {
+                    cuda::gather(w, &cuda_library)
+                })
             })
-        }),
-        Err(e) => Err(Hung {
-            call: format!("starting the CUDA thread ({e})"),
-            waited: Duration::ZERO,
-        }),
-    };
+    });
+    let nvml_library = options.nvml_library.clone();
+    let nvml_result = deadline::run("nvml", timeout, trace, move |w| {
+        nvml::gather(w, &nvml_library)
+    });
     let mut hung = false;
+    let cuda_state = match cuda_waiter {
+        None => LibraryState::Skipped {
+            reason: "--cuda off".into(),
+        },
+        Some(Ok(handle)) => {
+            let result = handle.join().unwrap_or_else(|_| {
+                Err(Hung {
+                    call: "the CUDA thread (it panicked)".into(),
+                    waited: Duration::ZERO,
+                })
+            });
+            cuda_state(result, &mut hung)
+        }
+        Some(Err(e)) => cuda_state(
+            Err(Hung {
+                call: format!("starting the CUDA thread ({e})"),
+                waited: Duration::ZERO,
+            }),
+            &mut hung,
+        ),
+    };
     let facts = GpuFacts {
         nvml: Library {
             library: options.nvml_library.clone(),
@@ -94,7 +116,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         },
         cuda: Library {
             library: options.cuda_library.clone(),
-            state: cuda_state(cuda_result, &mut hung),
+            state: cuda_state,
         },
         pci_gpus: pci::gather(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),

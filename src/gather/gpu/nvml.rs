@@ -105,6 +105,31 @@ fn remote_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result<String, Nv
     .to_string())
 }
 
+/// NVSwitch fabric registration state. nvml-wrapper 0.13 does not wrap
+/// nvmlDeviceGetGpuFabricInfo, so the symbol is called directly.
+fn fabric_state(device: &Device<'_>, nvml: &Nvml) -> Result<String, NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetGpuFabricInfo
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    // SAFETY: a plain C struct of integers and bytes; all-zero is a valid value.
+    let mut info: nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the handle belongs to this Nvml instance; `info` is a valid out-pointer.
+    let rc = unsafe { sym(device.handle(), &mut info) };
+    if rc != 0 {
+        return Err(nvml_error(rc));
+    }
+    Ok(match (info.state, info.status) {
+        (0, _) => "not_supported".into(),
+        (1, _) => "not_started".into(),
+        (2, _) => "in_progress".into(),
+        (3, 0) => "completed".into(),
+        (3, status) => format!("completed with error {status}"),
+        (other, _) => format!("unknown state {other}"),
+    })
+}
+
 /// An NVML return code as nvml-wrapper would name it, for calls made directly.
 fn nvml_error(rc: u32) -> NvmlError {
     match rc {
@@ -202,6 +227,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
             "nvmlDeviceGetMaxPcieLinkWidth",
             device.max_pcie_link_width()
         ),
+        fabric_state: ask!("nvmlDeviceGetGpuFabricInfo", fabric_state(device, nvml)),
         nvlinks: links,
     }
 }
@@ -292,6 +318,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
                     nvlink_speed_mbps: lost(&call, &e),
                     pcie_max_generation: lost(&call, &e),
                     pcie_max_width: lost(&call, &e),
+                    fabric_state: lost(&call, &e),
                     nvlinks: Vec::new(),
                 });
             }
