@@ -81,7 +81,7 @@ pub struct NvmlGpu {
     pub persistence_mode: Observed<bool>,
     /// MIG mode currently enabled.
     pub mig_mode: Observed<bool>,
-    /// NVLink speed per link and direction, in MB/s (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON).
+    /// NVLink speed per link and direction, in MB/s (26562 on H200), as `nvidia-smi nvlink -s` shows it.
     pub nvlink_speed_mbps: Observed<u32>,
     pub pcie_max_generation: Observed<u32>,
     pub pcie_max_width: Observed<u32>,
@@ -98,7 +98,8 @@ pub struct NvmlGpu {
 pub struct NvLink {
     pub link: u32,
     pub active: bool,
-    pub version: Observed<u32>,
+    /// NVLink version (`3.0` on A100, `4.0` on H100/H200).
+    pub version: Observed<String>,
     /// Bus id of the device at the other end (normalized like `NvmlGpu::pci_bus_id`).
     pub remote_pci_bus_id: Observed<String>,
     /// `gpu`, `switch`, `ibmnpu` or `unknown`.

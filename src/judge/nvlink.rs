@@ -62,7 +62,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             .filter(|l| !l.active)
             .map(|l| l.link)
             .collect();
-        let version = g.nvlinks.iter().find_map(|l| l.version.value().copied());
+        let version = g.nvlinks.iter().find_map(|l| l.version.value().cloned());
         evidence.push(format!(
             "GPU {}: {} active link(s){}{}",
             g.index,

@@ -104,7 +104,7 @@ pub(crate) mod fixtures {
         NvLink {
             link,
             active,
-            version: Observed::Value(4),
+            version: Observed::Value("4.0".into()),
             remote_pci_bus_id: Observed::Value(remote.into()),
             remote_type: Observed::Value(kind.into()),
         }

@@ -97,7 +97,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
     GUARD("nvmlDeviceGetFieldValues"); CHECK_DEV(d);
     for (int i = 0; i < count; i++) {
         values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-        if (values[i].fieldId == 90 && d->speed >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->speed; }
+        /* 164 NVLINK_GET_SPEED (scoped to a link) and 90 SPEED_MBPS_COMMON */
+        if ((values[i].fieldId == 164 || values[i].fieldId == 90) && d->speed >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->speed; }
         else values[i].nvmlReturn = 3;
     }
     return 0;

@@ -9,7 +9,6 @@ use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON;
 use std::ffi::OsStr;
 
@@ -105,6 +104,66 @@ fn remote_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result<String, Nv
     .to_string())
 }
 
+/// nvmlDeviceGetNvLinkVersion answers an enum (nvml.h NVML_NVLINK_VERSION_*), not the
+/// spec version: 4 is NVLink 3.0 (A100), 6 is 4.0 (H100/H200), 7 is 5.0 (B200).
+pub fn nvlink_version(code: u32) -> String {
+    match code {
+        1 => "1.0",
+        2 => "2.0",
+        3 => "2.2",
+        4 => "3.0",
+        5 => "3.1",
+        6 => "4.0",
+        7 => "5.0",
+        other => return format!("unknown ({other})"),
+    }
+    .to_string()
+}
+
+/// NVLink speed per link and direction in MB/s: NVML_FI_DEV_NVLINK_GET_SPEED (164),
+/// scoped to a link, is what `nvidia-smi nvlink -s` prints and the only one Hopper
+/// answers; older drivers and GPUs answer the common-speed field (90). nvml-wrapper
+/// cannot set a field's scope, so the symbol is called directly.
+fn nvlink_speed(device: &Device<'_>, nvml: &Nvml, link: Option<u32>) -> Result<u32, NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    for (field, scope) in [
+        (164, link.unwrap_or(0)),
+        (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, 0),
+    ] {
+        // SAFETY: a plain C struct; all-zero is valid, and NVML fills it in.
+        let mut value: nvml_wrapper_sys::bindings::nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+        value.fieldId = field;
+        value.scopeId = scope;
+        // SAFETY: one valid element, count 1; the handle belongs to this Nvml instance.
+        let rc = unsafe { sym(device.handle(), 1, &mut value) };
+        if rc != 0 || value.nvmlReturn != 0 {
+            continue;
+        }
+        // SAFETY: valueType says which union member NVML wrote.
+        let v: u64 = unsafe {
+            match value.valueType {
+                1 => u64::from(value.value.uiVal),
+                2 => value.value.ulVal,
+                3 => value.value.ullVal,
+                4 => u64::try_from(value.value.sllVal).unwrap_or(0),
+                5 => u64::try_from(value.value.siVal).unwrap_or(0),
+                6 => u64::from(value.value.usVal),
+                _ => continue,
+            }
+        };
+        if let Ok(v) = u32::try_from(v)
+            && v > 0
+        {
+            return Ok(v);
+        }
+    }
+    Err(NvmlError::NotSupported)
+}
+
 /// NVSwitch fabric registration state. nvml-wrapper 0.13 does not wrap
 /// nvmlDeviceGetGpuFabricInfo, so the symbol is called directly.
 fn fabric_state(device: &Device<'_>, nvml: &Nvml) -> Result<String, NvmlError> {
@@ -144,7 +203,7 @@ fn nvml_error(rc: u32) -> NvmlError {
 
 fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
-    let links = (0..MAX_LINKS)
+    let links: Vec<NvLink> = (0..MAX_LINKS)
         .filter_map(|link| {
             let wrapper = device.link_wrapper_for(link);
             let active = match watch.call(
@@ -163,7 +222,8 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
                 version: observed(
                     &name("nvmlDeviceGetNvLinkVersion"),
                     watch.call(name("nvmlDeviceGetNvLinkVersion"), || wrapper.version()),
-                ),
+                )
+                .map(nvlink_version),
                 remote_pci_bus_id: observed(
                     &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
                     watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
@@ -180,18 +240,9 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
             })
         })
         .collect();
+    let first_active = links.iter().find(|l| l.active).map(|l| l.link);
     let speed = watch.call(call("nvmlDeviceGetFieldValues"), || {
-        device
-            .field_values_for(&[FieldId(NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)])
-            .and_then(|mut v| v.pop().unwrap_or(Err(NvmlError::NotSupported)))
-            .and_then(|sample| sample.value)
-            .and_then(|value| match value {
-                nvml_wrapper::enums::device::SampleValue::U32(v) => Ok(v),
-                nvml_wrapper::enums::device::SampleValue::U64(v) => {
-                    u32::try_from(v).map_err(|_| NvmlError::NotSupported)
-                }
-                _ => Err(NvmlError::NotSupported),
-            })
+        nvlink_speed(device, nvml, first_active)
     });
     macro_rules! ask {
         ($what:literal, $e:expr) => {
