@@ -8,7 +8,11 @@ set -euo pipefail
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
-packages=(build-essential pkg-config ca-certificates curl iproute2 util-linux binutils python3 python3-venv)
+# libibverbs-dev, librdmacm-dev and libclang-dev build rdma-sys (ibverbs types only: the
+# binary dlopens libibverbs); libfabric1, libfabric-bin and ibverbs-providers are the real
+# libraries the tests load.
+packages=(build-essential pkg-config ca-certificates curl iproute2 util-linux binutils python3 python3-venv
+  libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers libfabric1 libfabric-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
