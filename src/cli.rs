@@ -83,6 +83,25 @@ pub struct GatherArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
           value_parser = crate::units::parse_duration)]
     pub timeout: std::time::Duration,
+    /// The libibverbs library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_VERBS_LIB",
+        default_value = "libibverbs.so.1",
+        value_name = "PATH"
+    )]
+    pub verbs_lib: String,
+    /// The libfabric library to load [default: /opt/amazon/efa/lib{,64}/libfabric.so.1, then libfabric.so.1].
+    #[arg(long, env = "NCCL_PREFLIGHT_FABRIC_LIB", value_name = "PATH")]
+    pub fabric_lib: Option<String>,
+    /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH")]
+    pub nccl_lib: Option<String>,
+    /// Memory registered with ibv_reg_mr on each RDMA device to prove memlock and pinning
+    /// (default 128MiB: above containerd's 8 MiB and Docker's 64 MiB memlock defaults).
+    #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",
+          value_parser = crate::units::parse_bytes)]
+    pub memreg_size: u64,
     /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.5 s and loses
     /// the fabric-manager check on pre-Hopper NVSwitch systems.
     #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On)]

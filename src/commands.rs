@@ -4,6 +4,7 @@
 use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::gather::gpu::{GpuOptions, HungCall};
+use crate::gather::rdma::RdmaOptions;
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
 use crate::judge::{self, Status};
 use crate::output::{self, Output};
@@ -49,14 +50,37 @@ fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<(Fact
             Box::new(replay::ReplayKernel::new(recording, &args.host_root))
         }
     };
-    let gpu = GpuOptions {
-        nvml_library: args.nvml_lib.clone(),
-        cuda_library: args.cuda_lib.clone(),
-        call_timeout: args.timeout,
-        trace: args.trace,
-        cuda: args.cuda == Switch::On,
+    let env_var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.to_str())
+            .map(String::from)
     };
-    Ok(gather::gather(&host, kernel.as_ref(), env, &gpu))
+    let vendor = gather::VendorOptions {
+        gpu: GpuOptions {
+            nvml_library: args.nvml_lib.clone(),
+            cuda_library: args.cuda_lib.clone(),
+            call_timeout: args.timeout,
+            trace: args.trace,
+            cuda: args.cuda == Switch::On,
+        },
+        rdma: RdmaOptions {
+            verbs_library: args.verbs_lib.clone(),
+            fabric_libraries: match &args.fabric_lib {
+                Some(l) => vec![l.clone()],
+                None => gather::rdma::fabric::LOCATIONS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            },
+            nccl_libraries: gather::rdma::nccl_locations(args.nccl_lib.as_deref()),
+            net_plugin_env: env_var("NCCL_NET_PLUGIN"),
+            memreg_bytes: args.memreg_size,
+            call_timeout: args.timeout,
+            trace: args.trace,
+        },
+    };
+    Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
 }
 
 /// Loads saved facts: a facts document, or a report (its `facts`). A document

@@ -13,6 +13,8 @@ pub struct Platform {
     /// EFA devices, where known.
     pub efa_devices: Option<u32>,
     pub nvlink: bool,
+    /// aws-ofi-nccl requires GPUDirect RDMA here (FACTS.md section 4: p4d, p4de, p5, p5e; p5en and p6 likewise).
+    pub gdr_required: bool,
 }
 
 pub const PLATFORMS: &[Platform] = &[
@@ -21,38 +23,54 @@ pub const PLATFORMS: &[Platform] = &[
         gpus: 8,
         efa_devices: Some(4),
         nvlink: true,
+        gdr_required: true,
     },
     Platform {
         names: &["p5.48xlarge", "p5e.48xlarge"],
         gpus: 8,
         efa_devices: Some(32),
         nvlink: true,
+        gdr_required: true,
     },
     Platform {
         names: &["p5en.48xlarge"],
         gpus: 8,
         efa_devices: Some(16),
         nvlink: true,
+        gdr_required: true,
     },
     Platform {
         names: &["p6-b200.48xlarge"],
         gpus: 8,
         efa_devices: Some(8),
         nvlink: true,
+        gdr_required: true,
     },
     Platform {
         names: &["g5.48xlarge"],
         gpus: 8,
         efa_devices: None,
         nvlink: false,
+        gdr_required: false,
     },
     Platform {
         names: &["g6e.48xlarge"],
         gpus: 8,
         efa_devices: None,
         nvlink: false,
+        gdr_required: false,
     },
 ];
+
+/// The platform of a node, from its facts.
+pub fn of(facts: &crate::facts::Facts) -> Option<&'static Platform> {
+    facts
+        .platform
+        .product_name
+        .value()
+        .and_then(|p| p.as_deref())
+        .and_then(lookup)
+}
 
 /// The platform a product name belongs to.
 pub fn lookup(product_name: &str) -> Option<&'static Platform> {

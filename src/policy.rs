@@ -14,7 +14,7 @@ pub struct Threshold<T> {
 }
 
 /// `--require` items this version understands.
-pub const REQUIREMENTS: &[&str] = &["host-ipc", "gpus=N", "nvlink"];
+pub const REQUIREMENTS: &[&str] = &["host-ipc", "gpus=N", "nvlink", "rdma", "efa"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Requirements {
@@ -24,6 +24,10 @@ pub struct Requirements {
     pub gpus: Option<u32>,
     /// GPUs must share active NVLinks.
     pub nvlink: bool,
+    /// At least one usable RDMA device.
+    pub rdma: bool,
+    /// At least one usable EFA device, with libfabric's efa provider and the NCCL plugin.
+    pub efa: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +98,8 @@ pub fn build(
         match item.as_str() {
             "host-ipc" => policy.require.host_ipc = true,
             "nvlink" => policy.require.nvlink = true,
+            "rdma" => policy.require.rdma = true,
+            "efa" => policy.require.efa = true,
             other if other.starts_with("gpus=") => {
                 let n = other["gpus=".len()..]
                     .parse::<u32>()
@@ -154,8 +160,11 @@ mod tests {
         assert!(e.starts_with("--min-shm:"), "{e}");
         let e = build(&[], &["gpus=8x".into()], None, None).unwrap_err();
         assert!(e.starts_with("--require:"), "{e}");
-        let e = build(&[], &["rdma-ish".into()], None, None).unwrap_err();
-        assert!(e.contains("known: host-ipc, gpus=N, nvlink"), "{e}");
+        let e = build(&[], &["infiniband".into()], None, None).unwrap_err();
+        assert!(
+            e.contains("known: host-ipc, gpus=N, nvlink, rdma, efa"),
+            "{e}"
+        );
         let p = build(&[], &["gpus=8,nvlink".into()], None, None).unwrap();
         assert_eq!((p.require.gpus, p.require.nvlink), (Some(8), true));
         assert!(

@@ -6,6 +6,7 @@
 //! a `facts` capture replays anywhere.
 
 pub mod gpu;
+pub mod rdma;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -149,7 +150,7 @@ pub struct Facts {
     pub namespaces: NamespaceFacts,
     pub network: NetworkFacts,
     pub platform: PlatformFacts,
-    pub rdma: RdmaFacts,
+    pub rdma: rdma::RdmaFacts,
     pub gpus: gpu::GpuFacts,
     /// Launcher and container variables (WORLD_SIZE, CUDA_VISIBLE_DEVICES, ...) that were set.
     pub launcher: BTreeMap<String, EnvValue>,
@@ -305,11 +306,4 @@ pub struct PlatformFacts {
     pub product_name: Observed<Option<String>>,
     /// First line of /sys/devices/virtual/dmi/id/sys_vendor; `None` when absent.
     pub sys_vendor: Observed<Option<String>>,
-}
-
-/// RDMA devices the kernel exposes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RdmaFacts {
-    /// Names under /sys/class/infiniband, sorted; empty when there are none.
-    pub devices: Observed<Vec<String>>,
 }

@@ -70,6 +70,35 @@ impl Host {
         }
     }
 
+    /// Opens `abs` read-write and closes it again, as a process that will use the
+    /// device node must: `None` when it does not exist, `Some(Err)` with the error
+    /// when it exists but cannot be opened (permissions, a device cgroup).
+    pub fn try_open_rw(&self, abs: &str) -> Option<Result<(), String>> {
+        match fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path(abs))
+        {
+            Ok(_) => Some(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => Some(Err(e.to_string())),
+        }
+    }
+
+    /// The canonical path of `abs` with every symlink resolved, as a host path
+    /// (sysfs links through links: /sys/class/infiniband/X/device); `None` when missing.
+    pub fn real_path(&self, abs: &str) -> Result<Option<String>, FactError> {
+        let root = fs::canonicalize(&self.root).map_err(|e| self.error("/", e))?;
+        match fs::canonicalize(self.path(abs)) {
+            Ok(p) => Ok(p
+                .strip_prefix(&root)
+                .ok()
+                .map(|rel| format!("/{}", rel.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.error(abs, e)),
+        }
+    }
+
     /// Reads the target of a symbolic link (e.g. /proc/self/ns/ipc).
     pub fn read_link(&self, abs: &str) -> Result<Option<String>, FactError> {
         match fs::read_link(self.path(abs)) {

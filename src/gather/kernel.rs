@@ -73,9 +73,11 @@ fn limit_from_raw(raw: u64) -> Limit {
     }
 }
 
-fn errno_text(err: io::Error) -> String {
+/// An OS error as `ENOMEM: Cannot allocate memory`: the errno name users search for, and its text.
+pub fn errno_text(err: io::Error) -> String {
     match err.raw_os_error() {
-        Some(code) => format!("{}: {}", nix::errno::Errno::from_raw(code), err),
+        // nix prints the name and the description.
+        Some(code) => nix::errno::Errno::from_raw(code).to_string(),
         None => err.to_string(),
     }
 }

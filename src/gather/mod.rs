@@ -3,6 +3,7 @@
 //! returns `Facts`.
 
 pub mod deadline;
+pub mod dl;
 pub mod environment;
 pub mod gpu;
 pub mod host;
@@ -12,6 +13,7 @@ pub mod namespaces;
 pub mod netlink;
 pub mod network;
 pub mod platform;
+pub mod rdma;
 pub mod replay;
 pub mod shm;
 
@@ -20,15 +22,33 @@ use host::Host;
 use kernel::{Kernel, LimitKind};
 use std::ffi::OsString;
 
+/// How to reach the vendor libraries.
+#[derive(Debug, Clone)]
+pub struct VendorOptions {
+    pub gpu: gpu::GpuOptions,
+    pub rdma: rdma::RdmaOptions,
+}
+
 /// Gathers every fact. Never fails: what could not be read is recorded as such.
-/// The second value says whether a vendor call hung (see `deadline`).
+/// The second value says whether a vendor call hung (see `deadline`). The GPU
+/// and RDMA libraries are probed side by side.
 pub fn gather(
     host: &Host,
     kernel: &dyn Kernel,
     env: &[(OsString, OsString)],
-    gpu_options: &gpu::GpuOptions,
+    vendor: &VendorOptions,
 ) -> (Facts, gpu::HungCall) {
-    let (gpus, hung) = gpu::gather(host, gpu_options);
+    let ((gpus, gpu_hung), (rdma, rdma_hung)) = std::thread::scope(|scope| {
+        let rdma = scope.spawn(|| rdma::gather(host, &vendor.rdma));
+        let gpus = gpu::gather(host, &vendor.gpu);
+        // rdma::gather returns on its own deadline; a panic inside it is a bug reported as a hang.
+        let rdma = rdma.join().unwrap_or_else(|_| {
+            let e = crate::facts::FactError::new("rdma", "the RDMA probe panicked");
+            (rdma::failed_facts(host, e), true)
+        });
+        (gpus, rdma)
+    });
+    let hung = gpu::HungCall(gpu_hung.0 || rdma_hung);
     let namespaces = namespaces::gather(host);
     let network = network::gather(
         host,
@@ -46,7 +66,7 @@ pub fn gather(
         namespaces,
         network,
         platform: platform::gather(host),
-        rdma: platform::gather_rdma(host),
+        rdma,
         gpus,
         launcher,
         nccl_env,

@@ -1,8 +1,7 @@
-//! The machine's identity from DMI (the EC2 instance type lives in product_name),
-//! and the RDMA devices sysfs lists.
+//! The machine's identity from DMI (the EC2 instance type lives in product_name).
 
 use super::host::Host;
-use crate::facts::{Observed, PlatformFacts, RdmaFacts};
+use crate::facts::{Observed, PlatformFacts};
 
 /// First line of a DMI attribute, trimmed; `None` when the file is absent or blank.
 fn dmi_field(host: &Host, name: &str) -> Observed<Option<String>> {
@@ -19,14 +18,5 @@ pub fn gather(host: &Host) -> PlatformFacts {
     PlatformFacts {
         product_name: dmi_field(host, "product_name"),
         sys_vendor: dmi_field(host, "sys_vendor"),
-    }
-}
-
-pub fn gather_rdma(host: &Host) -> RdmaFacts {
-    RdmaFacts {
-        devices: host
-            .list_dir("/sys/class/infiniband")
-            .map(Option::unwrap_or_default)
-            .into(),
     }
 }

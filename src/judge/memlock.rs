@@ -154,8 +154,18 @@ mod tests {
         let f = judge(&limited(8 << 20), &Policy::default());
         assert_eq!(f.status, Status::Warn);
         assert!(f.summary.contains("8 MiB"), "{}", f.summary);
-        let mut rdma = limited(8 << 20);
-        rdma.rdma.devices = Observed::Value(vec!["rdmap16s27".into()]);
+        let rdma = limited(8 << 20);
+        let rdma = crate::judge::test_facts::with_rdma(
+            rdma,
+            vec![crate::judge::test_facts::rdma_device(
+                "rdmap16s27",
+                "efa",
+                "0000:10:1b.0",
+                "/sys/devices/x",
+                "ACTIVE",
+                "Unspecified",
+            )],
+        );
         assert_eq!(judge(&rdma, &Policy::default()).status, Status::Fail);
         let explicit = policy::build(&[], &[], None, Some("unlimited")).unwrap();
         let f = judge(&limited(65536), &explicit);

@@ -5,13 +5,18 @@
 //! not the checks, applies `--ignore`.
 
 mod dev_shm;
+mod gdr;
 mod gpu_devices;
 mod gpu_p2p;
 mod host_ipc;
+mod libfabric;
 mod memlock;
 mod nccl_env;
+mod nccl_net_plugin;
 mod nvlink;
 mod pod_placement;
+pub mod rdma_devices;
+mod rdma_memreg;
 mod stack_limit;
 
 use crate::facts::Facts;
@@ -129,6 +134,31 @@ pub const CHECKS: &[Check] = &[
         judge: pod_placement::judge,
     },
     Check {
+        id: "rdma-devices",
+        title: "RDMA/EFA devices present, ports active, device nodes openable, libibverbs sees them",
+        judge: rdma_devices::judge,
+    },
+    Check {
+        id: "rdma-memreg",
+        title: "a real ibv_reg_mr of --memreg-size on every RDMA device",
+        judge: rdma_memreg::judge,
+    },
+    Check {
+        id: "libfabric",
+        title: "libfabric loads and offers efa RDM endpoints where EFA exists",
+        judge: libfabric::judge,
+    },
+    Check {
+        id: "nccl-net-plugin",
+        title: "the NCCL net plugin NCCL will load (aws-ofi-nccl on EFA)",
+        judge: nccl_net_plugin::judge,
+    },
+    Check {
+        id: "gdr",
+        title: "GPUDirect RDMA for GPU-NIC pairs under one PCIe switch (nvidia-peermem or dma-buf)",
+        judge: gdr::judge,
+    },
+    Check {
         id: "nccl-env",
         title: "the user's own NCCL variables against this node",
         judge: nccl_env::judge,
@@ -226,6 +256,15 @@ fn combine(
     f
 }
 
+/// One failed dlopen as an evidence line; dlerror already starts with the library's name.
+fn attempt_failure(library: &str, error: &str) -> String {
+    if error.starts_with(&format!("{library}:")) {
+        error.to_string()
+    } else {
+        format!("{library}: {error}")
+    }
+}
+
 /// The status for "could not determine": a warning, or a failure when the user
 /// explicitly asked for what this check enforces.
 fn undetermined(explicit: bool) -> Status {
@@ -264,8 +303,15 @@ mod tests {
     fn healthy_node_passes_every_check() {
         let findings = judge(&test_facts::healthy(), &Policy::default());
         assert_eq!(findings.len(), CHECKS.len());
+        // The healthy node is a 2x H200 without RDMA: the RDMA checks have nothing to look at.
+        let rdma = ["rdma-devices", "rdma-memreg", "nccl-net-plugin", "gdr"];
         for f in &findings {
-            assert_eq!(f.status, Status::Pass, "{f:?}");
+            let want = if rdma.contains(&f.id.as_str()) {
+                Status::Skip
+            } else {
+                Status::Pass
+            };
+            assert_eq!(f.status, want, "{f:?}");
         }
         assert_eq!(verdict(&findings), Status::Pass);
     }

@@ -80,9 +80,7 @@ pub fn healthy() -> Facts {
             product_name: Observed::Value(None),
             sys_vendor: Observed::Value(None),
         },
-        rdma: RdmaFacts {
-            devices: Observed::Value(vec![]),
-        },
+        rdma: no_rdma(),
         gpus: h200x2_gpus(),
         launcher: BTreeMap::new(),
         nccl_env: BTreeMap::new(),
@@ -170,6 +168,129 @@ pub fn no_gpus() -> gpu::GpuFacts {
     }
 }
 
+/// No RDMA device; Debian-like libraries: libibverbs without kernel support, libfabric 1.17.
+pub fn no_rdma() -> rdma::RdmaFacts {
+    use rdma::*;
+    RdmaFacts {
+        devices: Observed::Value(vec![]),
+        uverbs: Observed::Value(vec![]),
+        rdma_cm: Observed::Value(None),
+        verbs: gpu::Library {
+            library: "libibverbs.so.1".into(),
+            state: gpu::LibraryState::Loaded(VerbsFacts {
+                devices: Observed::Error(FactError::new(
+                    "ibv_get_device_list",
+                    "ENOSYS: Function not implemented",
+                )),
+                memreg_bytes: 128 << 20,
+            }),
+        },
+        libfabric: gpu::Library {
+            library: "libfabric.so.1".into(),
+            state: gpu::LibraryState::Loaded(FabricFacts {
+                version: "1.17".into(),
+                providers: vec!["shm".into(), "tcp".into()],
+                efa_rdm: Observed::Value(0),
+            }),
+        },
+        libfabric_attempts: vec![],
+        nccl: NcclFacts {
+            library: gpu::Library {
+                library: "libnccl.so.2".into(),
+                state: gpu::LibraryState::Loaded(NcclLibrary {
+                    path: Some("/usr/lib/x86_64-linux-gnu/libnccl.so.2".into()),
+                    version: Observed::Value("2.28.9".into()),
+                }),
+            },
+            net_plugin: Observed::Value(None),
+            net_plugin_attempts: vec![],
+        },
+        gdr: GdrFacts {
+            peermem_module: Observed::Value(None),
+            kernel_release: Observed::Value("6.8.0-1015-aws".into()),
+            nvidia_open_modules: Observed::Value(Some(true)),
+        },
+    }
+}
+
+/// An RDMA device with one port, and a uverbs node this process can open.
+pub fn rdma_device(
+    name: &str,
+    driver: &str,
+    bus: &str,
+    path: &str,
+    state: &str,
+    link_layer: &str,
+) -> rdma::RdmaDevice {
+    rdma::RdmaDevice {
+        name: name.into(),
+        driver: Some(driver.into()),
+        pci_bus_id: Some(bus.into()),
+        sysfs_path: Some(path.into()),
+        numa_node: Some(0),
+        fw_ver: None,
+        node_guid: None,
+        netdevs: vec![],
+        ports: vec![rdma::RdmaPort {
+            port: 1,
+            state: Some(state.into()),
+            phys_state: Some(
+                if state == "ACTIVE" {
+                    "LinkUp"
+                } else {
+                    "Disabled"
+                }
+                .into(),
+            ),
+            link_layer: Some(link_layer.into()),
+            rate: Some("100 Gb/sec (4X EDR)".into()),
+            gids: vec![],
+        }],
+        unreadable: vec![],
+    }
+}
+
+/// `devices` made visible to this process through uverbs nodes and libibverbs, each registering fine.
+pub fn with_rdma(mut facts: Facts, devices: Vec<rdma::RdmaDevice>) -> Facts {
+    use rdma::*;
+    facts.rdma.uverbs = Observed::Value(
+        devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| UverbsNode {
+                name: format!("uverbs{i}"),
+                ibdev: Some(d.name.clone()),
+                open: Some(Openable { refused: None }),
+            })
+            .collect(),
+    );
+    facts.rdma.verbs.state = gpu::LibraryState::Loaded(VerbsFacts {
+        devices: Observed::Value(
+            devices
+                .iter()
+                .map(|d| VerbsDevice {
+                    name: d.name.clone(),
+                    open: Observed::Value(()),
+                    fw_ver: None,
+                    vendor_id: None,
+                    vendor_part_id: None,
+                    ports: vec![VerbsPort {
+                        port: 1,
+                        query: Observed::Value(()),
+                        state: d.ports[0].state.clone(),
+                        link_layer: d.ports[0].link_layer.clone(),
+                        active_mtu: Some(4096),
+                    }],
+                    memreg: Some(Observed::Value(())),
+                })
+                .collect(),
+        ),
+        memreg_bytes: 128 << 20,
+    });
+    facts.rdma.devices = Observed::Value(devices);
+    facts
+}
+
 pub fn with_env(mut facts: Facts, pairs: &[(&str, &str)]) -> Facts {
     for (k, v) in pairs {
         let value = EnvValue::text(*v);
@@ -191,7 +312,17 @@ pub fn broken_variants() -> Vec<Facts> {
         soft: Limit::Bytes(8 << 20),
         hard: Limit::Bytes(8 << 20),
     });
-    f.rdma.devices = Observed::Value(vec!["mlx5_0".into()]);
+    let f = with_rdma(
+        f,
+        vec![rdma_device(
+            "mlx5_0",
+            "mlx5_core",
+            "0000:17:00.0",
+            "/sys/devices/pci0000:00/0000:00:01.0/0000:17:00.0",
+            "ACTIVE",
+            "InfiniBand",
+        )],
+    );
     out.push(f);
     let mut f = healthy();
     f.memlock.limit = unreadable();

@@ -2,5 +2,6 @@
 //! `nvidia-smi topo -m` notation, the P2P matrix, and what CUDA_VISIBLE_DEVICES
 //! selects. Shared by the checks, `doctor` and tuning.
 
+pub mod affinity;
 pub mod matrix;
 pub mod visible;

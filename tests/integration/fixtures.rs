@@ -73,7 +73,7 @@ fn healthy_pod_passes_and_pins_eth0() {
     assert_eq!(setting(&r, "NCCL_SOCKET_IFNAME").unwrap()["value"], "=eth0");
     assert_eq!(
         r["facts"]["platform"]["product_name"]["value"],
-        "p4d.24xlarge"
+        "Standard PC (Q35 + ICH9, 2009)"
     );
     assert_eq!(r["facts"]["nccl_env"]["NCCL_DEBUG"]["value"], "INFO");
 }
@@ -232,8 +232,9 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         ("gpu-p2p-read-only", 0, &[("gpu-p2p", "warn")]),
         (
             "gpu-one-of-eight",
-            0,
-            &[("pod-placement", "warn"), ("gpu-p2p", "skip")],
+            1,
+            // Eight one-GPU pods on p4d without EFA: slow placement, and TCP between nodes.
+            &[("pod-placement", "warn"), ("gpu-p2p", "skip"), ("rdma-devices", "fail")],
         ),
         ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
         (
@@ -405,4 +406,68 @@ fn cuda_off_skips_cuinit_and_nvml_still_sees_the_fabric_manager() {
             .unwrap()
             .contains("nvidia-fabricmanager")
     );
+}
+
+#[test]
+fn rdma_scenarios_through_the_fake_vendor_libraries() {
+    type Expectation = (&'static str, i32, &'static [(&'static str, &'static str)]);
+    let cases: &[Expectation] = &[
+        (
+            "rdma-p4d-efa",
+            0,
+            &[
+                ("rdma-devices", "pass"),
+                ("rdma-memreg", "pass"),
+                ("libfabric", "pass"),
+                ("nccl-net-plugin", "pass"),
+                ("gdr", "pass"),
+            ],
+        ),
+        (
+            "rdma-p5-efa",
+            0,
+            &[
+                ("rdma-devices", "pass"),
+                ("libfabric", "pass"),
+                ("gdr", "pass"),
+            ],
+        ),
+        (
+            "rdma-efa-no-plugin",
+            1,
+            &[("libfabric", "fail"), ("nccl-net-plugin", "fail")],
+        ),
+        (
+            "rdma-plugin-broken",
+            1,
+            &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
+        ),
+        ("rdma-no-gdr", 1, &[("gdr", "fail")]),
+        (
+            "rdma-roce-multus",
+            0,
+            &[
+                ("rdma-devices", "pass"),
+                ("nccl-net-plugin", "pass"),
+                ("libfabric", "skip"),
+                ("gdr", "warn"),
+            ],
+        ),
+        (
+            "rdma-ib-ndr",
+            0,
+            &[
+                ("rdma-devices", "pass"),
+                ("rdma-memreg", "pass"),
+                ("gdr", "pass"),
+            ],
+        ),
+        ("rdma-port-down", 1, &[("rdma-devices", "fail")]),
+    ];
+    for (name, code, statuses) in cases {
+        let r = scenario(name, *code);
+        for (id, want) in *statuses {
+            assert_eq!(status(&r, id), *want, "{name}: {id}");
+        }
+    }
 }

@@ -6,4 +6,5 @@ mod explain;
 mod fixtures;
 mod kernel;
 mod outputs;
+mod rdma;
 mod support;

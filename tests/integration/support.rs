@@ -44,17 +44,15 @@ pub fn fixture_env(name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The fake libnvidia-ml.so.1 and libcuda.so.1 (tests/fakes), built once per test run.
+/// The fake vendor libraries (tests/fakes), built once per test run, one folder
+/// per vendor so a scenario can put exactly the fakes it wants on LD_LIBRARY_PATH.
 pub fn fake_libs() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-libs");
-        std::fs::create_dir_all(&dir).unwrap();
-        for (source, library) in [
-            ("fake_nvml.c", "libnvidia-ml.so.1"),
-            ("fake_cuda.c", "libcuda.so.1"),
-        ] {
-            let out = Command::new("cc")
+        let cc = |source: &str, out: PathBuf, extra: &[&str]| {
+            std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+            let status = Command::new("cc")
                 .args([
                     "-shared",
                     "-fPIC",
@@ -63,32 +61,71 @@ pub fn fake_libs() -> &'static Path {
                     "-Wno-format-truncation",
                     "-o",
                 ])
-                .arg(dir.join(library))
+                .arg(&out)
                 .arg(repo().join("tests/fakes").join(source))
-                .arg("-lpthread")
+                .args(extra)
                 .output()
                 .expect("cc (build-essential) builds the fake vendor libraries");
             assert!(
-                out.status.success(),
+                status.status.success(),
                 "building {source}: {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&status.stderr)
             );
-        }
+        };
+        cc(
+            "fake_nvml.c",
+            dir.join("nvidia/libnvidia-ml.so.1"),
+            &["-lpthread"],
+        );
+        cc(
+            "fake_cuda.c",
+            dir.join("nvidia/libcuda.so.1"),
+            &["-lpthread"],
+        );
+        cc(
+            "fake_verbs.c",
+            dir.join("verbs/libibverbs.so.1"),
+            &["-lpthread"],
+        );
+        cc("fake_fabric.c", dir.join("fabric/libfabric.so.1"), &[]);
+        cc(
+            "fake_nccl.c",
+            dir.join("nccl-lib/libnccl.so.2"),
+            &["-DFAKE_LIBNCCL"],
+        );
+        cc(
+            "fake_nccl.c",
+            dir.join("nccl-plugin/libnccl-net.so"),
+            &["-DFAKE_NET_PLUGIN"],
+        );
+        // A plugin that exists but needs a libfabric that is not there, as when
+        // aws-ofi-nccl is installed without /opt/amazon/efa/lib on the path.
+        let stub = dir.join("stub");
+        cc(
+            "fake_fabric.c",
+            stub.join("libfabric-missing.so.1"),
+            &["-Wl,-soname,libfabric-missing.so.1"],
+        );
+        let stub_flag = format!("-L{}", stub.display());
+        cc(
+            "fake_nccl.c",
+            dir.join("nccl-plugin-broken/libnccl-net.so"),
+            &[
+                "-DFAKE_NET_PLUGIN",
+                &stub_flag,
+                "-Wl,--no-as-needed",
+                "-l:libfabric-missing.so.1",
+            ],
+        );
         dir
     })
 }
 
-/// Points a command at the fake NVIDIA libraries with `scenario`, through the same
-/// dlopen of libnvidia-ml.so.1 and libcuda.so.1 as on a real node.
-pub fn with_fake_gpus(cmd: &mut Command, scenario: &Path) {
-    cmd.env("LD_LIBRARY_PATH", fake_libs())
-        .env("FAKE_GPU_SCENARIO", scenario);
-}
-
 /// `SUBCOMMAND --host-root root --replay-kernel kernel.json ARGS...` run inside fixture
-/// `name` with its recorded environment plus `env`. A fixture with a gpu.scenario
-/// gets the fake NVIDIA libraries; the others get library paths that do not
-/// exist, so they read "no NVIDIA libraries" whatever machine runs the tests.
+/// `name` with its recorded environment plus `env`. Each scenario file the fixture has
+/// (gpu, verbs, fabric, nccl) puts that vendor's fake library on LD_LIBRARY_PATH; a
+/// vendor without one gets a library path that does not exist, so fixtures read the
+/// same on any machine.
 pub fn fixture_command(
     name: &str,
     subcommand: &str,
@@ -105,15 +142,86 @@ pub fn fixture_command(
     ];
     all.extend(args);
     let mut cmd = command(&all, env);
-    let scenario = dir.join("gpu.scenario");
-    if scenario.exists() {
-        with_fake_gpus(&mut cmd, &scenario);
-    } else {
-        cmd.env("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1")
-            .env("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1");
+    let libs = fake_libs();
+    let mut path = Vec::new();
+    let scenario = |file: &str| Some(dir.join(file)).filter(|p| p.exists());
+    match scenario("gpu.scenario") {
+        Some(s) => {
+            path.push(libs.join("nvidia"));
+            cmd.env("FAKE_GPU_SCENARIO", s);
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1")
+                .env("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1");
+        }
+    }
+    match scenario("verbs.scenario") {
+        Some(s) => {
+            path.push(libs.join("verbs"));
+            cmd.env("FAKE_VERBS_SCENARIO", s);
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_VERBS_LIB", "absent/libibverbs.so.1");
+        }
+    }
+    match scenario("fabric.scenario") {
+        Some(s) => {
+            path.push(libs.join("fabric"));
+            cmd.env("FAKE_FABRIC_SCENARIO", s)
+                .env("NCCL_PREFLIGHT_FABRIC_LIB", "libfabric.so.1");
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_FABRIC_LIB", "absent/libfabric.so.1");
+        }
+    }
+    // nccl.scenario: "version N" puts a fake libnccl.so.2 answering N on the path;
+    // "plugin ok|broken|none" a working, a broken or no libnccl-net.so.
+    let nccl = scenario("nccl.scenario")
+        .map(|s| std::fs::read_to_string(s).unwrap())
+        .unwrap_or_default();
+    let word = |key: &str| {
+        nccl.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_string())
+    };
+    match word("version ") {
+        Some(v) => {
+            path.push(libs.join("nccl-lib"));
+            cmd.env("FAKE_NCCL_VERSION", v);
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_NCCL_LIB", "absent/libnccl.so.2");
+        }
+    }
+    match word("plugin ").as_deref() {
+        Some("ok") => path.push(libs.join("nccl-plugin")),
+        Some("broken") => path.push(libs.join("nccl-plugin-broken")),
+        _ => {}
+    }
+    if !path.is_empty() {
+        // Relative to the fixture, so the paths dladdr reports (and the golden files hold)
+        // do not depend on where the repository is checked out.
+        let relative: Vec<PathBuf> = path.iter().map(|p| relative_to(&dir, p)).collect();
+        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(&relative).unwrap());
     }
     cmd.envs(fixture_env(name)).current_dir(dir);
+    // The caller's variables win over the fixture's.
+    cmd.envs(env.iter().copied());
     cmd
+}
+
+/// `target` relative to `base` (both absolute).
+fn relative_to(base: &Path, target: &Path) -> PathBuf {
+    let (b, t): (Vec<_>, Vec<_>) = (base.components().collect(), target.components().collect());
+    let common = b.iter().zip(&t).take_while(|(x, y)| x == y).count();
+    let mut out = PathBuf::new();
+    for _ in common..b.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    out
 }
 
 /// A fresh empty directory for one test.
@@ -151,15 +259,33 @@ pub fn is_root() -> bool {
 }
 
 /// Tests that need root (unshare, mount, ip netns) skip with a message when not
-/// root, unless NCCL_PREFLIGHT_TEST_REQUIRE_ROOT is set (CI sets it), where a
+/// root, unless NCCL_PREFLIGHT_TEST_STRICT is set (CI sets it), where a
 /// skip would hide a broken test.
 pub fn require_root(test: &str) -> bool {
     if is_root() {
         return true;
     }
-    if std::env::var_os("NCCL_PREFLIGHT_TEST_REQUIRE_ROOT").is_some() {
-        panic!("{test} needs root and NCCL_PREFLIGHT_TEST_REQUIRE_ROOT is set");
+    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
+        panic!("{test} needs root and NCCL_PREFLIGHT_TEST_STRICT is set");
     }
     eprintln!("skipped {test}: needs root (unshare, mount, ip)");
+    false
+}
+
+/// Tests of the real Debian libibverbs and libfabric skip with a message where
+/// they are not installed, unless NCCL_PREFLIGHT_TEST_STRICT is set (CI).
+pub fn require_library(test: &str, library: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ldconfig -p | grep -q '{library} '"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return true;
+    }
+    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
+        panic!("{test} needs {library} and NCCL_PREFLIGHT_TEST_STRICT is set");
+    }
+    eprintln!("skipped {test}: {library} is not installed");
     false
 }

@@ -5,10 +5,10 @@
 //! The driver applies CUDA_VISIBLE_DEVICES itself, so ordinals here are the
 //! process's CUDA ordinals.
 
-use super::dl::{Library, Symbol};
 use crate::facts::gpu::{CudaDevice, CudaFacts, PeerAccess, normalize_bus_id};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
+use crate::gather::dl::{Library, Symbol};
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
 type CuResult = c_int;
@@ -88,7 +88,7 @@ fn int_out(watch: &Watch, name: &str, f: &Symbol<CuIntOut>) -> Result<i32, FactE
 pub fn gather(watch: &Watch, library: &str) -> Outcome {
     let lib = match watch.call(format!("dlopen({library})"), || Library::open(library)) {
         Ok(lib) => lib,
-        Err(e) if e.message.contains("No such file or directory") => {
+        Err(e) if crate::gather::dl::is_missing(library, &e.message) => {
             return Outcome::NotFound(e.message);
         }
         Err(e) => return Outcome::Failed(e),

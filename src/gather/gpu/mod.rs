@@ -3,7 +3,6 @@
 //! plus the GPUs sysfs lists.
 
 pub mod cuda;
-pub mod dl;
 pub mod nvml;
 pub mod pci;
 

@@ -330,7 +330,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
             let message = e.to_string();
             // dlopen says "cannot open shared object file" only when the file itself is absent;
             // anything else (a dependency missing, a bad ELF) is a broken install.
-            return if message.contains("No such file or directory") {
+            return if crate::gather::dl::is_missing(library, &message) {
                 Outcome::NotFound(message)
             } else {
                 Outcome::Failed(FactError::new(format!("dlopen({library})"), message))

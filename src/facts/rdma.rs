@@ -1,0 +1,174 @@
+//! RDMA facts: devices and ports from sysfs, the uverbs device nodes, what
+//! libibverbs can open and register, libfabric's providers, NCCL and its net
+//! plugin, and what GPUDirect RDMA needs from the kernel.
+
+use super::gpu::Library;
+use super::{FactError, Observed};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RdmaFacts {
+    /// Devices under /sys/class/infiniband, sorted by name; empty when there are none.
+    pub devices: Observed<Vec<RdmaDevice>>,
+    /// /dev/infiniband/uverbs* with the device each serves and whether this process can open it.
+    pub uverbs: Observed<Vec<UverbsNode>>,
+    /// /dev/infiniband/rdma_cm: `None` when absent.
+    pub rdma_cm: Observed<Option<Openable>>,
+    pub verbs: Library<VerbsFacts>,
+    pub libfabric: Library<FabricFacts>,
+    /// Every libfabric location tried, in order, with dlopen's answer for those that failed.
+    pub libfabric_attempts: Vec<LoadAttempt>,
+    pub nccl: NcclFacts,
+    pub gdr: GdrFacts,
+}
+
+/// One RDMA device (an HCA, an EFA device, a RoCE NIC).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaDevice {
+    pub name: String,
+    /// Kernel driver (`efa`, `mlx5_core`, `irdma`, ...).
+    pub driver: Option<String>,
+    /// PCI bus id (`0000:10:1b.0`).
+    pub pci_bus_id: Option<String>,
+    /// Place in the PCI tree (`/sys/devices/pci0000:00/.../0000:10:1b.0`).
+    pub sysfs_path: Option<String>,
+    pub numa_node: Option<u32>,
+    pub fw_ver: Option<String>,
+    pub node_guid: Option<String>,
+    /// Network interfaces on the same PCI function (`eth1`, `net1`, `ib0`).
+    pub netdevs: Vec<String>,
+    pub ports: Vec<RdmaPort>,
+    /// Attributes that exist but could not be read or parsed.
+    pub unreadable: Vec<FactError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaPort {
+    pub port: u32,
+    /// `ACTIVE`, `DOWN`, `INIT`, `ARMED` (sysfs `state`, number dropped).
+    pub state: Option<String>,
+    /// `LinkUp`, `Disabled`, `Polling` (sysfs `phys_state`).
+    pub phys_state: Option<String>,
+    /// `InfiniBand`, or `Ethernet` for RoCE (and EFA's `Unspecified`).
+    pub link_layer: Option<String>,
+    /// As sysfs prints it (`400 Gb/sec (4X NDR)`).
+    pub rate: Option<String>,
+    /// Non-zero GIDs with their type (`RoCE v2`, `IB/RoCE v1`) and netdev.
+    pub gids: Vec<Gid>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gid {
+    pub index: u32,
+    pub gid: String,
+    pub kind: Option<String>,
+    pub netdev: Option<String>,
+}
+
+/// Whether this process can open a device node read-write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Openable {
+    /// `None` when open(O_RDWR) succeeded; otherwise the error.
+    pub refused: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UverbsNode {
+    /// `uverbs0`.
+    pub name: String,
+    /// The RDMA device it serves (/sys/class/infiniband_verbs/uverbsN/ibdev).
+    pub ibdev: Option<String>,
+    /// `None` when /dev/infiniband/uverbsN is missing.
+    pub open: Option<Openable>,
+}
+
+/// What libibverbs reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbsFacts {
+    /// ibv_get_device_list: the devices, or the errno (ENOSYS: no kernel RDMA support).
+    pub devices: Observed<Vec<VerbsDevice>>,
+    /// The size registered with ibv_reg_mr on each device, in bytes (`--memreg-size`).
+    pub memreg_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbsDevice {
+    pub name: String,
+    /// ibv_open_device; the remaining fields are empty when it failed.
+    pub open: Observed<()>,
+    pub fw_ver: Option<String>,
+    pub vendor_id: Option<u32>,
+    pub vendor_part_id: Option<u32>,
+    pub ports: Vec<VerbsPort>,
+    /// ibv_alloc_pd + ibv_reg_mr of `memreg_bytes`: `None` when not tried (the device did not open).
+    pub memreg: Option<Observed<()>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbsPort {
+    pub port: u32,
+    pub query: Observed<()>,
+    /// IBV_PORT_* state name (`ACTIVE`, `DOWN`, ...).
+    pub state: Option<String>,
+    /// `InfiniBand`, `Ethernet` or `Unspecified`.
+    pub link_layer: Option<String>,
+    pub active_mtu: Option<u32>,
+}
+
+/// A library location tried with dlopen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadAttempt {
+    pub library: String,
+    /// `None` when it loaded.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricFacts {
+    /// fi_version(): `1.17`.
+    pub version: String,
+    /// Providers fi_getinfo lists (no hints), sorted.
+    pub providers: Vec<String>,
+    /// fi_getinfo for the efa provider with RDM endpoints: how many it returned, or why none.
+    pub efa_rdm: Observed<u32>,
+}
+
+/// NCCL and the net plugin it would load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NcclFacts {
+    pub library: Library<NcclLibrary>,
+    /// The net plugin NCCL would load (NCCL_NET_PLUGIN, libnccl-net.so, libnccl-net-ofi.so, /opt/amazon/ofi-nccl/lib).
+    pub net_plugin: Observed<Option<NetPlugin>>,
+    /// Every plugin location tried, in order.
+    pub net_plugin_attempts: Vec<LoadAttempt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclLibrary {
+    /// Where it was loaded from.
+    pub path: Option<String>,
+    /// ncclGetVersion: `2.28.9`.
+    pub version: Observed<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetPlugin {
+    /// The library that loaded.
+    pub library: String,
+    pub path: Option<String>,
+    /// The newest ncclNetPlugin_vN symbol it exports (`v9`).
+    pub api: Option<String>,
+    /// The name the plugin gives itself (the struct's first field: `Libfabric`, `AWS Libfabric`, `IB`).
+    pub name: Option<String>,
+}
+
+/// What GPUDirect RDMA needs: nvidia-peermem, or dma-buf (kernel >= 5.12 with the open GPU kernel modules).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GdrFacts {
+    /// nvidia_peermem (or the older nv_peer_mem) in /proc/modules or /sys/module.
+    pub peermem_module: Observed<Option<String>>,
+    /// /proc/sys/kernel/osrelease.
+    pub kernel_release: Observed<String>,
+    /// /proc/driver/nvidia/version says "Open Kernel Module"; `None` without the NVIDIA driver.
+    pub nvidia_open_modules: Observed<Option<bool>>,
+}

@@ -1,0 +1,165 @@
+//! RDMA gathering: sysfs and device nodes (files under the host root), and the
+//! libraries (libibverbs, libfabric, libnccl and its net plugin) on one worker
+//! thread under the per-call deadline, alongside the GPU threads.
+
+pub mod fabric;
+pub mod gdr;
+pub mod nccl;
+pub mod sysfs;
+pub mod verbs;
+
+use crate::facts::FactError;
+use crate::facts::gpu::{Library, LibraryState};
+use crate::facts::rdma::{FabricFacts, LoadAttempt, NcclFacts, RdmaFacts, VerbsFacts};
+use crate::gather::deadline;
+use crate::gather::host::Host;
+use std::time::Duration;
+
+/// Library locations and probe sizes.
+#[derive(Debug, Clone)]
+pub struct RdmaOptions {
+    pub verbs_library: String,
+    /// libfabric locations, tried in order.
+    pub fabric_libraries: Vec<String>,
+    /// libnccl locations, tried in order.
+    pub nccl_libraries: Vec<String>,
+    /// NCCL_NET_PLUGIN as set, if it is.
+    pub net_plugin_env: Option<String>,
+    /// Bytes to register with ibv_reg_mr on each device (`--memreg-size`).
+    pub memreg_bytes: u64,
+    pub call_timeout: Duration,
+    pub trace: bool,
+}
+
+/// Where libnccl is looked for: the library given, or NCCL's soname and then the
+/// Python wheels that ship it (nvidia-nccl-cuXX under site-packages), where
+/// PyTorch images keep it. These are this process's own files (it dlopens them),
+/// not the host root's.
+pub fn nccl_locations(explicit: Option<&str>) -> Vec<String> {
+    if let Some(path) = explicit {
+        return vec![path.to_string()];
+    }
+    let own = Host::new("/");
+    let mut out = vec!["libnccl.so.2".to_string()];
+    for base in ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"] {
+        let Ok(Some(entries)) = own.list_dir(base) else {
+            continue;
+        };
+        for python in entries.iter().filter(|e| e.starts_with("python3")) {
+            for packages in ["site-packages", "dist-packages"] {
+                let candidate = format!("{base}/{python}/{packages}/nvidia/nccl/lib/libnccl.so.2");
+                if own.path(&candidate).is_file() {
+                    out.push(candidate);
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Libraries {
+    verbs: LibraryState<VerbsFacts>,
+    fabric: LibraryState<FabricFacts>,
+    fabric_attempts: Vec<LoadAttempt>,
+    nccl: NcclFacts,
+}
+
+fn probe_libraries(w: &deadline::Watch, o: &RdmaOptions) -> Libraries {
+    let verbs = match verbs::gather(w, &o.verbs_library, o.memreg_bytes) {
+        verbs::Outcome::NotFound(message) => LibraryState::NotFound { message },
+        verbs::Outcome::Failed(e) => LibraryState::Failed(e),
+        verbs::Outcome::Loaded(f) => LibraryState::Loaded(f),
+    };
+    let (fabric, fabric_attempts) = fabric::gather(w, &o.fabric_libraries);
+    let fabric = match fabric {
+        fabric::Outcome::NotFound(message) => LibraryState::NotFound { message },
+        fabric::Outcome::Failed(e) => LibraryState::Failed(e),
+        fabric::Outcome::Loaded(f) => LibraryState::Loaded(f),
+    };
+    let nccl = nccl::gather(w, &o.nccl_libraries, o.net_plugin_env.as_deref());
+    Libraries {
+        verbs,
+        fabric,
+        fabric_attempts,
+        nccl,
+    }
+}
+
+fn failed_libraries(e: FactError) -> Libraries {
+    Libraries {
+        verbs: LibraryState::Failed(e.clone()),
+        fabric: LibraryState::Failed(e.clone()),
+        fabric_attempts: Vec::new(),
+        nccl: NcclFacts {
+            library: Library {
+                library: String::new(),
+                state: LibraryState::Failed(e.clone()),
+            },
+            net_plugin: crate::facts::Observed::Error(e),
+            net_plugin_attempts: Vec::new(),
+        },
+    }
+}
+
+/// RDMA facts when the library probe could not run at all: files still read, libraries failed with `e`.
+pub fn failed_facts(host: &Host, e: FactError) -> RdmaFacts {
+    assemble(host, &RdmaOptions::unused(), failed_libraries(e))
+}
+
+impl RdmaOptions {
+    fn unused() -> RdmaOptions {
+        RdmaOptions {
+            verbs_library: String::new(),
+            fabric_libraries: Vec::new(),
+            nccl_libraries: Vec::new(),
+            net_plugin_env: None,
+            memreg_bytes: 0,
+            call_timeout: Duration::ZERO,
+            trace: false,
+        }
+    }
+}
+
+/// Gathers the RDMA facts; the second value says whether a library call hung.
+pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
+    let o = options.clone();
+    let result = deadline::run("rdma", options.call_timeout, options.trace, move |w| {
+        probe_libraries(w, &o)
+    });
+    match result {
+        Ok(libs) => (assemble(host, options, libs), false),
+        Err(h) => {
+            let e = FactError::new(
+                h.call.clone(),
+                format!("did not return within {:.1} s", h.waited.as_secs_f64()),
+            );
+            (assemble(host, options, failed_libraries(e)), true)
+        }
+    }
+}
+
+fn assemble(host: &Host, options: &RdmaOptions, libs: Libraries) -> RdmaFacts {
+    RdmaFacts {
+        devices: sysfs::devices(host),
+        uverbs: sysfs::uverbs(host),
+        rdma_cm: sysfs::rdma_cm(host),
+        verbs: Library {
+            library: options.verbs_library.clone(),
+            state: libs.verbs,
+        },
+        libfabric: Library {
+            library: libs
+                .fabric_attempts
+                .iter()
+                .find(|a| a.error.is_none())
+                .map_or_else(
+                    || options.fabric_libraries.join(", "),
+                    |a| a.library.clone(),
+                ),
+            state: libs.fabric,
+        },
+        libfabric_attempts: libs.fabric_attempts,
+        nccl: libs.nccl,
+        gdr: gdr::gather(host),
+    }
+}

@@ -1,0 +1,233 @@
+//! NCCL itself (libnccl.so.2: its version through ncclGetVersion) and the net
+//! plugin NCCL would load, found the way NCCL finds it (src/plugin/plugin_open.cc):
+//! each NCCL_NET_PLUGIN entry as given, then as libnccl-net-<name>.so; with
+//! the variable unset, libnccl-net.so. Nothing is initialised: the plugin is
+//! only loaded and its ncclNetPlugin_vN symbol read. aws-ofi-nccl's install
+//! directory is checked too, since a plugin there is invisible to NCCL unless
+//! it is on the library search path.
+
+use crate::facts::gpu::{Library as LibraryFact, LibraryState};
+use crate::facts::rdma::{LoadAttempt, NcclFacts, NcclLibrary, NetPlugin};
+use crate::facts::{FactError, Observed};
+use crate::gather::deadline::Watch;
+use crate::gather::dl::{Library, is_missing};
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+/// Where aws-ofi-nccl installs itself (FACTS.md section 4).
+pub const OFI_NCCL_DIRS: &[&str] = &["/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64"];
+
+/// The names NCCL tries for its net plugin, in order, or `None` when the plugin is disabled.
+pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
+    let Some(value) = env_value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Some(vec!["libnccl-net.so".into()]);
+    };
+    if value.eq_ignore_ascii_case("none") {
+        return None;
+    }
+    let mut names = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        names.push(name.to_string());
+        let is_path = name.contains('/');
+        let is_lib = name.starts_with("lib") && name.ends_with(".so");
+        if !is_path && !is_lib {
+            names.push(format!("libnccl-net-{name}.so"));
+        }
+    }
+    Some(names)
+}
+
+/// The file a symbol was loaded from (dladdr).
+fn path_of(symbol: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: symbol is an address in a loaded library; info is a valid out-pointer.
+    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
+/// before: major*1000 + minor*100 + patch).
+pub fn version_text(code: i32) -> String {
+    if code >= 20900 {
+        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
+    } else {
+        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
+    }
+}
+
+fn nccl_library(watch: &Watch, candidates: &[String]) -> LibraryFact<NcclLibrary> {
+    let mut missing = Vec::new();
+    for name in candidates {
+        match watch.call(format!("dlopen({name})"), || Library::open(name)) {
+            Ok(lib) => {
+                let version = match lib
+                    .symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("ncclGetVersion")
+                {
+                    Ok(get) => {
+                        let mut code: c_int = 0;
+                        // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
+                        let rc = watch.call("ncclGetVersion", || unsafe { (get.get())(&mut code) });
+                        if rc == 0 {
+                            Observed::Value(version_text(code))
+                        } else {
+                            Observed::Error(FactError::new(
+                                "ncclGetVersion",
+                                format!("ncclResult {rc}"),
+                            ))
+                        }
+                    }
+                    Err(e) => Observed::Error(e),
+                };
+                let path = lib
+                    .symbol::<unsafe extern "C" fn()>("ncclGetVersion")
+                    .ok()
+                    .and_then(|s| path_of(s.get() as *const c_void));
+                return LibraryFact {
+                    library: name.clone(),
+                    state: LibraryState::Loaded(NcclLibrary { path, version }),
+                };
+            }
+            Err(e) if is_missing(name, &e.message) => missing.push(e.message),
+            Err(e) => {
+                return LibraryFact {
+                    library: name.clone(),
+                    state: LibraryState::Failed(e),
+                };
+            }
+        }
+    }
+    LibraryFact {
+        library: candidates.first().cloned().unwrap_or_default(),
+        state: LibraryState::NotFound {
+            message: missing.join("; "),
+        },
+    }
+}
+
+/// Opens a plugin and reads its newest ncclNetPlugin_vN: the version and the name field.
+fn read_plugin(lib: &Library, name: &str) -> NetPlugin {
+    let mut plugin = NetPlugin {
+        library: name.to_string(),
+        path: None,
+        api: None,
+        name: None,
+    };
+    for v in (2..=16).rev() {
+        let symbol = format!("ncclNetPlugin_v{v}");
+        if let Ok(s) = lib.symbol::<*const *const c_char>(&symbol) {
+            let table = s.get();
+            plugin.api = Some(format!("v{v}"));
+            plugin.path = path_of(table as *const c_void);
+            // SAFETY: every ncclNet_vN_t starts with `const char* name`, set statically by the plugin.
+            let name_ptr = unsafe { *table };
+            if !name_ptr.is_null() {
+                // SAFETY: a NUL-terminated static string in the plugin.
+                plugin.name = Some(
+                    unsafe { CStr::from_ptr(name_ptr) }
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+            break;
+        }
+    }
+    plugin
+}
+
+pub fn gather(watch: &Watch, nccl_candidates: &[String], plugin_env: Option<&str>) -> NcclFacts {
+    let library = nccl_library(watch, nccl_candidates);
+    let mut attempts = Vec::new();
+    let Some(candidates) = plugin_candidates(plugin_env) else {
+        return NcclFacts {
+            library,
+            net_plugin: Observed::Value(None),
+            net_plugin_attempts: attempts,
+        };
+    };
+    let mut found = None;
+    let mut broken = None;
+    // aws-ofi-nccl's own directory comes last: NCCL would not look there by itself.
+    let extra = OFI_NCCL_DIRS.iter().flat_map(|d| {
+        [
+            format!("{d}/libnccl-net-ofi.so"),
+            format!("{d}/libnccl-net.so"),
+        ]
+    });
+    for name in candidates.iter().cloned().chain(extra) {
+        match watch.call(format!("dlopen({name})"), || Library::open(&name)) {
+            Ok(lib) => {
+                attempts.push(LoadAttempt {
+                    library: name.clone(),
+                    error: None,
+                });
+                found = Some(read_plugin(&lib, &name));
+                // Plugins may start threads from constructors; keep them loaded.
+                std::mem::forget(lib);
+                break;
+            }
+            Err(e) => {
+                if !is_missing(&name, &e.message) && broken.is_none() {
+                    broken = Some(e.clone());
+                }
+                attempts.push(LoadAttempt {
+                    library: name,
+                    error: Some(e.message),
+                });
+            }
+        }
+    }
+    let net_plugin = match (found, broken) {
+        (Some(p), _) => Observed::Value(Some(p)),
+        (None, Some(e)) => Observed::Error(e),
+        (None, None) => Observed::Value(None),
+    };
+    NcclFacts {
+        library,
+        net_plugin,
+        net_plugin_attempts: attempts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names_follow_nccl() {
+        assert_eq!(
+            plugin_candidates(None),
+            Some(vec!["libnccl-net.so".to_string()])
+        );
+        assert_eq!(
+            plugin_candidates(Some("ofi")),
+            Some(vec!["ofi".into(), "libnccl-net-ofi.so".into()])
+        );
+        assert_eq!(
+            plugin_candidates(Some("libnccl-net-ofi.so")),
+            Some(vec!["libnccl-net-ofi.so".into()])
+        );
+        assert_eq!(
+            plugin_candidates(Some("/opt/x/libp.so,aws")),
+            Some(vec![
+                "/opt/x/libp.so".into(),
+                "aws".into(),
+                "libnccl-net-aws.so".into()
+            ])
+        );
+        assert_eq!(plugin_candidates(Some("none")), None);
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(version_text(22809), "2.28.9");
+        assert_eq!(version_text(21805), "2.18.5");
+        assert_eq!(version_text(2708), "2.7.8");
+    }
+}

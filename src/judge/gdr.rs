@@ -1,0 +1,135 @@
+//! `gdr`: GPUDirect RDMA for GPU-NIC pairs that share a PCIe switch (PIX or
+//! PXB, where NCCL uses it by default). It needs nvidia-peermem, or dma-buf
+//! (kernel 5.12+ with the NVIDIA open kernel modules). aws-ofi-nccl refuses to
+//! run without it on p4d/p5-class instances ("GDR disabled on GDR-supported
+//! instance type", FACTS.md section 2).
+
+use super::{Finding, Status};
+use crate::facts::Facts;
+use crate::gather::rdma::gdr::kernel_version;
+use crate::policy::Policy;
+use crate::topology::affinity;
+
+pub const ID: &str = "gdr";
+
+const FIX: &str = "\
+Enable GPUDirect RDMA on the node: load nvidia-peermem (modprobe nvidia-peermem; GPU operator:
+driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on a 5.12+ kernel
+(GPU operator: driver.useOpenKernelModules=true).";
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(m) = affinity::matrix(facts) else {
+        return Finding::new(ID, Status::Skip, "no GPU and RDMA device pair on this node");
+    };
+    let mut close = Vec::new();
+    for (i, gpu) in m.gpus.iter().enumerate() {
+        for (j, nic) in m.nics.iter().enumerate() {
+            if affinity::gdr_close(&m.levels[i][j]) {
+                close.push(format!("GPU {gpu} - {nic}: {}", m.levels[i][j]));
+            }
+        }
+    }
+    if close.is_empty() {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here",
+        );
+    }
+    let g = &facts.rdma.gdr;
+    let peermem = g.peermem_module.value().cloned().flatten();
+    let kernel = g.kernel_release.value().cloned();
+    let dmabuf_kernel = kernel
+        .as_deref()
+        .and_then(kernel_version)
+        .is_some_and(|v| v >= (5, 12));
+    let open_modules = g.nvidia_open_modules.value().cloned().flatten() == Some(true);
+    let mut evidence = close.clone();
+    evidence.push(format!(
+        "peer-memory module: {}; kernel {}; NVIDIA open kernel modules: {}",
+        peermem.as_deref().unwrap_or("none"),
+        kernel.as_deref().unwrap_or("?"),
+        match g.nvidia_open_modules.value().cloned().flatten() {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
+        }
+    ));
+    let via = if let Some(m) = &peermem {
+        Some(m.clone())
+    } else if dmabuf_kernel && open_modules {
+        Some("dma-buf".to_string())
+    } else {
+        None
+    };
+    let mut f = match via {
+        Some(v) => Finding::new(
+            ID,
+            Status::Pass,
+            format!(
+                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) at PIX/PXB",
+                close.len()
+            ),
+        ),
+        None => {
+            let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required);
+            Finding::new(
+                ID,
+                if required { Status::Fail } else { Status::Warn },
+                format!(
+                    "{} GPU-NIC pair(s) share a PCIe switch but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
+                    close.len(),
+                    if required { ": aws-ofi-nccl refuses to run on this instance type without it" } else { ": NCCL stages through host memory" }
+                ),
+            )
+            .remediation(FIX)
+        }
+    };
+    f.evidence = evidence;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+
+    /// GPU 0 of the healthy node and a NIC behind the same switch.
+    fn close_pair() -> Facts {
+        let mut f = healthy();
+        if let Observed::Value(g) = &mut f.gpus.pci_gpus {
+            g[0].sysfs_path =
+                Some("/sys/devices/pci0000:00/0000:00:01.0/0000:e0:00.0/0000:00:06.0".into());
+        }
+        with_rdma(
+            f,
+            vec![rdma_device(
+                "mlx5_0",
+                "mlx5_core",
+                "0000:17:00.0",
+                "/sys/devices/pci0000:00/0000:00:01.0/0000:e0:00.0/0000:17:00.0",
+                "ACTIVE",
+                "InfiniBand",
+            )],
+        )
+    }
+
+    #[test]
+    fn needs_peermem_or_dmabuf() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        let f = judge(&close_pair(), &Policy::default());
+        assert_eq!(
+            (f.status, f.summary.contains("dma-buf")),
+            (Status::Pass, true),
+            "{f:?}"
+        );
+        let mut old = close_pair();
+        old.rdma.gdr.kernel_release = Observed::Value("5.4.0-150-generic".into());
+        assert_eq!(judge(&old, &Policy::default()).status, Status::Warn);
+        old.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
+        assert_eq!(judge(&old, &Policy::default()).status, Status::Fail);
+        old.rdma.gdr.peermem_module = Observed::Value(Some("nvidia_peermem".into()));
+        assert_eq!(judge(&old, &Policy::default()).status, Status::Pass);
+    }
+}

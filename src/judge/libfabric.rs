@@ -1,0 +1,147 @@
+//! `libfabric`: where EFA devices exist (or `--require efa`), libfabric must
+//! load and its efa provider must offer RDM endpoints, as aws-ofi-nccl asks.
+//! EFA's libfabric lives under /opt/amazon/efa/lib, outside the default search
+//! path (FACTS.md section 4); a libfabric whose own dependencies are missing
+//! fails to load, and dlerror says which.
+
+use super::rdma_devices::is_efa;
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::facts::gpu::LibraryState;
+use crate::policy::Policy;
+
+pub const ID: &str = "libfabric";
+
+const INSTALL: &str = "\
+Use an image with the EFA software: the aws-efa-installer (--skip-kmod) installs libfabric with the efa
+provider under /opt/amazon/efa, and aws-ofi-nccl under /opt/amazon/ofi-nccl; or mount them from the node.";
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let efa = facts
+        .rdma
+        .devices
+        .value()
+        .map_or(0, |d| d.iter().filter(|d| is_efa(d)).count());
+    let needed = efa > 0 || policy.require.efa;
+    let lib = &facts.rdma.libfabric;
+    let attempts: Vec<String> = facts
+        .rdma
+        .libfabric_attempts
+        .iter()
+        .map(|a| match &a.error {
+            None => format!("{}: loaded", a.library),
+            Some(e) => super::attempt_failure(&a.library, e),
+        })
+        .collect();
+    match &lib.state {
+        LibraryState::Loaded(f) => {
+            let mut evidence = attempts;
+            evidence.push(format!("providers: {}", f.providers.join(", ")));
+            let mut problems = Vec::new();
+            let rdm = f.efa_rdm.value().copied();
+            evidence.push(match &f.efa_rdm {
+                crate::facts::Observed::Value(n) => {
+                    format!("fi_getinfo(efa, FI_EP_RDM): {n} endpoint(s)")
+                }
+                crate::facts::Observed::Error(e) => format!("fi_getinfo(efa, FI_EP_RDM): {e}"),
+            });
+            if needed && rdm.unwrap_or(0) == 0 {
+                problems.push(Problem::new(
+                    Status::Fail,
+                    format!("libfabric {} from {} lists no efa RDM endpoint: NCCL falls back to TCP", f.version, lib.library),
+                    format!("{INSTALL}\nOne verbs device this container cannot open can also hide the provider: see rdma-devices."),
+                ));
+            }
+            super::combine(
+                ID,
+                format!(
+                    "libfabric {} from {}{}",
+                    f.version,
+                    lib.library,
+                    if needed { ", efa provider visible" } else { "" }
+                ),
+                evidence,
+                problems,
+            )
+        }
+        LibraryState::NotFound { message } => {
+            let f = Finding::new(
+                ID,
+                if needed { Status::Fail } else { Status::Skip },
+                if needed {
+                    format!("{efa} EFA device(s) but no libfabric in this image")
+                } else {
+                    "no libfabric (not needed without EFA)".to_string()
+                },
+            );
+            let mut f = if needed { f.remediation(INSTALL) } else { f };
+            f.evidence = attempts;
+            if f.evidence.is_empty() {
+                f.evidence.push(message.clone());
+            }
+            f
+        }
+        LibraryState::Failed(e) => {
+            let mut f = Finding::new(ID, if needed { Status::Fail } else { Status::Warn }, format!("libfabric is present but does not load: {e}"))
+                .remediation(format!("Install what it needs (dlerror names it), or use the EFA installer's copy.\n{INSTALL}"));
+            f.evidence = attempts;
+            f
+        }
+        LibraryState::Skipped { reason } => {
+            Finding::new(ID, Status::Skip, format!("libfabric not probed ({reason})"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::facts::rdma::FabricFacts;
+    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+
+    fn efa() -> Facts {
+        with_rdma(
+            healthy(),
+            vec![rdma_device(
+                "rdmap16s27",
+                "efa",
+                "0000:10:1b.0",
+                "/sys/devices/x",
+                "ACTIVE",
+                "Unspecified",
+            )],
+        )
+    }
+
+    #[test]
+    fn efa_needs_the_efa_provider() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        let f = judge(&efa(), &Policy::default());
+        assert_eq!(
+            f.status,
+            Status::Fail,
+            "Debian's libfabric has no efa endpoint here"
+        );
+        let mut ok = efa();
+        ok.rdma.libfabric.state = LibraryState::Loaded(FabricFacts {
+            version: "1.22".into(),
+            providers: vec!["efa".into()],
+            efa_rdm: Observed::Value(4),
+        });
+        assert_eq!(judge(&ok, &Policy::default()).status, Status::Pass);
+        let mut broken = efa();
+        broken.rdma.libfabric.state = LibraryState::Failed(crate::facts::FactError::new(
+            "dlopen(/opt/amazon/efa/lib/libfabric.so.1)",
+            "libefa.so.1: cannot open shared object file",
+        ));
+        let f = judge(&broken, &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("does not load"));
+        let mut absent = healthy();
+        absent.rdma.libfabric.state = LibraryState::NotFound {
+            message: "none".into(),
+        };
+        assert_eq!(judge(&absent, &Policy::default()).status, Status::Skip);
+    }
+}

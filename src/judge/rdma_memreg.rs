@@ -1,0 +1,97 @@
+//! `rdma-memreg`: a real ibv_reg_mr of `--memreg-size` on every device this
+//! container can open, as NCCL registers its buffers. ENOMEM here is "Call to
+//! ibv_reg_mr failed" (or a silent TCP fallback) hours into a job (FACTS.md
+//! section 2).
+
+use super::{Finding, Problem, Status};
+use crate::facts::gpu::LibraryState;
+use crate::facts::{Facts, Observed};
+use crate::policy::Policy;
+use crate::remediation;
+use crate::units::format_bytes;
+
+pub const ID: &str = "rdma-memreg";
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let LibraryState::Loaded(verbs) = &facts.rdma.verbs.state else {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            "libibverbs not loaded: no registration tried",
+        );
+    };
+    let Observed::Value(devices) = &verbs.devices else {
+        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+    };
+    let tried: Vec<_> = devices
+        .iter()
+        .filter_map(|d| d.memreg.as_ref().map(|m| (d, m)))
+        .collect();
+    if tried.is_empty() {
+        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+    }
+    let size = format_bytes(verbs.memreg_bytes);
+    let mut problems = Vec::new();
+    let mut evidence = Vec::new();
+    for (d, m) in &tried {
+        match m {
+            Observed::Value(()) => evidence.push(format!("{}: registered {size}", d.name)),
+            Observed::Error(e) => {
+                evidence.push(format!("{}: {e}", d.name));
+                let memlock = e.message.starts_with("ENOMEM")
+                    || e.message.starts_with("EAGAIN")
+                    || e.message.starts_with("EPERM");
+                problems.push(Problem::new(
+                    Status::Fail,
+                    format!("{}: registering {size} failed ({}){}", d.name, e.message, if memlock { ": the memlock limit is too low" } else { "" }),
+                    if memlock { remediation::MEMLOCK } else { "Check the device with ibv_devinfo and the kernel log (dmesg) for the provider's error." },
+                ));
+            }
+        }
+    }
+    super::combine(
+        ID,
+        format!("registered {size} on {} device(s)", tried.len()),
+        evidence,
+        problems,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::FactError;
+    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+
+    #[test]
+    fn enomem_is_the_memlock_failure() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        let mut f = with_rdma(
+            healthy(),
+            vec![rdma_device(
+                "mlx5_0",
+                "mlx5_core",
+                "0000:17:00.0",
+                "/sys/devices/x",
+                "ACTIVE",
+                "InfiniBand",
+            )],
+        );
+        assert_eq!(
+            judge(&f, &Policy::default()).summary,
+            "registered 128 MiB on 1 device(s)"
+        );
+        if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
+            && let Observed::Value(d) = &mut v.devices
+        {
+            d[0].memreg = Some(Observed::Error(FactError::new(
+                "ibv_reg_mr(mlx5_0, 134217728 bytes)",
+                "ENOMEM: Cannot allocate memory",
+            )));
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(finding.summary.contains("memlock limit is too low"));
+        assert!(finding.remediation.unwrap().contains("IPC_LOCK"));
+    }
+}
