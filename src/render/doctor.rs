@@ -4,6 +4,7 @@
 
 use crate::facts::gpu::LibraryState;
 use crate::report::Report;
+use crate::topology::affinity;
 use crate::topology::matrix::{self, Matrices};
 use serde::Serialize;
 use std::fmt::Write;
@@ -14,12 +15,157 @@ pub struct Doctor<'a> {
     #[serde(flatten)]
     pub report: &'a Report,
     pub gpu_matrices: Option<Matrices>,
+    pub gpu_nic_affinity: Option<affinity::AffinityMatrix>,
 }
 
 pub fn doctor(report: &Report) -> Doctor<'_> {
     Doctor {
         report,
         gpu_matrices: report.facts.gpus.nvml.loaded().map(matrix::matrices),
+        gpu_nic_affinity: affinity::matrix(&report.facts),
+    }
+}
+
+fn library_line<T>(
+    name: &str,
+    lib: &crate::facts::gpu::Library<T>,
+    loaded: impl Fn(&T) -> String,
+) -> String {
+    match &lib.state {
+        LibraryState::Loaded(t) => format!("{name}: {} ({})", loaded(t), lib.library),
+        LibraryState::NotFound { .. } => format!("{name}: not found ({})", lib.library),
+        LibraryState::Failed(e) => format!("{name}: failed: {e}"),
+        LibraryState::Skipped { reason } => format!("{name}: not probed ({reason})"),
+    }
+}
+
+fn rdma_section(out: &mut String, report: &Report) {
+    let r = &report.facts.rdma;
+    let devices = r.devices.value().cloned().unwrap_or_default();
+    let uverbs = r.uverbs.value().cloned().unwrap_or_default();
+    if devices.is_empty() {
+        out.push_str("RDMA devices: none\n");
+    } else {
+        let _ = writeln!(out, "RDMA devices: {}", devices.len());
+        for d in &devices {
+            let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
+            let access = match node.and_then(|n| n.open.as_ref()) {
+                Some(o) if o.refused.is_none() => format!(
+                    "/dev/infiniband/{} opens",
+                    node.map_or("?", |n| n.name.as_str())
+                ),
+                Some(o) => format!(
+                    "/dev/infiniband/{} refused ({})",
+                    node.map_or("?", |n| n.name.as_str()),
+                    o.refused.as_deref().unwrap_or("")
+                ),
+                None => "not in this container".into(),
+            };
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<10} {:<13} NUMA {:<2} {}; netdevs {}",
+                d.name,
+                d.driver.as_deref().unwrap_or("?"),
+                d.pci_bus_id.as_deref().unwrap_or("?"),
+                d.numa_node.map_or("?".into(), |n| n.to_string()),
+                access,
+                if d.netdevs.is_empty() {
+                    "none".into()
+                } else {
+                    d.netdevs.join(",")
+                }
+            );
+            for p in &d.ports {
+                let v2: Vec<String> = p
+                    .gids
+                    .iter()
+                    .filter(|g| g.kind.as_deref() == Some("RoCE v2"))
+                    .map(|g| g.index.to_string())
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "    port {}: {} ({}), {}, {}{}",
+                    p.port,
+                    p.state.as_deref().unwrap_or("?"),
+                    p.phys_state.as_deref().unwrap_or("?"),
+                    p.link_layer.as_deref().unwrap_or("?"),
+                    p.rate.as_deref().unwrap_or("?"),
+                    if v2.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", RoCE v2 GID index {}", v2.join(","))
+                    }
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        library_line("libibverbs", &r.verbs, |v| match &v.devices {
+            crate::facts::Observed::Value(d) => format!("{} device(s)", d.len()),
+            crate::facts::Observed::Error(e) => e.message.clone(),
+        })
+    );
+    let _ = writeln!(
+        out,
+        "{}",
+        library_line("libfabric", &r.libfabric, |f| format!(
+            "{} with {}",
+            f.version,
+            f.providers.join(", ")
+        ))
+    );
+    let _ = writeln!(
+        out,
+        "{}",
+        library_line("NCCL", &r.nccl.library, |n| n
+            .version
+            .value()
+            .cloned()
+            .unwrap_or_else(|| "?".into()))
+    );
+    let _ = writeln!(
+        out,
+        "NCCL net plugin: {}\n",
+        match &r.nccl.net_plugin {
+            crate::facts::Observed::Value(Some(p)) => format!(
+                "{} ({} {})",
+                p.path.as_deref().unwrap_or(&p.library),
+                p.name.as_deref().unwrap_or("?"),
+                p.api.as_deref().unwrap_or("?")
+            ),
+            crate::facts::Observed::Value(None) =>
+                "none (NCCL's built-in IB and socket transports)".into(),
+            crate::facts::Observed::Error(e) => format!("broken: {e}"),
+        }
+    );
+    if let Some(m) = affinity::matrix(&report.facts) {
+        out.push_str("GPU-NIC affinity (PIX/PXB: GPUDirect RDMA distance)\n");
+        let mut grid = vec![
+            std::iter::once(String::new())
+                .chain(m.nics.iter().cloned())
+                .collect::<Vec<_>>(),
+        ];
+        for (i, g) in m.gpus.iter().enumerate() {
+            grid.push(
+                std::iter::once(g.clone())
+                    .chain(m.levels[i].iter().cloned())
+                    .collect(),
+            );
+        }
+        let widths: Vec<usize> = (0..grid[0].len())
+            .map(|c| grid.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        for r in &grid {
+            let line: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+        }
+        out.push('\n');
     }
 }
 
@@ -175,6 +321,7 @@ pub fn render(report: &Report, color: bool) -> String {
         }
         out.push('\n');
     }
+    rdma_section(&mut out, report);
     out.push_str(&super::human::render(report, color));
     out
 }

@@ -234,7 +234,11 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
             "gpu-one-of-eight",
             1,
             // Eight one-GPU pods on p4d without EFA: slow placement, and TCP between nodes.
-            &[("pod-placement", "warn"), ("gpu-p2p", "skip"), ("rdma-devices", "fail")],
+            &[
+                ("pod-placement", "warn"),
+                ("gpu-p2p", "skip"),
+                ("rdma-devices", "fail"),
+            ],
         ),
         ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
         (
@@ -470,4 +474,44 @@ fn rdma_scenarios_through_the_fake_vendor_libraries() {
             assert_eq!(status(&r, id), *want, "{name}: {id}");
         }
     }
+}
+
+#[test]
+fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
+    let out = fixture_command("rdma-roce-multus", "doctor", &[], &[])
+        .output()
+        .unwrap();
+    golden(
+        &repo().join("tests/golden/rdma-roce-multus/doctor.txt"),
+        &stdout(&out),
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "port 1: ACTIVE (LinkUp), Ethernet, 200 Gb/sec (4X HDR), RoCE v2 GID index 1,3"
+        ),
+        "{text}"
+    );
+    let json = fixture_command("rdma-p4d-efa", "doctor", &["--format", "json"], &[])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let m = &v["gpu_nic_affinity"];
+    let nic = m["nics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|n| n == "rdmap16s27")
+        .unwrap();
+    // The EFA NIC at 0000:10:1b.0 shares a PCIe switch with GPUs 0 and 1 only (p4d-24xl-topo.xml).
+    let column: Vec<&str> = m["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row[nic].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        column,
+        ["PIX", "PIX", "PHB", "PHB", "PHB", "PHB", "PHB", "PHB"]
+    );
 }
