@@ -37,7 +37,13 @@ impl Exit {
     }
 }
 
-fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<(Facts, HungCall)> {
+/// `probe_all` loads every vendor library even where no device needs it (`doctor`,
+/// `--require rdma|efa`).
+fn gather_facts(
+    args: &GatherArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+) -> Result<(Facts, HungCall)> {
     let host = Host::new(&args.host_root);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
         None => Box::new(LiveKernel),
@@ -78,6 +84,7 @@ fn gather_facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<(Fact
             memreg_bytes: args.memreg_size,
             call_timeout: args.timeout,
             trace: args.trace,
+            probe_all,
         },
     };
     Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
@@ -134,12 +141,20 @@ fn build_policy(args: &CheckArgs) -> Result<Policy> {
     Ok(policy)
 }
 
-fn evaluate(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<(Report, HungCall)> {
+fn evaluate(
+    args: &CheckArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+) -> Result<(Report, HungCall)> {
     // Flags are validated before anything is gathered: a typo costs nothing.
     let policy = build_policy(args)?;
     let (facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
-        None => gather_facts(&args.gather, env)?,
+        None => gather_facts(
+            &args.gather,
+            env,
+            probe_all || policy.require.rdma || policy.require.efa,
+        )?,
     };
     let findings = judge::judge(&facts, &policy);
     let settings = tune::tune(&facts);
@@ -168,13 +183,13 @@ fn exit_code(report: &Report) -> u8 {
 }
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(args, env)?;
+    let (report, hung) = evaluate(args, env, false)?;
     print(&report, args.format, env);
     Ok(Exit::new(exit_code(&report), hung))
 }
 
 pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(args, env)?;
+    let (report, hung) = evaluate(args, env, true)?;
     match args.format {
         Format::Human => print!("{}", render::doctor::render(&report, use_color(env))),
         Format::Json => {
@@ -188,7 +203,7 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 }
 
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(&args.check, env)?;
+    let (report, hung) = evaluate(&args.check, env, false)?;
     let mut outputs = Vec::new();
     let mut add = |flag, path: &Option<PathBuf>, contents: String| {
         if let Some(path) = path {
@@ -227,7 +242,8 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 }
 
 pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (facts, hung) = gather_facts(args, env)?;
+    // The same probes as `check`, so `check --facts` judges what `check` would have.
+    let (facts, hung) = gather_facts(args, env, false)?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     print!("{text}");

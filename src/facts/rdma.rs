@@ -42,6 +42,15 @@ pub struct RdmaDevice {
     pub unreadable: Vec<FactError>,
 }
 
+impl RdmaDevice {
+    /// EFA devices: the efa driver, or the rdmap* names EFA devices get.
+    pub fn is_efa(&self) -> bool {
+        self.driver.as_deref() == Some("efa")
+            || self.name.starts_with("rdmap")
+            || self.name.starts_with("efa")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RdmaPort {
     pub port: u32,
@@ -141,6 +150,9 @@ pub struct NcclFacts {
     pub net_plugin: Observed<Option<NetPlugin>>,
     /// Every plugin location tried, in order.
     pub net_plugin_attempts: Vec<LoadAttempt>,
+    /// Why the plugin was not looked for (no RDMA device and nothing asks for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_plugin_skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

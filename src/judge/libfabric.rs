@@ -4,7 +4,6 @@
 //! path (FACTS.md section 4); a libfabric whose own dependencies are missing
 //! fails to load, and dlerror says which.
 
-use super::rdma_devices::is_efa;
 use super::{Finding, Problem, Status};
 use crate::facts::Facts;
 use crate::facts::gpu::LibraryState;
@@ -21,7 +20,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         .rdma
         .devices
         .value()
-        .map_or(0, |d| d.iter().filter(|d| is_efa(d)).count());
+        .map_or(0, |d| d.iter().filter(|d| d.is_efa()).count());
     let needed = efa > 0 || policy.require.efa;
     let lib = &facts.rdma.libfabric;
     let attempts: Vec<String> = facts

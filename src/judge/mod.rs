@@ -15,7 +15,7 @@ mod nccl_env;
 mod nccl_net_plugin;
 mod nvlink;
 mod pod_placement;
-pub mod rdma_devices;
+mod rdma_devices;
 mod rdma_memreg;
 mod stack_limit;
 

@@ -4,7 +4,6 @@
 //! so there a plugin is optional. A plugin installed under
 //! /opt/amazon/ofi-nccl but not on the library path is invisible to NCCL.
 
-use super::rdma_devices::is_efa;
 use super::{Finding, Problem, Status};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
@@ -15,7 +14,7 @@ pub const ID: &str = "nccl-net-plugin";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let devices = facts.rdma.devices.value().cloned().unwrap_or_default();
-    let efa = devices.iter().filter(|d| is_efa(d)).count();
+    let efa = devices.iter().filter(|d| d.is_efa()).count();
     let nccl = &facts.rdma.nccl;
     let mut evidence = Vec::new();
     match &nccl.library.state {

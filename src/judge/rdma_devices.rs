@@ -11,11 +11,6 @@ use crate::policy::Policy;
 
 pub const ID: &str = "rdma-devices";
 
-/// EFA devices: the efa driver, or the rdmap* names EFA devices get.
-pub fn is_efa(d: &RdmaDevice) -> bool {
-    d.driver.as_deref() == Some("efa") || d.name.starts_with("rdmap") || d.name.starts_with("efa")
-}
-
 const REQUEST_EFA: &str = "\
 Request the EFA devices in the pod spec (EKS, with the EFA device plugin) and lift memlock:
   resources:
@@ -55,7 +50,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         }
     };
     let platform = crate::platform::of(facts);
-    let efa: Vec<&RdmaDevice> = devices.iter().filter(|d| is_efa(d)).collect();
+    let efa: Vec<&RdmaDevice> = devices.iter().filter(|d| d.is_efa()).collect();
     let mut problems = Vec::new();
     let mut evidence = Vec::new();
     let expected_efa = platform.and_then(|p| p.efa_devices);

@@ -204,6 +204,7 @@ pub fn no_rdma() -> rdma::RdmaFacts {
             },
             net_plugin: Observed::Value(None),
             net_plugin_attempts: vec![],
+            net_plugin_skipped: None,
         },
         gdr: GdrFacts {
             peermem_module: Observed::Value(None),

@@ -515,3 +515,37 @@ fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
         ["PIX", "PIX", "PHB", "PHB", "PHB", "PHB", "PHB", "PHB"]
     );
 }
+
+#[test]
+fn a_real_h200_capture_replays() {
+    let facts = repo().join("tests/data/h200x2/facts.json");
+    let out = run(&["doctor", "--facts", facts.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    golden(
+        &repo().join("tests/golden/h200x2/doctor.txt"),
+        &stdout(&out),
+    );
+    let json = run(
+        &[
+            "doctor",
+            "--format",
+            "json",
+            "--facts",
+            facts.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    // What nvidia-smi topo -m and -p2p rw printed on that machine (../shared/data/h200x2).
+    assert_eq!(
+        v["gpu_matrices"]["topology"],
+        serde_json::json!([["X", "NV18"], ["NV18", "X"]])
+    );
+    assert_eq!(
+        v["gpu_matrices"]["p2p_read_write"],
+        serde_json::json!([["X", "OK"], ["OK", "X"]])
+    );
+    for id in ["gpu-devices", "gpu-p2p", "nvlink", "pod-placement"] {
+        assert_eq!(status(&v, id), "pass", "{id}");
+    }
+}

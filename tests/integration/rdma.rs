@@ -28,7 +28,24 @@ fn real_debian_libibverbs_and_libfabric() {
     {
         return;
     }
+    // `check` loads libibverbs and libfabric only where RDMA or EFA devices exist; `doctor` always.
     let out = run(&["check", "--format", "json"], &[]);
+    let r = report(&out);
+    if r["facts"]["rdma"]["devices"]["value"]
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert_eq!(
+            r["facts"]["rdma"]["verbs"]["state"]["skipped"]["reason"],
+            "no RDMA device"
+        );
+        assert_eq!(
+            r["facts"]["rdma"]["libfabric"]["state"]["skipped"]["reason"],
+            "no EFA device"
+        );
+    }
+    let out = run(&["doctor", "--format", "json"], &[]);
     let r = report(&out);
     let verbs = &r["facts"]["rdma"]["verbs"];
     assert_eq!(verbs["library"], "libibverbs.so.1");

@@ -29,6 +29,27 @@ pub struct RdmaOptions {
     pub memreg_bytes: u64,
     pub call_timeout: Duration,
     pub trace: bool,
+    /// Load every library even without RDMA devices (`doctor`, `--require rdma|efa`).
+    /// Otherwise libibverbs and the net plugin are loaded only where RDMA devices
+    /// exist, and libfabric only where EFA devices do: libfabric's dlopen alone
+    /// costs ~0.2 s and holds the loader lock the GPU probes also need.
+    pub probe_all: bool,
+}
+
+/// Which libraries to load, from what sysfs shows.
+struct Plan {
+    verbs: Option<String>,
+    fabric: Option<String>,
+    plugin: Option<String>,
+}
+
+fn plan(devices: &[crate::facts::rdma::RdmaDevice], probe_all: bool) -> Plan {
+    let skip = |needed: bool, why: &str| (!needed && !probe_all).then(|| why.to_string());
+    Plan {
+        verbs: skip(!devices.is_empty(), "no RDMA device"),
+        fabric: skip(devices.iter().any(|d| d.is_efa()), "no EFA device"),
+        plugin: skip(!devices.is_empty(), "no RDMA device"),
+    }
 }
 
 /// Where libnccl is looked for: the library given, or NCCL's soname and then the
@@ -64,19 +85,33 @@ struct Libraries {
     nccl: NcclFacts,
 }
 
-fn probe_libraries(w: &deadline::Watch, o: &RdmaOptions) -> Libraries {
-    let verbs = match verbs::gather(w, &o.verbs_library, o.memreg_bytes) {
-        verbs::Outcome::NotFound(message) => LibraryState::NotFound { message },
-        verbs::Outcome::Failed(e) => LibraryState::Failed(e),
-        verbs::Outcome::Loaded(f) => LibraryState::Loaded(f),
+fn probe_libraries(w: &deadline::Watch, o: &RdmaOptions, plan: Plan) -> Libraries {
+    let verbs = match plan.verbs {
+        Some(reason) => LibraryState::Skipped { reason },
+        None => match verbs::gather(w, &o.verbs_library, o.memreg_bytes) {
+            verbs::Outcome::NotFound(message) => LibraryState::NotFound { message },
+            verbs::Outcome::Failed(e) => LibraryState::Failed(e),
+            verbs::Outcome::Loaded(f) => LibraryState::Loaded(f),
+        },
     };
-    let (fabric, fabric_attempts) = fabric::gather(w, &o.fabric_libraries);
-    let fabric = match fabric {
-        fabric::Outcome::NotFound(message) => LibraryState::NotFound { message },
-        fabric::Outcome::Failed(e) => LibraryState::Failed(e),
-        fabric::Outcome::Loaded(f) => LibraryState::Loaded(f),
+    let (fabric, fabric_attempts) = match plan.fabric {
+        Some(reason) => (LibraryState::Skipped { reason }, Vec::new()),
+        None => {
+            let (outcome, attempts) = fabric::gather(w, &o.fabric_libraries);
+            let state = match outcome {
+                fabric::Outcome::NotFound(message) => LibraryState::NotFound { message },
+                fabric::Outcome::Failed(e) => LibraryState::Failed(e),
+                fabric::Outcome::Loaded(f) => LibraryState::Loaded(f),
+            };
+            (state, attempts)
+        }
     };
-    let nccl = nccl::gather(w, &o.nccl_libraries, o.net_plugin_env.as_deref());
+    let nccl = nccl::gather(
+        w,
+        &o.nccl_libraries,
+        o.net_plugin_env.as_deref(),
+        plan.plugin,
+    );
     Libraries {
         verbs,
         fabric,
@@ -97,13 +132,15 @@ fn failed_libraries(e: FactError) -> Libraries {
             },
             net_plugin: crate::facts::Observed::Error(e),
             net_plugin_attempts: Vec::new(),
+            net_plugin_skipped: None,
         },
     }
 }
 
 /// RDMA facts when the library probe could not run at all: files still read, libraries failed with `e`.
 pub fn failed_facts(host: &Host, e: FactError) -> RdmaFacts {
-    assemble(host, &RdmaOptions::unused(), failed_libraries(e))
+    let devices = sysfs::devices(host);
+    assemble(host, &RdmaOptions::unused(), devices, failed_libraries(e))
 }
 
 impl RdmaOptions {
@@ -116,31 +153,42 @@ impl RdmaOptions {
             memreg_bytes: 0,
             call_timeout: Duration::ZERO,
             trace: false,
+            probe_all: false,
         }
     }
 }
 
 /// Gathers the RDMA facts; the second value says whether a library call hung.
 pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
+    let devices = sysfs::devices(host);
+    let plan = plan(
+        devices.value().map_or(&[][..], Vec::as_slice),
+        options.probe_all,
+    );
     let o = options.clone();
     let result = deadline::run("rdma", options.call_timeout, options.trace, move |w| {
-        probe_libraries(w, &o)
+        probe_libraries(w, &o, plan)
     });
     match result {
-        Ok(libs) => (assemble(host, options, libs), false),
+        Ok(libs) => (assemble(host, options, devices, libs), false),
         Err(h) => {
             let e = FactError::new(
                 h.call.clone(),
                 format!("did not return within {:.1} s", h.waited.as_secs_f64()),
             );
-            (assemble(host, options, failed_libraries(e)), true)
+            (assemble(host, options, devices, failed_libraries(e)), true)
         }
     }
 }
 
-fn assemble(host: &Host, options: &RdmaOptions, libs: Libraries) -> RdmaFacts {
+fn assemble(
+    host: &Host,
+    options: &RdmaOptions,
+    devices: crate::facts::Observed<Vec<crate::facts::rdma::RdmaDevice>>,
+    libs: Libraries,
+) -> RdmaFacts {
     RdmaFacts {
-        devices: sysfs::devices(host),
+        devices,
         uverbs: sysfs::uverbs(host),
         rdma_cm: sysfs::rdma_cm(host),
         verbs: Library {

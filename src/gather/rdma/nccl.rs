@@ -141,15 +141,25 @@ fn read_plugin(lib: &Library, name: &str) -> NetPlugin {
     plugin
 }
 
-pub fn gather(watch: &Watch, nccl_candidates: &[String], plugin_env: Option<&str>) -> NcclFacts {
+/// NCCL's library, and its net plugin unless `skip_plugin` says why not.
+pub fn gather(
+    watch: &Watch,
+    nccl_candidates: &[String],
+    plugin_env: Option<&str>,
+    skip_plugin: Option<String>,
+) -> NcclFacts {
     let library = nccl_library(watch, nccl_candidates);
     let mut attempts = Vec::new();
-    let Some(candidates) = plugin_candidates(plugin_env) else {
-        return NcclFacts {
-            library,
-            net_plugin: Observed::Value(None),
-            net_plugin_attempts: attempts,
-        };
+    let candidates = match plugin_candidates(plugin_env) {
+        Some(c) if skip_plugin.is_none() => c,
+        _ => {
+            return NcclFacts {
+                library,
+                net_plugin: Observed::Value(None),
+                net_plugin_attempts: attempts,
+                net_plugin_skipped: skip_plugin,
+            };
+        }
     };
     let mut found = None;
     let mut broken = None;
@@ -192,6 +202,7 @@ pub fn gather(watch: &Watch, nccl_candidates: &[String], plugin_env: Option<&str
         library,
         net_plugin,
         net_plugin_attempts: attempts,
+        net_plugin_skipped: None,
     }
 }
 
