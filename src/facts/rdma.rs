@@ -20,6 +20,13 @@ pub struct RdmaFacts {
     pub libfabric_attempts: Vec<LoadAttempt>,
     pub nccl: NcclFacts,
     pub gdr: GdrFacts,
+    /// Topology files aws-ofi-nccl ships (/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml), sorted.
+    #[serde(default = "no_files")]
+    pub ofi_nccl_xml: Observed<Vec<String>>,
+}
+
+fn no_files() -> Observed<Vec<String>> {
+    Observed::Value(Vec::new())
 }
 
 /// One RDMA device (an HCA, an EFA device, a RoCE NIC).

@@ -211,6 +211,7 @@ pub fn no_rdma() -> rdma::RdmaFacts {
             kernel_release: Observed::Value("6.8.0-1015-aws".into()),
             nvidia_open_modules: Observed::Value(Some(true)),
         },
+        ofi_nccl_xml: Observed::Value(vec![]),
     }
 }
 

@@ -1,14 +1,20 @@
 //! tune: `&Facts -> Vec<Setting>`, pure.
 //!
-//! Each rule proposes a value with its reason. A variable the user already set
-//! is kept and reported with source `user`, never overridden: the env file and
-//! nccl.conf only ever carry `tuned` values (and nccl.conf is applied by NCCL
-//! with setenv(..., overwrite=0) anyway, FACTS.md section 3).
+//! The rules are a table (`RULES`): each looks at the facts and proposes
+//! variables with a reason that names its source. Rules propose only what an
+//! expert would defend for this node: nothing where NCCL's own detection is
+//! right. Then every variable the user already set wins: it is kept and
+//! reported with source `user`, never overridden (the env file and nccl.conf
+//! carry only `tuned` values; NCCL applies nccl.conf with setenv(...,
+//! overwrite=0) anyway, FACTS.md section 3). No two rules set one variable.
 
+pub mod efa;
+pub mod ib;
 pub mod socket_ifname;
 
 use crate::facts::Facts;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,14 +35,67 @@ pub struct Setting {
     pub source: Source,
 }
 
-/// Every rule, in order. Each returns at most one setting per variable.
-const RULES: &[fn(&Facts) -> Option<Setting>] = &[socket_ifname::rule];
+impl Setting {
+    pub fn tuned(name: &str, value: impl Into<String>, reason: impl Into<String>) -> Setting {
+        Setting {
+            name: name.to_string(),
+            value: value.into(),
+            reason: reason.into(),
+            source: Source::Tuned,
+        }
+    }
+}
 
-/// Runs every rule; the result is sorted by name.
+/// One tuning rule: what it is about, and the settings it proposes.
+pub struct Rule {
+    pub about: &'static str,
+    pub propose: fn(&Facts) -> Vec<Setting>,
+}
+
+/// Every rule. Each variable belongs to exactly one rule.
+pub const RULES: &[Rule] = &[
+    Rule {
+        about: "socket interface for bootstrap and the socket transport",
+        propose: socket_ifname::rule,
+    },
+    Rule {
+        about: "aws-ofi-nccl's platform table on EFA instances, and what old libfabric needs",
+        propose: efa::rule,
+    },
+    Rule {
+        about: "InfiniBand and RoCE HCAs, ports and GID index",
+        propose: ib::rule,
+    },
+];
+
+/// NCCL's version from the facts, as (major, minor, patch).
+pub fn nccl_version(facts: &Facts) -> Option<(u32, u32, u32)> {
+    let v = facts.rdma.nccl.library.loaded()?.version.value()?;
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// Runs every rule, then lets the user's own variables win; sorted by name.
 pub fn tune(facts: &Facts) -> Vec<Setting> {
-    let mut settings: Vec<Setting> = RULES.iter().filter_map(|rule| rule(facts)).collect();
-    settings.sort_by(|a, b| a.name.cmp(&b.name));
-    settings
+    let mut settings: BTreeMap<String, Setting> = BTreeMap::new();
+    for rule in RULES {
+        for s in (rule.propose)(facts) {
+            settings.insert(s.name.clone(), s);
+        }
+    }
+    for name in facts.nccl_env.keys() {
+        if let Some(user) = user_setting(facts, name) {
+            let reason = match settings.get(name) {
+                Some(t) if t.value != user.value => format!(
+                    "{}; nccl-preflight would set {:?}: {}",
+                    user.reason, t.value, t.reason
+                ),
+                _ => user.reason.clone(),
+            };
+            settings.insert(name.clone(), Setting { reason, ..user });
+        }
+    }
+    settings.into_values().collect()
 }
 
 /// The setting for `name` when the user already set it: kept, reported as `user`.

@@ -7,7 +7,7 @@
 //! (FACTS.md section 2). The `=` prefix makes NCCL match the exact name: plain
 //! `eth0` would also match eth01 (FACTS.md section 3).
 
-use super::{Setting, Source, user_setting};
+use super::{Setting, Source};
 use crate::facts::{Facts, Family};
 use crate::nccl::socket_ifname::{is_unsuitable_name, select_automatic};
 
@@ -20,7 +20,7 @@ pub struct Choice {
     pub why: String,
 }
 
-fn usable(facts: &Facts, name: &str) -> bool {
+fn usable_interface(facts: &Facts, name: &str) -> bool {
     let running = facts
         .network
         .interfaces
@@ -34,13 +34,53 @@ fn usable(facts: &Facts, name: &str) -> bool {
     running && addressed && !is_unsuitable_name(name)
 }
 
+/// The netdev of an RDMA NIC on an Ethernet (RoCE) port that is up with an address:
+/// on RoCE and Multus nodes NCCL's traffic belongs on that network (e.g. net1),
+/// not on the pod network the default route points to.
+fn roce_netdev(facts: &Facts) -> Option<Choice> {
+    let devices = facts.rdma.devices.value()?;
+    let usable = facts.rdma.uverbs.value().cloned().unwrap_or_default();
+    devices
+        .iter()
+        .filter(|d| {
+            usable.iter().any(|u| {
+                u.ibdev.as_deref() == Some(&d.name)
+                    && u.open.as_ref().is_some_and(|o| o.refused.is_none())
+            })
+        })
+        .filter(|d| {
+            d.ports.iter().any(|p| {
+                p.state.as_deref() == Some("ACTIVE") && p.link_layer.as_deref() == Some("Ethernet")
+            })
+        })
+        .flat_map(|d| {
+            let gid_netdevs = d
+                .ports
+                .iter()
+                .flat_map(|p| p.gids.iter().filter_map(|g| g.netdev.clone()));
+            d.netdevs
+                .iter()
+                .cloned()
+                .chain(gid_netdevs)
+                .map(move |n| (d.name.clone(), n))
+        })
+        .find(|(_, n)| usable_interface(facts, n))
+        .map(|(dev, n)| Choice {
+            why: format!("{n} is the netdev of RoCE device {dev}, the network RDMA traffic uses"),
+            name: n,
+        })
+}
+
 /// The interface NCCL should use on this node, if one qualifies.
 pub fn choose_interface(facts: &Facts) -> Option<Choice> {
-    let by_route = facts
-        .network
-        .default_routes
-        .value()
-        .and_then(|routes| routes.iter().find(|r| usable(facts, &r.interface)));
+    if let Some(c) = roce_netdev(facts) {
+        return Some(c);
+    }
+    let by_route = facts.network.default_routes.value().and_then(|routes| {
+        routes
+            .iter()
+            .find(|r| usable_interface(facts, &r.interface))
+    });
     if let Some(r) = by_route {
         let family = match r.family {
             Family::Inet => "IPv4",
@@ -59,7 +99,7 @@ pub fn choose_interface(facts: &Facts) -> Option<Choice> {
     hosts.iter().find_map(|ip| {
         let a = addresses
             .iter()
-            .find(|a| &a.address == ip && usable(facts, &a.interface))?;
+            .find(|a| &a.address == ip && usable_interface(facts, &a.interface))?;
         Some(Choice {
             name: a.interface.clone(),
             why: format!(
@@ -70,10 +110,11 @@ pub fn choose_interface(facts: &Facts) -> Option<Choice> {
     })
 }
 
-pub fn rule(facts: &Facts) -> Option<Setting> {
-    if let Some(user) = user_setting(facts, NAME) {
-        return Some(user);
-    }
+pub fn rule(facts: &Facts) -> Vec<Setting> {
+    propose(facts).into_iter().collect()
+}
+
+fn propose(facts: &Facts) -> Option<Setting> {
     let choice = choose_interface(facts)?;
     let automatic = match (
         facts.network.interfaces.value(),
@@ -108,7 +149,7 @@ mod tests {
 
     #[test]
     fn default_route_interface_exact_syntax() {
-        let s = rule(&healthy()).unwrap();
+        let s = propose(&healthy()).unwrap();
         assert_eq!((s.value.as_str(), s.source), ("=eth0", Source::Tuned));
         assert!(s.reason.contains("default route"));
         assert!(s.reason.contains("agrees"));
@@ -116,8 +157,14 @@ mod tests {
 
     #[test]
     fn user_value_is_kept() {
-        let s = rule(&with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "lo")])).unwrap();
+        let settings = crate::tune::tune(&with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "lo")]));
+        let s = settings.iter().find(|s| s.name == NAME).unwrap();
         assert_eq!((s.value.as_str(), s.source), ("lo", Source::User));
+        assert!(
+            s.reason.contains("nccl-preflight would set \"=eth0\""),
+            "{}",
+            s.reason
+        );
     }
 
     #[test]
@@ -138,9 +185,9 @@ mod tests {
             family: Family::Inet,
             metric: 0,
         }]);
-        assert_eq!(rule(&f), None);
+        assert_eq!(propose(&f), None);
         f.network.hosts_entries = Observed::Value(vec!["192.168.5.7".into()]);
-        let s = rule(&f).unwrap();
+        let s = propose(&f).unwrap();
         assert_eq!(s.value, "=net1");
         assert!(s.reason.contains("pod IP"));
     }
@@ -158,7 +205,7 @@ mod tests {
             v4("ib0", "10.9.0.1"),
             v4("eth0", "10.0.0.5"),
         ]);
-        let s = rule(&f).unwrap();
+        let s = propose(&f).unwrap();
         assert!(
             s.reason.contains("NCCL would bootstrap on ib0"),
             "{}",

@@ -209,5 +209,9 @@ fn assemble(
         libfabric_attempts: libs.fabric_attempts,
         nccl: libs.nccl,
         gdr: gdr::gather(host),
+        ofi_nccl_xml: host
+            .list_dir(crate::tune::efa::XML_DIR)
+            .map(Option::unwrap_or_default)
+            .into(),
     }
 }
