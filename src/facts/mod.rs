@@ -156,6 +156,10 @@ pub struct Facts {
     pub launcher: BTreeMap<String, EnvValue>,
     /// Every NCCL_*, FI_* and OFI_NCCL_* variable that was set (NCCL_PREFLIGHT_* excluded: those are ours).
     pub nccl_env: BTreeMap<String, EnvValue>,
+    /// Files the user's variables name (NCCL_TOPO_FILE, NCCL_CONF_FILE, NCCL_GRAPH_FILE) and
+    /// whether each is a readable file under the host root.
+    #[serde(default)]
+    pub named_files: BTreeMap<String, bool>,
 }
 
 /// An environment variable's value. Values that are not UTF-8 are kept with

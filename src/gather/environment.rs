@@ -18,6 +18,9 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "WORLD_SIZE",
 ];
 
+/// Variables that name a file NCCL reads.
+pub const FILE_VARIABLES: &[&str] = &["NCCL_CONF_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_FILE"];
+
 /// Our own flags' variables; they start with NCCL_ but NCCL never reads them.
 pub const OWN_PREFIX: &str = "NCCL_PREFLIGHT_";
 

@@ -56,6 +56,11 @@ pub fn gather(
         namespaces.hostname.value().map(String::as_str),
     );
     let (launcher, nccl_env) = environment::split(env);
+    let named_files = environment::FILE_VARIABLES
+        .iter()
+        .filter_map(|name| nccl_env.get(*name))
+        .map(|v| (v.value.clone(), host.path(&v.value).is_file()))
+        .collect();
     let facts = Facts {
         schema: FACTS_SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -70,6 +75,7 @@ pub fn gather(
         gpus,
         launcher,
         nccl_env,
+        named_files,
     };
     (facts, hung)
 }

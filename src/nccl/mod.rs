@@ -1,4 +1,5 @@
 //! How NCCL itself reads things, reimplemented from its source so checks and
 //! tuning predict what NCCL will do rather than guess.
 
+pub mod ib_hca;
 pub mod socket_ifname;
