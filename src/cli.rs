@@ -23,12 +23,27 @@ pub enum Command {
     Check(CheckArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
+    /// In the training container: check, tune, and replace this process with CMD in the tuned
+    /// environment (your own variables win). Exits 1 with the report when a check fails.
+    Exec(ExecArgs),
     /// Everything for a person debugging a node: GPU topology and P2P matrices, CUDA's view, and the checks.
     Doctor(CheckArgs),
     /// Print the gathered facts as JSON, for replay with --facts.
     Facts(GatherArgs),
     /// Read an NCCL_DEBUG=INFO log and say which transports ran and what is wrong.
     ExplainLog(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    /// Print the report, the variables that would be set and the command; run nothing.
+    #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN")]
+    pub dry_run: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,7 @@
 //! What each subcommand does: gather (or load facts), judge, tune, render, write.
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
-use crate::cli::{CheckArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
+use crate::cli::{CheckArgs, ExecArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::gather::gpu::{GpuOptions, HungCall};
 use crate::gather::rdma::RdmaOptions;
@@ -275,4 +275,100 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
         EXIT_OK
     };
     Ok(Exit::new(code, HungCall(false)))
+}
+
+/// Exit codes for a command that cannot be started, as shells use them.
+const EXIT_NOT_FOUND: u8 = 127;
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+
+/// The environment CMD gets: this process's, plus every tuned setting whose variable
+/// is not already set (a user's value always wins).
+pub fn exec_environment(
+    env: &[(OsString, OsString)],
+    settings: &[tune::Setting],
+) -> Vec<(OsString, OsString)> {
+    let mut out: Vec<(OsString, OsString)> = env.to_vec();
+    for s in settings.iter().filter(|s| s.source == tune::Source::Tuned) {
+        if !out.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
+            out.push((OsString::from(&s.name), OsString::from(&s.value)));
+        }
+    }
+    out
+}
+
+pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (report, hung) = evaluate(&args.check, env, false)?;
+    let failed = report.verdict == Status::Fail;
+    // The command's standard output is its own: the report goes to standard error.
+    let show = |report: &Report| match args.check.format {
+        Format::Human => eprint!("{}", render::human::render(report, false)),
+        Format::Json => eprint!("{}", render::json::render(report)),
+    };
+    let tuned: Vec<&tune::Setting> = report
+        .settings
+        .iter()
+        .filter(|s| s.source == tune::Source::Tuned)
+        .collect();
+    if args.dry_run || failed {
+        show(&report);
+    } else {
+        eprintln!(
+            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
+            report.verdict.label(),
+            report.count_text(),
+            args.command[0].to_string_lossy(),
+            tuned.len()
+        );
+    }
+    if failed {
+        eprintln!(
+            "nccl-preflight: not starting {}: a check failed (--ignore ID lets it start)",
+            args.command[0].to_string_lossy()
+        );
+        return Ok(Exit::new(EXIT_FAILED, hung));
+    }
+    let environment = exec_environment(env, &report.settings);
+    if args.dry_run {
+        for s in &tuned {
+            if env.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
+                continue;
+            }
+            println!("{}={}", s.name, render::env_file::shell_quote(&s.value));
+        }
+        println!(
+            "exec {}",
+            args.command
+                .iter()
+                .map(|a| render::env_file::shell_quote(&a.to_string_lossy()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        return Ok(Exit::new(EXIT_OK, hung));
+    }
+    if hung.0 {
+        // A vendor thread is stuck in the driver; exec would inherit nothing of it, but the
+        // check already failed in that case, so this is not reached with a hung thread.
+        return Ok(Exit::new(EXIT_FAILED, hung));
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env_clear()
+        .envs(environment);
+    // exec replaces this process: CMD's exit status and signals are the container's.
+    let err = std::os::unix::process::CommandExt::exec(&mut command);
+    eprintln!(
+        "nccl-preflight: exec {}: {err}",
+        args.command[0].to_string_lossy()
+    );
+    Ok(Exit::new(
+        match err.kind() {
+            std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+            _ => EXIT_NOT_EXECUTABLE,
+        },
+        hung,
+    ))
 }

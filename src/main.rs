@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Check(args) => commands::check(args, &env),
         Command::Init(args) => commands::init(args, &env),
         Command::Doctor(args) => commands::doctor(args, &env),
+        Command::Exec(args) => commands::exec(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
     });

@@ -549,3 +549,124 @@ fn a_real_h200_capture_replays() {
         assert_eq!(status(&v, id), "pass", "{id}");
     }
 }
+
+fn settings_of(r: &serde_json::Value) -> Vec<(String, String, String)> {
+    r["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().into(),
+                s["value"].as_str().unwrap().into(),
+                s["source"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn tuned_settings_per_fabric() {
+    let names = |r: &serde_json::Value| {
+        settings_of(r)
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect::<Vec<_>>()
+    };
+    let p4d = scenario_report_only("rdma-p4d-efa");
+    assert_eq!(
+        names(&p4d),
+        [
+            "NCCL_BUFFSIZE",
+            "NCCL_P2P_NET_CHUNKSIZE",
+            "NCCL_SOCKET_IFNAME",
+            "NCCL_TOPO_FILE"
+        ],
+        "libfabric 1.22: no FI_EFA_USE_DEVICE_RDMA"
+    );
+    let p5en = scenario_report_only("rdma-p5en-efa");
+    assert!(names(&p5en).contains(&"NCCL_NETDEVS_POLICY".to_string()));
+    assert!(
+        !names(&scenario_report_only("rdma-p5-efa")).contains(&"NCCL_NETDEVS_POLICY".to_string())
+    );
+    // RoCE on OpenShift: NCCL's traffic on the Multus net1, only the NIC this pod was given.
+    let roce = settings_of(&scenario_report_only("rdma-roce-multus"));
+    assert!(
+        roce.contains(&("NCCL_SOCKET_IFNAME".into(), "=net1".into(), "tuned".into())),
+        "{roce:?}"
+    );
+    assert!(
+        roce.iter()
+            .any(|(n, v, _)| n == "NCCL_IB_HCA" && v == "=mlx5_0:1"),
+        "{roce:?}"
+    );
+    assert!(
+        roce.iter()
+            .any(|(n, v, _)| n == "NCCL_IB_GID_INDEX" && v == "3"),
+        "NCCL 2.18.5 predates dynamic GID selection: {roce:?}"
+    );
+    // InfiniBand with every NIC up and close: NCCL's own choice is right, nothing IB-specific.
+    assert_eq!(
+        names(&scenario_report_only("rdma-ib-ndr")),
+        ["NCCL_SOCKET_IFNAME"]
+    );
+    // A PCIe-only node and a plain pod: only the socket interface.
+    assert_eq!(
+        names(&scenario_report_only("gpu-g6e-l40s-pcie")),
+        ["NCCL_SOCKET_IFNAME"]
+    );
+}
+
+#[test]
+fn conflicting_user_values_are_kept_and_never_written() {
+    let dir = scratch("conflicts");
+    let (env_file, conf) = (dir.join("nccl.env"), dir.join("nccl.conf"));
+    let out = fixture_command(
+        "rdma-p4d-efa",
+        "init",
+        &[
+            "--env-file",
+            env_file.to_str().unwrap(),
+            "--nccl-conf",
+            conf.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        &[
+            ("NCCL_BUFFSIZE", "4194304"),
+            ("NCCL_TOPO_FILE", "/etc/my-topo.xml"),
+        ],
+    )
+    .output()
+    .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = settings_of(&r);
+    assert!(
+        s.contains(&("NCCL_BUFFSIZE".into(), "4194304".into(), "user".into())),
+        "{s:?}"
+    );
+    let buff = r["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "NCCL_BUFFSIZE")
+        .unwrap();
+    assert!(
+        buff["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nccl-preflight would set \"8388608\"")
+    );
+    let env_text = std::fs::read_to_string(&env_file).unwrap();
+    let conf_text = std::fs::read_to_string(&conf).unwrap();
+    for text in [&env_text, &conf_text] {
+        assert!(
+            !text.contains("4194304") && !text.contains("8388608"),
+            "{text}"
+        );
+        assert!(text.contains("NCCL_P2P_NET_CHUNKSIZE"), "{text}");
+    }
+    // The user's NCCL_TOPO_FILE does not exist here: linted, kept.
+    assert_eq!(status(&r, "nccl-env"), "warn");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,6 +2,7 @@
 
 mod binary;
 mod cli;
+mod exec;
 mod explain;
 mod fixtures;
 mod kernel;
