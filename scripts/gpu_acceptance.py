@@ -86,12 +86,14 @@ def main():
         for c in cmds:
             run(c)
         return time.perf_counter() - t
-    ours_t, smi_t = [], []
+    ours_t, nocuda_t, smi_t = [], [], []
     for _ in range(9):
         ours_t.append(once([[binary, "check"]]))
+        nocuda_t.append(once([[binary, "check", "--cuda", "off"]]))
         smi_t.append(once([["nvidia-smi", "topo", "-m"], ["nvidia-smi", "topo", "-p2p", "rw"]]))
     med = lambda xs: sorted(xs)[len(xs) // 2]
     print(f"\ntiming (median of 9 whole-process runs): nccl-preflight check {med(ours_t) * 1000:.0f} ms; "
+          f"check --cuda off {med(nocuda_t) * 1000:.0f} ms; "
           f"nvidia-smi topo -m + topo -p2p rw {med(smi_t) * 1000:.0f} ms")
     verdict = [c for c in report["checks"] if c["id"] in ("gpu-devices", "gpu-p2p", "nvlink", "pod-placement")]
     for c in verdict:
