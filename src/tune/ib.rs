@@ -70,7 +70,11 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
     };
     // Compared with every port of every IB/RoCE device sysfs lists: NCCL's libibverbs sees
     // them all, and tries the ones this container cannot open or that are down.
-    let every_port: usize = devices.iter().filter(|d| !d.is_efa()).map(|d| d.ports.len()).sum();
+    let every_port: usize = devices
+        .iter()
+        .filter(|d| !d.is_efa())
+        .map(|d| d.ports.len())
+        .sum();
     let leaves_out = chosen.len() < every_port;
     if !chosen.is_empty() && leaves_out {
         let value = format!(
