@@ -32,6 +32,51 @@ pub enum Command {
     Facts(GatherArgs),
     /// Read an NCCL_DEBUG=INFO log and say which transports ran and what is wrong.
     ExplainLog(ExplainArgs),
+    /// Measure GPU peer bandwidth and NCCL all-reduce, judged against what the links should give.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchKind {
+    /// Peer copies between every pair of GPUs through the CUDA driver.
+    P2p,
+    /// All-reduce over every visible GPU through libnccl.so.2.
+    Nccl,
+    /// Both.
+    All,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum, default_value_t = BenchKind::All)]
+    pub what: BenchKind,
+    #[command(flatten)]
+    pub gather: GatherArgs,
+    /// Bytes copied per peer copy.
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SIZE", default_value = "256MiB", value_name = "SIZE",
+          value_parser = crate::units::parse_bytes)]
+    pub size: u64,
+    /// All-reduce sizes (comma list).
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_SIZES", default_value = "16MiB,256MiB,1GiB",
+          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]
+    pub nccl_sizes: Vec<u64>,
+    /// Timed repetitions per measurement, after a warm-up.
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_ITERATIONS", default_value_t = 10, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub iterations: u32,
+    /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
+    /// unmeasured when it runs out fails.
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SECONDS", default_value = "10s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub bench_seconds: std::time::Duration,
+    /// Below this fraction of the link's figure a measurement fails.
+    #[arg(long, env = "NCCL_PREFLIGHT_MIN_BANDWIDTH_FRACTION", default_value_t = 0.5,
+          value_name = "FRACTION", value_parser = crate::units::parse_fraction)]
+    pub min_bandwidth_fraction: f64,
+    /// Report format on standard output.
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]

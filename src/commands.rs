@@ -161,7 +161,7 @@ fn evaluate(
     Ok((Report::new(facts, findings, settings), hung))
 }
 
-fn use_color(env: &[(OsString, OsString)]) -> bool {
+pub(crate) fn use_color(env: &[(OsString, OsString)]) -> bool {
     // https://no-color.org: any non-empty NO_COLOR disables colour.
     let no_color = env.iter().any(|(k, v)| k == "NO_COLOR" && !v.is_empty());
     !no_color && std::io::stdout().is_terminal()

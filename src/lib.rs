@@ -4,6 +4,7 @@
 //! The pipeline is gather -> judge -> tune -> render: `gather` is the only
 //! module that touches the host; the others are pure functions over `Facts`.
 
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod explain;

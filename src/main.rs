@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => commands::exec(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
+        Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
     });
     match result {
         Ok(Ok(exit)) if exit.hung => {

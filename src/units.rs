@@ -74,6 +74,16 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
+/// A fraction in (0, 1]: `0.5`.
+pub fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "{text:?} is not a fraction between 0 (excluded) and 1"
+        )),
+    }
+}
+
 /// Prints bytes in the largest binary unit that keeps at most one decimal: `64 MiB`, `1.5 GiB`.
 pub fn format_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

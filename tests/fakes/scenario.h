@@ -20,7 +20,10 @@
  *   hang SYMBOL                       that function never returns
  *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
  *   cuda_init CODE                    cuInit's CUresult (default 0)
+ *   cuda_init_ms N                    cuInit takes N ms (as the real one takes ~0.5 s)
  *   cuda_peer A|* B|* 0|1             cuDeviceCanAccessPeer (default: NVML read == OK)
+ *   cuda_bw A|* B|* GBPS              peer copy speed A -> B for the bench (default 400)
+ *   cuda_corrupt A B                  peer copies A -> B flip a byte in the middle
  *
  * Later lines override earlier ones, so wildcards come first.
  */
@@ -50,12 +53,14 @@ struct fake_gpu {
 };
 
 struct fake_scenario {
-    int loaded, nvml_init, cuda_init, cuda_version, ngpus;
+    int loaded, nvml_init, cuda_init, cuda_init_ms, cuda_version, ngpus;
     char driver[64];
     struct fake_gpu gpus[MAX_GPUS];
     int p2p[MAX_GPUS][MAX_GPUS][5];
     int topo[MAX_GPUS][MAX_GPUS];
     int peer[MAX_GPUS][MAX_GPUS]; /* -1: derive from p2p read */
+    double bw[MAX_GPUS][MAX_GPUS];
+    int corrupt[MAX_GPUS][MAX_GPUS];
     char fail_sym[MAX_RULES][64];
     int fail_rc[MAX_RULES], nfail;
     char hang_sym[MAX_RULES][64];
@@ -88,7 +93,7 @@ static void load_scenario(void) {
     strcpy(S.driver, "535.104.05");
     S.cuda_version = 12020;
     for (int a = 0; a < MAX_GPUS; a++)
-        for (int b = 0; b < MAX_GPUS; b++) { S.peer[a][b] = -1; S.topo[a][b] = 50; for (int k = 0; k < 5; k++) S.p2p[a][b][k] = 5; }
+        for (int b = 0; b < MAX_GPUS; b++) { S.peer[a][b] = -1; S.bw[a][b] = 400; S.topo[a][b] = 50; for (int k = 0; k < 5; k++) S.p2p[a][b][k] = 5; }
     const char *path = getenv("FAKE_GPU_SCENARIO");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) { fprintf(stderr, "fake NVIDIA library: FAKE_GPU_SCENARIO unset or unreadable\n"); S.loaded = 1; return; }
@@ -101,6 +106,7 @@ static void load_scenario(void) {
         else if (!strcmp(w[0], "driver")) snprintf(S.driver, sizeof S.driver, "%s", w[1]);
         else if (!strcmp(w[0], "cuda_version")) S.cuda_version = atoi(w[1]);
         else if (!strcmp(w[0], "cuda_init")) S.cuda_init = atoi(w[1]);
+        else if (!strcmp(w[0], "cuda_init_ms")) S.cuda_init_ms = atoi(w[1]);
         else if (!strcmp(w[0], "gpu") && S.ngpus < MAX_GPUS) {
             struct fake_gpu *g = &S.gpus[S.ngpus++];
             snprintf(g->bus, sizeof g->bus, "%s", w[1]);
@@ -133,6 +139,8 @@ static void load_scenario(void) {
         else if (!strcmp(w[0], "p2p")) {
             EACH(w[1], a, EACH(w[2], b, { if (a != b) for (int k = 0; k < 5; k++) S.p2p[a][b][k] = code_of(w[3 + k]); }));
         } else if (!strcmp(w[0], "topo")) { EACH(w[1], a, EACH(w[2], b, S.topo[a][b] = code_of(w[3]))); }
+        else if (!strcmp(w[0], "cuda_bw")) { EACH(w[1], a, EACH(w[2], b, S.bw[a][b] = atof(w[3]))); }
+        else if (!strcmp(w[0], "cuda_corrupt")) { EACH(w[1], a, EACH(w[2], b, S.corrupt[a][b] = 1)); }
         else if (!strcmp(w[0], "cuda_peer")) { EACH(w[1], a, EACH(w[2], b, S.peer[a][b] = atoi(w[3]))); }
         else if (!strcmp(w[0], "fail") && S.nfail < MAX_RULES) { snprintf(S.fail_sym[S.nfail], 64, "%s", w[1]); S.fail_rc[S.nfail++] = code_of(w[2]); }
         else if (!strcmp(w[0], "hang") && S.nhang < MAX_RULES) { snprintf(S.hang_sym[S.nhang++], 64, "%s", w[1]); }

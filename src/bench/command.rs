@@ -1,0 +1,216 @@
+//! The `bench` subcommand: set up NCCL's log capture, read NVML's link
+//! figures, measure on a watched worker thread, judge, print.
+
+use super::driver::{Driver, Opened};
+use super::{Budget, Measured, Settings, nccl, p2p};
+use crate::cli::{BenchArgs, BenchKind, Format};
+use crate::commands::Exit;
+use crate::gather::deadline::{self, Watch};
+use crate::gather::gpu::{self, GpuOptions};
+use crate::gather::host::Host;
+use crate::judge::Status;
+use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// NCCL writes its INFO log to this file while the bench runs; explain-log's
+/// parser reads the transports back from it.
+struct NcclLog {
+    path: PathBuf,
+}
+
+impl NcclLog {
+    /// Points NCCL's log at a fresh private file. Must run before any thread starts:
+    /// it changes this process's environment.
+    fn capture() -> Result<NcclLog> {
+        let path =
+            std::env::temp_dir().join(format!("nccl-preflight-bench.{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        // Created here, exclusively and private, so NCCL writes into our file and
+        // never through a link someone else planted.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode_private()
+            .open(&path)
+            .with_context(|| format!("creating NCCL's log file {}", path.display()))?;
+        for (name, value) in [
+            ("NCCL_DEBUG", std::ffi::OsStr::new("INFO")),
+            ("NCCL_DEBUG_SUBSYS", std::ffi::OsStr::new("INIT,ENV")),
+            ("NCCL_DEBUG_FILE", path.as_os_str()),
+        ] {
+            // SAFETY: called from `bench` before it starts any thread (the first is
+            // NVML's worker, after this), so nothing reads the environment concurrently.
+            unsafe { std::env::set_var(name, value) };
+        }
+        Ok(NcclLog { path })
+    }
+
+    /// Connections per transport NCCL logged.
+    fn transports(&self) -> std::collections::BTreeMap<String, u64> {
+        std::fs::File::open(&self.path)
+            .ok()
+            .and_then(|f| crate::explain::summarize(f).ok())
+            .map(|s| s.transport_counts)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for NcclLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+trait Private {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl Private for std::fs::OpenOptions {
+    fn mode_private(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}
+
+fn settings(args: &BenchArgs) -> Result<Settings> {
+    let mib = p2p::CHUNK as u64;
+    if args.size < mib || !args.size.is_multiple_of(mib) {
+        bail!(
+            "--size {}: must be a whole number of MiB, at least 1MiB",
+            args.size
+        );
+    }
+    if args.nccl_sizes.is_empty()
+        || args
+            .nccl_sizes
+            .iter()
+            .any(|s| *s < 4 || !s.is_multiple_of(4))
+    {
+        bail!("--nccl-sizes: every size must be a multiple of 4 bytes (float32 elements)");
+    }
+    Ok(Settings {
+        p2p_bytes: usize::try_from(args.size).context("--size does not fit in memory")?,
+        nccl_sizes: args.nccl_sizes.clone(),
+        iterations: args.iterations,
+        min_fraction: args.min_bandwidth_fraction,
+        budget: args.bench_seconds,
+        nccl_candidates: crate::gather::rdma::nccl_locations(args.gather.nccl_lib.as_deref()),
+    })
+}
+
+fn measure(
+    watch: &Watch,
+    cuda_lib: &str,
+    kind: BenchKind,
+    s: &Settings,
+    budget: &Budget,
+) -> Measured {
+    let want_p2p = kind != BenchKind::Nccl;
+    let want_nccl = kind != BenchKind::P2p;
+    let mut m = Measured {
+        p2p: want_p2p.then(Vec::new),
+        nccl: want_nccl.then_some(None),
+        ..Measured::default()
+    };
+    let driver = match Driver::open(watch, cuda_lib) {
+        Opened::NotFound(why) => {
+            m.no_driver = Some(why);
+            return m;
+        }
+        Opened::Failed(e) => {
+            m.driver_error = Some(e);
+            return m;
+        }
+        Opened::Ready(d) => d,
+    };
+    let gpus = match driver.gpus() {
+        Ok(g) => g,
+        Err(e) => {
+            m.driver_error = Some(e);
+            return m;
+        }
+    };
+    m.gpus = gpus.iter().map(|g| (g.ordinal, g.bus_id.clone())).collect();
+    if gpus.len() < 2 {
+        return m;
+    }
+    if want_p2p {
+        m.p2p = Some(p2p::run(&driver, &gpus, s.p2p_bytes, s.iterations, budget));
+    }
+    if want_nccl {
+        let plan = nccl::Plan {
+            candidates: &s.nccl_candidates,
+            sizes: &s.nccl_sizes,
+            iterations: s.iterations,
+        };
+        m.nccl = Some(nccl::run(&driver, watch, &gpus, &plan, budget));
+    }
+    m
+}
+
+pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let started = Instant::now();
+    let settings = settings(args)?;
+    let log = match args.what {
+        BenchKind::P2p => None,
+        _ => Some(NcclLog::capture()?),
+    };
+    let budget = Budget::new(settings.budget);
+    let host = Host::new(&args.gather.host_root);
+    let (facts, nvml_hung) = gpu::gather(
+        &host,
+        &GpuOptions {
+            nvml_library: args.gather.nvml_lib.clone(),
+            cuda_library: args.gather.cuda_lib.clone(),
+            call_timeout: args.gather.timeout,
+            trace: args.gather.trace,
+            cuda: false,
+        },
+    );
+    let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());
+    let outcome = deadline::run(
+        "bench",
+        args.gather.timeout,
+        args.gather.trace,
+        move |watch| measure(watch, &cuda_lib, kind, &s, &budget),
+    );
+    let (mut measured, hung) = match outcome {
+        Ok(m) => (m, false),
+        Err(h) => (
+            Measured {
+                driver_error: Some(crate::facts::FactError::new(&h.call, h.to_string())),
+                p2p: (kind != BenchKind::Nccl).then(Vec::new),
+                nccl: (kind != BenchKind::P2p).then_some(None),
+                ..Measured::default()
+            },
+            true,
+        ),
+    };
+    if let (Some(log), Some(Some(result))) = (&log, measured.nccl.as_mut()) {
+        result.transports = log.transports();
+    }
+    drop(log);
+    let report = super::judge(
+        measured,
+        facts.nvml.loaded(),
+        (&settings, started.elapsed()),
+    );
+    match args.format {
+        Format::Human => print!(
+            "{}",
+            super::render::human(&report, crate::commands::use_color(env))
+        ),
+        Format::Json => {
+            let mut text =
+                serde_json::to_string_pretty(&report).context("serializing the bench report")?;
+            text.push('\n');
+            print!("{text}");
+        }
+    }
+    Ok(Exit {
+        code: if report.verdict == Status::Fail { 1 } else { 0 },
+        hung: hung || nvml_hung.0,
+    })
+}

@@ -1,0 +1,332 @@
+//! `bench` against the fake libcuda and libnccl: the fakes copy and sum real
+//! bytes in host memory and advance a virtual clock at the scenario's speed,
+//! so figures are exact; faults are injected per test.
+
+use crate::support::{command, fake_libs, scratch, stderr, stdout};
+use serde_json::Value;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// Two H200s joined by 18 NVLinks (478.1 GB/s one way), as on the lent machine.
+const TWO_H200: &str = "driver 580.95.05
+cuda_version 13000
+gpu 0000:1b:00.0 9.0 143771 0 0-47 GPU-aaaa0000-0000-0000-0000-000000000000 NVIDIA H200
+gpu 0000:43:00.0 9.0 143771 0 0-47 GPU-bbbb0000-0000-0000-0000-000000000000 NVIDIA H200
+link 0 0-17 1 6 gpu1 gpu
+link 1 0-17 1 6 gpu0 gpu
+speed * 26562
+pcie * 5 16
+p2p * * OK OK OK OK OK
+";
+
+fn bench(name: &str, scenario: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    let dir = scratch(&format!("bench-{name}"));
+    std::fs::write(dir.join("gpu.scenario"), scenario).unwrap();
+    let libs = fake_libs();
+    let path = format!(
+        "{}:{}",
+        libs.join("nvidia").display(),
+        libs.join("nccl-lib").display()
+    );
+    let mut all = vec!["bench", "--format", "json"];
+    all.extend(args);
+    let mut cmd = command(&all, env);
+    cmd.env("FAKE_GPU_SCENARIO", dir.join("gpu.scenario"))
+        .env("LD_LIBRARY_PATH", path)
+        .env("TMPDIR", &dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let json = serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("{e}: {}\nstderr: {}", stdout(&out), stderr(&out)));
+    // NCCL's log went to a private file in TMPDIR; nothing is left behind.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "gpu.scenario")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    (out, json)
+}
+
+fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report:#}"))
+}
+
+fn near(v: &Value, want: f64) -> bool {
+    (v.as_f64().unwrap_or(f64::NAN) - want).abs() < want * 1e-3
+}
+
+#[test]
+fn healthy_nvlink_pair_measures_exact_figures_and_passes() {
+    let scenario = format!("{TWO_H200}cuda_bw 0 1 400\ncuda_bw 1 0 380\n");
+    let (out, r) = bench(
+        "healthy",
+        &scenario,
+        &["--size", "4MiB", "--nccl-sizes", "1MiB,8MiB"],
+        &[("FAKE_NCCL_BUSBW", "300")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{r:#}");
+    assert_eq!(r["verdict"], "pass");
+    let pairs = r["p2p"]["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2);
+    let (ab, ba) = (&pairs[0], &pairs[1]);
+    assert_eq!((ab["src"].as_u64(), ab["dst"].as_u64()), (Some(0), Some(1)));
+    assert!(near(&ab["unidirectional_gbps"], 400.0), "{ab}");
+    assert!(near(&ba["unidirectional_gbps"], 380.0), "{ba}");
+    // Both ways at once: the slower direction sets the time, 2 x 380.
+    assert!(near(&ab["bidirectional_gbps"], 760.0), "{ab}");
+    assert!(near(&ab["expected_gbps"], 18.0 * 26.562), "{ab}");
+    assert_eq!(ab["expected_basis"], "18 NVLinks x 26.562 GB/s");
+    assert!(
+        near(&ab["unidirectional_fraction"], 400.0 / 478.116),
+        "{ab}"
+    );
+    assert_eq!(ab["verified"], true);
+    let nccl = &r["nccl"];
+    assert_eq!(nccl["version"], "2.28.9");
+    let sizes = nccl["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2);
+    // Two GPUs: busbw = algbw x 2(n-1)/n = algbw.
+    for s in sizes {
+        assert!(near(&s["busbw_gbps"], 300.0), "{s}");
+        assert!(near(&s["algbw_gbps"], 300.0), "{s}");
+        assert_eq!(s["verified"], true);
+    }
+    assert_eq!(nccl["transports"]["P2P/CUMEM"], 4, "{nccl}");
+    assert_eq!(finding(&r, "gpu-bandwidth")["status"], "pass");
+    assert!(
+        finding(&r, "gpu-bandwidth")["evidence"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("slowest: GPU1 -> GPU0: 380.0 GB/s one way (79%)")
+    );
+    assert_eq!(finding(&r, "nccl-allreduce")["status"], "pass");
+}
+
+#[test]
+fn a_slow_link_or_corrupted_copy_fails_with_the_pair_named() {
+    let scenario = format!("{TWO_H200}cuda_bw 0 1 100\ncuda_corrupt 1 0\n");
+    let (out, r) = bench("degraded", &scenario, &["p2p", "--size", "4MiB"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(r.get("nccl").is_none());
+    let f = finding(&r, "gpu-bandwidth");
+    assert_eq!(f["status"], "fail");
+    let evidence = f["evidence"].to_string();
+    assert!(
+        evidence.contains("GPU0 -> GPU1: 100.0 GB/s one way (21%)"),
+        "{evidence}"
+    );
+    // The flipped byte sits at the start of the third 1 MiB chunk.
+    assert!(
+        evidence.contains("GPU1 -> GPU0: data did not arrive intact: byte 2097152:"),
+        "{evidence}"
+    );
+    assert!(
+        f["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia-smi nvlink -e")
+    );
+    // A lower threshold forgives the slow link but never the corruption.
+    let (out, r) = bench(
+        "degraded-low",
+        &scenario,
+        &["p2p", "--size", "4MiB", "--min-bandwidth-fraction", "0.2"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let evidence = finding(&r, "gpu-bandwidth")["evidence"].to_string();
+    assert!(
+        evidence.contains("slowest: GPU0 -> GPU1: 100.0 GB/s one way (21%)"),
+        "{evidence}"
+    );
+    assert!(evidence.contains("did not arrive intact"), "{evidence}");
+}
+
+#[test]
+fn nccl_errors_wrong_sums_and_the_wrong_transport_fail() {
+    let args = ["nccl", "--nccl-sizes", "1MiB"];
+    let (out, r) = bench("nccl-init", TWO_H200, &args, &[("FAKE_NCCL_FAIL", "init")]);
+    assert_eq!(out.status.code(), Some(1));
+    let f = finding(&r, "nccl-allreduce");
+    assert_eq!(f["summary"], "NCCL all-reduce did not complete");
+    assert!(
+        f["evidence"].to_string().contains(
+            "ncclCommInitAll(2 GPUs): unhandled system error (run with NCCL_DEBUG=INFO for details) (2)"
+        ),
+        "{f}"
+    );
+    let (out, r) = bench("nccl-wrong", TWO_H200, &args, &[("FAKE_NCCL_WRONG", "1")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        finding(&r, "nccl-allreduce")["summary"],
+        "NCCL all-reduce returned wrong sums"
+    );
+    let (out, r) = bench(
+        "nccl-shm",
+        TWO_H200,
+        &args,
+        &[("FAKE_NCCL_TRANSPORT", "SHM/direct/direct")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let f = finding(&r, "nccl-allreduce");
+    assert_eq!(f["summary"], "NCCL used SHM between GPUs joined by NVLink");
+    assert!(
+        f["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("NCCL_(P2P|SHM)_DISABLE")
+    );
+    // Slow all-reduce: 100 GB/s over 478 GB/s of NVLink.
+    let (out, r) = bench("nccl-slow", TWO_H200, &args, &[("FAKE_NCCL_BUSBW", "100")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        finding(&r, "nccl-allreduce")["summary"],
+        "busbw 100.0 GB/s at 1 MiB, 21% of the slowest link"
+    );
+}
+
+#[test]
+fn hung_calls_fail_on_time_naming_the_call() {
+    for (name, scenario, env) in [
+        (
+            "hang-cuda",
+            format!("{TWO_H200}hang cuEventSynchronize\n"),
+            vec![],
+        ),
+        (
+            "hang-nccl",
+            TWO_H200.to_string(),
+            vec![("FAKE_NCCL_HANG", "1")],
+        ),
+    ] {
+        let started = Instant::now();
+        let (out, r) = bench(
+            name,
+            &scenario,
+            &[
+                "--size",
+                "2MiB",
+                "--nccl-sizes",
+                "1MiB",
+                "--timeout",
+                "300ms",
+            ],
+            &env,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let text = r["findings"].to_string();
+        let call = if name == "hang-cuda" {
+            "cuEventSynchronize(0)"
+        } else {
+            "ncclGroupEnd"
+        };
+        assert!(
+            text.contains(call) && text.contains("did not return within"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
+    // No libcuda: nothing to measure, both skip, exit 0.
+    let (out, r) = bench(
+        "no-driver",
+        TWO_H200,
+        &[],
+        &[("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1")],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(finding(&r, "gpu-bandwidth")["status"], "skip");
+    assert_eq!(
+        finding(&r, "nccl-allreduce")["summary"],
+        "no CUDA driver on this machine"
+    );
+    // One visible GPU.
+    let (out, r) = bench("one-gpu", TWO_H200, &[], &[("CUDA_VISIBLE_DEVICES", "1")]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        finding(&r, "gpu-bandwidth")["summary"],
+        "1 GPU visible: nothing to measure between GPUs"
+    );
+    // cuInit refused: a failure.
+    let (out, r) = bench(
+        "init-802",
+        &format!("{TWO_H200}cuda_init 802\n"),
+        &["p2p"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        finding(&r, "gpu-bandwidth")["evidence"]
+            .to_string()
+            .contains("CUDA_ERROR_SYSTEM_NOT_READY (802)")
+    );
+    // No NCCL library.
+    let (out, r) = bench(
+        "no-nccl",
+        TWO_H200,
+        &["nccl", "--nccl-sizes", "1MiB"],
+        &[("NCCL_PREFLIGHT_NCCL_LIB", "absent/libnccl.so.2")],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        finding(&r, "nccl-allreduce")["summary"],
+        "no NCCL library found"
+    );
+    // No peer access: a warning, nothing copied.
+    let (out, r) = bench(
+        "no-peer",
+        &format!("{TWO_H200}cuda_peer * * 0\n"),
+        &["p2p", "--size", "1MiB"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(finding(&r, "gpu-bandwidth")["status"], "warn");
+    // A budget too small to start: what was not measured fails.
+    let slow_init = format!("{TWO_H200}cuda_init_ms 200\n");
+    let (out, r) = bench(
+        "budget",
+        &slow_init,
+        &["p2p", "--bench-seconds", "100ms", "--size", "1MiB"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        finding(&r, "gpu-bandwidth")["evidence"]
+            .to_string()
+            .contains("budget ran out")
+    );
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    for (args, word) in [
+        (vec!["bench", "--size", "1000"], "--size"),
+        (
+            vec!["bench", "--min-bandwidth-fraction", "2"],
+            "--min-bandwidth-fraction",
+        ),
+        (vec!["bench", "--nccl-sizes", "6"], "--nccl-sizes"),
+        (vec!["bench", "--iterations", "0"], "--iterations"),
+        (vec!["bench", "sideways"], "sideways"),
+    ] {
+        let out = command(&args, &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(word), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty());
+    }
+}
