@@ -224,4 +224,16 @@ pub struct InitArgs {
     /// Write the termination summary here [default: /dev/termination-log when it exists].
     #[arg(long, env = "NCCL_PREFLIGHT_TERMINATION_LOG", value_name = "PATH")]
     pub termination_log: Option<PathBuf>,
+    /// Also measure: run `bench` with the tuned settings in its environment and add
+    /// gpu-bandwidth and nccl-allreduce to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs).
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH", conflicts_with = "facts")]
+    pub bench: bool,
+    /// With --bench: the time the bench may take.
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SECONDS", default_value = "10s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub bench_seconds: std::time::Duration,
+    /// With --bench: below this fraction of the link's figure a measurement fails.
+    #[arg(long, env = "NCCL_PREFLIGHT_MIN_BANDWIDTH_FRACTION", default_value_t = 0.5,
+          value_name = "FRACTION", value_parser = crate::units::parse_fraction)]
+    pub min_bandwidth_fraction: f64,
 }

@@ -203,7 +203,27 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 }
 
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(&args.check, env, false)?;
+    let (mut report, hung) = evaluate(&args.check, env, false)?;
+    if args.bench {
+        // Measured with the settings the trainer will get, judged under the same --ignore.
+        let c = &args.check;
+        let policy = policy::build(
+            &c.ignore,
+            &c.require,
+            c.min_shm.as_deref(),
+            c.min_memlock.as_deref(),
+        )
+        .map_err(|e| anyhow!(e))?;
+        let measured = crate::bench::child::run(args, exec_environment(env, &report.settings));
+        for mut finding in measured {
+            if finding.status == Status::Fail && policy.ignores(&finding.id) {
+                finding.status = Status::Warn;
+                finding.ignored = true;
+            }
+            report.checks.push(finding);
+        }
+        report.verdict = judge::verdict(&report.checks);
+    }
     let mut outputs = Vec::new();
     let mut add = |flag, path: &Option<PathBuf>, contents: String| {
         if let Some(path) = path {

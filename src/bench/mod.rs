@@ -3,6 +3,7 @@
 //! speed from NVML, or PCIe generation x width. A budget bounds the whole run;
 //! every driver call has the usual deadline.
 
+pub mod child;
 pub mod command;
 pub mod driver;
 pub mod expect;
@@ -17,6 +18,8 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 pub const SCHEMA: &str = "nccl-preflight/bench/v1";
+/// The checks a bench adds (to `init --bench` reports too).
+pub const CHECK_IDS: &[&str] = &["gpu-bandwidth", "nccl-allreduce"];
 
 /// GB/s (10^9 bytes per second, as nccl-tests reports) for `bytes` in `ms`.
 pub fn gbps(bytes: f64, ms: f64) -> f64 {

@@ -167,7 +167,10 @@ pub const CHECKS: &[Check] = &[
 
 /// The ids of all checks.
 pub fn check_ids() -> impl Iterator<Item = &'static str> {
-    CHECKS.iter().map(|c| c.id)
+    CHECKS
+        .iter()
+        .map(|c| c.id)
+        .chain(crate::bench::CHECK_IDS.iter().copied())
 }
 
 /// Runs every check and applies the ignore policy.

@@ -330,3 +330,83 @@ fn bad_flags_exit_2_naming_the_flag() {
         assert!(out.stdout.is_empty());
     }
 }
+
+#[test]
+fn init_bench_adds_measured_checks_under_the_same_ignore_policy() {
+    let dir = scratch("init-bench");
+    let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
+    let slow = dir.join("slow.scenario");
+    let text = std::fs::read_to_string(&base).unwrap();
+    std::fs::write(&slow, format!("{text}cuda_bw 2 5 60\n")).unwrap();
+    let report = dir.join("report.json");
+    let report_flag = report.to_str().unwrap();
+    let small = [
+        ("NCCL_PREFLIGHT_BENCH_SIZE", "1MiB"),
+        ("NCCL_PREFLIGHT_NCCL_SIZES", "1MiB"),
+    ];
+    let run = |extra: &[&str], scenario: &std::path::Path| {
+        let mut args = vec!["--bench", "--report", report_flag];
+        args.extend(extra);
+        let mut env = small.to_vec();
+        env.push(("FAKE_GPU_SCENARIO", scenario.to_str().unwrap()));
+        let out = crate::support::fixture_command("gpu-h100-nv18", "init", &args, &env)
+            .output()
+            .unwrap();
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        (out, r)
+    };
+    let (out, r) = run(&[], &base);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let checks = &r["checks"];
+    let bw = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-bandwidth")
+        .unwrap();
+    assert_eq!(bw["status"], "pass", "{bw}");
+    assert_eq!(
+        bw["summary"],
+        "56 peer directions at 50% of their links or better, data verified"
+    );
+    // The fixture has no libnccl: skipped, not failed.
+    let nccl = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "nccl-allreduce")
+        .unwrap();
+    assert_eq!(nccl["status"], "skip");
+    // One slow pair fails the pod; --ignore turns it into a flagged warning.
+    let (out, r) = run(&[], &slow);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(r["verdict"], "fail");
+    assert!(
+        r["checks"]
+            .to_string()
+            .contains("GPU2 -> GPU5: 60.0 GB/s one way (13%)")
+    );
+    let (out, r) = run(&["--ignore", "gpu-bandwidth"], &slow);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("no check has this id"),
+        "{}",
+        stderr(&out)
+    );
+    let bw = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-bandwidth")
+        .unwrap();
+    assert_eq!(
+        (&bw["status"], &bw["ignored"]),
+        (&Value::from("warn"), &Value::from(true))
+    );
+    // --bench measures this machine: it cannot judge saved facts.
+    let out = command(&["init", "--bench", "--facts", "x.json"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--facts"), "{}", stderr(&out));
+}

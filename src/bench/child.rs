@@ -1,0 +1,119 @@
+//! `init --bench`: the bench runs as a child process of this binary, with the
+//! tuned settings in its environment (what the trainer will run with), under a
+//! wall-clock limit; its findings join the report.
+
+use crate::cli::InitArgs;
+use crate::judge::{Finding, Status};
+use std::ffi::OsString;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
+    Finding::new("gpu-bandwidth", Status::Fail, summary)
+        .evidence(evidence)
+        .remediation("nccl-preflight bench   # run it by hand to see every figure")
+}
+
+/// Runs `bench` in a child and returns its findings; a child that fails to start,
+/// overruns or reports nothing readable becomes one failing finding.
+pub fn run(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Vec<Finding> {
+    let g = &args.check.gather;
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![failed(
+                "the bench could not start",
+                format!("current_exe: {e}"),
+            )];
+        }
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg("bench")
+        .args(["--format", "json"])
+        .arg("--bench-seconds")
+        .arg(format!("{}s", args.bench_seconds.as_secs_f64()))
+        .arg("--min-bandwidth-fraction")
+        .arg(args.min_bandwidth_fraction.to_string())
+        .arg("--host-root")
+        .arg(&g.host_root)
+        .args(["--nvml-lib", &g.nvml_lib, "--cuda-lib", &g.cuda_lib])
+        .arg("--timeout")
+        .arg(format!("{}s", g.timeout.as_secs_f64()));
+    if let Some(lib) = &g.nccl_lib {
+        cmd.args(["--nccl-lib", lib]);
+    }
+    cmd.env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return vec![failed("the bench could not start", e.to_string())],
+    };
+    // Read both pipes on threads so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    // The bench keeps its own budget and per-call deadlines; this limit only catches a
+    // child that ignores both.
+    let limit = args.bench_seconds + 2 * g.timeout + Duration::from_secs(5);
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return vec![failed("the bench could not be waited for", e.to_string())],
+        }
+    };
+    let (stdout, stderr) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    let Some(status) = status else {
+        return vec![failed(
+            "the bench did not finish",
+            format!("killed after {:.1} s", limit.as_secs_f64()),
+        )];
+    };
+    let parsed: Option<Vec<Finding>> = serde_json::from_str::<serde_json::Value>(&stdout)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("findings")?.clone()).ok());
+    match parsed {
+        Some(findings) if matches!(status.code(), Some(0 | 1)) => findings,
+        _ => vec![failed(
+            "the bench could not run",
+            format!(
+                "exit {}: {}",
+                status
+                    .code()
+                    .map_or("by signal".to_string(), |c| c.to_string()),
+                stderr.trim()
+            ),
+        )],
+    }
+}
