@@ -65,15 +65,8 @@ pub struct BenchArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH_ITERATIONS", default_value_t = 10, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub iterations: u32,
-    /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
-    /// unmeasured when it runs out fails.
-    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SECONDS", default_value = "10s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
-    pub bench_seconds: std::time::Duration,
-    /// Below this fraction of the link's figure a measurement fails.
-    #[arg(long, env = "NCCL_PREFLIGHT_MIN_BANDWIDTH_FRACTION", default_value_t = 0.5,
-          value_name = "FRACTION", value_parser = crate::units::parse_fraction)]
-    pub min_bandwidth_fraction: f64,
+    #[command(flatten)]
+    pub limits: BenchLimits,
     /// Report format on standard output.
     #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
     pub format: Format,
@@ -228,11 +221,19 @@ pub struct InitArgs {
     /// gpu-bandwidth and nccl-allreduce to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs).
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH", conflicts_with = "facts")]
     pub bench: bool,
-    /// With --bench: the time the bench may take.
+    #[command(flatten)]
+    pub bench_limits: BenchLimits,
+}
+
+/// How long a bench may run and what it must reach (`bench`, `init --bench`).
+#[derive(Debug, Args)]
+pub struct BenchLimits {
+    /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
+    /// unmeasured when it runs out fails.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SECONDS", default_value = "10s", value_name = "DURATION",
           value_parser = crate::units::parse_duration)]
     pub bench_seconds: std::time::Duration,
-    /// With --bench: below this fraction of the link's figure a measurement fails.
+    /// Below this fraction of the link's figure a measurement fails.
     #[arg(long, env = "NCCL_PREFLIGHT_MIN_BANDWIDTH_FRACTION", default_value_t = 0.5,
           value_name = "FRACTION", value_parser = crate::units::parse_fraction)]
     pub min_bandwidth_fraction: f64,

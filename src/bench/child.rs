@@ -32,9 +32,12 @@ pub fn run(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Vec<Finding> {
     cmd.arg("bench")
         .args(["--format", "json"])
         .arg("--bench-seconds")
-        .arg(format!("{}s", args.bench_seconds.as_secs_f64()))
+        .arg(format!(
+            "{}s",
+            args.bench_limits.bench_seconds.as_secs_f64()
+        ))
         .arg("--min-bandwidth-fraction")
-        .arg(args.min_bandwidth_fraction.to_string())
+        .arg(args.bench_limits.min_bandwidth_fraction.to_string())
         .arg("--host-root")
         .arg(&g.host_root)
         .args(["--nvml-lib", &g.nvml_lib, "--cuda-lib", &g.cuda_lib])
@@ -76,7 +79,7 @@ pub fn run(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Vec<Finding> {
     );
     // The bench keeps its own budget and per-call deadlines; this limit only catches a
     // child that ignores both.
-    let limit = args.bench_seconds + 2 * g.timeout + Duration::from_secs(5);
+    let limit = args.bench_limits.bench_seconds + 2 * g.timeout + Duration::from_secs(5);
     let started = Instant::now();
     let status = loop {
         match child.try_wait() {

@@ -94,8 +94,8 @@ fn settings(args: &BenchArgs) -> Result<Settings> {
         p2p_bytes: usize::try_from(args.size).context("--size does not fit in memory")?,
         nccl_sizes: args.nccl_sizes.clone(),
         iterations: args.iterations,
-        min_fraction: args.min_bandwidth_fraction,
-        budget: args.bench_seconds,
+        min_fraction: args.limits.min_bandwidth_fraction,
+        budget: args.limits.bench_seconds,
         nccl_candidates: crate::gather::rdma::nccl_locations(args.gather.nccl_lib.as_deref()),
     })
 }

@@ -88,12 +88,10 @@ fn check(call: &str, rc: R) -> Result<(), FactError> {
 
 impl<'w> Driver<'w> {
     pub fn open(watch: &'w Watch, library: &str) -> Opened<'w> {
-        let lib = match watch.call(format!("dlopen({library})"), || Library::open(library)) {
+        let lib = match crate::gather::dl::load(watch, library) {
             Ok(lib) => lib,
-            Err(e) if crate::gather::dl::is_missing(library, &e.message) => {
-                return Opened::NotFound(e.message);
-            }
-            Err(e) => return Opened::Failed(e),
+            Err(crate::gather::dl::LoadError::Missing(why)) => return Opened::NotFound(why),
+            Err(crate::gather::dl::LoadError::Failed(e)) => return Opened::Failed(e),
         };
         let api = match Api::load(&lib) {
             Ok(api) => api,

@@ -86,31 +86,7 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::gpu::NvLink;
-
-    fn gpu(bus: &str, links: Vec<NvLink>) -> NvmlGpu {
-        let mut g: NvmlGpu = serde_json::from_value(serde_json::json!({
-            "index": 0, "name": {"value": "H200"}, "uuid": {"value": "GPU-x"},
-            "pci_bus_id": {"value": bus}, "compute_capability": {"value": "9.0"},
-            "memory_bytes": {"value": 1}, "numa_node": {"value": 0}, "cpu_affinity": {"value": "0"},
-            "persistence_mode": {"value": true}, "mig_mode": {"value": false},
-            "nvlink_speed_mbps": {"value": 26562}, "pcie_max_generation": {"value": 5},
-            "pcie_max_width": {"value": 16}, "fabric_state": {"value": "not_supported"},
-            "nvlinks": []
-        }))
-        .unwrap();
-        g.nvlinks = links;
-        g
-    }
-
-    fn nvlink(link: u32, active: bool, remote: &str, kind: &str) -> NvLink {
-        NvLink {
-            link,
-            active,
-            version: Observed::Value("4.0".into()),
-            remote_pci_bus_id: Observed::Value(remote.into()),
-            remote_type: Observed::Value(kind.into()),
-        }
-    }
+    use crate::topology::matrix::fixtures::{gpu, link as nvlink};
 
     fn facts(gpus: Vec<NvmlGpu>) -> NvmlFacts {
         NvmlFacts {
@@ -127,7 +103,11 @@ mod tests {
         let mut links: Vec<NvLink> = (0..18).map(|l| nvlink(l, true, b, "gpu")).collect();
         links[3].active = false;
         links[4].remote_pci_bus_id = Observed::Value(c.into());
-        let f = facts(vec![gpu(a, links), gpu(b, Vec::new()), gpu(c, Vec::new())]);
+        let f = facts(vec![
+            gpu(0, a, links),
+            gpu(1, b, Vec::new()),
+            gpu(2, c, Vec::new()),
+        ]);
         let fig = link(&f, a, b).unwrap();
         assert_eq!(fig.basis, "16 NVLinks x 26.562 GB/s");
         assert!((fig.gbps - 16.0 * 26.562).abs() < 1e-9);
@@ -148,7 +128,7 @@ mod tests {
                 .map(|l| nvlink(l, true, "0000:05:00.0", "switch"))
                 .collect()
         };
-        let f = facts(vec![gpu(a, sw(18)), gpu(b, sw(12))]);
+        let f = facts(vec![gpu(0, a, sw(18)), gpu(1, b, sw(12))]);
         let fig = link(&f, a, b).unwrap();
         assert_eq!(fig.basis, "12 NVLinks x 26.562 GB/s through NVSwitch");
         let buses = [a, b];

@@ -49,6 +49,23 @@ pub fn is_missing(name: &str, message: &str) -> bool {
     message.starts_with(&format!("{name}:")) && message.contains("No such file or directory")
 }
 
+/// Why a watched dlopen gave no library.
+pub enum LoadError {
+    /// The library itself is not installed (dlopen's message).
+    Missing(String),
+    /// It exists but could not be loaded (a missing dependency, a bad ELF, ...).
+    Failed(FactError),
+}
+
+/// dlopen under a deadline watch, telling an absent library from a broken one.
+pub fn load(watch: &crate::gather::deadline::Watch, name: &str) -> Result<Library, LoadError> {
+    match watch.call(format!("dlopen({name})"), || Library::open(name)) {
+        Ok(lib) => Ok(lib),
+        Err(e) if is_missing(name, &e.message) => Err(LoadError::Missing(e.message)),
+        Err(e) => Err(LoadError::Failed(e)),
+    }
+}
+
 impl Library {
     /// dlopen with RTLD_NOW | RTLD_LOCAL: a library with unresolved symbols fails here, not mid-call.
     pub fn open(name: &str) -> Result<Library, FactError> {

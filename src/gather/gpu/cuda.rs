@@ -86,12 +86,10 @@ fn int_out(watch: &Watch, name: &str, f: &Symbol<CuIntOut>) -> Result<i32, FactE
 
 /// Loads libcuda from `library` and reads devices and peer access.
 pub fn gather(watch: &Watch, library: &str) -> Outcome {
-    let lib = match watch.call(format!("dlopen({library})"), || Library::open(library)) {
+    let lib = match crate::gather::dl::load(watch, library) {
         Ok(lib) => lib,
-        Err(e) if crate::gather::dl::is_missing(library, &e.message) => {
-            return Outcome::NotFound(e.message);
-        }
-        Err(e) => return Outcome::Failed(e),
+        Err(crate::gather::dl::LoadError::Missing(why)) => return Outcome::NotFound(why),
+        Err(crate::gather::dl::LoadError::Failed(e)) => return Outcome::Failed(e),
     };
     let api = match Api::load(&lib) {
         Ok(api) => api,

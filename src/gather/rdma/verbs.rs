@@ -263,12 +263,10 @@ pub enum Outcome {
 }
 
 pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
-    let lib = match watch.call(format!("dlopen({library})"), || Library::open(library)) {
-        Ok(l) => l,
-        Err(e) if crate::gather::dl::is_missing(library, &e.message) => {
-            return Outcome::NotFound(e.message);
-        }
-        Err(e) => return Outcome::Failed(e),
+    let lib = match crate::gather::dl::load(watch, library) {
+        Ok(lib) => lib,
+        Err(crate::gather::dl::LoadError::Missing(why)) => return Outcome::NotFound(why),
+        Err(crate::gather::dl::LoadError::Failed(e)) => return Outcome::Failed(e),
     };
     let api = match Api::load(&lib) {
         Ok(a) => a,
