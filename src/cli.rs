@@ -34,6 +34,19 @@ pub enum Command {
     ExplainLog(ExplainArgs),
     /// Measure GPU peer bandwidth and NCCL all-reduce, judged against what the links should give.
     Bench(BenchArgs),
+    /// Copy this binary into DIR (a volume shared with the training container) atomically,
+    /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
+    Install(InstallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The directory to copy into (an emptyDir mounted by both containers).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The file name inside DIR.
+    #[arg(long, default_value = "nccl-preflight", value_name = "NAME")]
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

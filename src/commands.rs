@@ -227,11 +227,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let mut outputs = Vec::new();
     let mut add = |flag, path: &Option<PathBuf>, contents: String| {
         if let Some(path) = path {
-            outputs.push(Output {
-                flag,
-                path: path.clone(),
-                contents,
-            });
+            outputs.push(Output::text(flag, path.clone(), contents));
         }
     };
     add(
@@ -391,4 +387,31 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         },
         hung,
     ))
+}
+
+/// `install DIR`: this very binary, copied whole into DIR under a temp name and
+/// renamed, so a container starting from DIR never runs a half-written file.
+pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
+    let name = &args.name;
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        bail!("install --name {name:?}: must be a plain file name");
+    }
+    let dir = &args.dir;
+    let meta = std::fs::metadata(dir).with_context(|| format!("install {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("install {}: not a directory", dir.display());
+    }
+    // /proc/self/exe still reads the running binary if its file was replaced meanwhile.
+    let bytes = std::fs::read("/proc/self/exe")
+        .or_else(|_| std::fs::read(std::env::current_exe()?))
+        .context("install: reading this binary")?;
+    let target = dir.join(name);
+    output::write_atomically(&[Output {
+        flag: "install",
+        path: target.clone(),
+        contents: bytes,
+        mode: 0o755,
+    }])?;
+    println!("nccl-preflight: installed {}", target.display());
+    Ok(Exit::new(EXIT_OK, HungCall(false)))
 }

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Facts(args) => commands::facts(args, &env),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
+        Command::Install(args) => commands::install(args),
     });
     match result {
         Ok(Ok(exit)) if exit.hung => {

@@ -18,7 +18,21 @@ pub struct Output {
     /// What the file is, for messages (`--env-file`).
     pub flag: &'static str,
     pub path: PathBuf,
-    pub contents: String,
+    pub contents: Vec<u8>,
+    /// Permission bits of the new file (0o644 for reports, 0o755 for the binary).
+    pub mode: u32,
+}
+
+impl Output {
+    /// A text file, mode 0644.
+    pub fn text(flag: &'static str, path: PathBuf, contents: String) -> Output {
+        Output {
+            flag,
+            path,
+            contents: contents.into_bytes(),
+            mode: 0o644,
+        }
+    }
 }
 
 /// Where the data really goes: the path, or the file a symlink points to.
@@ -83,9 +97,11 @@ fn stage(output: &Output, n: usize) -> Result<Staged> {
         let mut file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o644)
+            .mode(output.mode)
             .open(&temp)?;
-        file.write_all(output.contents.as_bytes())?;
+        file.write_all(&output.contents)?;
+        // The umask may have taken bits away; the file gets exactly the mode asked for.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(output.mode))?;
         file.sync_all()
     };
     if let Err(e) = write() {
@@ -159,11 +175,7 @@ mod tests {
     }
 
     fn out(flag: &'static str, path: PathBuf, text: &str) -> Output {
-        Output {
-            flag,
-            path,
-            contents: text.into(),
-        }
+        Output::text(flag, path, text.into())
     }
 
     #[test]

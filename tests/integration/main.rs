@@ -3,6 +3,7 @@
 mod bench;
 mod binary;
 mod cli;
+mod deploy;
 mod exec;
 mod explain;
 mod fixtures;
