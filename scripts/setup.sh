@@ -31,3 +31,12 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if command -v rustup >/dev/null 2>&1; then
   rustup component add clippy rustfmt >/dev/null 2>&1 || true
 fi
+
+# The manifest test validates examples/manifests with kubernetes-validate (the bundled
+# Kubernetes schemas) and jsonschema (the Kubeflow CRDs), from PyPI, in a venv of its own.
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/test-venv"
+if ! "$venv/bin/python3" -c 'import kubernetes_validate, jsonschema, yaml' 2>/dev/null; then
+  echo "setup: creating $venv (kubernetes-validate, jsonschema, pyyaml)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 jsonschema pyyaml
+fi

@@ -60,3 +60,132 @@ fn install_copies_this_binary_whole_and_replaces_an_old_copy() {
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
 }
+
+/// The Python with kubernetes-validate that scripts/setup.sh installs, or None (and a
+/// skip, or a failure under NCCL_PREFLIGHT_TEST_STRICT) when it is missing.
+fn validator_python(test: &str) -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("NCCL_PREFLIGHT_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::support::repo().join("target/test-venv/bin/python3"));
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import kubernetes_validate, jsonschema, yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(python);
+    }
+    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
+        panic!(
+            "{test}: {} lacks kubernetes-validate (run scripts/setup.sh)",
+            python.display()
+        );
+    }
+    eprintln!("skipped {test}: no kubernetes-validate (run scripts/setup.sh)");
+    None
+}
+
+/// Runs tests/manifests/validate.py on `dir`: (documents, errors, command lines).
+fn validate(
+    python: &std::path::Path,
+    dir: &std::path::Path,
+) -> (u64, Vec<String>, Vec<Vec<String>>) {
+    let crds = crate::support::repo().join("../shared/data/crds");
+    let out = std::process::Command::new(python)
+        .arg(crate::support::repo().join("tests/manifests/validate.py"))
+        .arg(dir)
+        .arg(&crds)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "validate.py: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let commands = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| strings(&c["argv"]))
+        .collect();
+    (
+        v["documents"].as_u64().unwrap(),
+        strings(&v["errors"]),
+        commands,
+    )
+}
+
+/// Parses a command line with the current CLI, as the binary would.
+fn parses(argv: &[String]) -> Result<(), String> {
+    use clap::Parser;
+    let full = std::iter::once("nccl-preflight".to_string()).chain(argv.iter().cloned());
+    nccl_preflight::cli::Cli::try_parse_from(full)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn example_manifests_match_the_real_schemas_and_every_command_parses() {
+    let test = "example_manifests_match_the_real_schemas_and_every_command_parses";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let dir = crate::support::repo().join("examples/manifests");
+    let (documents, errors, commands) = validate(&python, &dir);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "yaml")
+        })
+        .count();
+    assert!(files >= 6, "{files} manifests");
+    assert!(documents as usize >= files);
+    for argv in &commands {
+        parses(argv).unwrap_or_else(|e| panic!("{argv:?} does not parse: {e}"));
+    }
+    let subcommands: std::collections::BTreeSet<&str> =
+        commands.iter().map(|a| a[0].as_str()).collect();
+    for mode in ["init", "install", "exec"] {
+        assert!(
+            subcommands.contains(mode),
+            "no manifest runs {mode}: {subcommands:?}"
+        );
+    }
+
+    // The same validation catches what it must: an undeclared field, a wrong type, a
+    // kind without a CRD; and a flag the CLI does not have fails to parse.
+    let bad = scratch("bad-manifests");
+    let text = std::fs::read_to_string(dir.join("mpijob-nccl-tests.yaml")).unwrap();
+    std::fs::write(
+        bad.join("mpijob.yaml"),
+        text.replace("slotsPerWorker: 8", "slotsPerWorker: eight")
+            .replace("volumeMounts:", "volumeMount:"),
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("thing.yaml"),
+        "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t}\n",
+    )
+    .unwrap();
+    let (_, errors, _) = validate(&python, &bad);
+    let all = errors.join("\n");
+    assert!(all.contains("'eight' is not of type 'integer'"), "{all}");
+    assert!(
+        all.contains("volumeMount: field not declared in the schema"),
+        "{all}"
+    );
+    assert!(all.contains("no CRD for example.com/v1 Thing"), "{all}");
+    assert!(parses(&["init".into(), "--nccl-config=/x".into()]).is_err());
+}
