@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Check this node and print the report.
     Check(CheckArgs),
+    /// One-shot check for Kubernetes exec probes: exit code and one line, CUDA left out for speed.
+    Probe(CheckArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
     /// In the training container: check, tune, and replace this process with CMD in the tuned
@@ -119,7 +121,7 @@ pub enum Format {
     Json,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GatherArgs {
     /// The directory that stands for / when reading /proc, /sys, /dev and /etc.
     #[arg(
@@ -180,7 +182,7 @@ pub struct GatherArgs {
     pub replay_kernel: Option<PathBuf>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
     #[command(flatten)]
     pub gather: GatherArgs,

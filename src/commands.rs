@@ -188,6 +188,35 @@ pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     Ok(Exit::new(exit_code(&report), hung))
 }
 
+/// `probe`: the checks without CUDA (cuInit alone takes ~0.5 s, more than a kubelet
+/// exec probe's default 1 s timeout leaves), answered with the exit code and one line:
+/// `ok: ...`, or `fail: ID: summary; ID: summary` naming every failed check.
+pub fn probe(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let mut gather = args.gather.clone();
+    gather.cuda = Switch::Off;
+    let args = CheckArgs {
+        gather,
+        ..args.clone()
+    };
+    let (report, hung) = evaluate(&args, env, false)?;
+    println!("{}", probe_line(&report));
+    Ok(Exit::new(exit_code(&report), hung))
+}
+
+fn probe_line(report: &Report) -> String {
+    let (_, warned, passed, _) = report.counts();
+    if report.verdict == Status::Fail {
+        let list: Vec<String> = report
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| format!("{}: {}", c.id, c.summary.replace('\n', " ")))
+            .collect();
+        return format!("fail: {}", list.join("; "));
+    }
+    format!("ok: {passed} passed, {warned} warning(s)")
+}
+
 pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (report, hung) = evaluate(args, env, true)?;
     match args.format {

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     // not Rust's 101, so the contract holds even then.
     let result = std::panic::catch_unwind(|| match &cli.command {
         Command::Check(args) => commands::check(args, &env),
+        Command::Probe(args) => commands::probe(args, &env),
         Command::Init(args) => commands::init(args, &env),
         Command::Doctor(args) => commands::doctor(args, &env),
         Command::Exec(args) => commands::exec(args, &env),

@@ -189,3 +189,43 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     assert!(all.contains("no CRD for example.com/v1 Thing"), "{all}");
     assert!(parses(&["init".into(), "--nccl-config=/x".into()]).is_err());
 }
+
+#[test]
+fn probe_answers_in_one_line_and_never_touches_cuda() {
+    use crate::support::fixture_command;
+    let out = fixture_command("runtime-defaults", "probe", &[], &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with("fail: dev-shm: /dev/shm is 64 MiB"),
+        "{text}"
+    );
+    // A driver whose cuInit hangs: check fails on the deadline, probe never calls it.
+    let dir = scratch("probe-hung-cuda");
+    let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
+    let scenario = dir.join("gpu.scenario");
+    let text = std::fs::read_to_string(base).unwrap();
+    std::fs::write(&scenario, format!("{text}hang cuInit\n")).unwrap();
+    let env = [("FAKE_GPU_SCENARIO", scenario.to_str().unwrap())];
+    let out = fixture_command("gpu-h100-nv18", "probe", &["--timeout", "300ms"], &env)
+        .output()
+        .unwrap();
+    let line = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{line}{}", stderr(&out));
+    assert!(
+        line.starts_with("ok: ") && line.lines().count() == 1,
+        "{line}"
+    );
+    let out = fixture_command("gpu-h100-nv18", "check", &["--timeout", "300ms"], &env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("cuInit: did not return within"),
+        "{}",
+        stdout(&out)
+    );
+}
