@@ -36,9 +36,35 @@ pub enum Command {
     ExplainLog(ExplainArgs),
     /// Measure GPU peer bandwidth and NCCL all-reduce, judged against what the links should give.
     Bench(BenchArgs),
+    /// Run the checks on an interval and serve /healthz, /readyz, /metrics and /report (a sidecar).
+    Serve(ServeArgs),
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    /// Address to listen on. Kubelet probes connect to the pod IP, so bind 0.0.0.0
+    /// (or [::]) in a pod, not 127.0.0.1.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_LISTEN",
+        default_value = "0.0.0.0:9464",
+        value_name = "ADDR"
+    )]
+    pub listen: String,
+    /// Time between runs of the checks.
+    #[arg(long, env = "NCCL_PREFLIGHT_INTERVAL", default_value = "60s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub interval: std::time::Duration,
+    /// /healthz fails when the last run finished longer ago than this
+    /// [default: 3 x --interval + 2 x --timeout].
+    #[arg(long, env = "NCCL_PREFLIGHT_STALE_AFTER", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub stale_after: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -141,7 +141,7 @@ fn build_policy(args: &CheckArgs) -> Result<Policy> {
     Ok(policy)
 }
 
-fn evaluate(
+pub(crate) fn evaluate(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,

@@ -19,6 +19,7 @@ pub mod policy;
 pub mod remediation;
 pub mod render;
 pub mod report;
+pub mod serve;
 pub mod topology;
 pub mod tune;
 pub mod units;

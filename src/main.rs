@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
         Command::Install(args) => commands::install(args),
+        Command::Serve(args) => nccl_preflight::serve::serve(args, &env),
     });
     match result {
         Ok(Ok(exit)) if exit.hung => {

@@ -10,4 +10,5 @@ mod fixtures;
 mod kernel;
 mod outputs;
 mod rdma;
+mod serve;
 mod support;

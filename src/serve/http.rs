@@ -1,0 +1,170 @@
+//! A deliberately small HTTP/1.1 server for four GET endpoints, on std only:
+//! every bound is explicit. One request per connection (`Connection: close`);
+//! the request head may be at most `MAX_HEAD` bytes and `MAX_HEADERS` lines and
+//! must arrive within `REQUEST_TIME`; at most `MAX_CONNECTIONS` are served at
+//! once (more get 503 at once); bodies are never read. Handlers only read
+//! prepared state, so no request waits on a driver call.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub const MAX_HEAD: usize = 8 * 1024;
+pub const MAX_HEADERS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 32;
+pub const REQUEST_TIME: Duration = Duration::from_secs(2);
+/// How often the accept loop looks at the stop flag.
+const POLL: Duration = Duration::from_millis(20);
+
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+impl Response {
+    pub fn text(status: u16, body: impl Into<String>) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into(),
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+fn send(stream: &mut TcpStream, response: &Response, head_only: bool) {
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
+        response.status,
+        reason(response.status),
+        response.content_type,
+        response.body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    if !head_only {
+        let _ = stream.write_all(response.body.as_bytes());
+    }
+    let _ = stream.flush();
+}
+
+/// The request line's method and path, or the response that refuses the request.
+fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
+    let started = Instant::now();
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(end) = memchr::memmem::find(&head, b"\r\n\r\n") {
+            head.truncate(end);
+            break;
+        }
+        if head.len() > MAX_HEAD {
+            return Err(Response::text(431, "request head too large\n"));
+        }
+        let left = REQUEST_TIME.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(Response::text(408, "request took too long\n"));
+        }
+        let _ = stream.set_read_timeout(Some(left));
+        match stream.read(&mut buf) {
+            Ok(0) => return Err(Response::text(400, "connection closed mid-request\n")),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(Response::text(408, "request took too long\n")),
+        }
+    }
+    let text = std::str::from_utf8(&head).map_err(|_| Response::text(400, "not UTF-8\n"))?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    if lines.count() > MAX_HEADERS {
+        return Err(Response::text(431, "too many header lines\n"));
+    }
+    let mut parts = request_line.split(' ');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
+            let path = target.split('?').next().unwrap_or(target);
+            Ok((method.to_string(), path.to_string()))
+        }
+        _ => Err(Response::text(400, "malformed request line\n")),
+    }
+}
+
+fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync)) {
+    let _ = stream.set_write_timeout(Some(REQUEST_TIME));
+    let (method, path) = match read_request(&mut stream) {
+        Ok(r) => r,
+        Err(refusal) => return send(&mut stream, &refusal, false),
+    };
+    let head_only = method == "HEAD";
+    let response = if method == "GET" || head_only {
+        route(&path)
+    } else {
+        Response::text(405, "only GET and HEAD\n")
+    };
+    send(&mut stream, &response, head_only);
+}
+
+/// Serves until `stop` is set; returns within `POLL` of it (connections in flight
+/// finish on their own threads, bounded by `REQUEST_TIME`).
+pub fn serve(
+    listener: TcpListener,
+    stop: &AtomicBool,
+    route: Arc<dyn Fn(&str) -> Response + Send + Sync>,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let active = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // Out of descriptors and the like: wait instead of spinning.
+            Err(_) => {
+                std::thread::sleep(POLL);
+                continue;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::AcqRel);
+            let mut s = stream;
+            let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+            send(
+                &mut s,
+                &Response::text(503, "too many connections\n"),
+                false,
+            );
+            continue;
+        }
+        let (route, done) = (Arc::clone(&route), Arc::clone(&active));
+        let spawned = std::thread::Builder::new()
+            .name("http".into())
+            .spawn(move || {
+                handle(stream, route.as_ref());
+                done.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            // The closure (and the connection) were dropped unrun.
+            active.fetch_sub(1, Ordering::AcqRel);
+            std::thread::sleep(POLL);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! The Prometheus exposition of a report, through prometheus-client.
+
+use crate::judge::Status;
+use crate::report::Report;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    check: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+const STATUSES: [Status; 4] = [Status::Pass, Status::Warn, Status::Fail, Status::Skip];
+
+fn float_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
+    let g = Gauge::<f64, AtomicU64>::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+fn int_gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let g = Gauge::<i64>::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+/// The metrics text for the last run (`report` None when the checks could not run).
+pub fn render(
+    report: Option<&Report>,
+    took: Duration,
+    at: SystemTime,
+    runs: u64,
+    hung: bool,
+) -> String {
+    let mut registry = Registry::with_prefix("nccl_preflight");
+    let checks = Family::<CheckLabels, Gauge>::default();
+    if let Some(r) = report {
+        for c in &r.checks {
+            for s in STATUSES {
+                checks
+                    .get_or_create(&CheckLabels {
+                        check: c.id.clone(),
+                        status: s.label().to_ascii_lowercase(),
+                    })
+                    .set(i64::from(c.status == s));
+            }
+        }
+    }
+    registry.register(
+        "check_status",
+        "1 for the status each check had in the last run, 0 for the others",
+        checks,
+    );
+    int_gauge(
+        &mut registry,
+        "ready",
+        "1 when the last run had no failed check",
+        i64::from(report.is_some_and(|r| r.verdict != Status::Fail) && !hung),
+    );
+    float_gauge(
+        &mut registry,
+        "last_run_duration_seconds",
+        "How long the last run of all checks took",
+        took.as_secs_f64(),
+    );
+    float_gauge(
+        &mut registry,
+        "last_run_timestamp_seconds",
+        "When the last run finished, Unix time",
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64(),
+    );
+    int_gauge(
+        &mut registry,
+        "runs",
+        "Runs of the checks since this server started",
+        runs as i64,
+    );
+    int_gauge(
+        &mut registry,
+        "driver_hung",
+        "1 when a driver call did not return and checks stopped",
+        i64::from(hung),
+    );
+    if let Some(r) = report {
+        let f = &r.facts;
+        let gpus = f.gpus.nvml.loaded().map(|n| n.gpus.len()).unwrap_or(0);
+        int_gauge(
+            &mut registry,
+            "gpus",
+            "GPUs NVML lists in this container",
+            gpus as i64,
+        );
+        let links = Family::<KindLabels, Gauge>::default();
+        let (mut up, mut all) = (0i64, 0i64);
+        for g in f
+            .gpus
+            .nvml
+            .loaded()
+            .map(|n| n.gpus.as_slice())
+            .unwrap_or_default()
+        {
+            all += g.nvlinks.len() as i64;
+            up += g.nvlinks.iter().filter(|l| l.active).count() as i64;
+        }
+        links
+            .get_or_create(&KindLabels {
+                kind: "active".into(),
+            })
+            .set(up);
+        links
+            .get_or_create(&KindLabels {
+                kind: "present".into(),
+            })
+            .set(all);
+        registry.register(
+            "nvlinks",
+            "NVLinks over all GPUs, active and present",
+            links,
+        );
+        let ports = Family::<KindLabels, Gauge>::default();
+        let (mut up, mut all) = (0i64, 0i64);
+        for d in f
+            .rdma
+            .devices
+            .value()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            all += d.ports.len() as i64;
+            up += d
+                .ports
+                .iter()
+                .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+                .count() as i64;
+        }
+        ports
+            .get_or_create(&KindLabels {
+                kind: "active".into(),
+            })
+            .set(up);
+        ports
+            .get_or_create(&KindLabels {
+                kind: "present".into(),
+            })
+            .set(all);
+        registry.register(
+            "rdma_ports",
+            "RDMA ports over all devices, active and present",
+            ports,
+        );
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &registry);
+    out
+}

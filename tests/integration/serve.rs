@@ -1,0 +1,225 @@
+//! `serve` on loopback: endpoints, bounds, staleness after a hung driver, SIGTERM.
+
+use crate::support::fixture_command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `serve` in a fixture on an ephemeral loopback port; waits for its first run.
+fn start(fixture: &str, args: &[&str]) -> Server {
+    let mut all = vec!["--listen", "127.0.0.1:0"];
+    all.extend(args);
+    let mut child = fixture_command(fixture, "serve", &all, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    stderr.read_line(&mut line).unwrap();
+    // Keep draining, as a log collector would.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let addr = line
+        .split(" on ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let server = Server { child, addr };
+    let started = Instant::now();
+    while get(&server, "/report").0 == 503 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no first run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+/// Sends raw bytes; returns (status, content type, body).
+fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(request);
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .unwrap_or_default()
+        .to_string();
+    (status, content_type, body.to_string())
+}
+
+fn get(server: &Server, path: &str) -> (u16, String, String) {
+    raw(
+        server,
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+    )
+}
+
+#[test]
+fn endpoints_answer_from_the_last_run() {
+    let server = start("healthy-pod", &["--interval", "1s"]);
+    assert_eq!(get(&server, "/healthz").0, 200);
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    let (status, content_type, metrics) = get(&server, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    for needle in [
+        "nccl_preflight_check_status{check=\"dev-shm\",status=\"pass\"} 1",
+        "nccl_preflight_check_status{check=\"dev-shm\",status=\"fail\"} 0",
+        "nccl_preflight_ready 1",
+        "nccl_preflight_last_run_duration_seconds ",
+        "nccl_preflight_last_run_timestamp_seconds ",
+        "nccl_preflight_runs ",
+        "nccl_preflight_driver_hung 0",
+        "nccl_preflight_rdma_ports{kind=\"active\"}",
+        "# EOF",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+    let (status, content_type, report) = get(&server, "/report");
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["schema"], "nccl-preflight/report/v1");
+    // Runs keep coming on the interval.
+    let runs = |m: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix("nccl_preflight_runs "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = runs(&metrics);
+    std::thread::sleep(Duration::from_millis(2200));
+    assert!(runs(&get(&server, "/metrics").2) > first);
+    // What is refused, and how.
+    assert_eq!(get(&server, "/nope").0, 404);
+    assert_eq!(raw(&server, b"POST /healthz HTTP/1.1\r\n\r\n").0, 405);
+    assert_eq!(raw(&server, b"HEAD /healthz HTTP/1.1\r\n\r\n").2, "");
+    assert_eq!(raw(&server, b"garbage\r\n\r\n").0, 400);
+    let big = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(raw(&server, big.as_bytes()).0, 431);
+    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    assert_eq!(
+        raw(
+            &server,
+            format!("GET /healthz HTTP/1.1\r\n{many}\r\n").as_bytes()
+        )
+        .0,
+        431
+    );
+    // A client that never finishes its request is cut off.
+    let started = Instant::now();
+    assert_eq!(raw(&server, b"GET /healthz HTTP/1.1\r\n").0, 408);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn connections_are_bounded_and_sigterm_stops_the_server_at_once() {
+    let mut server = start("healthy-pod", &["--interval", "60s"]);
+    // 32 idle connections hold every slot; the next is refused at once.
+    let idle: Vec<TcpStream> = (0..32)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(get(&server, "/healthz").0, 503);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    drop(idle);
+    // Slots come back once the idle connections are gone.
+    let started = Instant::now();
+    while get(&server, "/healthz").0 != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "slots never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    let status = server.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn readiness_follows_the_verdict_and_a_hung_driver_goes_stale() {
+    let server = start("runtime-defaults", &["--interval", "1s"]);
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!(status, 503);
+    assert!(body.contains("dev-shm: /dev/shm is 64 MiB"), "{body}");
+    assert_eq!(get(&server, "/healthz").0, 200);
+    assert!(
+        get(&server, "/metrics")
+            .2
+            .contains("nccl_preflight_ready 0")
+    );
+    drop(server);
+
+    // A P2P query that never returns: the run fails on its deadline, checks stop,
+    // readiness fails at once and liveness once the last run is older than --stale-after.
+    let server = start(
+        "gpu-hung-p2p-query",
+        &[
+            "--interval",
+            "1s",
+            "--timeout",
+            "300ms",
+            "--stale-after",
+            "2s",
+        ],
+    );
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!(status, 503);
+    assert!(body.contains("a driver call hung"), "{body}");
+    assert!(
+        get(&server, "/metrics")
+            .2
+            .contains("nccl_preflight_driver_hung 1")
+    );
+    let started = Instant::now();
+    loop {
+        let (status, _, body) = get(&server, "/healthz");
+        if status == 503 {
+            assert!(body.starts_with("stale: the last check finished"), "{body}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "never went stale"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
