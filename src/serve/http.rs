@@ -15,8 +15,8 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 pub const MAX_CONNECTIONS: usize = 32;
 pub const REQUEST_TIME: Duration = Duration::from_secs(2);
-/// How often the accept loop looks at the stop flag.
-const POLL: Duration = Duration::from_millis(20);
+/// The longest the accept loop waits before looking at the stop flag again.
+const POLL: Duration = Duration::from_millis(100);
 
 pub struct Response {
     pub status: u16,
@@ -125,15 +125,26 @@ pub fn serve(
     stop: &AtomicBool,
     route: Arc<dyn Fn(&str) -> Response + Send + Sync>,
 ) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
     listener.set_nonblocking(true)?;
     let active = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
+        // Wait for a connection without spinning; SIGTERM interrupts the wait (the
+        // handler is installed without SA_RESTART), and the timeout bounds it anyway.
+        let mut fds = [nix::poll::PollFd::new(
+            listener.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let timeout = nix::poll::PollTimeout::try_from(POLL.as_millis() as i32)
+            .unwrap_or(nix::poll::PollTimeout::MAX);
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(POLL);
-                continue;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             // Out of descriptors and the like: wait instead of spinning.
             Err(_) => {

@@ -157,7 +157,7 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     }
     let subcommands: std::collections::BTreeSet<&str> =
         commands.iter().map(|a| a[0].as_str()).collect();
-    for mode in ["init", "install", "exec"] {
+    for mode in ["init", "install", "exec", "serve"] {
         assert!(
             subcommands.contains(mode),
             "no manifest runs {mode}: {subcommands:?}"
