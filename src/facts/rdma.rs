@@ -71,6 +71,10 @@ pub struct RdmaPort {
     pub rate: Option<String>,
     /// Non-zero GIDs with their type (`RoCE v2`, `IB/RoCE v1`) and netdev.
     pub gids: Vec<Gid>,
+    /// The port's error counters from sysfs (`counters/link_downed`, `symbol_error`, ...),
+    /// cumulative since the driver loaded; absent ones are left out.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub error_counters: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -248,6 +248,7 @@ pub fn rdma_device(
             link_layer: Some(link_layer.into()),
             rate: Some("100 Gb/sec (4X EDR)".into()),
             gids: vec![],
+            error_counters: Default::default(),
         }],
         unreadable: vec![],
     }

@@ -17,6 +17,13 @@ struct CheckLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortCounterLabels {
+    device: String,
+    port: String,
+    counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -160,6 +167,31 @@ pub fn render(
             "rdma_ports",
             "RDMA ports over all devices, active and present",
             ports,
+        );
+        let errors = Family::<PortCounterLabels, Gauge>::default();
+        for d in f
+            .rdma
+            .devices
+            .value()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            for p in &d.ports {
+                for (counter, value) in &p.error_counters {
+                    errors
+                        .get_or_create(&PortCounterLabels {
+                            device: d.name.clone(),
+                            port: p.port.to_string(),
+                            counter: counter.clone(),
+                        })
+                        .set(i64::try_from(*value).unwrap_or(i64::MAX));
+                }
+            }
+        }
+        registry.register(
+            "rdma_port_errors",
+            "RDMA port error counters from sysfs (cumulative since the driver loaded)",
+            errors,
         );
     }
     let mut out = String::new();

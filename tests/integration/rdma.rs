@@ -267,6 +267,13 @@ fn hundreds_of_devices_with_garbage_attributes() {
         if i % 5 == 0 {
             std::fs::create_dir_all(port.join("link_layer")).unwrap(); // a directory where a file belongs
         }
+        std::fs::create_dir_all(port.join("counters")).unwrap();
+        std::fs::write(port.join("counters/link_downed"), format!("{}\n", i % 3)).unwrap();
+        std::fs::write(
+            port.join("counters/symbol_error"),
+            if i % 7 == 0 { "lots\n" } else { "0\n" },
+        )
+        .unwrap();
         std::fs::create_dir_all(root.join("sys/class/infiniband")).unwrap();
         std::os::unix::fs::symlink(&dev, root.join(format!("sys/class/infiniband/{name}")))
             .unwrap();
@@ -312,6 +319,27 @@ fn hundreds_of_devices_with_garbage_attributes() {
             .iter()
             .any(|e| e["source"].as_str().unwrap().ends_with("link_layer")),
         "{unreadable:?}"
+    );
+    // Error counters: numbers kept, garbage named.
+    assert_eq!(
+        device("mlx5_2")["ports"][0]["error_counters"]["link_downed"],
+        2
+    );
+    assert_eq!(
+        device("mlx5_2")["ports"][0]["error_counters"]["symbol_error"],
+        0
+    );
+    assert!(
+        device("mlx5_7")["ports"][0]["error_counters"]
+            .get("symbol_error")
+            .is_none()
+    );
+    assert!(
+        device("mlx5_7")["unreadable"]
+            .to_string()
+            .contains("\\\"lots\\\" is not a counter value"),
+        "{}",
+        device("mlx5_7")["unreadable"]
     );
     assert_eq!(
         device("mlx5_0")["ports"][0]["gids"]

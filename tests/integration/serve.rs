@@ -22,7 +22,11 @@ impl Drop for Server {
 fn start(fixture: &str, args: &[&str]) -> Server {
     let mut all = vec!["--listen", "127.0.0.1:0"];
     all.extend(args);
-    let mut child = fixture_command(fixture, "serve", &all, &[])
+    start_command(fixture_command(fixture, "serve", &all, &[]))
+}
+
+fn start_command(mut command: std::process::Command) -> Server {
+    let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -221,5 +225,43 @@ fn readiness_follows_the_verdict_and_a_hung_driver_goes_stale() {
             "never went stale"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rdma_port_error_counters_are_exported() {
+    let dir = crate::support::scratch("serve-rdma");
+    let root = dir.join("root");
+    let dev = root.join("sys/devices/pci0000:00/0000:00:01.0/0000:17:00.0/infiniband/mlx5_0");
+    let port = dev.join("ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    std::fs::write(port.join("state"), "4: ACTIVE\n").unwrap();
+    std::fs::write(port.join("counters/link_downed"), "3\n").unwrap();
+    std::fs::write(port.join("counters/symbol_error"), "12\n").unwrap();
+    std::fs::create_dir_all(root.join("sys/class/infiniband")).unwrap();
+    std::os::unix::fs::symlink(&dev, root.join("sys/class/infiniband/mlx5_0")).unwrap();
+    let server = start_command(crate::support::command(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--host-root",
+            root.to_str().unwrap(),
+            "--verbs-lib",
+            "absent/libibverbs.so.1",
+            "--nvml-lib",
+            "absent/x.so",
+            "--cuda-lib",
+            "absent/y.so",
+        ],
+        &[],
+    ));
+    let metrics = get(&server, "/metrics").2;
+    for needle in [
+        "nccl_preflight_rdma_port_errors{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 3",
+        "nccl_preflight_rdma_port_errors{device=\"mlx5_0\",port=\"1\",counter=\"symbol_error\"} 12",
+        "nccl_preflight_rdma_ports{kind=\"active\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
 }

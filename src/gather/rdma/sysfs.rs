@@ -37,6 +37,43 @@ fn attr(host: &Host, path: &str, unreadable: &mut Vec<FactError>) -> Option<Stri
     }
 }
 
+/// The IB port error counters (sysfs `ports/N/counters/`) that mean a sick link:
+/// the port went down, lost symbols or dropped packets.
+pub const ERROR_COUNTERS: &[&str] = &[
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+];
+
+fn error_counters(
+    host: &Host,
+    port_dir: &str,
+    unreadable: &mut Vec<FactError>,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in ERROR_COUNTERS {
+        let path = format!("{port_dir}/counters/{name}");
+        let Some(text) = attr(host, &path, unreadable) else {
+            continue;
+        };
+        match text.parse::<u64>() {
+            Ok(v) => {
+                out.insert(name.to_string(), v);
+            }
+            Err(_) => unreadable.push(FactError::new(
+                path,
+                format!("{text:?} is not a counter value"),
+            )),
+        }
+    }
+    out
+}
+
 fn ports(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Vec<RdmaPort> {
     let base = format!("{CLASS}/{dev}/ports");
     let names = match host.list_dir(&base) {
@@ -82,6 +119,7 @@ fn ports(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Vec<RdmaPor
                 link_layer: attr(host, &format!("{p}/link_layer"), unreadable),
                 rate: attr(host, &format!("{p}/rate"), unreadable),
                 gids,
+                error_counters: error_counters(host, &p, unreadable),
             }
         })
         .collect();
