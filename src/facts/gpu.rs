@@ -91,6 +91,30 @@ pub struct NvmlGpu {
     pub fabric_state: Observed<String>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
+    /// Memory health (absent in facts from older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealth>,
+}
+
+/// What says a GPU's memory is failing, as `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuHealth {
+    /// Uncorrectable ECC errors since the driver loaded (volatile count).
+    pub ecc_uncorrected_volatile: Observed<u64>,
+    /// Row remapping (A100 and later).
+    pub remapped_rows: Observed<RemappedRows>,
+    /// Pages waiting to be retired at the next reset (pre-A100 page retirement).
+    pub retired_pages_pending: Observed<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    /// A remapping waits for a GPU reset.
+    pub pending: bool,
+    /// A remapping failed: the GPU needs service.
+    pub failure: bool,
 }
 
 /// One NVLink of a GPU.
@@ -104,6 +128,9 @@ pub struct NvLink {
     pub remote_pci_bus_id: Observed<String>,
     /// `gpu`, `switch`, `ibmnpu` or `unknown`.
     pub remote_type: Observed<String>,
+    /// NVLink error counters (`replay`, `recovery`, `crc_flit`, `crc_data`) that are not zero.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub error_counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// How two GPUs reach each other.

@@ -7,6 +7,7 @@
 mod dev_shm;
 mod gdr;
 mod gpu_devices;
+mod gpu_health;
 mod gpu_p2p;
 mod host_ipc;
 mod libfabric;
@@ -127,6 +128,11 @@ pub const CHECKS: &[Check] = &[
         id: "nvlink",
         title: "every NVLink a GPU has is up",
         judge: nvlink::judge,
+    },
+    Check {
+        id: "gpu-health",
+        title: "no uncorrectable ECC errors, failed or pending row remaps, or NVLink errors",
+        judge: gpu_health::judge,
     },
     Check {
         id: "pod-placement",

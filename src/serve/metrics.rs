@@ -24,6 +24,18 @@ struct PortCounterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkCounterLabels {
+    gpu: String,
+    link: String,
+    counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -136,6 +148,66 @@ pub fn render(
             "nvlinks",
             "NVLinks over all GPUs, active and present",
             links,
+        );
+        let ecc = Family::<GpuLabels, Gauge>::default();
+        let remap_pending = Family::<GpuLabels, Gauge>::default();
+        let remap_failure = Family::<GpuLabels, Gauge>::default();
+        let link_errors = Family::<LinkCounterLabels, Gauge>::default();
+        for g in f
+            .gpus
+            .nvml
+            .loaded()
+            .map(|n| n.gpus.as_slice())
+            .unwrap_or_default()
+        {
+            let label = GpuLabels {
+                gpu: g.index.to_string(),
+            };
+            if let Some(h) = &g.health {
+                if let Some(n) = h.ecc_uncorrected_volatile.value() {
+                    ecc.get_or_create(&label)
+                        .set(i64::try_from(*n).unwrap_or(i64::MAX));
+                }
+                if let Some(r) = h.remapped_rows.value() {
+                    remap_pending
+                        .get_or_create(&label)
+                        .set(i64::from(r.pending));
+                    remap_failure
+                        .get_or_create(&label)
+                        .set(i64::from(r.failure));
+                }
+            }
+            for l in &g.nvlinks {
+                for (counter, value) in &l.error_counters {
+                    link_errors
+                        .get_or_create(&LinkCounterLabels {
+                            gpu: g.index.to_string(),
+                            link: l.link.to_string(),
+                            counter: counter.clone(),
+                        })
+                        .set(i64::try_from(*value).unwrap_or(i64::MAX));
+                }
+            }
+        }
+        registry.register(
+            "gpu_ecc_uncorrected",
+            "Uncorrectable ECC errors since the driver loaded",
+            ecc,
+        );
+        registry.register(
+            "gpu_remap_pending",
+            "1 when a row remapping waits for a GPU reset",
+            remap_pending,
+        );
+        registry.register(
+            "gpu_remap_failure",
+            "1 when a row remapping failed",
+            remap_failure,
+        );
+        registry.register(
+            "nvlink_errors",
+            "Non-zero NVLink error counters (replay, recovery, crc_flit, crc_data)",
+            link_errors,
         );
         let ports = Family::<KindLabels, Gauge>::default();
         let (mut up, mut all) = (0i64, 0i64);

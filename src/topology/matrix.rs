@@ -97,6 +97,7 @@ pub(crate) mod fixtures {
             pcie_max_width: Observed::Value(16),
             fabric_state: Observed::Value("completed".into()),
             nvlinks: links,
+            health: None,
         }
     }
 
@@ -107,6 +108,7 @@ pub(crate) mod fixtures {
             version: Observed::Value("4.0".into()),
             remote_pci_bus_id: Observed::Value(remote.into()),
             remote_type: Observed::Value(kind.into()),
+            error_counters: Default::default(),
         }
     }
 

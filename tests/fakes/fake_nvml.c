@@ -150,3 +150,25 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *inf
     info->status = d->fabric_status;
     return 0;
 }
+
+/* Memory and link health. */
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, unsigned long long *count) {
+    GUARD("nvmlDeviceGetTotalEccErrors"); CHECK_DEV(d);
+    /* Only uncorrected (1) volatile (0) counts are scripted; corrected ones are 0. */
+    *count = (type == 1 && counter == 0) ? d->ecc : 0; return 0;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned *corr, unsigned *unc, unsigned *pending, unsigned *failure) {
+    GUARD("nvmlDeviceGetRemappedRows"); CHECK_DEV(d);
+    *corr = d->remap[0]; *unc = d->remap[1]; *pending = d->remap[2]; *failure = d->remap[3]; return 0;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *pending) {
+    GUARD("nvmlDeviceGetRetiredPagesPendingStatus"); CHECK_DEV(d); *pending = 0; return 0;
+}
+/* Counters 0 replay, 1 recovery, 2 crc_flit, 3 crc_data (the scripted CRC count). */
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link, int counter, unsigned long long *value) {
+    GUARD("nvmlDeviceGetNvLinkErrorCounter"); CHECK_DEV(d);
+    if (!link_of(d, link)) return 2;
+    if (counter < 0 || counter > 3) return 2;
+    *value = counter == 3 ? d->nvlink_errors[2] : counter == 2 ? 0 : d->nvlink_errors[counter];
+    return 0;
+}

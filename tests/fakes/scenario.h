@@ -19,6 +19,9 @@
  *   fail SYMBOL RC                    that NVML function returns RC
  *   hang SYMBOL                       that function never returns
  *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
+ *   ecc GPU|* N                       uncorrectable volatile ECC errors (default 0)
+ *   remap GPU|* CORR UNC PENDING FAIL remapped rows (default 0 0 0 0)
+ *   nvlink_errors GPU|* REPLAY RECOVERY CRC   per-link error counters (default 0)
  *   cuda_init CODE                    cuInit's CUresult (default 0)
  *   cuda_init_ms N                    cuInit takes N ms (as the real one takes ~0.5 s)
  *   cuda_peer A|* B|* 0|1             cuDeviceCanAccessPeer (default: NVML read == OK)
@@ -48,6 +51,9 @@ struct fake_link {
 struct fake_gpu {
     char bus[32], uuid[96], name[96], cpus[128];
     int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width, fabric_state, fabric_status;
+    unsigned long long ecc;
+    unsigned remap[4];
+    unsigned long long nvlink_errors[3];
     unsigned long long mem_mib;
     struct fake_link links[MAX_LINKS];
 };
@@ -134,6 +140,9 @@ static void load_scenario(void) {
                 }
             });
         } else if (!strcmp(w[0], "speed")) { EACH(w[1], i, S.gpus[i].speed = atoi(w[2])); }
+        else if (!strcmp(w[0], "ecc")) { EACH(w[1], i, S.gpus[i].ecc = strtoull(w[2], NULL, 10)); }
+        else if (!strcmp(w[0], "remap")) { EACH(w[1], i, for (int k = 0; k < 4; k++) S.gpus[i].remap[k] = (unsigned)atoi(w[2 + k])); }
+        else if (!strcmp(w[0], "nvlink_errors")) { EACH(w[1], i, for (int k = 0; k < 3; k++) S.gpus[i].nvlink_errors[k] = strtoull(w[2 + k], NULL, 10)); }
         else if (!strcmp(w[0], "fabric")) { EACH(w[1], i, { S.gpus[i].fabric_state = atoi(w[2]); S.gpus[i].fabric_status = code_of(w[3]); }); }
         else if (!strcmp(w[0], "pcie")) { EACH(w[1], i, { S.gpus[i].pcie_gen = atoi(w[2]); S.gpus[i].pcie_width = atoi(w[3]); }); }
         else if (!strcmp(w[0], "p2p")) {

@@ -265,3 +265,51 @@ fn rdma_port_error_counters_are_exported() {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
 }
+
+#[test]
+fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
+    let dir = crate::support::scratch("serve-gpu-health");
+    let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
+    let scenario = dir.join("gpu.scenario");
+    let text = std::fs::read_to_string(base).unwrap();
+    std::fs::write(
+        &scenario,
+        format!("{text}ecc 1 2\nremap 3 0 0 1 0\nnvlink_errors 5 0 4 9\n"),
+    )
+    .unwrap();
+    let server = start_command(fixture_command(
+        "gpu-h100-nv18",
+        "serve",
+        &["--listen", "127.0.0.1:0", "--cuda", "off"],
+        &[("FAKE_GPU_SCENARIO", scenario.to_str().unwrap())],
+    ));
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!(status, 503);
+    assert!(body.contains("gpu-health:"), "{body}");
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    let health = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-health")
+        .unwrap();
+    assert_eq!(health["status"], "fail");
+    let text = health.to_string();
+    for needle in [
+        "GPU 1: 2 uncorrectable ECC error(s) since the driver loaded",
+        "GPU 3: a row remapping waits for a GPU reset",
+        "GPU 5: NVLink errors on link 0 (crc_data 9, recovery 4)",
+    ] {
+        assert!(text.contains(needle), "{needle} not in {text}");
+    }
+    let metrics = get(&server, "/metrics").2;
+    for needle in [
+        "nccl_preflight_gpu_ecc_uncorrected{gpu=\"1\"} 2",
+        "nccl_preflight_gpu_ecc_uncorrected{gpu=\"0\"} 0",
+        "nccl_preflight_gpu_remap_pending{gpu=\"3\"} 1",
+        "nccl_preflight_nvlink_errors{gpu=\"5\",link=\"17\",counter=\"crc_data\"} 9",
+        "nccl_preflight_check_status{check=\"gpu-health\",status=\"fail\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+}

@@ -2,7 +2,9 @@
 //! run time. Every call goes through the `Watch` so a hung driver is named. A
 //! call that fails degrades its own fact only; the run goes on.
 
-use crate::facts::gpu::{GpuPair, NvLink, NvmlFacts, NvmlGpu, normalize_bus_id};
+use crate::facts::gpu::{
+    GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, RemappedRows, normalize_bus_id,
+};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
 use nvml_wrapper::Device;
@@ -189,6 +191,86 @@ fn fabric_state(device: &Device<'_>, nvml: &Nvml) -> Result<String, NvmlError> {
     })
 }
 
+/// Row remapping state. nvml-wrapper 0.13 does not wrap nvmlDeviceGetRemappedRows.
+fn remapped_rows(device: &Device<'_>, nvml: &Nvml) -> Result<RemappedRows, NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
+    // SAFETY: the handle belongs to this Nvml instance; four valid out-pointers.
+    let rc = unsafe {
+        sym(
+            device.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    };
+    if rc != 0 {
+        return Err(nvml_error(rc));
+    }
+    Ok(RemappedRows {
+        correctable: corr,
+        uncorrectable: unc,
+        pending: pending != 0,
+        failure: failure != 0,
+    })
+}
+
+fn health(watch: &Watch, index: u32, device: &Device<'_>, nvml: &Nvml) -> GpuHealth {
+    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+    let call = |what: &str| format!("{what}(GPU {index})");
+    GpuHealth {
+        ecc_uncorrected_volatile: observed(
+            &call("nvmlDeviceGetTotalEccErrors"),
+            watch.call(call("nvmlDeviceGetTotalEccErrors"), || {
+                device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            }),
+        ),
+        remapped_rows: observed(
+            &call("nvmlDeviceGetRemappedRows"),
+            watch.call(call("nvmlDeviceGetRemappedRows"), || {
+                remapped_rows(device, nvml)
+            }),
+        ),
+        retired_pages_pending: observed(
+            &call("nvmlDeviceGetRetiredPagesPendingStatus"),
+            watch.call(call("nvmlDeviceGetRetiredPagesPendingStatus"), || {
+                device.are_pages_pending_retired()
+            }),
+        ),
+    }
+}
+
+/// The non-zero NVLink error counters of one link (zero and unsupported ones left out,
+/// which keeps saved facts small: 4 counters x 18 links x 8 GPUs).
+fn link_errors(
+    watch: &Watch,
+    index: u32,
+    link: u32,
+    wrapper: &nvml_wrapper::NvLink<'_, '_>,
+) -> std::collections::BTreeMap<String, u64> {
+    use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+    let mut out = std::collections::BTreeMap::new();
+    for (name, counter) in [
+        ("replay", ErrorCounter::DlReplay),
+        ("recovery", ErrorCounter::DlRecovery),
+        ("crc_flit", ErrorCounter::DlCrcFlit),
+        ("crc_data", ErrorCounter::DlCrcData),
+    ] {
+        let call = format!("nvmlDeviceGetNvLinkErrorCounter(GPU {index}, link {link}, {name})");
+        if let Ok(v) = watch.call(call, || wrapper.error_counter(counter))
+            && v > 0
+        {
+            out.insert(name.to_string(), v);
+        }
+    }
+    out
+}
+
 /// An NVML return code as nvml-wrapper would name it, for calls made directly.
 fn nvml_error(rc: u32) -> NvmlError {
     match rc {
@@ -237,6 +319,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
                         remote_type(device, nvml, link)
                     }),
                 ),
+                error_counters: link_errors(watch, index, link, &wrapper),
             })
         })
         .collect();
@@ -280,6 +363,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
         ),
         fabric_state: ask!("nvmlDeviceGetGpuFabricInfo", fabric_state(device, nvml)),
         nvlinks: links,
+        health: Some(health(watch, index, device, nvml)),
     }
 }
 
@@ -371,6 +455,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
                     pcie_max_width: lost(&call, &e),
                     fabric_state: lost(&call, &e),
                     nvlinks: Vec::new(),
+                    health: None,
                 });
             }
         }
