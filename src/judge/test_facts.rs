@@ -331,6 +331,17 @@ pub fn broken_variants() -> Vec<Facts> {
     let mut f = healthy();
     f.memlock.limit = unreadable();
     out.push(f);
+    // A GPU with an uncorrectable ECC error and a failed row remap.
+    let mut f = healthy();
+    if let gpu::LibraryState::Loaded(nvml) = &mut f.gpus.nvml.state
+        && let Some(h) = nvml.gpus[0].health.as_mut()
+    {
+        h.ecc_uncorrected_volatile = Observed::Value(3);
+        if let Observed::Value(r) = &mut h.remapped_rows {
+            r.failure = true;
+        }
+    }
+    out.push(f);
     let mut f = healthy();
     f.dev_shm.usage = Observed::Value(None);
     out.push(f);

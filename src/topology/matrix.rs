@@ -97,7 +97,16 @@ pub(crate) mod fixtures {
             pcie_max_width: Observed::Value(16),
             fabric_state: Observed::Value("completed".into()),
             nvlinks: links,
-            health: None,
+            health: Some(GpuHealth {
+                ecc_uncorrected_volatile: Observed::Value(0),
+                remapped_rows: Observed::Value(RemappedRows {
+                    correctable: 0,
+                    uncorrectable: 0,
+                    pending: false,
+                    failure: false,
+                }),
+                retired_pages_pending: Observed::Value(false),
+            }),
         }
     }
 
