@@ -131,7 +131,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         id: "gpu-health",
-        title: "no uncorrectable ECC errors, failed or pending row remaps, or NVLink errors",
+        title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
         judge: gpu_health::judge,
     },
     Check {
