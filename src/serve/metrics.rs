@@ -54,6 +54,17 @@ fn int_gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
     registry.register(name, help, g);
 }
 
+/// A gauge family `name{kind="active"|"present"}`.
+fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize, present: usize) {
+    let family = Family::<KindLabels, Gauge>::default();
+    for (kind, n) in [("active", active), ("present", present)] {
+        family
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    registry.register(name, help, family);
+}
+
 /// The metrics text for the last run (`report` None when the checks could not run).
 pub fn render(
     report: Option<&Report>,
@@ -122,44 +133,25 @@ pub fn render(
             "GPUs NVML lists in this container",
             gpus as i64,
         );
-        let links = Family::<KindLabels, Gauge>::default();
-        let (mut up, mut all) = (0i64, 0i64);
-        for g in f
+        let gpu_list = f
             .gpus
             .nvml
             .loaded()
             .map(|n| n.gpus.as_slice())
-            .unwrap_or_default()
-        {
-            all += g.nvlinks.len() as i64;
-            up += g.nvlinks.iter().filter(|l| l.active).count() as i64;
-        }
-        links
-            .get_or_create(&KindLabels {
-                kind: "active".into(),
-            })
-            .set(up);
-        links
-            .get_or_create(&KindLabels {
-                kind: "present".into(),
-            })
-            .set(all);
-        registry.register(
+            .unwrap_or_default();
+        let links = gpu_list.iter().flat_map(|g| &g.nvlinks);
+        active_present(
+            &mut registry,
             "nvlinks",
             "NVLinks over all GPUs, active and present",
-            links,
+            links.clone().filter(|l| l.active).count(),
+            links.count(),
         );
         let ecc = Family::<GpuLabels, Gauge>::default();
         let remap_pending = Family::<GpuLabels, Gauge>::default();
         let remap_failure = Family::<GpuLabels, Gauge>::default();
         let link_errors = Family::<LinkCounterLabels, Gauge>::default();
-        for g in f
-            .gpus
-            .nvml
-            .loaded()
-            .map(|n| n.gpus.as_slice())
-            .unwrap_or_default()
-        {
+        for g in gpu_list {
             let label = GpuLabels {
                 gpu: g.index.to_string(),
             };
@@ -209,45 +201,25 @@ pub fn render(
             "Non-zero NVLink error counters (replay, recovery, crc_flit, crc_data)",
             link_errors,
         );
-        let ports = Family::<KindLabels, Gauge>::default();
-        let (mut up, mut all) = (0i64, 0i64);
-        for d in f
+        let devices = f
             .rdma
             .devices
             .value()
             .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            all += d.ports.len() as i64;
-            up += d
-                .ports
-                .iter()
-                .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-                .count() as i64;
-        }
-        ports
-            .get_or_create(&KindLabels {
-                kind: "active".into(),
-            })
-            .set(up);
-        ports
-            .get_or_create(&KindLabels {
-                kind: "present".into(),
-            })
-            .set(all);
-        registry.register(
+            .unwrap_or_default();
+        let ports = devices.iter().flat_map(|d| &d.ports);
+        active_present(
+            &mut registry,
             "rdma_ports",
             "RDMA ports over all devices, active and present",
-            ports,
+            ports
+                .clone()
+                .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+                .count(),
+            ports.count(),
         );
         let errors = Family::<PortCounterLabels, Gauge>::default();
-        for d in f
-            .rdma
-            .devices
-            .value()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
+        for d in devices {
             for p in &d.ports {
                 for (counter, value) in &p.error_counters {
                     errors
