@@ -36,6 +36,12 @@ struct LinkCounterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct XidLabels {
+    gpu: String,
+    xid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -70,8 +76,8 @@ pub fn render(
     report: Option<&Report>,
     took: Duration,
     at: SystemTime,
-    runs: u64,
-    hung: bool,
+    (runs, hung): (u64, bool),
+    xids: &super::xid::Xids,
 ) -> String {
     let mut registry = Registry::with_prefix("nccl_preflight");
     let checks = Family::<CheckLabels, Gauge>::default();
@@ -123,6 +129,26 @@ pub fn render(
         "driver_hung",
         "1 when a driver call did not return and checks stopped",
         i64::from(hung),
+    );
+    int_gauge(
+        &mut registry,
+        "xid_watch",
+        "1 while NVML's critical XID events are watched",
+        i64::from(xids.watching),
+    );
+    let events = Family::<XidLabels, Gauge>::default();
+    for ((gpu, code), n) in &xids.counts {
+        events
+            .get_or_create(&XidLabels {
+                gpu: gpu.to_string(),
+                xid: code.to_string(),
+            })
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "gpu_xid_events",
+        "Critical XID events NVML reported since this server started, per GPU and XID",
+        events,
     );
     if let Some(r) = report {
         let f = &r.facts;

@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod metrics;
+pub mod xid;
 
 use crate::cli::ServeArgs;
 use crate::commands::Exit;
@@ -110,10 +111,12 @@ fn run_once(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
     state: &Mutex<Snapshot>,
+    xids: &Mutex<xid::Xids>,
     runs: u64,
 ) -> bool {
     let started = Instant::now();
     let outcome = crate::commands::evaluate(&args.check, env, false);
+    let xids = xids.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let took = started.elapsed();
     let mut next = Snapshot::default();
     let mut hung = false;
@@ -128,7 +131,8 @@ fn run_once(
                 .map(|c| format!("{}: {}", c.id, c.summary))
                 .collect();
             next.report_json = Some(crate::render::json::render(&report));
-            next.metrics = metrics::render(Some(&report), took, SystemTime::now(), runs, hung);
+            next.metrics =
+                metrics::render(Some(&report), took, SystemTime::now(), (runs, hung), &xids);
             if hung {
                 next.halted = Some(format!(
                     "a driver call hung; checks stopped ({})",
@@ -141,7 +145,7 @@ fn run_once(
             // keep serving, not ready, and say why.
             next.verdict = Some(Status::Fail);
             next.failures = vec![format!("nccl-preflight: {e:#}")];
-            next.metrics = metrics::render(None, took, SystemTime::now(), runs, false);
+            next.metrics = metrics::render(None, took, SystemTime::now(), (runs, false), &xids);
         }
     }
     next.finished = Some(Instant::now());
@@ -173,9 +177,17 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         args.interval.as_secs_f64()
     ));
     let state = Arc::new(Mutex::new(Snapshot::default()));
+    let xids = Arc::new(Mutex::new(xid::Xids::default()));
+    let watcher = {
+        let (xids, library) = (Arc::clone(&xids), args.check.gather.nvml_lib.clone());
+        std::thread::Builder::new()
+            .name("xid".into())
+            .spawn(move || xid::watch(&library, &xids, &STOP))
+            .context("starting the XID thread")?
+    };
     let started = Instant::now();
     let checker = {
-        let (state, env) = (Arc::clone(&state), env.to_vec());
+        let (state, env, xids) = (Arc::clone(&state), env.to_vec(), Arc::clone(&xids));
         let args = args.clone();
         std::thread::Builder::new()
             .name("checks".into())
@@ -183,7 +195,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
                 let mut runs = 0u64;
                 while !STOP.load(Ordering::Relaxed) {
                     runs += 1;
-                    if !run_once(&args, &env, &state, runs) {
+                    if !run_once(&args, &env, &state, &xids, runs) {
                         return;
                     }
                     let next = Instant::now() + args.interval;
@@ -202,6 +214,8 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     http::serve(listener, &STOP, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
-    let hung = !checker.is_finished();
+    // The XID watcher may sit in NVML's wait for up to a second: leave with _exit
+    // rather than wait for it (or for a check inside a driver call).
+    let hung = !checker.is_finished() || !watcher.is_finished();
     Ok(Exit { code: 0, hung })
 }

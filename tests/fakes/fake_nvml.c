@@ -172,3 +172,40 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link, 
     *value = counter == 3 ? d->nvlink_errors[2] : counter == 2 ? 0 : d->nvlink_errors[counter];
     return 0;
 }
+
+/* Critical XID events: one event set; each `xid` directive fires once, AFTER_MS
+ * after the set was created. Waits sleep in small steps up to their timeout. */
+#include <time.h>
+typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
+struct fake_event_set { double created_ms; int fired[MAX_RULES]; unsigned long long types[MAX_GPUS]; };
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+nvmlReturn_t nvmlEventSetCreate(struct fake_event_set **set) {
+    GUARD("nvmlEventSetCreate");
+    *set = calloc(1, sizeof **set); (*set)->created_ms = now_ms(); return 0;
+}
+nvmlReturn_t nvmlEventSetFree(struct fake_event_set *set) { free(set); return 0; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    GUARD("nvmlDeviceGetSupportedEventTypes"); CHECK_DEV(d); *types = 0x8; return 0;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, struct fake_event_set *set) {
+    GUARD("nvmlDeviceRegisterEvents"); CHECK_DEV(d);
+    set->types[DEV_INDEX(d)] |= types; return 0;
+}
+nvmlReturn_t nvmlEventSetWait_v2(struct fake_event_set *set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    GUARD("nvmlEventSetWait_v2");
+    double until = now_ms() + timeout_ms;
+    for (;;) {
+        for (int i = 0; i < S.nxid; i++) {
+            int g = S.xid_gpu[i];
+            if (set->fired[i] || g < 0 || g >= S.ngpus || !(set->types[g] & 0x8)) continue;
+            if (now_ms() - set->created_ms >= S.xid_ms[i]) {
+                set->fired[i] = 1;
+                memset(data, 0, sizeof *data);
+                data->device = &S.gpus[g]; data->eventType = 0x8; data->eventData = S.xid_code[i];
+                return 0;
+            }
+        }
+        if (now_ms() >= until) return 10; /* NVML_ERROR_TIMEOUT */
+        usleep(5000);
+    }
+}

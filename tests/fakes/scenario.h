@@ -22,6 +22,7 @@
  *   ecc GPU|* N                       uncorrectable volatile ECC errors (default 0)
  *   remap GPU|* CORR UNC PENDING FAIL remapped rows (default 0 0 0 0)
  *   nvlink_errors GPU|* REPLAY RECOVERY CRC   per-link error counters (default 0)
+ *   xid GPU CODE AFTER_MS             one critical XID event on GPU, AFTER_MS after the event set is created
  *   cuda_init CODE                    cuInit's CUresult (default 0)
  *   cuda_init_ms N                    cuInit takes N ms (as the real one takes ~0.5 s)
  *   cuda_peer A|* B|* 0|1             cuDeviceCanAccessPeer (default: NVML read == OK)
@@ -71,6 +72,8 @@ struct fake_scenario {
     int fail_rc[MAX_RULES], nfail;
     char hang_sym[MAX_RULES][64];
     int nhang;
+    int xid_gpu[MAX_RULES], xid_ms[MAX_RULES], nxid;
+    unsigned long long xid_code[MAX_RULES];
 };
 
 static struct fake_scenario S;
@@ -143,6 +146,9 @@ static void load_scenario(void) {
         else if (!strcmp(w[0], "ecc")) { EACH(w[1], i, S.gpus[i].ecc = strtoull(w[2], NULL, 10)); }
         else if (!strcmp(w[0], "remap")) { EACH(w[1], i, for (int k = 0; k < 4; k++) S.gpus[i].remap[k] = (unsigned)atoi(w[2 + k])); }
         else if (!strcmp(w[0], "nvlink_errors")) { EACH(w[1], i, for (int k = 0; k < 3; k++) S.gpus[i].nvlink_errors[k] = strtoull(w[2 + k], NULL, 10)); }
+        else if (!strcmp(w[0], "xid") && S.nxid < MAX_RULES) {
+            S.xid_gpu[S.nxid] = atoi(w[1]); S.xid_code[S.nxid] = strtoull(w[2], NULL, 10); S.xid_ms[S.nxid++] = atoi(w[3]);
+        }
         else if (!strcmp(w[0], "fabric")) { EACH(w[1], i, { S.gpus[i].fabric_state = atoi(w[2]); S.gpus[i].fabric_status = code_of(w[3]); }); }
         else if (!strcmp(w[0], "pcie")) { EACH(w[1], i, { S.gpus[i].pcie_gen = atoi(w[2]); S.gpus[i].pcie_width = atoi(w[3]); }); }
         else if (!strcmp(w[0], "p2p")) {

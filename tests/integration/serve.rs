@@ -274,13 +274,22 @@ fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
     let text = std::fs::read_to_string(base).unwrap();
     std::fs::write(
         &scenario,
-        format!("{text}ecc 1 2\nremap 3 0 0 1 0\nnvlink_errors 5 0 4 9\n"),
+        format!(
+            "{text}ecc 1 2\nremap 3 0 0 1 0\nnvlink_errors 5 0 4 9\nxid 2 79 100\nxid 2 79 150\nxid 0 48 100\n"
+        ),
     )
     .unwrap();
     let server = start_command(fixture_command(
         "gpu-h100-nv18",
         "serve",
-        &["--listen", "127.0.0.1:0", "--cuda", "off"],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--cuda",
+            "off",
+            "--interval",
+            "1s",
+        ],
         &[("FAKE_GPU_SCENARIO", scenario.to_str().unwrap())],
     ));
     let (status, _, body) = get(&server, "/readyz");
@@ -311,5 +320,21 @@ fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
         "nccl_preflight_check_status{check=\"gpu-health\",status=\"fail\"} 1",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+    // XID events show up with the next run's metrics.
+    let started = Instant::now();
+    loop {
+        let metrics = get(&server, "/metrics").2;
+        if metrics.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 2")
+            && metrics.contains("nccl_preflight_gpu_xid_events{gpu=\"0\",xid=\"48\"} 1")
+            && metrics.contains("nccl_preflight_xid_watch 1")
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "no XID events in\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
