@@ -20,6 +20,10 @@ for path in /healthz /metrics; do
 done
 count() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^nccl_preflight_runs / {print $2}'; }
 echo "RSS after load: $(rss) at run $(count)"
-while [ "$(count)" -lt "$runs" ]; do sleep 5; done
+next=50
+while [ "$(count)" -lt "$runs" ]; do
+  sleep 5
+  if [ "$(count)" -ge "$next" ]; then echo "RSS at run $(count): $(rss)"; next=$((next + 50)); fi
+done
 echo "RSS after $(count) runs: $(rss)"
 kill -TERM $pid; wait $pid || true
