@@ -154,18 +154,7 @@ fn rdma_section(out: &mut String, report: &Report) {
                     .collect(),
             );
         }
-        let widths: Vec<usize> = (0..grid[0].len())
-            .map(|c| grid.iter().map(|r| r[c].len()).max().unwrap_or(0))
-            .collect();
-        for r in &grid {
-            let line: Vec<String> = r
-                .iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect();
-            let _ = writeln!(out, "  {}", line.join("  ").trim_end());
-        }
-        out.push('\n');
+        grid_lines(out, &grid);
     }
 }
 
@@ -187,10 +176,16 @@ fn table(
         r.extend(extra.iter().map(|(_, col)| col[i].clone()));
         grid.push(r);
     }
-    let widths: Vec<usize> = (0..grid[0].len())
+    grid_lines(out, &grid);
+}
+
+/// Prints rows of cells in left-aligned columns, indented, then a blank line.
+fn grid_lines(out: &mut String, grid: &[Vec<String>]) {
+    let columns = grid.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
         .map(|c| grid.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
-    for r in &grid {
+    for r in grid {
         let line: Vec<String> = r
             .iter()
             .zip(&widths)
