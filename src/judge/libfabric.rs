@@ -97,20 +97,10 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::FabricFacts;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+    use crate::judge::test_facts::healthy;
 
     fn efa() -> Facts {
-        with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        )
+        crate::judge::test_facts::with_efa(healthy())
     }
 
     #[test]

@@ -155,17 +155,7 @@ mod tests {
         assert_eq!(f.status, Status::Warn);
         assert!(f.summary.contains("8 MiB"), "{}", f.summary);
         let rdma = limited(8 << 20);
-        let rdma = crate::judge::test_facts::with_rdma(
-            rdma,
-            vec![crate::judge::test_facts::rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        );
+        let rdma = crate::judge::test_facts::with_efa(rdma);
         assert_eq!(judge(&rdma, &Policy::default()).status, Status::Fail);
         let explicit = policy::build(&[], &[], None, Some("unlimited")).unwrap();
         let f = judge(&limited(65536), &explicit);

@@ -597,18 +597,7 @@ mod tests {
     }
 
     fn efa_node() -> Facts {
-        use crate::judge::test_facts::{rdma_device, with_rdma};
-        with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        )
+        crate::judge::test_facts::with_efa(healthy())
     }
 
     fn lint_on(f: Facts, pairs: &[(&str, &str)]) -> Finding {

@@ -109,17 +109,7 @@ mod tests {
     use crate::judge::test_facts::{healthy, rdma_device, with_env, with_rdma};
 
     fn efa() -> Facts {
-        with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        )
+        crate::judge::test_facts::with_efa(healthy())
     }
 
     fn plugin(library: &str) -> Observed<Option<NetPlugin>> {

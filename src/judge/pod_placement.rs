@@ -136,17 +136,7 @@ mod tests {
         assert!(f.summary.contains("3.3 GB/s"));
         assert!(f.remediation.unwrap().contains("nproc_per_node=2"));
         let rdma = one_gpu_pod();
-        let rdma = crate::judge::test_facts::with_rdma(
-            rdma,
-            vec![crate::judge::test_facts::rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        );
+        let rdma = crate::judge::test_facts::with_efa(rdma);
         assert!(
             judge(&rdma, &Policy::default())
                 .summary

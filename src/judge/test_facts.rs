@@ -254,6 +254,21 @@ pub fn rdma_device(
     }
 }
 
+/// `facts` with one active EFA device (`rdmap16s27`, as on p4d/p5), usable from this process.
+pub fn with_efa(facts: Facts) -> Facts {
+    with_rdma(
+        facts,
+        vec![rdma_device(
+            "rdmap16s27",
+            "efa",
+            "0000:10:1b.0",
+            "/sys/devices/x",
+            "ACTIVE",
+            "Unspecified",
+        )],
+    )
+}
+
 /// `devices` made visible to this process through uverbs nodes and libibverbs, each registering fine.
 pub fn with_rdma(mut facts: Facts, devices: Vec<rdma::RdmaDevice>) -> Facts {
     use rdma::*;

@@ -147,20 +147,10 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::FabricFacts;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+    use crate::judge::test_facts::healthy;
 
     fn efa(product: &str) -> Facts {
-        let mut f = with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "rdmap16s27",
-                "efa",
-                "0000:10:1b.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "Unspecified",
-            )],
-        );
+        let mut f = crate::judge::test_facts::with_efa(healthy());
         f.platform.product_name = Observed::Value(Some(product.into()));
         f.rdma.libfabric.state = crate::facts::gpu::LibraryState::Loaded(FabricFacts {
             version: "1.22".into(),
