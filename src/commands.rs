@@ -148,6 +148,16 @@ pub(crate) fn evaluate(
 ) -> Result<(Report, HungCall)> {
     // Flags are validated before anything is gathered: a typo costs nothing.
     let policy = build_policy(args)?;
+    evaluate_under(args, env, probe_all, &policy)
+}
+
+/// `evaluate` with the policy already built from `args`.
+fn evaluate_under(
+    args: &CheckArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+    policy: &Policy,
+) -> Result<(Report, HungCall)> {
     let (facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
         None => gather_facts(
@@ -156,7 +166,7 @@ pub(crate) fn evaluate(
             probe_all || policy.require.rdma || policy.require.efa,
         )?,
     };
-    let findings = judge::judge(&facts, &policy);
+    let findings = judge::judge(&facts, policy);
     let settings = tune::tune(&facts);
     Ok((Report::new(facts, findings, settings), hung))
 }
@@ -232,25 +242,14 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 }
 
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (mut report, hung) = evaluate(&args.check, env, false)?;
+    let policy = build_policy(&args.check)?;
+    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
     if args.bench {
         // Measured with the settings the trainer will get, judged under the same --ignore.
-        let c = &args.check;
-        let policy = policy::build(
-            &c.ignore,
-            &c.require,
-            c.min_shm.as_deref(),
-            c.min_memlock.as_deref(),
-        )
-        .map_err(|e| anyhow!(e))?;
         let measured = crate::bench::child::run(args, exec_environment(env, &report.settings));
-        for mut finding in measured {
-            if finding.status == Status::Fail && policy.ignores(&finding.id) {
-                finding.status = Status::Warn;
-                finding.ignored = true;
-            }
-            report.checks.push(finding);
-        }
+        report
+            .checks
+            .extend(measured.into_iter().map(|f| policy.settle(f)));
         report.verdict = judge::verdict(&report.checks);
     }
     let mut outputs = Vec::new();

@@ -67,6 +67,15 @@ impl Policy {
     pub fn ignores(&self, id: &str) -> bool {
         self.ignore_all || self.ignore.contains(id)
     }
+
+    /// A finding under `--ignore`: a failure of an ignored check becomes a flagged warning.
+    pub fn settle(&self, mut finding: crate::judge::Finding) -> crate::judge::Finding {
+        if finding.status == crate::judge::Status::Fail && self.ignores(&finding.id) {
+            finding.status = crate::judge::Status::Warn;
+            finding.ignored = true;
+        }
+        finding
+    }
 }
 
 /// Splits comma lists from repeated flags: `--ignore a,b --ignore c`.

@@ -183,14 +183,7 @@ pub fn check_ids() -> impl Iterator<Item = &'static str> {
 pub fn judge(facts: &Facts, policy: &Policy) -> Vec<Finding> {
     CHECKS
         .iter()
-        .map(|check| {
-            let mut finding = (check.judge)(facts, policy);
-            if finding.status == Status::Fail && policy.ignores(check.id) {
-                finding.status = Status::Warn;
-                finding.ignored = true;
-            }
-            finding
-        })
+        .map(|check| policy.settle((check.judge)(facts, policy)))
         .collect()
 }
 
