@@ -11,6 +11,7 @@ use crate::gather::host::Host;
 use crate::judge::Status;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -32,7 +33,7 @@ impl NcclLog {
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode_private()
+            .mode(0o600)
             .open(&path)
             .with_context(|| format!("creating NCCL's log file {}", path.display()))?;
         for (name, value) in [
@@ -60,17 +61,6 @@ impl NcclLog {
 impl Drop for NcclLog {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-trait Private {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl Private for std::fs::OpenOptions {
-    fn mode_private(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o600)
     }
 }
 
