@@ -123,7 +123,12 @@ fn endpoints_answer_from_the_last_run() {
     // What is refused, and how.
     assert_eq!(get(&server, "/nope").0, 404);
     assert_eq!(raw(&server, b"POST /healthz HTTP/1.1\r\n\r\n").0, 405);
-    assert_eq!(raw(&server, b"HEAD /healthz HTTP/1.1\r\n\r\n").2, "");
+    // HEAD: the status and headers of GET, no body.
+    let (status, content_type, body) = raw(&server, b"HEAD /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(
+        (status, content_type.as_str(), body.as_str()),
+        (200, "text/plain; charset=utf-8", "")
+    );
     assert_eq!(raw(&server, b"garbage\r\n\r\n").0, 400);
     let big = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
     assert_eq!(raw(&server, big.as_bytes()).0, 431);
