@@ -105,6 +105,17 @@ pub struct GpuHealth {
     pub remapped_rows: Observed<RemappedRows>,
     /// Pages waiting to be retired at the next reset (pre-A100 page retirement).
     pub retired_pages_pending: Observed<bool>,
+    /// The driver's own verdict after an uncorrectable error: NVML field 230,
+    /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (`nvmlDeviceGpuRecoveryAction_t`, 0 = none).
+    #[serde(default = "recovery_action_not_saved")]
+    pub recovery_action: Observed<u32>,
+}
+
+fn recovery_action_not_saved() -> Observed<u32> {
+    Observed::Error(crate::facts::FactError::new(
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "not in these saved facts",
+    ))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,8 +1,13 @@
-//! `gpu-health`: memory and link errors that corrupt or slow a job while it
-//! runs: uncorrectable ECC errors since the driver loaded, row remapping that
-//! failed or waits for a reset, pages waiting for retirement. NVLink error
-//! counters are shown, not judged (healthy links count a few). `serve` re-reads
-//! everything every interval, so /readyz turns on them.
+//! `gpu-health`: what makes a GPU unfit for a new job, and what warns of it.
+//! The driver's own verdict comes first: NVML's GPU recovery action (field 230),
+//! which NVIDIA documents as the action an uncorrectable error requires (none, GPU
+//! reset, node reboot, drain P2P, drain and reset). Then the memory state: failed
+//! row remapping fails; a pending remap or page retirement warns (NVIDIA: unaffected
+//! work continues and new work can start; the remap applies at the next reset);
+//! uncorrectable ECC errors warn when the driver says no recovery is needed, and
+//! fail where the driver cannot say. NVLink error counters are shown, not judged
+//! (healthy links count a few). `serve` re-reads everything every interval and
+//! on every XID event, so /readyz turns on them.
 
 use super::{Finding, Problem, Status};
 use crate::facts::Facts;
@@ -15,6 +20,38 @@ Drain the node and reset the GPU (nvidia-smi -r -i N with no process on it, or r
 nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT and dmesg | grep -i xid. A GPU whose remapping
 failed, or whose uncorrectable errors come back after a reset, needs replacing.";
 
+const AT_NEXT_RESET: &str = "\
+Nothing is needed now: running and new work are unaffected. Reset the GPU at the next drain
+(nvidia-smi -r -i N with no process on it, or reboot) so the remapping takes effect.";
+
+/// NVIDIA's meaning of each `nvmlDeviceGpuRecoveryAction_t` value, and what to do.
+fn recovery(action: u32) -> (&'static str, &'static str) {
+    match action {
+        1 => (
+            "GPU_RESET: a fault that needs a GPU reset",
+            "Stop every process on the GPU, then reset it: nvidia-smi -r -i N (or reboot the node).",
+        ),
+        2 => (
+            "NODE_REBOOT: a fault that may have left the OS inconsistent",
+            "Drain the node and reboot it: a GPU reset is not enough.",
+        ),
+        3 => (
+            "DRAIN_P2P: all peer-to-peer traffic must stop",
+            "Stop every process doing peer-to-peer traffic (NCCL jobs), turn UVM persistence off,\n\
+             then check again: the driver then names the action that follows.",
+        ),
+        4 => (
+            "DRAIN_AND_RESET: the GPU runs at reduced capacity",
+            "Schedule no new work here; let running work reach a checkpoint, then reset the GPU:\n\
+             nvidia-smi -r -i N.",
+        ),
+        _ => (
+            "an action this version does not know",
+            "See nvidia-smi -q (Recovery Action) and NVIDIA's Xid catalog for this driver.",
+        ),
+    }
+}
+
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::new(ID, Status::Skip, "no NVML: GPU health not read");
@@ -26,17 +63,35 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let mut evidence = Vec::new();
     for g in &nvml.gpus {
         let Some(h) = &g.health else { continue };
-        if let Some(&n) = h.ecc_uncorrected_volatile.value()
-            && n > 0
-        {
+        let action = h.recovery_action.value().copied();
+        if let Some(a) = action.filter(|&a| a != 0) {
+            let (meaning, fix) = recovery(a);
             problems.push(Problem::new(
                 Status::Fail,
                 format!(
-                    "GPU {}: {n} uncorrectable ECC error(s) since the driver loaded",
+                    "GPU {}: the driver's recovery action is {a}, {meaning}",
                     g.index
                 ),
-                RESET,
+                fix,
             ));
+        }
+        if let Some(&n) = h.ecc_uncorrected_volatile.value()
+            && n > 0
+        {
+            let summary = format!(
+                "GPU {}: {n} uncorrectable ECC error(s) since the driver loaded",
+                g.index
+            );
+            match action {
+                Some(0) => problems.push(Problem::new(
+                    Status::Warn,
+                    format!("{summary}; the driver says no recovery is needed (contained)"),
+                    "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
+                     watch nccl_preflight_gpu_ecc_uncorrected.",
+                )),
+                Some(_) => evidence.push(summary),
+                None => problems.push(Problem::new(Status::Fail, summary, RESET)),
+            }
         }
         if let Some(r) = h.remapped_rows.value() {
             if r.failure {
@@ -47,9 +102,12 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                 ));
             } else if r.pending {
                 problems.push(Problem::new(
-                    Status::Fail,
-                    format!("GPU {}: a row remapping waits for a GPU reset", g.index),
-                    RESET,
+                    Status::Warn,
+                    format!(
+                        "GPU {}: a row remapping waits for the next GPU reset",
+                        g.index
+                    ),
+                    AT_NEXT_RESET,
                 ));
             }
             if r.correctable + r.uncorrectable > 0 {
@@ -61,9 +119,9 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         }
         if h.retired_pages_pending.value() == Some(&true) {
             problems.push(Problem::new(
-                Status::Fail,
-                format!("GPU {}: retired pages wait for a GPU reset", g.index),
-                RESET,
+                Status::Warn,
+                format!("GPU {}: retired pages wait for the next GPU reset", g.index),
+                AT_NEXT_RESET,
             ));
         }
         // Cumulative NVLink CRC counts are not judged: healthy links count a few
@@ -81,9 +139,132 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             ));
         }
     }
+    // GPUs whose recovery action could not be read, grouped by why (one line for 8 GPUs).
+    let mut unread: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for g in &nvml.gpus {
+        if let Some(e) = g.health.as_ref().and_then(|h| h.recovery_action.error()) {
+            unread
+                .entry(&e.message)
+                .or_default()
+                .push(g.index.to_string());
+        }
+    }
+    let asked = if unread.is_empty() {
+        "no recovery action asked, "
+    } else {
+        ""
+    };
+    for (why, gpus) in unread {
+        evidence.push(format!(
+            "the driver's recovery action (NVML field 230) could not be read on GPU {}: {why}",
+            gpus.join(", ")
+        ));
+    }
     let summary = format!(
-        "{} GPU(s): no uncorrectable ECC errors, no failed or pending remaps",
+        "{} GPU(s): {asked}no uncorrectable ECC errors, no failed or pending remaps",
         nvml.gpus.len()
     );
     super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::gpu::{GpuHealth, LibraryState};
+    use crate::facts::{FactError, Observed};
+    use crate::judge::test_facts::healthy;
+
+    /// A healthy node whose GPU 1 health is changed by `f`.
+    fn gpu1(f: impl FnOnce(&mut GpuHealth)) -> Finding {
+        let mut facts = healthy();
+        if let LibraryState::Loaded(n) = &mut facts.gpus.nvml.state {
+            f(n.gpus[1]
+                .health
+                .as_mut()
+                .expect("healthy GPUs carry health"));
+        }
+        judge(&facts, &Policy::default())
+    }
+
+    #[test]
+    fn every_recovery_action_but_none_fails_with_nvidias_remedy() {
+        assert_eq!(gpu1(|_| {}).status, Status::Pass);
+        for (action, words, fix) in [
+            (1, "GPU_RESET", "nvidia-smi -r -i N"),
+            (2, "NODE_REBOOT", "reboot it"),
+            (3, "DRAIN_P2P", "UVM persistence off"),
+            (4, "DRAIN_AND_RESET", "no new work"),
+            (9, "does not know", "Recovery Action"),
+        ] {
+            let f = gpu1(|h| h.recovery_action = Observed::Value(action));
+            assert_eq!(f.status, Status::Fail, "{action}");
+            assert!(
+                f.summary
+                    .starts_with(&format!("GPU 1: the driver's recovery action is {action}"))
+                    && f.summary.contains(words),
+                "{}",
+                f.summary
+            );
+            assert!(f.remediation.as_deref().unwrap().contains(fix), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn uncorrectable_ecc_warns_when_the_driver_contained_it_and_fails_when_it_cannot_say() {
+        let contained = gpu1(|h| h.ecc_uncorrected_volatile = Observed::Value(2));
+        assert_eq!(contained.status, Status::Warn);
+        assert!(contained.summary.contains("2 uncorrectable ECC error(s)"));
+        assert!(contained.summary.contains("no recovery is needed"));
+        let unknown = gpu1(|h| {
+            h.ecc_uncorrected_volatile = Observed::Value(2);
+            h.recovery_action = Observed::Error(FactError::new("field 230", "Not Supported"));
+        });
+        assert_eq!(unknown.status, Status::Fail);
+        assert!(unknown.remediation.unwrap().contains("reset the GPU"));
+        assert!(
+            unknown
+                .evidence
+                .iter()
+                .any(|e| e.contains("could not be read on GPU 1: Not Supported")),
+            "{:?}",
+            unknown.evidence
+        );
+        // With a recovery action asked, the ECC count is evidence behind that failure.
+        let reset = gpu1(|h| {
+            h.ecc_uncorrected_volatile = Observed::Value(2);
+            h.recovery_action = Observed::Value(1);
+        });
+        assert_eq!(reset.status, Status::Fail);
+        assert!(reset.evidence.iter().any(|e| e.contains("2 uncorrectable")));
+    }
+
+    #[test]
+    fn a_pending_remap_warns_and_a_failed_one_fails() {
+        let pending = gpu1(|h| {
+            if let Observed::Value(r) = &mut h.remapped_rows {
+                r.pending = true;
+                r.uncorrectable = 1;
+            }
+        });
+        assert_eq!(pending.status, Status::Warn);
+        assert!(pending.summary.contains("waits for the next GPU reset"));
+        assert!(
+            pending
+                .evidence
+                .iter()
+                .any(|e| e.contains("1 for uncorrectable")),
+            "{:?}",
+            pending.evidence
+        );
+        let failed = gpu1(|h| {
+            if let Observed::Value(r) = &mut h.remapped_rows {
+                r.pending = true;
+                r.failure = true;
+            }
+        });
+        assert_eq!(failed.status, Status::Fail);
+        assert!(failed.summary.contains("a row remapping failed"));
+        let retired = gpu1(|h| h.retired_pages_pending = Observed::Value(true));
+        assert_eq!(retired.status, Status::Warn);
+    }
 }

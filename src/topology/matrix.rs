@@ -106,6 +106,7 @@ pub(crate) mod fixtures {
                     failure: false,
                 }),
                 retired_pages_pending: Observed::Value(false),
+                recovery_action: Observed::Value(0),
             }),
         }
     }

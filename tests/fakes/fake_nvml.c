@@ -99,6 +99,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
         /* 164 NVLINK_GET_SPEED (scoped to a link) and 90 SPEED_MBPS_COMMON */
         if ((values[i].fieldId == 164 || values[i].fieldId == 90) && d->speed >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->speed; }
+        /* 230 GPU_RECOVERY_ACTION */
+        else if (values[i].fieldId == 230 && d->recovery >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->recovery; }
         else values[i].nvmlReturn = 3;
     }
     return 0;

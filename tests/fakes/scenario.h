@@ -21,6 +21,7 @@
  *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
  *   ecc GPU|* N                       uncorrectable volatile ECC errors (default 0)
  *   remap GPU|* CORR UNC PENDING FAIL remapped rows (default 0 0 0 0)
+ *   recovery GPU|* ACTION             field 230 GPU_RECOVERY_ACTION (default: NOT_SUPPORTED)
  *   nvlink_errors GPU|* REPLAY RECOVERY CRC   per-link error counters (default 0)
  *   xid GPU CODE AFTER_MS             one critical XID event on GPU, AFTER_MS after the event set is created
  *   cuda_init CODE                    cuInit's CUresult (default 0)
@@ -51,7 +52,7 @@ struct fake_link {
 
 struct fake_gpu {
     char bus[32], uuid[96], name[96], cpus[128];
-    int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width, fabric_state, fabric_status;
+    int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width, fabric_state, fabric_status, recovery;
     unsigned long long ecc;
     unsigned remap[4];
     unsigned long long nvlink_errors[3];
@@ -129,7 +130,7 @@ static void load_scenario(void) {
             while (*p == ' ' || *p == '\t') p++;
             snprintf(g->name, sizeof g->name, "%s", p);
             g->name[strcspn(g->name, "\r\n")] = 0;
-            g->speed = -1; g->pcie_gen = 4; g->pcie_width = 16; g->fabric_state = -1;
+            g->speed = -1; g->pcie_gen = 4; g->pcie_width = 16; g->fabric_state = -1; g->recovery = -1;
         } else if (!strcmp(w[0], "link")) {
             int first = 0, last = 0; sscanf(w[2], "%d-%d", &first, &last); if (last < first) last = first;
             EACH(w[1], i, {
@@ -144,6 +145,7 @@ static void load_scenario(void) {
             });
         } else if (!strcmp(w[0], "speed")) { EACH(w[1], i, S.gpus[i].speed = atoi(w[2])); }
         else if (!strcmp(w[0], "ecc")) { EACH(w[1], i, S.gpus[i].ecc = strtoull(w[2], NULL, 10)); }
+        else if (!strcmp(w[0], "recovery")) { EACH(w[1], i, S.gpus[i].recovery = atoi(w[2])); }
         else if (!strcmp(w[0], "remap")) { EACH(w[1], i, for (int k = 0; k < 4; k++) S.gpus[i].remap[k] = (unsigned)atoi(w[2 + k])); }
         else if (!strcmp(w[0], "nvlink_errors")) { EACH(w[1], i, for (int k = 0; k < 3; k++) S.gpus[i].nvlink_errors[k] = strtoull(w[2 + k], NULL, 10)); }
         else if (!strcmp(w[0], "xid") && S.nxid < MAX_RULES) {

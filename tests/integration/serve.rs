@@ -311,7 +311,7 @@ fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
     let text = health.to_string();
     for needle in [
         "GPU 1: 2 uncorrectable ECC error(s) since the driver loaded",
-        "GPU 3: a row remapping waits for a GPU reset",
+        "GPU 3: a row remapping waits for the next GPU reset",
         "GPU 5: 234 NVLink error count(s) since the driver loaded",
     ] {
         assert!(text.contains(needle), "{needle} not in {text}");

@@ -122,42 +122,50 @@ pub fn nvlink_version(code: u32) -> String {
     .to_string()
 }
 
-/// NVLink speed per link and direction in MB/s: NVML_FI_DEV_NVLINK_GET_SPEED (164),
-/// scoped to a link, is what `nvidia-smi nvlink -s` prints and the only one Hopper
-/// answers; older drivers and GPUs answer the common-speed field (90). nvml-wrapper
+/// One NVML field value (nvmlDeviceGetFieldValues) as an integer. nvml-wrapper
 /// cannot set a field's scope, so the symbol is called directly.
-fn nvlink_speed(device: &Device<'_>, nvml: &Nvml, link: Option<u32>) -> Result<u32, NvmlError> {
+fn field_value(device: &Device<'_>, nvml: &Nvml, field: u32, scope: u32) -> Result<u64, NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetFieldValues
         .as_ref()
         .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    // SAFETY: a plain C struct; all-zero is valid, and NVML fills it in.
+    let mut value: nvml_wrapper_sys::bindings::nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+    value.fieldId = field;
+    value.scopeId = scope;
+    // SAFETY: one valid element, count 1; the handle belongs to this Nvml instance.
+    let rc = unsafe { sym(device.handle(), 1, &mut value) };
+    if rc != 0 {
+        return Err(nvml_error(rc));
+    }
+    if value.nvmlReturn != 0 {
+        return Err(nvml_error(value.nvmlReturn));
+    }
+    // SAFETY: valueType says which union member NVML wrote.
+    unsafe {
+        match value.valueType {
+            1 => Ok(u64::from(value.value.uiVal)),
+            2 => Ok(value.value.ulVal),
+            3 => Ok(value.value.ullVal),
+            4 => u64::try_from(value.value.sllVal).map_err(|_| NvmlError::Unknown),
+            5 => u64::try_from(value.value.siVal).map_err(|_| NvmlError::Unknown),
+            6 => Ok(u64::from(value.value.usVal)),
+            _ => Err(NvmlError::Unknown),
+        }
+    }
+}
+
+/// NVLink speed per link and direction in MB/s: NVML_FI_DEV_NVLINK_GET_SPEED (164),
+/// scoped to a link, is what `nvidia-smi nvlink -s` prints and the only one Hopper
+/// answers; older drivers and GPUs answer the common-speed field (90).
+fn nvlink_speed(device: &Device<'_>, nvml: &Nvml, link: Option<u32>) -> Result<u32, NvmlError> {
     for (field, scope) in [
         (164, link.unwrap_or(0)),
         (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, 0),
     ] {
-        // SAFETY: a plain C struct; all-zero is valid, and NVML fills it in.
-        let mut value: nvml_wrapper_sys::bindings::nvmlFieldValue_t = unsafe { std::mem::zeroed() };
-        value.fieldId = field;
-        value.scopeId = scope;
-        // SAFETY: one valid element, count 1; the handle belongs to this Nvml instance.
-        let rc = unsafe { sym(device.handle(), 1, &mut value) };
-        if rc != 0 || value.nvmlReturn != 0 {
-            continue;
-        }
-        // SAFETY: valueType says which union member NVML wrote.
-        let v: u64 = unsafe {
-            match value.valueType {
-                1 => u64::from(value.value.uiVal),
-                2 => value.value.ulVal,
-                3 => value.value.ullVal,
-                4 => u64::try_from(value.value.sllVal).unwrap_or(0),
-                5 => u64::try_from(value.value.siVal).unwrap_or(0),
-                6 => u64::from(value.value.usVal),
-                _ => continue,
-            }
-        };
-        if let Ok(v) = u32::try_from(v)
+        if let Ok(v) = field_value(device, nvml, field, scope)
+            && let Ok(v) = u32::try_from(v)
             && v > 0
         {
             return Ok(v);
@@ -165,6 +173,10 @@ fn nvlink_speed(device: &Device<'_>, nvml: &Nvml, link: Option<u32>) -> Result<u
     }
     Err(NvmlError::NotSupported)
 }
+
+/// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says must happen before the
+/// GPU can be used again (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
+const FIELD_GPU_RECOVERY_ACTION: u32 = 230;
 
 /// NVSwitch fabric registration state. nvml-wrapper 0.13 does not wrap
 /// nvmlDeviceGetGpuFabricInfo, so the symbol is called directly.
@@ -240,6 +252,13 @@ fn health(watch: &Watch, index: u32, device: &Device<'_>, nvml: &Nvml) -> GpuHea
             &call("nvmlDeviceGetRetiredPagesPendingStatus"),
             watch.call(call("nvmlDeviceGetRetiredPagesPendingStatus"), || {
                 device.are_pages_pending_retired()
+            }),
+        ),
+        recovery_action: observed(
+            &call("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+            watch.call(call("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"), || {
+                field_value(device, nvml, FIELD_GPU_RECOVERY_ACTION, 0)
+                    .and_then(|v| u32::try_from(v).map_err(|_| NvmlError::Unknown))
             }),
         ),
     }
