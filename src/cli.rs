@@ -65,6 +65,14 @@ pub struct ServeArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_STALE_AFTER", value_name = "DURATION",
           value_parser = crate::units::parse_duration)]
     pub stale_after: Option<std::time::Duration>,
+    /// XID codes that fail readiness besides those whose immediate action in NVIDIA's
+    /// Xid catalog is a GPU reset or a reboot (46, 62, 64, 79, 95, 109, 110, 119, 120,
+    /// 136, 140, 143, 151, 155, 156, 158).
+    #[arg(long, value_name = "XID[,XID...]", value_delimiter = ',')]
+    pub xid_not_ready: Vec<u64>,
+    /// XID codes that never fail readiness (still counted in /metrics).
+    #[arg(long, value_name = "XID[,XID...]", value_delimiter = ',')]
+    pub xid_ignore: Vec<u64>,
 }
 
 #[derive(Debug, Args)]

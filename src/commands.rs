@@ -122,7 +122,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
     Ok(facts)
 }
 
-fn build_policy(args: &CheckArgs) -> Result<Policy> {
+pub(crate) fn build_policy(args: &CheckArgs) -> Result<Policy> {
     let policy = policy::build(
         &args.ignore,
         &args.require,
@@ -152,7 +152,7 @@ pub(crate) fn evaluate(
 }
 
 /// `evaluate` with the policy already built from `args`.
-fn evaluate_under(
+pub(crate) fn evaluate_under(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,

@@ -177,6 +177,7 @@ pub fn check_ids() -> impl Iterator<Item = &'static str> {
         .iter()
         .map(|c| c.id)
         .chain(crate::bench::CHECK_IDS.iter().copied())
+        .chain([crate::serve::xid::ID])
 }
 
 /// Runs every check and applies the ignore policy.

@@ -1,14 +1,13 @@
 //! The Prometheus exposition of a report, through prometheus-client.
 
 use crate::judge::Status;
-use crate::report::Report;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
@@ -71,14 +70,11 @@ fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize
     registry.register(name, help, family);
 }
 
-/// The metrics text for the last run (`report` None when the checks could not run).
-pub fn render(
-    report: Option<&Report>,
-    took: Duration,
-    at: SystemTime,
-    (runs, hung): (u64, bool),
-    xids: &super::xid::Xids,
-) -> String {
+/// The metrics text for the last run and the XIDs seen up to now; `ready` is what
+/// /readyz answers.
+pub fn render(snapshot: &super::Snapshot, xids: &super::xid::Xids, ready: bool) -> String {
+    let report = snapshot.report.as_ref();
+    let hung = snapshot.halted.is_some();
     let mut registry = Registry::with_prefix("nccl_preflight");
     let checks = Family::<CheckLabels, Gauge>::default();
     if let Some(r) = report {
@@ -101,20 +97,23 @@ pub fn render(
     int_gauge(
         &mut registry,
         "ready",
-        "1 when the last run had no failed check",
-        i64::from(report.is_some_and(|r| r.verdict != Status::Fail) && !hung),
+        "1 when /readyz answers ready: no failed check, no XID that needs a reset",
+        i64::from(ready),
     );
     float_gauge(
         &mut registry,
         "last_run_duration_seconds",
         "How long the last run of all checks took",
-        took.as_secs_f64(),
+        snapshot.took.as_secs_f64(),
     );
     float_gauge(
         &mut registry,
         "last_run_timestamp_seconds",
         "When the last run finished, Unix time",
-        at.duration_since(SystemTime::UNIX_EPOCH)
+        snapshot
+            .at
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+            .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64(),
     );
@@ -122,7 +121,7 @@ pub fn render(
         &mut registry,
         "runs",
         "Runs of the checks since this server started",
-        runs as i64,
+        i64::try_from(snapshot.runs).unwrap_or(i64::MAX),
     );
     int_gauge(
         &mut registry,
@@ -176,12 +175,16 @@ pub fn render(
         let ecc = Family::<GpuLabels, Gauge>::default();
         let remap_pending = Family::<GpuLabels, Gauge>::default();
         let remap_failure = Family::<GpuLabels, Gauge>::default();
+        let recovery = Family::<GpuLabels, Gauge>::default();
         let link_errors = Family::<LinkCounterLabels, Gauge>::default();
         for g in gpu_list {
             let label = GpuLabels {
                 gpu: g.index.to_string(),
             };
             if let Some(h) = &g.health {
+                if let Some(&a) = h.recovery_action.value() {
+                    recovery.get_or_create(&label).set(i64::from(a));
+                }
                 if let Some(n) = h.ecc_uncorrected_volatile.value() {
                     ecc.get_or_create(&label)
                         .set(i64::try_from(*n).unwrap_or(i64::MAX));
@@ -216,6 +219,11 @@ pub fn render(
             "gpu_remap_pending",
             "1 when a row remapping waits for a GPU reset",
             remap_pending,
+        );
+        registry.register(
+            "gpu_recovery_action",
+            "The driver's recovery action (NVML field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset",
+            recovery,
         );
         registry.register(
             "gpu_remap_failure",

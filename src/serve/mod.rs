@@ -1,7 +1,8 @@
 //! `serve`: the checks on an interval in the background, and a small HTTP server
 //! answering from the last result: /healthz (alive, last run not stale), /readyz
-//! (last verdict not fail), /metrics (Prometheus text via prometheus-client),
-//! /report (the last JSON report). A request never waits on a check or a driver.
+//! (last verdict not fail, no XID that needs a reset), /metrics (Prometheus text via
+//! prometheus-client), /report (the last JSON report). A request never waits on a
+//! check or a driver. An XID event makes the checks run again at once.
 
 pub mod http;
 pub mod metrics;
@@ -9,7 +10,9 @@ pub mod xid;
 
 use crate::cli::ServeArgs;
 use crate::commands::Exit;
-use crate::judge::Status;
+use crate::judge::{Finding, Status};
+use crate::policy::Policy;
+use crate::report::Report;
 use anyhow::{Context, Result};
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,14 +23,49 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Default)]
 pub struct Snapshot {
     pub finished: Option<Instant>,
-    pub verdict: Option<Status>,
-    /// `ID: summary` per failed check.
-    pub failures: Vec<String>,
+    /// When it finished, for /metrics.
+    pub at: Option<SystemTime>,
+    /// How long it took.
+    pub took: Duration,
+    /// Runs since the server started.
+    pub runs: u64,
+    /// The report, with the `gpu-xid` finding as of that run.
+    pub report: Option<Report>,
     pub report_json: Option<String>,
-    pub metrics: String,
+    /// Why the checks could not run at all.
+    pub error: Option<String>,
     /// Set when a vendor call hung: checks stop (the process cannot use the driver
     /// again), readiness fails, and liveness goes stale so the kubelet restarts us.
     pub halted: Option<String>,
+}
+
+/// Why the pod is not ready, from the last run and the XIDs seen up to now
+/// (an XID that fails readiness does so at once, not at the next run).
+pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
+    if let Some(h) = &snapshot.halted {
+        return Err(h.clone());
+    }
+    let mut failures: Vec<String> = Vec::new();
+    if xid.status == Status::Fail {
+        failures.push(format!("{}: {}", xid.id, xid.summary));
+    }
+    match (&snapshot.report, &snapshot.error) {
+        (Some(report), _) => failures.extend(
+            report
+                .checks
+                .iter()
+                .filter(|c| c.status == Status::Fail && c.id != xid::ID)
+                .map(|c| format!("{}: {}", c.id, c.summary)),
+        ),
+        (None, Some(e)) => failures.push(e.clone()),
+        (None, None) if failures.is_empty() => return Err("first check running".into()),
+        (None, None) => {}
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
 }
 
 /// Set by SIGTERM and SIGINT.
@@ -51,13 +89,22 @@ fn install_signal_handlers() -> Result<()> {
     Ok(())
 }
 
-/// Answers one path from the snapshot.
+/// What a request reads: the last run, and the XIDs seen up to now.
+pub struct Live<'a> {
+    pub snapshot: &'a Snapshot,
+    pub xids: &'a xid::Xids,
+    /// The `gpu-xid` finding for `xids`, under `--ignore`.
+    pub xid: Finding,
+}
+
+/// Answers one path.
 pub fn route(
-    snapshot: &Snapshot,
+    live: &Live<'_>,
     path: &str,
     stale_after: Duration,
     started: Instant,
 ) -> http::Response {
+    let snapshot = live.snapshot;
     let age = snapshot.finished.map(|t| t.elapsed());
     match path {
         "/healthz" => match age {
@@ -80,19 +127,14 @@ pub fn route(
             }
             None => http::Response::text(503, "stale: no check has finished yet\n"),
         },
-        "/readyz" => match (&snapshot.halted, snapshot.verdict) {
-            (Some(h), _) => http::Response::text(503, format!("not ready: {h}\n")),
-            (None, None) => http::Response::text(503, "not ready: first check running\n"),
-            (None, Some(Status::Fail)) => http::Response::text(
-                503,
-                format!("not ready: {}\n", snapshot.failures.join("\n")),
-            ),
-            (None, Some(_)) => http::Response::text(200, "ready\n"),
+        "/readyz" => match readiness(snapshot, &live.xid) {
+            Ok(()) => http::Response::text(200, "ready\n"),
+            Err(why) => http::Response::text(503, format!("not ready: {why}\n")),
         },
         "/metrics" => http::Response {
             status: 200,
             content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            body: snapshot.metrics.clone(),
+            body: metrics::render(snapshot, live.xids, readiness(snapshot, &live.xid).is_ok()),
         },
         "/report" => match &snapshot.report_json {
             Some(json) => http::Response {
@@ -106,50 +148,69 @@ pub fn route(
     }
 }
 
+/// What the check thread and the request handlers share.
+struct Shared {
+    state: Mutex<Snapshot>,
+    xids: Arc<Mutex<xid::Xids>>,
+    policy: Policy,
+    xid_policy: xid::XidPolicy,
+}
+
+impl Shared {
+    fn xids(&self) -> xid::Xids {
+        self.xids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The `gpu-xid` finding for `xids`, under `--ignore`.
+    fn xid_finding(&self, xids: &xid::Xids) -> Finding {
+        self.policy.settle(xid::finding(xids, &self.xid_policy))
+    }
+
+    /// XID events seen so far: a change makes the checks run again.
+    fn xid_events(&self) -> u64 {
+        let xids = self.xids.lock().unwrap_or_else(|p| p.into_inner());
+        xids.counts.values().sum()
+    }
+}
+
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
-fn run_once(
-    args: &ServeArgs,
-    env: &[(OsString, OsString)],
-    state: &Mutex<Snapshot>,
-    xids: &Mutex<xid::Xids>,
-    runs: u64,
-) -> bool {
+fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, runs: u64) -> bool {
     let started = Instant::now();
-    let outcome = crate::commands::evaluate(&args.check, env, false);
-    let xids = xids.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let took = started.elapsed();
-    let mut next = Snapshot::default();
+    let outcome = crate::commands::evaluate_under(&args.check, env, false, &shared.policy);
+    let xids = shared.xids();
+    let mut next = Snapshot {
+        took: started.elapsed(),
+        runs,
+        ..Snapshot::default()
+    };
     let mut hung = false;
     match outcome {
-        Ok((report, hung_call)) => {
+        Ok((mut report, hung_call)) => {
             hung = hung_call.0;
-            next.verdict = Some(report.verdict);
-            next.failures = report
-                .checks
-                .iter()
-                .filter(|c| c.status == Status::Fail)
-                .map(|c| format!("{}: {}", c.id, c.summary))
-                .collect();
+            report.checks.push(shared.xid_finding(&xids));
+            report.verdict = crate::judge::verdict(&report.checks);
             next.report_json = Some(crate::render::json::render(&report));
-            next.metrics =
-                metrics::render(Some(&report), took, SystemTime::now(), (runs, hung), &xids);
             if hung {
+                let failures: Vec<String> = report
+                    .checks
+                    .iter()
+                    .filter(|c| c.status == Status::Fail)
+                    .map(|c| format!("{}: {}", c.id, c.summary))
+                    .collect();
                 next.halted = Some(format!(
                     "a driver call hung; checks stopped ({})",
-                    next.failures.join("; ")
+                    failures.join("; ")
                 ));
             }
+            next.report = Some(report);
         }
-        Err(e) => {
-            // The tool could not run its checks (bad flags were caught before serving):
-            // keep serving, not ready, and say why.
-            next.verdict = Some(Status::Fail);
-            next.failures = vec![format!("nccl-preflight: {e:#}")];
-            next.metrics = metrics::render(None, took, SystemTime::now(), (runs, false), &xids);
-        }
+        // The tool could not run its checks (bad flags were caught before serving):
+        // keep serving, not ready, and say why.
+        Err(e) => next.error = Some(format!("nccl-preflight: {e:#}")),
     }
     next.finished = Some(Instant::now());
-    *state.lock().unwrap_or_else(|p| p.into_inner()) = next;
+    next.at = Some(SystemTime::now());
+    *shared.state.lock().unwrap_or_else(|p| p.into_inner()) = next;
     !hung
 }
 
@@ -157,6 +218,8 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.interval < Duration::from_secs(1) {
         anyhow::bail!("--interval {:?}: at least 1s", args.interval);
     }
+    // Flags are validated (and --ignore notes printed) once, before serving.
+    let policy = crate::commands::build_policy(&args.check)?;
     let stale_after = args
         .stale_after
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
@@ -176,10 +239,14 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .unwrap_or_else(|_| args.listen.clone()),
         args.interval.as_secs_f64()
     ));
-    let state = Arc::new(Mutex::new(Snapshot::default()));
-    let xids = Arc::new(Mutex::new(xid::Xids::default()));
+    let shared = Arc::new(Shared {
+        state: Mutex::new(Snapshot::default()),
+        xids: Arc::new(Mutex::new(xid::Xids::default())),
+        policy,
+        xid_policy: xid::XidPolicy::new(&args.xid_not_ready, &args.xid_ignore),
+    });
     let watcher = {
-        let (xids, library) = (Arc::clone(&xids), args.check.gather.nvml_lib.clone());
+        let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
         std::thread::Builder::new()
             .name("xid".into())
             .spawn(move || xid::watch(&library, &xids, &STOP))
@@ -187,30 +254,40 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     let started = Instant::now();
     let checker = {
-        let (state, env, xids) = (Arc::clone(&state), env.to_vec(), Arc::clone(&xids));
-        let args = args.clone();
+        let (shared, env, args) = (Arc::clone(&shared), env.to_vec(), args.clone());
         std::thread::Builder::new()
             .name("checks".into())
             .spawn(move || {
                 let mut runs = 0u64;
                 while !STOP.load(Ordering::Relaxed) {
                     runs += 1;
-                    if !run_once(&args, &env, &state, &xids, runs) {
+                    let seen = shared.xid_events();
+                    if !run_once(&args, &env, &shared, runs) {
                         return;
                     }
                     let next = Instant::now() + args.interval;
-                    while !STOP.load(Ordering::Relaxed) && Instant::now() < next {
+                    while !STOP.load(Ordering::Relaxed)
+                        && Instant::now() < next
+                        && shared.xid_events() == seen
+                    {
                         std::thread::sleep(Duration::from_millis(50));
                     }
                 }
             })
             .context("starting the check thread")?
     };
-    let route_state = Arc::clone(&state);
-    let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = Arc::new(move |path: &str| {
-        let snapshot = route_state.lock().unwrap_or_else(|p| p.into_inner());
-        route(&snapshot, path, stale_after, started)
-    });
+    let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
+        let shared = Arc::clone(&shared);
+        Arc::new(move |path: &str| {
+            let xids = shared.xids();
+            let live = Live {
+                snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
+                xid: shared.xid_finding(&xids),
+                xids: &xids,
+            };
+            route(&live, path, stale_after, started)
+        })
+    };
     http::serve(listener, &STOP, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.

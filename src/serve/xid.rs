@@ -1,16 +1,134 @@
 //! XID events while `serve` runs: NVML's critical XID error events on every GPU,
-//! counted per GPU and XID code for /metrics. A watcher thread of its own waits
-//! on the event set (1 s at a time), so a request never waits on it. Which XIDs
-//! should fail readiness is not decided here: the counts are for alerting.
+//! counted per GPU and XID code. A watcher thread of its own waits on the event set
+//! (1 s at a time), so a request never waits on it.
+//!
+//! Which XIDs fail readiness: those whose immediate action in NVIDIA's Xid catalog
+//! (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Resolution Bucket
+//! (Immediate Action)") is a GPU reset or a restart of the machine: the GPU runs no
+//! new work until then, so readiness stays failed until this process restarts (a
+//! reset needs the GPU's processes gone, this one included). Every other XID
+//! (RESTART_APP, IGNORE, the WORKFLOW_* ones whose outcome is GPU state) is counted,
+//! and each event makes the checks run again at once, so the state it leaves (the
+//! driver's recovery action, ECC, row remapping, NVLink state) is judged within one
+//! run instead of one interval.
 
+use crate::judge::{Finding, Status};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// XIDs whose immediate action in NVIDIA's Xid catalog (revision of October 2025) is
+/// RESET_GPU, RESTART_BM or RESTART_VM: code, the catalog's description, the action.
+pub const NOT_READY: &[(u64, &str, &str)] = &[
+    (46, "GPU stopped processing", "RESET_GPU"),
+    (62, "internal micro-controller halt", "RESET_GPU"),
+    (64, "GPU memory remapping failure", "RESET_GPU"),
+    (79, "GPU has fallen off the bus", "RESTART_BM"),
+    (95, "uncontained memory error", "RESET_GPU"),
+    (109, "context switch timeout error", "RESET_GPU"),
+    (110, "security fault error", "RESET_GPU"),
+    (119, "GSP RPC timeout", "RESET_GPU"),
+    (120, "GSP error", "RESET_GPU"),
+    (136, "link training failed", "RESET_GPU"),
+    (140, "ECC unrecovered error", "RESET_GPU"),
+    (143, "GPU initialization error", "RESET_GPU"),
+    (151, "key rotation error", "RESTART_VM"),
+    (155, "NVLink SW defined error", "RESET_GPU"),
+    (156, "resource retirement event", "RESET_GPU"),
+    (158, "GPU fatal timeout", "RESET_GPU"),
+];
+
+pub const ID: &str = "gpu-xid";
+
+/// Which XID codes fail readiness: the catalog's, plus `--xid-not-ready`, less `--xid-ignore`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidPolicy {
+    pub not_ready: BTreeSet<u64>,
+}
+
+impl XidPolicy {
+    pub fn new(add: &[u64], ignore: &[u64]) -> Self {
+        let mut not_ready: BTreeSet<u64> = NOT_READY.iter().map(|(code, ..)| *code).collect();
+        not_ready.extend(add);
+        for code in ignore {
+            not_ready.remove(code);
+        }
+        XidPolicy { not_ready }
+    }
+}
+
+/// The catalog's words for a code that fails readiness, or the user's flag.
+fn described(code: u64) -> (&'static str, &'static str) {
+    NOT_READY
+        .iter()
+        .find(|(c, ..)| *c == code)
+        .map(|(_, what, action)| (*what, *action))
+        .unwrap_or(("named by --xid-not-ready", "RESET_GPU"))
+}
+
+/// The `gpu-xid` finding: fail when a GPU reported an XID that fails readiness.
+pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
+    let events: u64 = xids.counts.values().sum();
+    let mut fatal = Vec::new();
+    let mut evidence = Vec::new();
+    let mut reboot = false;
+    for (&(gpu, code), &n) in &xids.counts {
+        let gpu = if gpu == u32::MAX {
+            String::from("?")
+        } else {
+            gpu.to_string()
+        };
+        if policy.not_ready.contains(&code) {
+            let (what, action) = described(code);
+            reboot |= action != "RESET_GPU";
+            fatal.push(format!("GPU {gpu}: XID {code} ({what}; {action}) x{n}"));
+        } else {
+            evidence.push(format!("GPU {gpu}: XID {code} x{n}, counted, not judged"));
+        }
+    }
+    if !fatal.is_empty() {
+        let mut f = Finding::new(ID, Status::Fail, fatal.join("; ")).remediation(if reboot {
+            "Drain the node and reboot it (NVIDIA's Xid catalog: RESTART_BM / RESTART_VM);\n\
+             see dmesg | grep -i xid and nvidia-smi -q."
+        } else {
+            "Drain the node, stop every process on the GPU and reset it: nvidia-smi -r -i N\n\
+             (NVIDIA's Xid catalog: RESET_GPU). Readiness stays failed until this pod restarts."
+        });
+        f.evidence = evidence;
+        return f;
+    }
+    if !xids.watching && events == 0 {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            format!(
+                "XID events not watched: {}",
+                xids.unavailable
+                    .as_deref()
+                    .unwrap_or("the watcher has not started")
+            ),
+        );
+    }
+    let mut f = Finding::new(
+        ID,
+        Status::Pass,
+        if events == 0 {
+            String::from("no critical XID events since this server started")
+        } else {
+            format!("{events} XID event(s), none that needs a GPU reset or a reboot")
+        },
+    );
+    f.evidence = evidence;
+    if let Some(why) = &xids.unavailable {
+        f.evidence.push(format!("XID watch stopped: {why}"));
+    }
+    f
+}
 
 /// What the watcher has seen.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +189,94 @@ pub fn watch(library: &str, state: &Arc<Mutex<Xids>>, stop: &AtomicBool) {
                     x.unavailable = Some(why.clone());
                 });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(events: &[(u32, u64, u64)]) -> Xids {
+        Xids {
+            counts: events.iter().map(|&(g, c, n)| ((g, c), n)).collect(),
+            watching: true,
+            unavailable: None,
+        }
+    }
+
+    #[test]
+    fn reset_and_reboot_xids_fail_and_application_xids_are_counted() {
+        let policy = XidPolicy::new(&[], &[]);
+        let quiet = finding(&seen(&[]), &policy);
+        assert_eq!(
+            (quiet.status, quiet.summary.as_str()),
+            (
+                Status::Pass,
+                "no critical XID events since this server started"
+            )
+        );
+        // 13 (graphics engine exception) and 94 (contained ECC) are RESTART_APP.
+        let app = finding(&seen(&[(0, 13, 4), (1, 94, 1)]), &policy);
+        assert_eq!(app.status, Status::Pass);
+        assert_eq!(
+            app.summary,
+            "5 XID event(s), none that needs a GPU reset or a reboot"
+        );
+        assert_eq!(app.evidence.len(), 2);
+        let fallen = finding(&seen(&[(0, 13, 1), (2, 79, 2)]), &policy);
+        assert_eq!(fallen.status, Status::Fail);
+        assert_eq!(
+            fallen.summary,
+            "GPU 2: XID 79 (GPU has fallen off the bus; RESTART_BM) x2"
+        );
+        assert!(fallen.remediation.as_deref().unwrap().contains("reboot"));
+        let gsp = finding(&seen(&[(1, 119, 1)]), &policy);
+        assert_eq!(gsp.status, Status::Fail);
+        assert!(gsp.remediation.unwrap().contains("nvidia-smi -r -i N"));
+    }
+
+    #[test]
+    fn flags_add_and_remove_codes() {
+        let policy = XidPolicy::new(&[13], &[79]);
+        assert!(policy.not_ready.contains(&13) && !policy.not_ready.contains(&79));
+        assert!(policy.not_ready.contains(&95));
+        assert_eq!(finding(&seen(&[(2, 79, 1)]), &policy).status, Status::Pass);
+        let added = finding(&seen(&[(0, 13, 1)]), &policy);
+        assert_eq!(added.status, Status::Fail);
+        assert!(added.summary.contains("named by --xid-not-ready"));
+    }
+
+    #[test]
+    fn no_watch_skips_but_events_seen_before_it_stopped_still_count() {
+        let none = Xids {
+            unavailable: Some("NVML: library not found".into()),
+            ..Xids::default()
+        };
+        let f = finding(&none, &XidPolicy::new(&[], &[]));
+        assert_eq!(f.status, Status::Skip);
+        assert!(f.summary.contains("NVML: library not found"));
+        let stopped = Xids {
+            watching: false,
+            unavailable: Some("nvmlEventSetWait: GPU is lost".into()),
+            ..seen(&[(0, 79, 1)])
+        };
+        assert_eq!(
+            finding(&stopped, &XidPolicy::new(&[], &[])).status,
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn the_table_holds_only_reset_and_restart_actions_once_each() {
+        let mut codes = BTreeSet::new();
+        for (code, what, action) in NOT_READY {
+            assert!(codes.insert(*code), "XID {code} twice");
+            assert!(!what.is_empty());
+            assert!(
+                ["RESET_GPU", "RESTART_BM", "RESTART_VM"].contains(action),
+                "{code}"
+            );
         }
     }
 }

@@ -271,46 +271,52 @@ fn rdma_port_error_counters_are_exported() {
     }
 }
 
-#[test]
-fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
-    let dir = crate::support::scratch("serve-gpu-health");
+/// `serve` in the H100 fixture with `extra` scenario lines and `args`.
+fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
+    let dir = crate::support::scratch(name);
     let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
     let scenario = dir.join("gpu.scenario");
     let text = std::fs::read_to_string(base).unwrap();
-    std::fs::write(
-        &scenario,
-        format!(
-            "{text}ecc 1 2\nremap 3 0 0 1 0\nnvlink_errors 5 0 4 9\nxid 2 79 100\nxid 2 79 150\nxid 0 48 100\n"
-        ),
-    )
-    .unwrap();
-    let server = start_command(fixture_command(
+    std::fs::write(&scenario, format!("{text}{extra}")).unwrap();
+    let mut all = vec!["--listen", "127.0.0.1:0", "--cuda", "off"];
+    all.extend(args);
+    start_command(fixture_command(
         "gpu-h100-nv18",
         "serve",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--cuda",
-            "off",
-            "--interval",
-            "1s",
-        ],
+        &all,
         &[("FAKE_GPU_SCENARIO", scenario.to_str().unwrap())],
-    ));
-    let (status, _, body) = get(&server, "/readyz");
-    assert_eq!(status, 503);
-    assert!(body.contains("gpu-health:"), "{body}");
-    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
-    let health = report["checks"]
+    ))
+}
+
+fn check<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["checks"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["id"] == "gpu-health")
-        .unwrap();
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report}"))
+}
+
+#[test]
+fn the_drivers_recovery_action_fails_readiness_and_memory_errors_warn() {
+    let server = start_gpu(
+        "serve-gpu-health",
+        "recovery * 0\nrecovery 6 4\necc 1 2\nremap 3 0 0 1 0\nnvlink_errors 5 0 4 9\n",
+        &["--interval", "60s"],
+    );
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!(status, 503);
+    assert!(
+        body.contains("GPU 6: the driver's recovery action is 4, DRAIN_AND_RESET"),
+        "{body}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    let health = check(&report, "gpu-health");
     assert_eq!(health["status"], "fail");
     let text = health.to_string();
     for needle in [
-        "GPU 1: 2 uncorrectable ECC error(s) since the driver loaded",
+        // Contained: the driver asks for nothing on GPU 1.
+        "GPU 1: 2 uncorrectable ECC error(s) since the driver loaded; the driver says no recovery is needed",
         "GPU 3: a row remapping waits for the next GPU reset",
         "GPU 5: 234 NVLink error count(s) since the driver loaded",
     ] {
@@ -321,25 +327,91 @@ fn gpu_memory_and_link_errors_fail_readiness_and_show_in_metrics() {
         "nccl_preflight_gpu_ecc_uncorrected{gpu=\"1\"} 2",
         "nccl_preflight_gpu_ecc_uncorrected{gpu=\"0\"} 0",
         "nccl_preflight_gpu_remap_pending{gpu=\"3\"} 1",
+        "nccl_preflight_gpu_recovery_action{gpu=\"6\"} 4",
+        "nccl_preflight_gpu_recovery_action{gpu=\"0\"} 0",
         "nccl_preflight_nvlink_errors{gpu=\"5\",link=\"17\",counter=\"crc_data\"} 9",
         "nccl_preflight_check_status{check=\"gpu-health\",status=\"fail\"} 1",
+        "nccl_preflight_ready 0",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
-    // XID events show up with the next run's metrics.
+}
+
+/// `nccl_preflight_runs` in a metrics text.
+fn runs(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("nccl_preflight_runs "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls `path` until `done` holds for its body, for up to `limit`.
+fn wait_for(
+    server: &Server,
+    path: &str,
+    limit: Duration,
+    done: impl Fn(u16, &str) -> bool,
+) -> String {
     let started = Instant::now();
     loop {
-        let metrics = get(&server, "/metrics").2;
-        if metrics.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 2")
-            && metrics.contains("nccl_preflight_gpu_xid_events{gpu=\"0\",xid=\"48\"} 1")
-            && metrics.contains("nccl_preflight_xid_watch 1")
-        {
-            break;
+        let (status, _, body) = get(server, path);
+        if done(status, &body) {
+            return body;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(6),
-            "no XID events in\n{metrics}"
+        assert!(started.elapsed() < limit, "{path}: {status}\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
+    // A 60 s interval: only the XIDs can make a second run happen within the test.
+    let server = start_gpu(
+        "serve-xid",
+        "xid 0 13 300\nxid 2 79 600\nxid 2 79 650\n",
+        &["--interval", "60s"],
+    );
+    let started = Instant::now();
+    assert_eq!(get(&server, "/readyz").0, 200);
+    let body = wait_for(&server, "/readyz", Duration::from_secs(5), |s, _| s == 503);
+    assert!(
+        body.contains("gpu-xid: GPU 2: XID 79 (GPU has fallen off the bus; RESTART_BM)"),
+        "{body}"
+    );
+    // Three events, 300 to 650 ms in: at least two runs after the first.
+    let metrics = wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
+        m.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 2") && runs(m) >= 3
+    });
+    for needle in [
+        "nccl_preflight_gpu_xid_events{gpu=\"0\",xid=\"13\"} 1",
+        "nccl_preflight_xid_watch 1",
+        "nccl_preflight_ready 0",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+    // The reruns came from the events, long before the 60 s interval.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    let xid = check(&report, "gpu-xid");
+    assert_eq!(xid["status"], "fail");
+    assert_eq!(xid["evidence"][0], "GPU 0: XID 13 x1, counted, not judged");
+    assert_eq!(report["verdict"], "fail");
+}
+
+#[test]
+fn ignored_xids_are_counted_without_failing_readiness() {
+    for args in [&["--xid-ignore", "79"][..], &["--ignore", "gpu-xid"][..]] {
+        let mut all = vec!["--interval", "60s"];
+        all.extend(args);
+        let server = start_gpu("serve-xid-ignored", "xid 2 79 100\n", &all);
+        wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
+            m.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 1") && runs(m) >= 2
+        });
+        assert_eq!(
+            get(&server, "/readyz"),
+            (200, "text/plain; charset=utf-8".into(), "ready\n".into()),
+            "{args:?}"
         );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
