@@ -7,6 +7,7 @@ mod deploy;
 mod exec;
 mod explain;
 mod fixtures;
+mod image;
 mod kernel;
 mod outputs;
 mod rdma;

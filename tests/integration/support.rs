@@ -272,20 +272,37 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
-/// Tests of the real Debian libibverbs and libfabric skip with a message where
-/// they are not installed, unless NCCL_PREFLIGHT_TEST_STRICT is set (CI).
+/// A test that needs something this machine may lack skips with a message,
+/// unless NCCL_PREFLIGHT_TEST_STRICT is set (CI), where a skip would hide a broken test.
+fn require(test: &str, found: bool, what: &str) -> bool {
+    if found {
+        return true;
+    }
+    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
+        panic!("{test} needs {what} and NCCL_PREFLIGHT_TEST_STRICT is set");
+    }
+    eprintln!("skipped {test}: {what} is not installed");
+    false
+}
+
+/// The real Debian libibverbs and libfabric.
 pub fn require_library(test: &str, library: &str) -> bool {
     let found = Command::new("sh")
         .arg("-c")
         .arg(format!("ldconfig -p | grep -q '{library} '"))
         .status()
         .is_ok_and(|s| s.success());
-    if found {
-        return true;
-    }
-    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
-        panic!("{test} needs {library} and NCCL_PREFLIGHT_TEST_STRICT is set");
-    }
-    eprintln!("skipped {test}: {library} is not installed");
-    false
+    require(test, found, library)
+}
+
+/// Programs on PATH (umoci, runc, ...).
+pub fn require_tools(test: &str, tools: &[&str]) -> bool {
+    tools.iter().all(|tool| {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool} >/dev/null"))
+            .status()
+            .is_ok_and(|s| s.success());
+        require(test, found, tool)
+    })
 }
