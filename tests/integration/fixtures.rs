@@ -670,3 +670,45 @@ fn conflicting_user_values_are_kept_and_never_written() {
     assert_eq!(status(&r, "nccl-env"), "warn");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_real_h200_reports_no_recovery_action() {
+    // `check` on the 2x H200 (driver 580) after gpu-health learned NVML field 230.
+    let facts = repo().join("tests/data/h200x2/check-facts.json");
+    let out = run(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--facts",
+            facts.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status(&v, "gpu-health"), "pass");
+    let gpus = v["facts"]["gpus"]["nvml"]["state"]["loaded"]["gpus"]
+        .as_array()
+        .unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        assert_eq!(
+            g["health"]["recovery_action"],
+            serde_json::json!({"value": 0})
+        );
+    }
+    let health = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gpu-health")
+        .unwrap();
+    assert!(
+        health["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no recovery action asked"),
+        "{health}"
+    );
+}
