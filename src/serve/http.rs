@@ -1,5 +1,6 @@
-//! A deliberately small HTTP/1.1 server for four GET endpoints, on std only:
-//! every bound is explicit. One request per connection (`Connection: close`);
+//! A deliberately small HTTP/1.1 server for four GET endpoints: std's sockets and
+//! threads, httparse for the request head, and every bound explicit (no HTTP server
+//! crate offered all of them). One request per connection (`Connection: close`);
 //! the request head may be at most `MAX_HEAD` bytes and `MAX_HEADERS` lines and
 //! must arrive within `REQUEST_TIME`; at most `MAX_CONNECTIONS` are served at
 //! once (more get 503 at once); bodies are never read. Handlers only read
@@ -62,15 +63,26 @@ fn send(stream: &mut TcpStream, response: &Response, head_only: bool) {
     let _ = stream.flush();
 }
 
-/// The request line's method and path, or the response that refuses the request.
+/// The request's method and path, or the response that refuses the request.
 fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
     let started = Instant::now();
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     loop {
-        if let Some(end) = memchr::memmem::find(&head, b"\r\n\r\n") {
-            head.truncate(end);
-            break;
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => {
+                let method = request.method.unwrap_or_default();
+                let target = request.path.unwrap_or_default();
+                let path = target.split('?').next().unwrap_or(target);
+                return Ok((method.to_string(), path.to_string()));
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(Response::text(431, "too many header lines\n"));
+            }
+            Err(e) => return Err(Response::text(400, format!("malformed request: {e}\n"))),
         }
         if head.len() > MAX_HEAD {
             return Err(Response::text(431, "request head too large\n"));
@@ -86,20 +98,6 @@ fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Err(Response::text(408, "request took too long\n")),
         }
-    }
-    let text = std::str::from_utf8(&head).map_err(|_| Response::text(400, "not UTF-8\n"))?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    if lines.count() > MAX_HEADERS {
-        return Err(Response::text(431, "too many header lines\n"));
-    }
-    let mut parts = request_line.split(' ');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
-            let path = target.split('?').next().unwrap_or(target);
-            Ok((method.to_string(), path.to_string()))
-        }
-        _ => Err(Response::text(400, "malformed request line\n")),
     }
 }
 

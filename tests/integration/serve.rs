@@ -130,6 +130,13 @@ fn endpoints_answer_from_the_last_run() {
         (200, "text/plain; charset=utf-8", "")
     );
     assert_eq!(raw(&server, b"garbage\r\n\r\n").0, 400);
+    assert_eq!(raw(&server, b"GET /healthz HTTP/2.0\r\n\r\n").0, 400);
+    assert_eq!(
+        raw(&server, b"GET /healthz HTTP/1.1\r\nBad Name: x\r\n\r\n").0,
+        400
+    );
+    // Bare LF line ends, as some clients send them, are a request like any other.
+    assert_eq!(raw(&server, b"GET /healthz?x=1 HTTP/1.0\n\n").0, 200);
     let big = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
     assert_eq!(raw(&server, big.as_bytes()).0, 431);
     let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
