@@ -2,7 +2,7 @@
 //! bytes in host memory and advance a virtual clock at the scenario's speed,
 //! so figures are exact; faults are injected per test.
 
-use crate::support::{command, fake_libs, scratch, stderr, stdout};
+use crate::support::{command, fake_libs, finding, scratch, stderr, stdout};
 use serde_json::Value;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -48,15 +48,6 @@ fn bench(name: &str, scenario: &str, args: &[&str], env: &[(&str, &str)]) -> (Ou
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     (out, json)
-}
-
-fn finding<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} in {report:#}"))
 }
 
 fn near(v: &Value, want: f64) -> bool {
@@ -393,12 +384,7 @@ fn init_bench_adds_measured_checks_under_the_same_ignore_policy() {
         "{}",
         stderr(&out)
     );
-    let bw = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "gpu-bandwidth")
-        .unwrap();
+    let bw = finding(&r, "gpu-bandwidth");
     assert_eq!(
         (&bw["status"], &bw["ignored"]),
         (&Value::from("warn"), &Value::from(true))

@@ -48,22 +48,7 @@ fn scenario(name: &str, expected_exit: i32) -> serde_json::Value {
 }
 
 fn status<'a>(report: &'a serde_json::Value, id: &str) -> &'a str {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap()["status"]
-        .as_str()
-        .unwrap()
-}
-
-fn setting<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
-    report["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
+    finding(report, id)["status"].as_str().unwrap()
 }
 
 #[test]
@@ -298,12 +283,7 @@ fn a_hung_driver_call_fails_on_time_and_names_the_call() {
         "took {elapsed:?}"
     );
     assert_eq!(status(&r, "gpu-devices"), "fail");
-    let summary = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "gpu-devices")
-        .unwrap()["summary"]
+    let summary = finding(&r, "gpu-devices")["summary"]
         .as_str()
         .unwrap()
         .to_string();
@@ -329,12 +309,7 @@ fn cuda_visible_devices_is_applied_by_the_driver_and_mapped_by_bus_id() {
     // The driver stops at 12: ordinals 0 and 1 are NVML GPUs 7 and 0.
     assert_eq!(cuda.as_array().unwrap().len(), 2);
     assert_eq!(cuda[0]["pci_bus_id"]["value"], "0000:a0:1d.0");
-    let devices = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "gpu-devices")
-        .unwrap();
+    let devices = finding(&r, "gpu-devices");
     assert_eq!(devices["status"], "warn");
     assert!(
         devices["summary"].as_str().unwrap().contains("\"12\""),
@@ -392,12 +367,7 @@ fn cuda_off_skips_cuinit_and_nvml_still_sees_the_fabric_manager() {
         r["facts"]["gpus"]["cuda"]["state"]["skipped"]["reason"],
         "--cuda off"
     );
-    let devices = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "gpu-devices")
-        .unwrap();
+    let devices = finding(&r, "gpu-devices");
     let summary = devices["summary"].as_str().unwrap();
     assert!(
         summary.contains("NVSwitch fabric registration incomplete")
@@ -645,12 +615,7 @@ fn conflicting_user_values_are_kept_and_never_written() {
         s.contains(&("NCCL_BUFFSIZE".into(), "4194304".into(), "user".into())),
         "{s:?}"
     );
-    let buff = r["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["name"] == "NCCL_BUFFSIZE")
-        .unwrap();
+    let buff = setting(&r, "NCCL_BUFFSIZE").unwrap();
     assert!(
         buff["reason"]
             .as_str()
@@ -698,12 +663,7 @@ fn a_real_h200_reports_no_recovery_action() {
             serde_json::json!({"value": 0})
         );
     }
-    let health = v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "gpu-health")
-        .unwrap();
+    let health = finding(&v, "gpu-health");
     assert!(
         health["summary"]
             .as_str()

@@ -2,7 +2,7 @@
 //! unpacks it as a container runtime would, and runc runs the tool in it as the
 //! image's user, in namespaces of its own, with runc's 64 MiB /dev/shm.
 
-use crate::support::{BIN, repo, require_root, require_tools, scratch, stderr, stdout};
+use crate::support::{BIN, finding, repo, require_root, require_tools, scratch, stderr, stdout};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -97,12 +97,7 @@ fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
     let small = runc(&bundle, &["check", "--format", "json"], None);
     assert_eq!(small.status.code(), Some(1), "{}", stderr(&small));
     let report: serde_json::Value = serde_json::from_str(&stdout(&small)).unwrap();
-    let shm = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "dev-shm")
-        .unwrap();
+    let shm = finding(&report, "dev-shm");
     assert_eq!(shm["status"], "fail");
     assert!(
         shm["summary"]

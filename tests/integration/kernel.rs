@@ -5,19 +5,8 @@
 use super::support::*;
 use std::process::{Command, Output};
 
-fn report(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
-}
-
 fn check_status(r: &serde_json::Value, id: &str) -> String {
-    let c = r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap();
-    c["status"].as_str().unwrap().to_string()
+    finding(r, id)["status"].as_str().unwrap().to_string()
 }
 
 /// Runs `wrapper... BIN args...` with an empty environment.
@@ -213,12 +202,7 @@ fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
     let more = "ip link add veth9 type veth peer name peer9; ip addr add 10.88.0.1/24 dev veth9; ip link set veth9 up; ip link set peer9 up;";
     let out = in_netns("eth0", more, &["check", "--format", "json"], &dir, &[]);
     let r = report(&out);
-    let s = r["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "NCCL_SOCKET_IFNAME")
-        .unwrap();
+    let s = setting(&r, "NCCL_SOCKET_IFNAME").unwrap();
     assert_eq!(s["value"], "=eth0");
     let kinds: Vec<_> = r["facts"]["network"]["interfaces"]["value"]
         .as_array()

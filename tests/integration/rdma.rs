@@ -7,20 +7,6 @@
 use super::support::*;
 use std::process::Command;
 
-fn report(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
-}
-
-fn check<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    r["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap()
-}
-
 #[test]
 fn real_debian_libibverbs_and_libfabric() {
     if !require_library("real_debian_libibverbs_and_libfabric", "libibverbs.so.1")
@@ -76,15 +62,15 @@ fn real_debian_libibverbs_and_libfabric() {
     );
     assert_eq!(fabric["efa_rdm"]["value"], 0, "no EFA device here");
     assert!(fabric["version"].as_str().unwrap().starts_with("1."));
-    assert_eq!(check(&r, "libfabric")["status"], "pass");
-    assert_eq!(check(&r, "rdma-devices")["status"], "skip");
+    assert_eq!(finding(&r, "libfabric")["status"], "pass");
+    assert_eq!(finding(&r, "rdma-devices")["status"], "skip");
     // --require efa turns the same libraries into failures naming what is missing.
     let out = run(&["check", "--format", "json", "--require", "efa"], &[]);
     assert_eq!(out.status.code(), Some(1));
     let r = report(&out);
-    assert_eq!(check(&r, "rdma-devices")["status"], "fail");
-    assert_eq!(check(&r, "libfabric")["status"], "fail");
-    assert_eq!(check(&r, "nccl-net-plugin")["status"], "fail");
+    assert_eq!(finding(&r, "rdma-devices")["status"], "fail");
+    assert_eq!(finding(&r, "libfabric")["status"], "fail");
+    assert_eq!(finding(&r, "nccl-net-plugin")["status"], "fail");
 }
 
 #[test]
@@ -138,7 +124,7 @@ fn a_device_node_this_process_cannot_open_fails() {
         .output()
         .unwrap();
     let r = report(&out);
-    let devices = check(&r, "rdma-devices");
+    let devices = finding(&r, "rdma-devices");
     assert_eq!(devices["status"], "fail", "{devices}");
     let summary = devices["summary"].as_str().unwrap();
     assert!(
@@ -183,7 +169,7 @@ fn memory_registration_meets_the_real_memlock_limit() {
     let out = wrapped.output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let r = report(&out);
-    let memreg = check(&r, "rdma-memreg");
+    let memreg = finding(&r, "rdma-memreg");
     assert_eq!(memreg["status"], "fail");
     assert!(
         memreg["summary"]
@@ -202,7 +188,7 @@ fn memory_registration_meets_the_real_memlock_limit() {
     )
     .output()
     .unwrap();
-    assert_eq!(check(&report(&ok), "rdma-memreg")["status"], "pass");
+    assert_eq!(finding(&report(&ok), "rdma-memreg")["status"], "pass");
 }
 
 #[test]
@@ -227,7 +213,7 @@ fn a_hung_verbs_call_fails_on_time() {
         started.elapsed()
     );
     let r = report(&out);
-    let devices = check(&r, "rdma-devices");
+    let devices = finding(&r, "rdma-devices");
     assert_eq!(devices["status"], "fail");
     assert!(
         devices["summary"]

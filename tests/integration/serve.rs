@@ -1,6 +1,6 @@
 //! `serve` on loopback: endpoints, bounds, staleness after a hung driver, SIGTERM.
 
-use crate::support::fixture_command;
+use crate::support::{finding, fixture_command};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
@@ -295,15 +295,6 @@ fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
     ))
 }
 
-fn check<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} in {report}"))
-}
-
 #[test]
 fn the_drivers_recovery_action_fails_readiness_and_memory_errors_warn() {
     let server = start_gpu(
@@ -318,7 +309,7 @@ fn the_drivers_recovery_action_fails_readiness_and_memory_errors_warn() {
         "{body}"
     );
     let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
-    let health = check(&report, "gpu-health");
+    let health = finding(&report, "gpu-health");
     assert_eq!(health["status"], "fail");
     let text = health.to_string();
     for needle in [
@@ -400,7 +391,7 @@ fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
     // The reruns came from the events, long before the 60 s interval.
     assert!(started.elapsed() < Duration::from_secs(20));
     let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
-    let xid = check(&report, "gpu-xid");
+    let xid = finding(&report, "gpu-xid");
     assert_eq!(xid["status"], "fail");
     assert_eq!(xid["evidence"][0], "GPU 0: XID 13 x1, counted, not judged");
     assert_eq!(report["verdict"], "fail");

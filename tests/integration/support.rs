@@ -224,6 +224,29 @@ fn relative_to(base: &Path, target: &Path) -> PathBuf {
     out
 }
 
+/// The JSON a command printed (a report), or a panic showing all it printed.
+pub fn report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+/// The finding `id` of a JSON report (`checks` of check and init, `findings` of bench).
+pub fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .or_else(|| report["findings"].as_array())
+        .and_then(|checks| checks.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no finding {id} in {report}"))
+}
+
+/// The tuned setting `name` of a JSON report.
+pub fn setting<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    report["settings"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name)
+}
+
 /// A fresh empty directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nccl-preflight-it-{name}-{}", std::process::id()));
