@@ -92,6 +92,27 @@ fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
     assert_eq!(process["user"]["gid"], 65532);
     assert_eq!(process["args"], serde_json::json!([ENTRYPOINT, "check"]));
     assert_eq!(process["cwd"], "/home/nonroot");
+    // docker/Dockerfile's runtime stage says the same, so the two builds cannot drift apart.
+    let dockerfile = std::fs::read_to_string(repo().join("docker/Dockerfile")).unwrap();
+    let instruction = |name: &str| {
+        dockerfile
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in docker/Dockerfile"))
+            .to_string()
+    };
+    assert_eq!(instruction("USER"), "65532:65532");
+    let entrypoint: serde_json::Value = serde_json::from_str(&instruction("ENTRYPOINT")).unwrap();
+    let cmd: serde_json::Value = serde_json::from_str(&instruction("CMD")).unwrap();
+    let mut argv = entrypoint.as_array().unwrap().clone();
+    argv.extend(cmd.as_array().unwrap().iter().cloned());
+    assert_eq!(process["args"], serde_json::Value::from(argv));
+    assert_eq!(
+        instruction("FROM"),
+        "gcr.io/distroless/cc-debian12:nonroot",
+        "build-oci.py rebuilds this base's package list"
+    );
 
     // runc's /dev/shm is 64 MiB, like Docker's: the check fails and says why.
     let small = runc(&bundle, &["check", "--format", "json"], None);
