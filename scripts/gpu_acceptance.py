@@ -21,13 +21,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def smi_matrix(args):
-    """Parses an nvidia-smi topo matrix into {(row, col): cell} for GPU rows and columns."""
+    """Parses an nvidia-smi topo matrix into {(row, col): cell} for GPU rows and columns,
+    and {row: [fields after the matrix]} (CPU Affinity, NUMA Affinity, GPU NUMA ID)."""
     out = run(["nvidia-smi", "topo"] + args)
     if out.returncode != 0:
         raise SystemExit(f"nvidia-smi topo {' '.join(args)} failed: {out.stderr}")
     lines = [ANSI.sub("", l) for l in out.stdout.splitlines()]
     header = None
+    columns = 0
     cells = {}
+    extras = {}
     for line in lines:
         fields = line.split()
         if not fields:
@@ -36,12 +39,14 @@ def smi_matrix(args):
             continue
         if header is None and fields[0].startswith("GPU"):
             header = [f for f in fields if re.fullmatch(r"GPU\d+", f)]
+            columns = len([f for f in fields if re.fullmatch(r"(GPU|NIC)\d+", f)])
             continue
         if header and re.fullmatch(r"GPU\d+", fields[0]):
             row = int(fields[0][3:])
             for col_name, cell in zip(header, fields[1:]):
                 cells[(row, int(col_name[3:]))] = cell
-    return out.stdout, cells
+            extras[row] = fields[1 + columns:]
+    return out.stdout, cells, extras
 
 
 def main():
@@ -66,8 +71,11 @@ def main():
     mismatches = 0
     compared = 0
     smi_text = []
+    affinity = None
     for flag, matrix in ours.items():
-        text, smi = smi_matrix(flag.split())
+        text, smi, extras = smi_matrix(flag.split())
+        if flag == "-m":
+            affinity = extras
         smi_text.append(f"$ nvidia-smi topo {flag}\n{text}")
         for i, a in enumerate(index):
             for j, b in enumerate(index):
@@ -79,6 +87,17 @@ def main():
                 print(f"{flag:8} GPU{a}->GPU{b}: nvidia-smi {theirs!s:6} nccl-preflight {mine:6} {'ok' if ok else 'MISMATCH'}")
     with open(os.path.join(outdir, "nvidia-smi.txt"), "w") as f:
         f.write("\n".join(smi_text))
+    # CPU Affinity and NUMA Affinity, the columns after the matrix in topo -m.
+    gpus = report["facts"]["gpus"]["nvml"]["state"]["loaded"]["gpus"]
+    for g in gpus:
+        theirs = (affinity or {}).get(g["index"], [])
+        for k, (name, key) in enumerate([("CPU Affinity", "cpu_affinity"), ("NUMA Affinity", "numa_affinity")]):
+            mine = g.get(key, {}).get("value")
+            smi_value = theirs[k] if k < len(theirs) else None
+            compared += 1
+            ok = smi_value == mine
+            mismatches += not ok
+            print(f"{name:13} GPU{g['index']}: nvidia-smi {smi_value!s:8} nccl-preflight {mine!s:8} {'ok' if ok else 'MISMATCH'}")
 
     # Timing: whole processes, median of 9 each, interleaved.
     def once(cmds):

@@ -76,6 +76,10 @@ pub struct NvmlGpu {
     /// Total memory in bytes.
     pub memory_bytes: Observed<u64>,
     pub numa_node: Observed<u32>,
+    /// NUMA nodes close to the GPU (nvmlDeviceGetMemoryAffinity), nvidia-smi's
+    /// "NUMA Affinity", as a list like "0" or "0-1".
+    #[serde(default = "numa_affinity_not_saved")]
+    pub numa_affinity: Observed<String>,
     /// CPUs closest to the GPU, as a CPU list (`0-47,96-143`).
     pub cpu_affinity: Observed<String>,
     pub persistence_mode: Observed<bool>,
@@ -109,6 +113,13 @@ pub struct GpuHealth {
     /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (`nvmlDeviceGpuRecoveryAction_t`, 0 = none).
     #[serde(default = "recovery_action_not_saved")]
     pub recovery_action: Observed<u32>,
+}
+
+fn numa_affinity_not_saved() -> Observed<String> {
+    Observed::Error(crate::facts::FactError::new(
+        "nvmlDeviceGetMemoryAffinity",
+        "not in these saved facts",
+    ))
 }
 
 fn recovery_action_not_saved() -> Observed<u32> {

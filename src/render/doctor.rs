@@ -218,8 +218,8 @@ pub fn render(report: &Report, color: bool) -> String {
                     col(&|g| val(g.cpu_affinity.value().cloned())),
                 ),
                 (
-                    "NUMA",
-                    col(&|g| val(g.numa_node.value().map(u32::to_string))),
+                    "NUMA Affinity",
+                    col(&|g| val(g.numa_affinity.value().filter(|s| !s.is_empty()).cloned())),
                 ),
                 ("Bus", col(&|g| val(g.pci_bus_id.value().cloned()))),
                 ("Name", col(&|g| val(g.name.value().cloned()))),

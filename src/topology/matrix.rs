@@ -89,6 +89,7 @@ pub(crate) mod fixtures {
             compute_capability: Observed::Value("9.0".into()),
             memory_bytes: Observed::Value(150_754_820_096),
             numa_node: Observed::Value(0),
+            numa_affinity: Observed::Value("0".into()),
             cpu_affinity: Observed::Value("0-31".into()),
             persistence_mode: Observed::Value(true),
             mig_mode: Observed::Value(false),

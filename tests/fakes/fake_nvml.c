@@ -76,6 +76,13 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     m->total = d->mem_mib << 20; m->reserved = 0; m->used = 0; m->free = m->total;
     return 0;
 }
+nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t d, unsigned int size, unsigned long *set, int scope) {
+    GUARD("nvmlDeviceGetMemoryAffinity"); CHECK_DEV(d);
+    if (d->numa < 0) return 3;
+    memset(set, 0, size * sizeof *set);
+    if ((unsigned)(d->numa / 64) < size) set[d->numa / 64] |= 1UL << (d->numa % 64);
+    (void)scope; return 0;
+}
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *n) { GUARD("nvmlDeviceGetNumaNodeId"); CHECK_DEV(d); if (d->numa < 0) return 3; *n = (unsigned)d->numa; return 0; }
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int size, unsigned long *set) {
     GUARD("nvmlDeviceGetCpuAffinity"); CHECK_DEV(d);

@@ -364,6 +364,9 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
         .map(|c| format!("{}.{}", c.major, c.minor)),
         memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
         numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
+        // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
+        numa_affinity: ask!("nvmlDeviceGetMemoryAffinity", device.memory_affinity(1, 0))
+            .map(|words| cpu_list(&words)),
         cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
             .map(|words| cpu_list(&words)),
         persistence_mode: ask!(
@@ -466,6 +469,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
                     compute_capability: lost(&call, &e),
                     memory_bytes: lost(&call, &e),
                     numa_node: lost(&call, &e),
+                    numa_affinity: lost(&call, &e),
                     cpu_affinity: lost(&call, &e),
                     persistence_mode: lost(&call, &e),
                     mig_mode: lost(&call, &e),
