@@ -157,6 +157,8 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             call_timeout: args.gather.timeout,
             trace: args.gather.trace,
             cuda: false,
+            // The link figures need NVLink state and speed, not error counts.
+            nvlink_counters: false,
         },
     );
     let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());

@@ -191,7 +191,7 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
 }
 
 #[test]
-fn probe_answers_in_one_line_and_never_touches_cuda() {
+fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
     use crate::support::fixture_command;
     let out = fixture_command("runtime-defaults", "probe", &[], &[])
         .output()
@@ -225,6 +225,30 @@ fn probe_answers_in_one_line_and_never_touches_cuda() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stdout(&out).contains("cuInit: did not return within"),
+        "{}",
+        stdout(&out)
+    );
+    // NVLink error counters cost 4 calls a link (65 ms per H200): probe skips them, check reads them.
+    std::fs::write(
+        &scenario,
+        format!("{text}hang nvmlDeviceGetNvLinkErrorCounter\n"),
+    )
+    .unwrap();
+    let out = fixture_command("gpu-h100-nv18", "probe", &["--timeout", "300ms"], &env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = fixture_command(
+        "gpu-h100-nv18",
+        "check",
+        &["--timeout", "300ms", "--cuda", "off"],
+        &env,
+    )
+    .output()
+    .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("nvmlDeviceGetNvLinkErrorCounter(GPU 0, link 0, replay)"),
         "{}",
         stdout(&out)
     );

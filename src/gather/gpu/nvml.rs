@@ -302,7 +302,7 @@ fn nvml_error(rc: u32) -> NvmlError {
     }
 }
 
-fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
+fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, counters: bool) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
     let links: Vec<NvLink> = (0..MAX_LINKS)
         .filter_map(|link| {
@@ -338,7 +338,11 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>) -> NvmlGpu {
                         remote_type(device, nvml, link)
                     }),
                 ),
-                error_counters: link_errors(watch, index, link, &wrapper),
+                error_counters: if counters {
+                    link_errors(watch, index, link, &wrapper)
+                } else {
+                    Default::default()
+                },
             })
         })
         .collect();
@@ -426,8 +430,9 @@ fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
     Observed::Error(FactError::new(call, e))
 }
 
-/// Loads NVML from `library` and reads every GPU fact.
-pub fn gather(watch: &Watch, library: &str) -> Outcome {
+/// Loads NVML from `library` and reads every GPU fact (the NVLink error counters
+/// only with `counters`).
+pub fn gather(watch: &Watch, library: &str, counters: bool) -> Outcome {
     let nvml = match watch.call("nvmlInit_v2", || {
         Nvml::builder().lib_path(OsStr::new(library)).init()
     }) {
@@ -455,7 +460,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
             nvml.device_by_index(index)
         }) {
             Ok(d) => {
-                gpus.push(gpu(watch, &nvml, index, &d));
+                gpus.push(gpu(watch, &nvml, index, &d, counters));
                 devices.push((index, d));
             }
             Err(e) => {
