@@ -68,10 +68,20 @@ pub struct ServeArgs {
     /// XID codes that fail readiness besides those whose immediate action in NVIDIA's
     /// Xid catalog is a GPU reset or a reboot (46, 62, 64, 79, 95, 109, 110, 119, 120,
     /// 136, 140, 143, 151, 155, 156, 158).
-    #[arg(long, value_name = "XID[,XID...]", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_XID_NOT_READY",
+        value_name = "XID[,XID...]",
+        value_delimiter = ','
+    )]
     pub xid_not_ready: Vec<u64>,
     /// XID codes that never fail readiness (still counted in /metrics).
-    #[arg(long, value_name = "XID[,XID...]", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_XID_IGNORE",
+        value_name = "XID[,XID...]",
+        value_delimiter = ','
+    )]
     pub xid_ignore: Vec<u64>,
 }
 
