@@ -10,7 +10,7 @@ distroless ones; the two layers are reproducible (fixed owners and times).
 
     docker/build-oci.py --binary dist/nccl-preflight --out target/image
     skopeo copy oci:target/image/layout:0.1.0 docker://REGISTRY/nccl-preflight:0.1.0
-    docker load -i target/image/nccl-preflight.oci.tar     # Docker 25 or later, podman
+    docker load -i target/image/nccl-preflight.oci.tar     # or podman load
 
 It prints each layer's size, compressed (what a registry stores and a node pulls) and not.
 Standard library only.
@@ -225,11 +225,19 @@ def main():
         with open(os.path.join(staging, "oci-layout"), "w") as f:
             json.dump({"imageLayoutVersion": "1.0.0"}, f)
         # The archive `docker load`, `podman load` and `skopeo copy oci-archive:` take.
+        # manifest.json beside the OCI files, as `docker save` writes since Docker 25: the
+        # classic `docker load` reads that one, OCI tools read index.json.
+        docker_manifest = json.dumps([{
+            "Config": "blobs/sha256/" + config_digest.split(":")[1],
+            "RepoTags": [f"nccl-preflight:{tag}"],
+            "Layers": ["blobs/sha256/" + layer["digest"].split(":")[1] for layer in layers],
+        }]).encode()
         archive = os.path.join(staging, ".archive")
         with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
             for entry in ("oci-layout", "index.json", "blobs"):
                 tar.add(os.path.join(staging, entry), arcname=entry,
                         filter=lambda i: normalized(i))
+            add_bytes(tar, "manifest.json", docker_manifest)
         # Nothing half-written: the old layout and archive are replaced only once the new ones are whole.
         os.chmod(staging, 0o755)
         final = os.path.join(out, "layout")

@@ -10,9 +10,9 @@ if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 # libibverbs-dev, librdmacm-dev and libclang-dev build rdma-sys (ibverbs types only: the
 # binary dlopens libibverbs); libfabric1, libfabric-bin and ibverbs-providers are the real
-# libraries the tests load; umoci and runc unpack and run the image docker/build-oci.py builds.
+# libraries the tests load; skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
 packages=(build-essential pkg-config ca-certificates curl iproute2 util-linux binutils python3 python3-venv
-  libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers libfabric1 libfabric-bin umoci runc)
+  libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers libfabric1 libfabric-bin skopeo umoci runc)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

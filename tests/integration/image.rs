@@ -1,6 +1,7 @@
-//! The container image: docker/build-oci.py builds it without an engine, umoci
-//! unpacks it as a container runtime would, and runc runs the tool in it as the
-//! image's user, in namespaces of its own, with runc's 64 MiB /dev/shm.
+//! The container image: docker/build-oci.py builds it without an engine, skopeo
+//! reads its archive as OCI and as `docker load` input, umoci unpacks it as a
+//! container runtime would, and runc runs the tool in it as the image's user, in
+//! namespaces of its own, with runc's 64 MiB /dev/shm.
 
 use crate::support::{BIN, finding, repo, require_root, require_tools, scratch, stderr, stdout};
 use std::path::Path;
@@ -65,7 +66,10 @@ fn runc(bundle: &Path, args: &[&str], shm: Option<&str>) -> Output {
 fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
     let test = "the_image_builds_reproducibly_and_runs_as_nonroot_under_runc";
     if !require_root(test)
-        || !require_tools(test, &["python3", "dpkg-deb", "apt-get", "umoci", "runc"])
+        || !require_tools(
+            test,
+            &["python3", "dpkg-deb", "apt-get", "umoci", "runc", "skopeo"],
+        )
     {
         return;
     }
@@ -73,7 +77,21 @@ fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
     let digest = build(&dir.join("a"));
     assert!(digest.starts_with("sha256:"), "{digest}");
     assert_eq!(build(&dir.join("b")), digest, "same inputs, same image");
-    assert!(dir.join("a/nccl-preflight.oci.tar").is_file());
+    // The archive is both an OCI archive and a `docker load` one (manifest.json):
+    // skopeo reads the image, every layer included, through each.
+    let archive = dir.join("a/nccl-preflight.oci.tar");
+    for (n, transport) in ["oci-archive", "docker-archive"].iter().enumerate() {
+        let copy = Command::new("skopeo")
+            .args(["copy", "--quiet"])
+            .arg(format!("{transport}:{}", archive.display()))
+            .arg(format!(
+                "oci:{}:copy",
+                dir.join(format!("copy{n}")).display()
+            ))
+            .output()
+            .unwrap();
+        assert!(copy.status.success(), "{transport}: {}", stderr(&copy));
+    }
 
     // umoci checks every digest while unpacking and writes the runtime config.
     let bundle = dir.join("bundle");
