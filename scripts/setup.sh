@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Installs what building and testing nccl-preflight needs on Debian or Ubuntu:
-# a C toolchain, the tools the tests drive (ip, unshare, prlimit, setpriv,
-# readelf), and Rust with clippy and rustfmt when cargo is missing.
-# Safe to run again: it installs only what is absent.
+# Installs what building nccl-preflight needs on Debian or Ubuntu (a C toolchain, the
+# headers rdma-sys reads, Rust with clippy and rustfmt when cargo is missing), and with
+# `test` what the tests drive too (ip, unshare, prlimit, setpriv, readelf, the real RDMA
+# libraries, skopeo, umoci, runc, a Python venv for the manifest schemas).
+# Usage: scripts/setup.sh [build|test] (default build). Safe to run again: it installs only what is absent.
 set -euo pipefail
+mode="${1:-build}"
+case "$mode" in build | test) ;; *) echo "usage: scripts/setup.sh [build|test]" >&2; exit 2 ;; esac
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 # libibverbs-dev, librdmacm-dev and libclang-dev build rdma-sys (ibverbs types only: the
-# binary dlopens libibverbs); libfabric1, libfabric-bin and ibverbs-providers are the real
-# libraries the tests load; skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
-packages=(build-essential pkg-config ca-certificates curl iproute2 util-linux binutils python3 python3-venv
-  libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers libfabric1 libfabric-bin skopeo umoci runc)
+# binary dlopens libibverbs).
+packages=(build-essential pkg-config ca-certificates curl libibverbs-dev librdmacm-dev libclang-dev)
+if [ "$mode" = test ]; then
+  # libfabric1, libfabric-bin and ibverbs-providers are the real libraries the tests load;
+  # skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
+  packages+=(iproute2 util-linux binutils python3 python3-venv ibverbs-providers libfabric1 libfabric-bin
+    skopeo umoci runc)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,6 +38,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if command -v rustup >/dev/null 2>&1; then
   rustup component add clippy rustfmt >/dev/null 2>&1 || true
 fi
+
+[ "$mode" = test ] || exit 0
 
 # The manifest test validates examples/manifests with kubernetes-validate (the bundled
 # Kubernetes schemas) and jsonschema (the Kubeflow CRDs), from PyPI, in a venv of its own.
