@@ -77,6 +77,7 @@ pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
     let mut fatal = Vec::new();
     let mut evidence = Vec::new();
     let mut reboot = false;
+    let mut to_reset = BTreeSet::new();
     for (&(gpu, code), &n) in &xids.counts {
         let gpu = if gpu == u32::MAX {
             String::from("?")
@@ -86,19 +87,27 @@ pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
         if policy.not_ready.contains(&code) {
             let (what, action) = described(code);
             reboot |= action != "RESET_GPU";
+            to_reset.insert(gpu.clone());
             fatal.push(format!("GPU {gpu}: XID {code} ({what}; {action}) x{n}"));
         } else {
             evidence.push(format!("GPU {gpu}: XID {code} x{n}, counted, not judged"));
         }
     }
     if !fatal.is_empty() {
-        let mut f = Finding::new(ID, Status::Fail, fatal.join("; ")).remediation(if reboot {
-            "Drain the node and reboot it (NVIDIA's Xid catalog: RESTART_BM / RESTART_VM);\n\
-             see dmesg | grep -i xid and nvidia-smi -q."
+        let fix = if reboot {
+            String::from(
+                "Drain the node and reboot it (NVIDIA's Xid catalog: RESTART_BM / RESTART_VM);\n\
+                 see dmesg | grep -i xid and nvidia-smi -q.",
+            )
         } else {
-            "Drain the node, stop every process on the GPU and reset it: nvidia-smi -r -i N\n\
-             (NVIDIA's Xid catalog: RESET_GPU). Readiness stays failed until this pod restarts."
-        });
+            let gpus: Vec<String> = to_reset.into_iter().collect();
+            format!(
+                "Drain the node, stop every process on the GPU and reset it: nvidia-smi -r -i {}\n\
+                 (NVIDIA's Xid catalog: RESET_GPU). Readiness stays failed until this pod restarts.",
+                gpus.join(",")
+            )
+        };
+        let mut f = Finding::new(ID, Status::Fail, fatal.join("; ")).remediation(fix);
         f.evidence = evidence;
         return f;
     }
@@ -233,7 +242,7 @@ mod tests {
         assert!(fallen.remediation.as_deref().unwrap().contains("reboot"));
         let gsp = finding(&seen(&[(1, 119, 1)]), &policy);
         assert_eq!(gsp.status, Status::Fail);
-        assert!(gsp.remediation.unwrap().contains("nvidia-smi -r -i N"));
+        assert!(gsp.remediation.unwrap().contains("nvidia-smi -r -i 1\n"));
     }
 
     #[test]
