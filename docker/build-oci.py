@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -169,6 +170,8 @@ def main():
     if not os.path.isfile(args.binary) or not os.access(args.binary, os.X_OK):
         fail(f"--binary {args.binary}: not an executable file")
     tag = args.tag or version_of(args.binary)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag):
+        fail(f"--tag {tag!r}: a tag is letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-'")
     out = os.path.abspath(args.out)
     debs = fetch(args.debs or os.path.join(out, "debs"))
 
