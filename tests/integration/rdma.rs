@@ -119,8 +119,7 @@ fn a_device_node_this_process_cannot_open_fails() {
         .env("PATH", "/usr/bin:/bin")
         .env("LD_LIBRARY_PATH", libs.join("verbs"))
         .env("FAKE_VERBS_SCENARIO", dir.join("f/verbs.scenario"))
-        .env("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1")
-        .env("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1")
+        .envs(NO_GPU_LIBS)
         .output()
         .unwrap();
     let r = report(&out);
@@ -271,14 +270,8 @@ fn hundreds_of_devices_with_garbage_attributes() {
             "json",
             "--host-root",
             root.to_str().unwrap(),
-            "--verbs-lib",
-            "absent/libibverbs.so.1",
-            "--nvml-lib",
-            "absent/x.so",
-            "--cuda-lib",
-            "absent/y.so",
         ],
-        &[],
+        &NO_VENDOR_LIBS,
     )
     .output()
     .unwrap();

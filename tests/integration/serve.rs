@@ -270,14 +270,8 @@ fn rdma_port_error_counters_are_exported() {
             "127.0.0.1:0",
             "--host-root",
             root.to_str().unwrap(),
-            "--verbs-lib",
-            "absent/libibverbs.so.1",
-            "--nvml-lib",
-            "absent/x.so",
-            "--cuda-lib",
-            "absent/y.so",
         ],
-        &[],
+        &crate::support::NO_VENDOR_LIBS,
     ));
     let metrics = get(&server, "/metrics").2;
     for needle in [

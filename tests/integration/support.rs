@@ -11,6 +11,20 @@ pub fn repo() -> PathBuf {
 }
 
 /// A command for the binary with an empty environment plus `env`.
+/// The environment that points NVML and libcuda at files that do not exist: no GPU,
+/// whatever this machine has.
+pub const NO_GPU_LIBS: [(&str, &str); 2] = [
+    ("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1"),
+    ("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1"),
+];
+
+/// As [`NO_GPU_LIBS`], and libibverbs too.
+pub const NO_VENDOR_LIBS: [(&str, &str); 3] = [
+    NO_GPU_LIBS[0],
+    NO_GPU_LIBS[1],
+    ("NCCL_PREFLIGHT_VERBS_LIB", "absent/libibverbs.so.1"),
+];
+
 pub fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
@@ -151,8 +165,7 @@ pub fn fixture_command(
             cmd.env("FAKE_GPU_SCENARIO", s);
         }
         None => {
-            cmd.env("NCCL_PREFLIGHT_NVML_LIB", "absent/libnvidia-ml.so.1")
-                .env("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1");
+            cmd.envs(NO_GPU_LIBS);
         }
     }
     match scenario("verbs.scenario") {
