@@ -106,7 +106,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::rdma::NetPlugin;
-    use crate::judge::test_facts::{healthy, rdma_device, with_env, with_rdma};
+    use crate::judge::test_facts::{healthy, with_env, with_ib};
 
     fn efa() -> Facts {
         crate::judge::test_facts::with_efa(healthy())
@@ -144,17 +144,7 @@ mod tests {
                 .summary
                 .contains("NCCL_NET_PLUGIN=none")
         );
-        let ib = with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "mlx5_0",
-                "mlx5_core",
-                "0000:17:00.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "InfiniBand",
-            )],
-        );
+        let ib = with_ib(healthy());
         assert_eq!(judge(&ib, &Policy::default()).status, Status::Pass);
     }
 }

@@ -61,22 +61,12 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FactError;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+    use crate::judge::test_facts::{healthy, with_ib};
 
     #[test]
     fn enomem_is_the_memlock_failure() {
         assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
-        let mut f = with_rdma(
-            healthy(),
-            vec![rdma_device(
-                "mlx5_0",
-                "mlx5_core",
-                "0000:17:00.0",
-                "/sys/devices/x",
-                "ACTIVE",
-                "InfiniBand",
-            )],
-        );
+        let mut f = with_ib(healthy());
         assert_eq!(
             judge(&f, &Policy::default()).summary,
             "registered 128 MiB on 1 device(s)"

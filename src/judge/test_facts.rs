@@ -269,6 +269,21 @@ pub fn with_efa(facts: Facts) -> Facts {
     )
 }
 
+/// `facts` with one active InfiniBand HCA (`mlx5_0`), usable from this process.
+pub fn with_ib(facts: Facts) -> Facts {
+    with_rdma(
+        facts,
+        vec![rdma_device(
+            "mlx5_0",
+            "mlx5_core",
+            "0000:17:00.0",
+            "/sys/devices/x",
+            "ACTIVE",
+            "InfiniBand",
+        )],
+    )
+}
+
 /// `devices` made visible to this process through uverbs nodes and libibverbs, each registering fine.
 pub fn with_rdma(mut facts: Facts, devices: Vec<rdma::RdmaDevice>) -> Facts {
     use rdma::*;
