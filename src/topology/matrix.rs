@@ -207,24 +207,24 @@ pub struct Matrices {
     pub p2p_read_write: Vec<Vec<String>>,
 }
 
-fn square(facts: &NvmlFacts, cell: impl Fn(&GpuPair) -> String) -> Vec<Vec<String>> {
-    facts
-        .gpus
+/// One cell per ordered pair of GPUs, in NVML index order.
+fn grid(facts: &NvmlFacts, cell: impl Fn(u32, u32) -> String) -> Vec<Vec<String>> {
+    let order: Vec<u32> = facts.gpus.iter().map(|g| g.index).collect();
+    order
         .iter()
-        .map(|a| {
-            facts
-                .gpus
-                .iter()
-                .map(|b| {
-                    if a.index == b.index {
-                        "X".to_string()
-                    } else {
-                        pair(facts, a.index, b.index).map_or("?".into(), &cell)
-                    }
-                })
-                .collect()
-        })
+        .map(|&a| order.iter().map(|&b| cell(a, b)).collect())
         .collect()
+}
+
+/// A P2P matrix: X on the diagonal, `cell` of each pair's facts elsewhere.
+fn square(facts: &NvmlFacts, cell: impl Fn(&GpuPair) -> String) -> Vec<Vec<String>> {
+    grid(facts, |a, b| {
+        if a == b {
+            "X".to_string()
+        } else {
+            pair(facts, a, b).map_or("?".into(), &cell)
+        }
+    })
 }
 
 fn status(o: &crate::facts::Observed<String>) -> String {
@@ -234,17 +234,7 @@ fn status(o: &crate::facts::Observed<String>) -> String {
 pub fn matrices(facts: &NvmlFacts) -> Matrices {
     Matrices {
         gpus: facts.gpus.iter().map(|g| g.index).collect(),
-        topology: facts
-            .gpus
-            .iter()
-            .map(|a| {
-                facts
-                    .gpus
-                    .iter()
-                    .map(|b| link_label(facts, a.index, b.index))
-                    .collect()
-            })
-            .collect(),
+        topology: grid(facts, |a, b| link_label(facts, a, b)),
         p2p_read: square(facts, |p| status(&p.p2p_read)),
         p2p_write: square(facts, |p| status(&p.p2p_write)),
         p2p_nvlink: square(facts, |p| status(&p.p2p_nvlink)),
