@@ -31,7 +31,6 @@ pub struct Snapshot {
     pub runs: u64,
     /// The report, with the `gpu-xid` finding as of that run.
     pub report: Option<Report>,
-    pub report_json: Option<String>,
     /// Why the checks could not run at all.
     pub error: Option<String>,
     /// Set when a vendor call hung: checks stop (the process cannot use the driver
@@ -136,11 +135,11 @@ pub fn route(
             content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
             body: metrics::render(snapshot, live.xids, readiness(snapshot, &live.xid).is_ok()),
         },
-        "/report" => match &snapshot.report_json {
-            Some(json) => http::Response {
+        "/report" => match &snapshot.report {
+            Some(report) => http::Response {
                 status: 200,
                 content_type: "application/json",
-                body: json.clone(),
+                body: crate::render::json::render(report),
             },
             None => http::Response::text(503, "no check has finished yet\n"),
         },
@@ -189,7 +188,6 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
             hung = hung_call.0;
             report.checks.push(shared.xid_finding(&xids));
             report.verdict = crate::judge::verdict(&report.checks);
-            next.report_json = Some(crate::render::json::render(&report));
             if hung {
                 let failures: Vec<String> = report
                     .checks
