@@ -221,9 +221,10 @@ pub struct GatherArgs {
     /// Print each NVML and CUDA call with its duration to standard error.
     #[arg(long, env = "NCCL_PREFLIGHT_TRACE")]
     pub trace: bool,
-    /// Read every NVLink's error counters (not a flag: `probe` leaves them out for speed).
+    /// Read the facts no check judges: NVLink error counters, NUMA affinity (not a
+    /// flag: `probe` leaves them out for speed).
     #[arg(skip = true)]
-    pub nvlink_counters: bool,
+    pub unjudged: bool,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,

@@ -69,7 +69,7 @@ fn gather_facts(
             call_timeout: args.timeout,
             trace: args.trace,
             cuda: args.cuda == Switch::On,
-            nvlink_counters: args.nvlink_counters,
+            unjudged: args.unjudged,
         },
         rdma: RdmaOptions {
             verbs_library: args.verbs_lib.clone(),
@@ -205,7 +205,7 @@ pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 pub fn probe(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let mut gather = args.gather.clone();
     gather.cuda = Switch::Off;
-    gather.nvlink_counters = false;
+    gather.unjudged = false;
     let args = CheckArgs {
         gather,
         ..args.clone()

@@ -158,7 +158,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             trace: args.gather.trace,
             cuda: false,
             // The link figures need NVLink state and speed, not error counts.
-            nvlink_counters: false,
+            unjudged: false,
         },
     );
     let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());

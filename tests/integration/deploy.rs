@@ -228,10 +228,11 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
         "{}",
         stdout(&out)
     );
-    // NVLink error counters cost 4 calls a link (65 ms per H200): probe skips them, check reads them.
+    // What no check judges, NVLink error counters (4 calls a link, 65 ms per H200) and
+    // the NUMA affinity: probe skips them, check reads them.
     std::fs::write(
         &scenario,
-        format!("{text}hang nvmlDeviceGetNvLinkErrorCounter\n"),
+        format!("{text}hang nvmlDeviceGetNvLinkErrorCounter\nhang nvmlDeviceGetMemoryAffinity\n"),
     )
     .unwrap();
     let out = fixture_command("gpu-h100-nv18", "probe", &["--timeout", "300ms"], &env)

@@ -22,9 +22,10 @@ pub struct GpuOptions {
     pub trace: bool,
     /// Probe the CUDA driver (cuInit costs ~0.5 s even on a warm node).
     pub cuda: bool,
-    /// Read every NVLink's error counters: 4 calls per link, ~0.45 ms each on an
-    /// H200 (65 ms per GPU of 18 links), so `probe` leaves them out.
-    pub nvlink_counters: bool,
+    /// Also read what is shown but judged by no check: every NVLink's error counters
+    /// (4 calls a link, ~0.45 ms each on an H200: 65 ms a GPU of 18 links) and the
+    /// NUMA affinity doctor prints. `probe` and `bench` leave them out.
+    pub unjudged: bool,
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -85,9 +86,9 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
                 })
             })
     });
-    let (nvml_library, counters) = (options.nvml_library.clone(), options.nvlink_counters);
+    let (nvml_library, unjudged) = (options.nvml_library.clone(), options.unjudged);
     let nvml_result = deadline::run("nvml", timeout, trace, move |w| {
-        nvml::gather(w, &nvml_library, counters)
+        nvml::gather(w, &nvml_library, unjudged)
     });
     let mut hung = false;
     let cuda_state = match cuda_waiter {

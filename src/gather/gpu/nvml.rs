@@ -302,7 +302,7 @@ fn nvml_error(rc: u32) -> NvmlError {
     }
 }
 
-fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, counters: bool) -> NvmlGpu {
+fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bool) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
     let links: Vec<NvLink> = (0..MAX_LINKS)
         .filter_map(|link| {
@@ -338,7 +338,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, counters: bo
                         remote_type(device, nvml, link)
                     }),
                 ),
-                error_counters: if counters {
+                error_counters: if unjudged {
                     link_errors(watch, index, link, &wrapper)
                 } else {
                     Default::default()
@@ -369,8 +369,15 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, counters: bo
         memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
         numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
         // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
-        numa_affinity: ask!("nvmlDeviceGetMemoryAffinity", device.memory_affinity(1, 0))
-            .map(|words| cpu_list(&words)),
+        numa_affinity: if unjudged {
+            ask!("nvmlDeviceGetMemoryAffinity", device.memory_affinity(1, 0))
+                .map(|words| cpu_list(&words))
+        } else {
+            Observed::Error(FactError::new(
+                "nvmlDeviceGetMemoryAffinity",
+                "not read (probe)",
+            ))
+        },
         cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
             .map(|words| cpu_list(&words)),
         persistence_mode: ask!(
@@ -430,9 +437,9 @@ fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
     Observed::Error(FactError::new(call, e))
 }
 
-/// Loads NVML from `library` and reads every GPU fact (the NVLink error counters
-/// only with `counters`).
-pub fn gather(watch: &Watch, library: &str, counters: bool) -> Outcome {
+/// Loads NVML from `library` and reads every GPU fact (those no check judges, the
+/// NVLink error counters and the NUMA affinity, only with `unjudged`).
+pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
     let nvml = match watch.call("nvmlInit_v2", || {
         Nvml::builder().lib_path(OsStr::new(library)).init()
     }) {
@@ -460,7 +467,7 @@ pub fn gather(watch: &Watch, library: &str, counters: bool) -> Outcome {
             nvml.device_by_index(index)
         }) {
             Ok(d) => {
-                gpus.push(gpu(watch, &nvml, index, &d, counters));
+                gpus.push(gpu(watch, &nvml, index, &d, unjudged));
                 devices.push((index, d));
             }
             Err(e) => {
