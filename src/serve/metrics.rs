@@ -70,15 +70,20 @@ fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize
     registry.register(name, help, family);
 }
 
-/// The metrics text for the last run and the XIDs seen up to now; `ready` is what
-/// /readyz answers.
-pub fn render(snapshot: &super::Snapshot, xids: &super::xid::Xids, ready: bool) -> String {
+/// The metrics text for the last run and the XIDs seen up to now (`xid` their
+/// finding); `ready` is what /readyz answers.
+pub fn render(
+    snapshot: &super::Snapshot,
+    xid: &crate::judge::Finding,
+    xids: &super::xid::Xids,
+    ready: bool,
+) -> String {
     let report = snapshot.report.as_ref();
     let hung = snapshot.halted.is_some();
     let mut registry = Registry::with_prefix("nccl_preflight");
     let checks = Family::<CheckLabels, Gauge>::default();
     if let Some(r) = report {
-        for c in &r.checks {
+        for c in r.checks.iter().chain([xid]) {
             for s in STATUSES {
                 checks
                     .get_or_create(&CheckLabels {

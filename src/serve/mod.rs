@@ -29,7 +29,7 @@ pub struct Snapshot {
     pub took: Duration,
     /// Runs since the server started.
     pub runs: u64,
-    /// The report, with the `gpu-xid` finding as of that run.
+    /// The report of the checks (the `gpu-xid` finding is added per request, live).
     pub report: Option<Report>,
     /// Why the checks could not run at all.
     pub error: Option<String>,
@@ -53,7 +53,7 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
             report
                 .checks
                 .iter()
-                .filter(|c| c.status == Status::Fail && c.id != xid::ID)
+                .filter(|c| c.status == Status::Fail)
                 .map(|c| format!("{}: {}", c.id, c.summary)),
         ),
         (None, Some(e)) => failures.push(e.clone()),
@@ -96,6 +96,16 @@ pub struct Live<'a> {
     pub xid: Finding,
 }
 
+impl Live<'_> {
+    /// The last run's report with the live `gpu-xid` finding and the verdict it makes.
+    fn report(&self) -> Option<Report> {
+        let mut report = self.snapshot.report.clone()?;
+        report.checks.push(self.xid.clone());
+        report.verdict = crate::judge::verdict(&report.checks);
+        Some(report)
+    }
+}
+
 /// Answers one path.
 pub fn route(
     live: &Live<'_>,
@@ -133,13 +143,18 @@ pub fn route(
         "/metrics" => http::Response {
             status: 200,
             content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            body: metrics::render(snapshot, live.xids, readiness(snapshot, &live.xid).is_ok()),
+            body: metrics::render(
+                snapshot,
+                &live.xid,
+                live.xids,
+                readiness(snapshot, &live.xid).is_ok(),
+            ),
         },
-        "/report" => match &snapshot.report {
+        "/report" => match live.report() {
             Some(report) => http::Response {
                 status: 200,
                 content_type: "application/json",
-                body: crate::render::json::render(report),
+                body: crate::render::json::render(&report),
             },
             None => http::Response::text(503, "no check has finished yet\n"),
         },
@@ -176,7 +191,6 @@ impl Shared {
 fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, runs: u64) -> bool {
     let started = Instant::now();
     let outcome = crate::commands::evaluate_under(&args.check, env, false, &shared.policy);
-    let xids = shared.xids();
     let mut next = Snapshot {
         took: started.elapsed(),
         runs,
@@ -184,10 +198,8 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
     };
     let mut hung = false;
     match outcome {
-        Ok((mut report, hung_call)) => {
+        Ok((report, hung_call)) => {
             hung = hung_call.0;
-            report.checks.push(shared.xid_finding(&xids));
-            report.verdict = crate::judge::verdict(&report.checks);
             if hung {
                 let failures: Vec<String> = report
                     .checks
