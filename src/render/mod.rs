@@ -17,6 +17,27 @@ pub fn comment_text(text: &str) -> String {
         .collect()
 }
 
+/// Text made safe for a terminal: every control character (escape sequences,
+/// carriage returns, line breaks, tabs) is shown as a visible escape such as `\x1b`
+/// or `\u{9b}`, so names and log text from the host cannot move the cursor, clear
+/// the screen or forge report lines. Borrowed when there is nothing to escape.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A POSIX environment variable name: letters, digits and `_`, not starting with a digit.
 pub fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -28,3 +49,20 @@ pub fn is_env_name(name: &str) -> bool {
 
 #[cfg(test)]
 pub(crate) mod fixed_report;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visible_escapes_terminal_control_sequences() {
+        assert!(matches!(
+            visible("eth0"),
+            std::borrow::Cow::Borrowed("eth0")
+        ));
+        assert_eq!(visible("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(visible("x\ry\nz\t"), "x\\x0dy\\x0az\\x09");
+        assert_eq!(visible("c1\u{9b}31m"), "c1\\u{9b}31m");
+        assert_eq!(visible("GPU ünïcode"), "GPU ünïcode");
+    }
+}
