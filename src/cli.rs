@@ -160,6 +160,12 @@ pub enum Switch {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImageArg {
+    Trainer,
+    Own,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Human,
     Json,
@@ -225,6 +231,17 @@ pub struct GatherArgs {
     /// flag: `probe` leaves them out for speed).
     #[arg(skip = true)]
     pub unjudged: bool,
+    /// The image this runs in: `trainer` judges the RDMA and NCCL libraries found here as the
+    /// ones training will load; `own` (set by nccl-preflight's own image) skips those checks,
+    /// since the trainer's image has its own libraries.
+    #[arg(long, env = "NCCL_PREFLIGHT_IMAGE", value_enum, default_value_t = ImageArg::Trainer)]
+    pub image: ImageArg,
+    /// How many nodes the job spans, where the launcher's variables (PET_NNODES,
+    /// WORLD_SIZE/LOCAL_WORLD_SIZE) are not in this container's environment (an
+    /// initContainer): RDMA problems fail multi-node jobs and only warn single-node ones.
+    #[arg(long, env = "NCCL_PREFLIGHT_NODES", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub nodes: Option<u64>,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,
@@ -245,7 +262,8 @@ pub struct CheckArgs {
     /// Check ids whose failures become warnings (comma list, repeatable, or `all`).
     #[arg(long, env = "NCCL_PREFLIGHT_IGNORE", value_name = "ID[,ID...]")]
     pub ignore: Vec<String>,
-    /// Extra requirements (comma list, repeatable): host-ipc.
+    /// Extra requirements (comma list, repeatable): host-ipc, gpus=N, nvlink, rdma[=N], efa[=N]
+    /// (`efa` alone: as many EFA devices as the instance type gives the pod's GPUs).
     #[arg(long, env = "NCCL_PREFLIGHT_REQUIRE", value_name = "REQ[,REQ...]")]
     pub require: Vec<String>,
     /// Minimum /dev/shm size (e.g. 1GiB, 512Mi); below it dev-shm fails. Default 1GiB.

@@ -86,9 +86,18 @@ fn gather_facts(
             call_timeout: args.timeout,
             trace: args.trace,
             probe_all,
+            own_image: args.image == crate::cli::ImageArg::Own,
         },
+        image: image_role(args.image),
     };
     Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
+}
+
+fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
+    match arg {
+        crate::cli::ImageArg::Trainer => crate::facts::ImageRole::Trainer,
+        crate::cli::ImageArg::Own => crate::facts::ImageRole::Own,
+    }
 }
 
 /// Loads saved facts: a facts document, or a report (its `facts`). A document
@@ -159,14 +168,20 @@ pub(crate) fn evaluate_under(
     probe_all: bool,
     policy: &Policy,
 ) -> Result<(Report, HungCall)> {
-    let (facts, hung) = match &args.facts {
+    let (mut facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
-        None => gather_facts(
-            &args.gather,
-            env,
-            probe_all || policy.require.rdma || policy.require.efa,
-        )?,
+        None => gather_facts(&args.gather, env, probe_all || policy.require.any_rdma())?,
     };
+    // What the command line says about the job wins over what was gathered or saved.
+    if let Some(n) = args.gather.nodes {
+        facts.launcher.insert(
+            crate::layout::NODES_VAR.to_string(),
+            crate::facts::EnvValue::text(n.to_string()),
+        );
+    }
+    if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
+        facts.image = crate::facts::ImageRole::Own;
+    }
     let findings = judge::judge(&facts, policy);
     let settings = tune::tune(&facts);
     Ok((Report::new(facts, findings, settings), hung))

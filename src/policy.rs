@@ -14,7 +14,9 @@ pub struct Threshold<T> {
 }
 
 /// `--require` items this version understands.
-pub const REQUIREMENTS: &[&str] = &["host-ipc", "gpus=N", "nvlink", "rdma", "efa"];
+pub const REQUIREMENTS: &[&str] = &[
+    "host-ipc", "gpus=N", "nvlink", "rdma", "rdma=N", "efa", "efa=N",
+];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Requirements {
@@ -26,8 +28,20 @@ pub struct Requirements {
     pub nvlink: bool,
     /// At least one usable RDMA device.
     pub rdma: bool,
-    /// At least one usable EFA device, with libfabric's efa provider and the NCCL plugin.
+    /// `rdma=N`: at least this many RDMA devices usable from this container.
+    pub rdma_count: Option<u32>,
+    /// Usable EFA devices, with libfabric's efa provider and the NCCL plugin: as many as
+    /// the instance type gives the pod's GPUs (p5: 4 a GPU), or at least one off the table.
     pub efa: bool,
+    /// `efa=N`: at least this many EFA devices usable from this container.
+    pub efa_count: Option<u32>,
+}
+
+impl Requirements {
+    /// Any RDMA requirement (`rdma`, `efa`, with or without a count).
+    pub fn any_rdma(&self) -> bool {
+        self.rdma || self.efa
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +102,15 @@ pub fn split_list(values: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The number in a `--require NAME=N` item: a whole number above 0.
+fn count(item: &str, prefix: &str) -> Result<u32, String> {
+    item[prefix.len()..]
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("--require: {item:?}: {prefix} takes a whole number above 0"))
+}
+
 /// Builds a policy from flag text. Errors name the flag and the value.
 pub fn build(
     ignore: &[String],
@@ -110,14 +133,15 @@ pub fn build(
             "rdma" => policy.require.rdma = true,
             "efa" => policy.require.efa = true,
             other if other.starts_with("gpus=") => {
-                let n = other["gpus=".len()..]
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        format!("--require: {other:?}: gpus= takes a whole number above 0")
-                    })?;
-                policy.require.gpus = Some(n);
+                policy.require.gpus = Some(count(other, "gpus=")?);
+            }
+            other if other.starts_with("rdma=") => {
+                policy.require.rdma = true;
+                policy.require.rdma_count = Some(count(other, "rdma=")?);
+            }
+            other if other.starts_with("efa=") => {
+                policy.require.efa = true;
+                policy.require.efa_count = Some(count(other, "efa=")?);
             }
             other => {
                 return Err(format!(
@@ -171,9 +195,16 @@ mod tests {
         assert!(e.starts_with("--require:"), "{e}");
         let e = build(&[], &["infiniband".into()], None, None).unwrap_err();
         assert!(
-            e.contains("known: host-ipc, gpus=N, nvlink, rdma, efa"),
+            e.contains("known: host-ipc, gpus=N, nvlink, rdma, rdma=N, efa, efa=N"),
             "{e}"
         );
+        let p = build(&[], &["efa=32,rdma=2".into()], None, None).unwrap();
+        assert_eq!(
+            (p.require.efa, p.require.efa_count, p.require.rdma_count),
+            (true, Some(32), Some(2))
+        );
+        let e = build(&[], &["efa=0".into()], None, None).unwrap_err();
+        assert!(e.contains("efa= takes a whole number above 0"), "{e}");
         let p = build(&[], &["gpus=8,nvlink".into()], None, None).unwrap();
         assert_eq!((p.require.gpus, p.require.nvlink), (Some(8), true));
         assert!(

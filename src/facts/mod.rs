@@ -156,10 +156,30 @@ pub struct Facts {
     pub launcher: BTreeMap<String, EnvValue>,
     /// Every NCCL_*, FI_* and OFI_NCCL_* variable that was set (NCCL_PREFLIGHT_* excluded: those are ours).
     pub nccl_env: BTreeMap<String, EnvValue>,
+    /// Which image this process runs in: the trainer's (its libibverbs, libfabric, libnccl
+    /// and net plugin are the ones NCCL will load) or nccl-preflight's own (they are not).
+    #[serde(default)]
+    pub image: ImageRole,
     /// Files the user's variables name (NCCL_TOPO_FILE, NCCL_CONF_FILE, NCCL_GRAPH_FILE) and
     /// whether each is a readable file under the host root.
     #[serde(default)]
     pub named_files: BTreeMap<String, bool>,
+}
+
+/// Which image the tool runs in. Node-level facts (devices, ports, limits, GPUs through
+/// the NVIDIA runtime's injected libraries) are the same in every container of a pod;
+/// the RDMA and NCCL libraries are the image's own, so only the trainer's image can
+/// show the ones training will load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageRole {
+    /// The image the trainer runs (`exec`, or the installed binary run in the training
+    /// image): every check is judged.
+    #[default]
+    Trainer,
+    /// nccl-preflight's own image (docker/Dockerfile sets NCCL_PREFLIGHT_IMAGE=own):
+    /// checks of the image's libraries skip, saying how to get them judged.
+    Own,
 }
 
 /// An environment variable's value. Values that are not UTF-8 are kept with

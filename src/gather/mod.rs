@@ -27,6 +27,8 @@ use std::ffi::OsString;
 pub struct VendorOptions {
     pub gpu: gpu::GpuOptions,
     pub rdma: rdma::RdmaOptions,
+    /// The image this runs in (`--image`), recorded in the facts.
+    pub image: crate::facts::ImageRole,
 }
 
 /// Gathers every fact. Never fails: what could not be read is recorded as such.
@@ -75,6 +77,7 @@ pub fn gather(
         gpus,
         launcher,
         nccl_env,
+        image: vendor.image,
         named_files,
     };
     (facts, hung)

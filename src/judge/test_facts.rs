@@ -84,6 +84,7 @@ pub fn healthy() -> Facts {
         gpus: h200x2_gpus(),
         launcher: BTreeMap::new(),
         nccl_env: BTreeMap::new(),
+        image: crate::facts::ImageRole::Trainer,
         named_files: BTreeMap::new(),
     }
 }

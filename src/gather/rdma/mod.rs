@@ -34,21 +34,39 @@ pub struct RdmaOptions {
     /// exist, and libfabric only where EFA devices do: libfabric's dlopen alone
     /// costs ~0.2 s and holds the loader lock the GPU probes also need.
     pub probe_all: bool,
+    /// This is nccl-preflight's own image (`--image own`): its libraries are not the
+    /// ones training will load, so none is probed.
+    pub own_image: bool,
 }
+
+/// Why the libraries are not probed in nccl-preflight's own image.
+pub const OWN_IMAGE: &str =
+    "nccl-preflight's own image: the training image's libraries are the ones NCCL will load";
 
 /// Which libraries to load, from what sysfs shows.
 struct Plan {
     verbs: Option<String>,
     fabric: Option<String>,
     plugin: Option<String>,
+    nccl: Option<String>,
 }
 
-fn plan(devices: &[crate::facts::rdma::RdmaDevice], probe_all: bool) -> Plan {
+fn plan(devices: &[crate::facts::rdma::RdmaDevice], probe_all: bool, own_image: bool) -> Plan {
+    if own_image {
+        let own = || Some(OWN_IMAGE.to_string());
+        return Plan {
+            verbs: own(),
+            fabric: own(),
+            plugin: own(),
+            nccl: own(),
+        };
+    }
     let skip = |needed: bool, why: &str| (!needed && !probe_all).then(|| why.to_string());
     Plan {
         verbs: skip(!devices.is_empty(), "no RDMA device"),
         fabric: skip(devices.iter().any(|d| d.is_efa()), "no EFA device"),
         plugin: skip(!devices.is_empty(), "no RDMA device"),
+        nccl: None,
     }
 }
 
@@ -106,12 +124,23 @@ fn probe_libraries(w: &deadline::Watch, o: &RdmaOptions, plan: Plan) -> Librarie
             (state, attempts)
         }
     };
-    let nccl = nccl::gather(
-        w,
-        &o.nccl_libraries,
-        o.net_plugin_env.as_deref(),
-        plan.plugin,
-    );
+    let nccl = match plan.nccl {
+        Some(reason) => NcclFacts {
+            library: Library {
+                library: o.nccl_libraries.join(", "),
+                state: LibraryState::Skipped { reason },
+            },
+            net_plugin: crate::facts::Observed::Value(None),
+            net_plugin_attempts: Vec::new(),
+            net_plugin_skipped: plan.plugin,
+        },
+        None => nccl::gather(
+            w,
+            &o.nccl_libraries,
+            o.net_plugin_env.as_deref(),
+            plan.plugin,
+        ),
+    };
     Libraries {
         verbs,
         fabric,
@@ -154,6 +183,7 @@ impl RdmaOptions {
             call_timeout: Duration::ZERO,
             trace: false,
             probe_all: false,
+            own_image: false,
         }
     }
 }
@@ -164,6 +194,7 @@ pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
     let plan = plan(
         devices.value().map_or(&[][..], Vec::as_slice),
         options.probe_all,
+        options.own_image,
     );
     let o = options.clone();
     let result = deadline::run("rdma", options.call_timeout, options.trace, move |w| {
