@@ -28,6 +28,27 @@ or raise the container runtime's default limit on the node (Kubernetes has no po
               (OpenShift: ship that file with a MachineConfig)
   Docker:     docker run --ulimit memlock=-1:-1 ...";
 
+/// The memlock fix for the container's user. For a non-root user, `capabilities.add:
+/// [IPC_LOCK]` puts the capability in the bounding set but not the effective one
+/// (kubernetes/kubernetes#56374: Kubernetes sets no ambient capabilities), so it lifts
+/// nothing: there the node's runtime limit is the fix, or file capabilities on the
+/// trainer's binary. `euid` is `None` when it could not be read.
+pub fn memlock_for(euid: Option<u32>) -> String {
+    match euid {
+        Some(uid) if uid != 0 => format!(
+            "\
+This container runs as user {uid}: `capabilities.add: [\"IPC_LOCK\"]` does not make the capability
+effective for a non-root user (kubernetes/kubernetes#56374), so raise the limit itself:
+  containerd: systemctl edit containerd  ->  [Service] LimitMEMLOCK=infinity ; systemctl restart containerd
+  CRI-O:      /etc/crio/crio.conf.d/10-memlock.conf  ->  [crio.runtime] default_ulimits = [\"memlock=-1:-1\"]
+              (OpenShift: ship that file with a MachineConfig)
+  Docker:     docker run --ulimit memlock=-1:-1 ...
+or run the container as root (securityContext.runAsUser: 0) with IPC_LOCK added."
+        ),
+        _ => MEMLOCK.to_string(),
+    }
+}
+
 /// The pod should share the host's IPC namespace.
 pub const HOST_IPC: &str = "\
 Share the host's IPC namespace in the pod spec:

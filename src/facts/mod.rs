@@ -209,6 +209,10 @@ pub struct MemlockFacts {
     /// Whether CAP_IPC_LOCK is in the effective set (from `/proc/self/status` CapEff): it lifts
     /// RLIMIT_MEMLOCK for both mlock and RDMA memory registration.
     pub cap_ipc_lock: Observed<bool>,
+    /// The effective user id (`/proc/self/status` Uid, second field): capabilities added to a
+    /// non-root container are not effective, so the fix depends on it. `None` when unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub euid: Option<u32>,
     /// A small buffer locked and unlocked again: proves mlock works at all here.
     pub probe: Option<MlockProbe>,
     /// A buffer one page larger than the soft limit: proves whether the limit is enforced.

@@ -26,6 +26,17 @@ pub fn parse_cap_eff(status: &str) -> Result<u64, String> {
     u64::from_str_radix(line.trim(), 16).map_err(|e| format!("CapEff {:?}: {e}", line.trim()))
 }
 
+/// The effective uid from /proc/self/status text (`Uid: real effective saved fs`).
+pub fn parse_euid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 fn probe(kernel: &dyn Kernel, bytes: u64) -> Result<MlockProbe, FactError> {
     kernel
         .mlock_probe(bytes)
@@ -37,6 +48,12 @@ pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
     let cap_ipc_lock = host.parse_required("/proc/self/status", |text| {
         parse_cap_eff(text).map(|mask| mask & (1 << CAP_IPC_LOCK) != 0)
     });
+    let euid = host
+        .parse_required("/proc/self/status", |text| {
+            parse_euid(text).ok_or_else(|| "no Uid line".to_string())
+        })
+        .value()
+        .copied();
     // A probe that cannot even run (mmap failed) is recorded as not probed; the
     // limit and capability still judge the check.
     let small = probe(kernel, PROBE_BYTES).ok();
@@ -52,6 +69,7 @@ pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
     MemlockFacts {
         limit,
         cap_ipc_lock,
+        euid,
         probe: small,
         enforcement_probe: enforcement,
     }
@@ -70,5 +88,7 @@ mod tests {
         assert_eq!(parse_cap_eff(docker).unwrap() & (1 << CAP_IPC_LOCK), 0);
         assert!(parse_cap_eff("CapEff:\tzz\n").is_err());
         assert!(parse_cap_eff("Name: x\n").is_err());
+        assert_eq!(parse_euid("Uid:\t1000\t1001\t1001\t1001\n"), Some(1001));
+        assert_eq!(parse_euid("Uid:\tx\n"), None);
     }
 }

@@ -7,6 +7,7 @@
 //! only warns unless the user set `--min-memlock`. CAP_IPC_LOCK lifts the limit
 //! (the kernel's ib_umem_get checks the capability first).
 
+use super::rdma_scope::Scope;
 use super::{Finding, Status, undetermined};
 use crate::facts::{Facts, Limit, Observed};
 use crate::policy::Policy;
@@ -38,10 +39,40 @@ fn effective(facts: &Facts) -> Option<(Limit, String)> {
     Some((limit.soft, "soft RLIMIT_MEMLOCK".into()))
 }
 
+/// What RDMA means for the memlock limit here, as one line of evidence and whether a
+/// low limit fails: RDMA this container uses (or could not rule out), unless the job
+/// stays on one node.
+fn rdma_stake(scope: &Scope, required: bool) -> (String, Status) {
+    match scope.devices {
+        Err(e) => (
+            format!("could not determine whether RDMA devices exist: {e}"),
+            scope.in_use_status(required),
+        ),
+        Ok(d) if scope.in_use() => (
+            format!(
+                "RDMA devices usable from this container: {} of the node's {}",
+                scope.usable.len(),
+                d.len()
+            ),
+            scope.in_use_status(required),
+        ),
+        Ok([]) => ("RDMA devices: 0".into(), Status::Warn),
+        Ok(d) => (
+            format!(
+                "RDMA devices: the node has {}, this container can open none, so NCCL registers no memory with them",
+                d.len()
+            ),
+            if required { Status::Fail } else { Status::Warn },
+        ),
+    }
+}
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let m = &facts.memlock;
     let need = policy.min_memlock.value;
-    let rdma_devices = facts.rdma.devices.value().map_or(0, Vec::len);
+    let scope = Scope::of(facts);
+    let (stake, rdma_status) = rdma_stake(&scope, policy.require.any_rdma());
+    let fix = remediation::memlock_for(m.euid);
     let mut evidence = Vec::new();
     match &m.limit {
         Observed::Value(l) => evidence.push(format!(
@@ -64,15 +95,16 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Some(why) => format!("mlock of {}: refused ({why})", format_bytes(probe.bytes)),
         });
     }
-    evidence.push(format!("RDMA devices: {rdma_devices}"));
+    evidence.push(stake);
 
     let Some((limit, why)) = effective(facts) else {
-        let mut f = Finding::new(
-            ID,
-            undetermined(policy.min_memlock.explicit || rdma_devices > 0),
-            "could not determine the memlock limit",
-        )
-        .remediation(remediation::MEMLOCK);
+        let status = if rdma_status == Status::Fail {
+            Status::Fail
+        } else {
+            undetermined(policy.min_memlock.explicit)
+        };
+        let mut f =
+            Finding::new(ID, status, "could not determine the memlock limit").remediation(fix);
         f.evidence = evidence;
         return f;
     };
@@ -113,16 +145,26 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             format_limit(limit),
             format_limit(need)
         );
-        if policy.min_memlock.explicit || rdma_devices > 0 {
+        if policy.min_memlock.explicit || rdma_status == Status::Fail {
             Finding::new(ID, Status::Fail, format!("{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"))
-                .remediation(remediation::MEMLOCK)
+                .remediation(fix)
+        } else if scope.in_use() {
+            Finding::new(
+                ID,
+                Status::Warn,
+                format!(
+                    "{summary}: RDMA registration would fail, but {}",
+                    scope.span_words()
+                ),
+            )
+            .remediation(fix)
         } else {
             Finding::new(
                 ID,
                 Status::Warn,
-                format!("{summary}; no RDMA devices here, so NCCL over NVLink, PCIe or sockets is unaffected"),
+                format!("{summary}; no RDMA device this container uses, so NCCL over NVLink, PCIe or sockets is unaffected"),
             )
-            .remediation(remediation::MEMLOCK)
+            .remediation(fix)
         }
     };
     f.evidence = evidence;
@@ -161,6 +203,53 @@ mod tests {
         let f = judge(&limited(65536), &explicit);
         assert_eq!(f.status, Status::Fail);
         assert!(f.remediation.unwrap().contains("IPC_LOCK"));
+    }
+
+    #[test]
+    fn rdma_scope_decides_a_low_limit() {
+        use crate::judge::test_facts::{with_efa, with_env};
+        // The node's devices without a device node here: a pod without the RDMA resource.
+        let mut no_resource = with_efa(limited(8 << 20));
+        no_resource.rdma.uverbs = Observed::Value(vec![]);
+        let f = judge(&no_resource, &Policy::default());
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(f.evidence.iter().any(|e| e.contains("can open none")));
+        // One node: NCCL never registers memory with the NIC.
+        let single = with_env(with_efa(limited(8 << 20)), &[("PET_NNODES", "1")]);
+        let f = judge(&single, &Policy::default());
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.summary.contains("one node"), "{}", f.summary);
+        let multi = with_env(with_efa(limited(8 << 20)), &[("PET_NNODES", "2")]);
+        assert_eq!(judge(&multi, &Policy::default()).status, Status::Fail);
+    }
+
+    #[test]
+    fn regression_unreadable_infiniband_class_is_not_no_rdma() {
+        let mut f = limited(8 << 20);
+        f.rdma.devices = Observed::Error(crate::facts::FactError::new(
+            "/sys/class/infiniband",
+            "Permission denied (os error 13)",
+        ));
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(
+            finding
+                .evidence
+                .iter()
+                .any(|e| e.contains("could not determine whether RDMA devices exist"))
+        );
+    }
+
+    #[test]
+    fn non_root_fix_does_not_rely_on_ipc_lock() {
+        let mut f = crate::judge::test_facts::with_efa(limited(8 << 20));
+        f.memlock.euid = Some(1000);
+        let fix = judge(&f, &Policy::default()).remediation.unwrap();
+        assert!(fix.contains("user 1000") && fix.contains("56374"), "{fix}");
+        assert!(fix.contains("LimitMEMLOCK=infinity"));
+        f.memlock.euid = Some(0);
+        let fix = judge(&f, &Policy::default()).remediation.unwrap();
+        assert!(fix.starts_with("Grant the container CAP_IPC_LOCK"), "{fix}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod nvlink;
 mod pod_placement;
 mod rdma_devices;
 mod rdma_memreg;
+pub(crate) mod rdma_scope;
 mod stack_limit;
 
 use crate::facts::Facts;

@@ -3,107 +3,128 @@
 //! libfabric's EFA provider vanish so NCCL falls back to TCP (FACTS.md section
 //! 2, ofiwg/libfabric#12708): every device is opened, not just listed.
 
+use super::rdma_scope::{self, Scope};
 use super::{Finding, Problem, Status};
-use crate::facts::Facts;
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::RdmaDevice;
+use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
 
 pub const ID: &str = "rdma-devices";
 
-const REQUEST_EFA: &str = "\
-Request the EFA devices in the pod spec (EKS, with the EFA device plugin) and lift memlock:
+/// The fix for a pod that lacks RDMA devices: the resource to request leads, since
+/// the image cannot fix what the pod spec did not ask for.
+pub fn request_fix(efa: bool, count: Option<u32>) -> String {
+    if efa {
+        let n = count.map_or(
+            "N   # p4d: 4, p5: 32, p5en: 16 (all the node's for 8 GPUs)".into(),
+            |n| n.to_string(),
+        );
+        format!(
+            "Request the EFA devices in the pod spec (EKS, with the aws-efa-k8s-device-plugin), in the
+training container and in the initContainer that checks it:
   resources:
     limits:
-      vpc.amazonaws.com/efa: 4        # p4d: 4, p5: 32, p5en: 16
-  securityContext:
-    capabilities:
-      add: [\"IPC_LOCK\"]";
-
-const REQUEST_RDMA: &str = "\
-Give the pod the RDMA devices: with the NVIDIA network operator, request its resource
-(e.g. rdma/rdma_shared_device_a: 1, or an SR-IOV resource with a Multus network), and add
-IPC_LOCK to the container's capabilities.";
+      vpc.amazonaws.com/efa: {n}
+The plugin then adds the /dev/infiniband/uverbs* nodes to the container."
+        )
+    } else {
+        let n = count.map_or("1".into(), |n| n.to_string());
+        format!(
+            "Request the RDMA devices in the pod spec, in the training container and in the
+initContainer that checks it:
+  NVIDIA network operator, RDMA shared device plugin:  rdma/rdma_shared_device_a: {n}
+  SR-IOV (OpenShift: openshift.io/<resourceName>): the VF resource, plus the pod annotation
+    k8s.v1.cni.cncf.io/networks: <the SriovNetwork's name>
+The device plugin then adds the /dev/infiniband/uverbs* nodes to the container."
+        )
+    }
+}
 
 const PORT_FIX: &str = "\
 Check the link on the node: ibstat / ibv_devinfo -v (physical state, rate), the cable or switch port,
 and for InfiniBand that a subnet manager is running (a port stuck in INIT has none).";
 
+const OWN_IMAGE_NOTE: &str = "libibverbs not judged here: this is nccl-preflight's own image; run `nccl-preflight exec` in the training container, or the installed binary as an initContainer of the training image, to judge the trainer's libibverbs";
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let devices = match facts.rdma.devices.value() {
-        Some(d) => d,
-        None => {
-            let e = facts
-                .rdma
-                .devices
-                .error()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            let status = if policy.require.rdma || policy.require.efa {
-                Status::Fail
-            } else {
-                Status::Warn
-            };
-            return Finding::new(ID, status, "could not read /sys/class/infiniband")
-                .evidence(e)
-                .remediation(REQUEST_RDMA);
+    let scope = Scope::of(facts);
+    let required = rdma_scope::required(policy);
+    let platform = crate::platform::of(facts);
+    let expected_efa = platform.and_then(|p| p.efa_devices);
+    let devices = match scope.devices {
+        Ok(d) => d,
+        Err(e) => {
+            return Finding::new(
+                ID,
+                scope.missing_status(required),
+                "could not determine the RDMA devices: /sys/class/infiniband could not be read",
+            )
+            .evidence(e.to_string())
+            .remediation(format!(
+                "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
+                request_fix(expected_efa.is_some() || policy.require.efa, None)
+            ));
         }
     };
-    let platform = crate::platform::of(facts);
+    let need = rdma_scope::nic_need(facts);
     let efa: Vec<&RdmaDevice> = devices.iter().filter(|d| d.is_efa()).collect();
     let mut problems = Vec::new();
     let mut evidence = Vec::new();
-    let expected_efa = platform.and_then(|p| p.efa_devices);
-    // The instance type's EFA devices matter when the job crosses nodes; a single-node job on
-    // NVLink does not need them, so there (or when the launcher does not say) this only warns.
-    let multi_node = crate::layout::is_multi_node(&facts.launcher);
-    let platform_status = if multi_node {
-        Status::Fail
-    } else {
-        Status::Warn
-    };
     if devices.is_empty() {
-        let required = policy.require.rdma || policy.require.efa;
         if !required && expected_efa.is_none() {
             return Finding::new(ID, Status::Skip, "no RDMA devices on this node");
         }
-        let fix = if policy.require.efa || expected_efa.is_some() {
-            REQUEST_EFA
-        } else {
-            REQUEST_RDMA
-        };
-        let (status, why) = match expected_efa {
-            Some(n) if !required => (
-                platform_status,
-                format!(" (this instance type has {n} EFA devices)"),
-            ),
-            _ => (Status::Fail, String::new()),
+        let status = scope.missing_status(required);
+        let why = match expected_efa {
+            Some(n) => format!(" (this instance type has {n} EFA devices)"),
+            None => String::new(),
         };
         return Finding::new(
             ID,
             status,
-            format!("no RDMA devices{why}: NCCL between nodes will use TCP sockets"),
+            format!(
+                "no RDMA devices{why}: NCCL between nodes will use TCP sockets; {}",
+                scope.span_words()
+            ),
         )
-        .remediation(fix);
+        .remediation(request_fix(
+            policy.require.efa || expected_efa.is_some(),
+            need.as_ref().map(|n| n.count),
+        ));
     }
     if let Some(n) = expected_efa
         && (efa.len() as u32) < n
     {
+        // sysfs lists the node's devices whatever the pod asked for: fewer is the node's fault.
         problems.push(Problem::new(
-            platform_status,
+            scope.missing_status(false),
             format!("{} EFA device(s) on a node that has {n}", efa.len()),
-            REQUEST_EFA,
+            "The node lost EFA devices: check the EFA driver (dmesg | grep efa, lsmod | grep efa) and the instance's network cards; drain it if they do not come back.",
         ));
     }
-    if policy.require.efa && efa.is_empty() {
-        problems.push(Problem::new(
-            Status::Fail,
-            "--require efa: no EFA device".to_string(),
-            REQUEST_EFA,
+    if let Some(e) = scope.nodes_unknown {
+        evidence.push(format!(
+            "could not tell which devices this container can open: {e}"
         ));
     }
-    let uverbs = facts.rdma.uverbs.value().cloned().unwrap_or_default();
-    let mut usable = 0;
+    let uverbs = facts.rdma.uverbs.value().map_or(&[][..], Vec::as_slice);
+    let verbs_ports = |dev: &str| -> Vec<(u32, String)> {
+        match &facts.rdma.verbs.state {
+            LibraryState::Loaded(v) => v
+                .devices
+                .value()
+                .and_then(|list| list.iter().find(|d| d.name == dev))
+                .map(|d| {
+                    d.ports
+                        .iter()
+                        .filter_map(|p| p.state.clone().map(|s| (p.port, s)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    };
     for d in devices {
         let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
         let ports: Vec<String> = d
@@ -123,7 +144,11 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             d.name,
             d.driver.as_deref().unwrap_or("?"),
             d.pci_bus_id.as_deref().unwrap_or("?"),
-            ports.join(", "),
+            if ports.is_empty() {
+                "no port read".to_string()
+            } else {
+                ports.join(", ")
+            },
             match node.and_then(|n| n.open.as_ref()) {
                 Some(o) if o.refused.is_none() => format!(
                     "; /dev/infiniband/{} opens",
@@ -134,25 +159,56 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     node.map_or("?", |n| n.name.as_str()),
                     o.refused.as_deref().unwrap_or("")
                 ),
+                None if scope.nodes_unknown.is_some() => "; device node unknown".into(),
                 None => "; no device node in this container".into(),
             }
         ));
         for e in &d.unreadable {
             evidence.push(format!("unreadable: {e}"));
         }
-        match node.and_then(|n| n.open.as_ref()) {
-            Some(o) if o.refused.is_some() => problems.push(Problem::new(
+        if let Some(o) = node.and_then(|n| n.open.as_ref())
+            && let Some(refused) = &o.refused
+        {
+            problems.push(Problem::new(
                 Status::Fail,
                 format!(
-                    "{}: /dev/infiniband/{} exists but cannot be opened ({}): libfabric's EFA provider and NCCL can lose every device over one",
+                    "{}: /dev/infiniband/{} exists but cannot be opened ({refused}): libfabric's EFA provider and NCCL can lose every device over one",
                     d.name,
                     node.map_or("?", |n| n.name.as_str()),
-                    o.refused.as_deref().unwrap_or("")
                 ),
                 "Give the container access to the device (the device plugin's resource, or a device cgroup rule) or remove the node from /dev/infiniband in the pod.",
-            )),
-            Some(_) => usable += 1,
-            None => {}
+            ));
+        }
+        // Ports matter where this container can use the device (or could not tell).
+        let judged = node.is_some() || scope.nodes_unknown.is_some();
+        if !judged {
+            continue;
+        }
+        if d.ports.is_empty() {
+            // sysfs gave no port: libibverbs' answer stands in; neither is "could not determine".
+            let from_verbs = verbs_ports(&d.name);
+            let down: Vec<String> = from_verbs
+                .iter()
+                .filter(|(_, s)| s != "ACTIVE")
+                .map(|(p, s)| format!("port {p} {s} (libibverbs)"))
+                .collect();
+            if !down.is_empty() {
+                problems.push(Problem::new(
+                    scope.in_use_status(required),
+                    format!("{}: {}", d.name, down.join(", ")),
+                    PORT_FIX,
+                ));
+            } else if from_verbs.is_empty() {
+                problems.push(Problem::new(
+                    if required { Status::Fail } else { Status::Warn },
+                    format!(
+                        "{}: could not determine the port state (/sys/class/infiniband/{}/ports could not be read, and libibverbs did not say)",
+                        d.name, d.name
+                    ),
+                    "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
+                ));
+            }
+            continue;
         }
         let down: Vec<String> = d
             .ports
@@ -167,60 +223,119 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 )
             })
             .collect();
-        if !down.is_empty() && node.is_some() {
+        if !down.is_empty() {
             problems.push(Problem::new(
-                Status::Fail,
+                scope.in_use_status(required),
                 format!("{}: {}", d.name, down.join(", ")),
                 PORT_FIX,
             ));
         }
     }
-    if (policy.require.rdma || policy.require.efa) && usable == 0 {
+    let usable = scope.usable.len();
+    let usable_efa = scope.usable_efa();
+    let unopenable = problems
+        .iter()
+        .any(|p| p.summary.contains("cannot be opened"));
+    if usable == 0 && scope.nodes_unknown.is_none() && !unopenable {
+        // The pod did not get the devices: its spec, not its image, is what to fix.
+        problems.push(Problem::new(
+            scope.missing_status(required),
+            format!(
+                "this pod can use none of the node's {} RDMA device(s) (no /dev/infiniband node): NCCL between nodes would use TCP sockets; {}",
+                devices.len(),
+                scope.span_words()
+            ),
+            request_fix(!efa.is_empty(), need.as_ref().map(|n| n.count)),
+        ));
+    } else if let Some(need) = &need {
+        let have = if need.efa { usable_efa } else { usable } as u32;
+        if have < need.count && scope.nodes_unknown.is_none() {
+            let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
+            problems.push(Problem {
+                status: scope.missing_status(efa_required),
+                summary: format!(
+                    "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
+                    need.count,
+                    if need.efa { "EFA devices" } else { "RDMA NICs" },
+                    u64::from(have) * 100 / u64::from(need.count),
+                    scope.span_words()
+                ),
+                evidence: vec![need.basis.clone()],
+                remediation: request_fix(need.efa, Some(need.count)),
+            });
+        }
+    }
+    if policy.require.efa && usable_efa == 0 && scope.nodes_unknown.is_none() {
+        problems.push(Problem::new(
+            Status::Fail,
+            "--require efa: no EFA device usable from this container".to_string(),
+            request_fix(true, need.as_ref().map(|n| n.count)),
+        ));
+    }
+    if let Some(n) = policy.require.efa_count
+        && (usable_efa as u32) < n
+    {
+        problems.push(Problem::new(
+            Status::Fail,
+            format!("--require efa={n}: {usable_efa} EFA device(s) usable from this container"),
+            request_fix(true, Some(n)),
+        ));
+    }
+    if let Some(n) = policy.require.rdma_count
+        && (usable as u32) < n
+    {
+        problems.push(Problem::new(
+            Status::Fail,
+            format!("--require rdma={n}: {usable} RDMA device(s) usable from this container"),
+            request_fix(!efa.is_empty(), Some(n)),
+        ));
+    } else if policy.require.rdma && usable == 0 && scope.nodes_unknown.is_none() && unopenable {
         problems.push(Problem::new(
             Status::Fail,
             "no RDMA device can be opened from this container".to_string(),
-            if efa.is_empty() {
-                REQUEST_RDMA
-            } else {
-                REQUEST_EFA
-            },
+            request_fix(!efa.is_empty(), None),
         ));
     }
-    match &facts.rdma.verbs.state {
-        LibraryState::NotFound { message } if usable > 0 => problems.push(Problem {
-            status: Status::Fail,
-            summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
-            evidence: vec![message.clone()],
-            remediation: "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.".into(),
-        }),
-        LibraryState::Failed(e) if usable > 0 => {
-            problems.push(Problem::new(Status::Fail, format!("libibverbs failed: {e}"), "Reinstall rdma-core in the image; its providers must match the library."))
-        }
-        LibraryState::Loaded(v) => match &v.devices {
-            crate::facts::Observed::Error(e) if usable > 0 => problems.push(Problem::new(
-                Status::Fail,
-                format!("libibverbs lists no device: {e}"),
-                "The container needs the uverbs device nodes and sysfs entries; check the device plugin.",
-            )),
-            crate::facts::Observed::Value(list) => {
-                for d in list {
-                    if let Some(e) = d.open.error() {
-                        problems.push(Problem::new(Status::Fail, format!("{}: {e}", d.name), "Check the device's permissions and the provider library for its driver (ibverbs-providers)."));
+    if scope.own_image {
+        evidence.push(OWN_IMAGE_NOTE.to_string());
+    } else if scope.in_use() {
+        let status = scope.in_use_status(required);
+        match &facts.rdma.verbs.state {
+            LibraryState::NotFound { message } => problems.push(Problem {
+                status,
+                summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
+                evidence: vec![message.clone()],
+                remediation: "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.".into(),
+            }),
+            LibraryState::Failed(e) => {
+                problems.push(Problem::new(status, format!("libibverbs failed: {e}"), "Reinstall rdma-core in the image; its providers must match the library."))
+            }
+            LibraryState::Loaded(v) => match &v.devices {
+                Observed::Error(e) => problems.push(Problem::new(
+                    status,
+                    format!("libibverbs lists no device: {e}"),
+                    "The container needs the uverbs device nodes and sysfs entries; check the device plugin.",
+                )),
+                Observed::Value(list) => {
+                    for d in list {
+                        if let Some(e) = d.open.error() {
+                            problems.push(Problem::new(status, format!("{}: {e}", d.name), "Check the device's permissions and the provider library for its driver (ibverbs-providers)."));
+                        }
                     }
                 }
-            }
-            _ => {}
-        },
-        _ => {}
+            },
+            LibraryState::Skipped { .. } => {}
+        }
     }
     let summary = format!(
-        "{} RDMA device(s){}, {usable} usable from this container, ports up",
+        "{} RDMA device(s){}, {usable} usable from this container{}",
         devices.len(),
         if efa.is_empty() {
             String::new()
         } else {
             format!(" ({} EFA)", efa.len())
-        }
+        },
+        if usable > 0 { ", ports up" } else { "" }
     );
     super::combine(ID, summary, evidence, problems)
 }
@@ -307,5 +422,218 @@ mod tests {
                 .summary
                 .contains("no libibverbs")
         );
+    }
+
+    /// `n` EFA devices on the node (sysfs) of which the first `usable` have a device node here.
+    fn p5(n: usize, usable: usize, nodes: &str) -> Facts {
+        let mut f = efa_node(n);
+        f.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
+        f.launcher.insert(
+            crate::layout::NODES_VAR.into(),
+            crate::facts::EnvValue::text(nodes),
+        );
+        if let Observed::Value(u) = &mut f.rdma.uverbs {
+            u.truncate(usable);
+        }
+        f
+    }
+
+    #[test]
+    fn regression_pod_without_the_rdma_resource_warns_on_one_node_fails_across_nodes() {
+        // A p5 pod that asked for no vpc.amazonaws.com/efa: sysfs shows all 32, no device node.
+        let single = judge(&p5(32, 0, "1"), &Policy::default());
+        assert_eq!(single.status, Status::Warn, "{single:?}");
+        assert!(
+            single.summary.contains("can use none of the node's 32"),
+            "{}",
+            single.summary
+        );
+        let multi = judge(&p5(32, 0, "4"), &Policy::default());
+        assert_eq!(multi.status, Status::Fail);
+        let fix = multi.remediation.unwrap();
+        assert!(fix.starts_with("Request the EFA devices"), "{fix}");
+        assert!(
+            fix.contains("vpc.amazonaws.com/efa: 8"),
+            "2 of 8 GPUs: 8 of 32 EFA\n{fix}"
+        );
+    }
+
+    #[test]
+    fn regression_partial_efa_allocation_is_named_with_the_count_to_request() {
+        // 2 GPUs of a p5 need 8 of its 32 EFA devices; the pod got 2.
+        let f = judge(&p5(32, 2, "16"), &Policy::default());
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(
+            f.summary.contains("2 of the 8 EFA devices"),
+            "{}",
+            f.summary
+        );
+        assert!(f.remediation.unwrap().contains("vpc.amazonaws.com/efa: 8"));
+        assert_eq!(
+            judge(&p5(32, 2, "1"), &Policy::default()).status,
+            Status::Warn
+        );
+        assert_eq!(
+            judge(&p5(32, 8, "16"), &Policy::default()).status,
+            Status::Pass
+        );
+        // p4d: 4 EFA for 8 GPUs, so 1 for these 2 GPUs.
+        let mut p4d = p5(4, 1, "2");
+        p4d.platform.product_name = Observed::Value(Some("p4d.24xlarge".into()));
+        assert_eq!(judge(&p4d, &Policy::default()).status, Status::Pass);
+    }
+
+    #[test]
+    fn require_efa_means_enough_for_these_gpus_and_efa_n_a_number() {
+        let efa = policy::build(&[], &["efa".into()], None, None).unwrap();
+        let f = judge(&p5(32, 2, "1"), &efa);
+        assert_eq!(
+            f.status,
+            Status::Fail,
+            "one node, but --require efa asks for 8"
+        );
+        let four = policy::build(&[], &["efa=4".into()], None, None).unwrap();
+        let f = judge(&p5(32, 2, "1"), &four);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("efa=4"), "{}", f.summary);
+        let two = policy::build(&[], &["efa=2".into()], None, None).unwrap();
+        assert_eq!(judge(&p5(32, 2, "1"), &two).status, Status::Warn);
+    }
+
+    /// An InfiniBand node off the instance table: GPU 0 and GPU 1 each share a PCIe switch
+    /// with one HCA (mlx5_0, mlx5_1); mlx5_2 hangs off another root port.
+    fn ib_switches(usable: usize) -> Facts {
+        let mut f = healthy();
+        let root = "/sys/devices/pci0000:00/0000:00:01.0";
+        if let Observed::Value(g) = &mut f.gpus.pci_gpus {
+            for (i, gpu) in g.iter_mut().enumerate() {
+                gpu.sysfs_path = Some(format!(
+                    "{root}/0000:0{i}:00.0/0000:1{i}:00.0/{}",
+                    gpu.bus_id
+                ));
+            }
+        }
+        let nic = |i: usize, path: String| {
+            rdma_device(
+                &format!("mlx5_{i}"),
+                "mlx5_core",
+                "0000:99:00.0",
+                &path,
+                "ACTIVE",
+                "InfiniBand",
+            )
+        };
+        let mut f = with_rdma(
+            f,
+            vec![
+                nic(0, format!("{root}/0000:00:00.0/0000:10:00.0/0000:20:00.0")),
+                nic(1, format!("{root}/0000:01:00.0/0000:11:00.0/0000:21:00.0")),
+                nic(
+                    2,
+                    "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0".into(),
+                ),
+            ],
+        );
+        if let Observed::Value(u) = &mut f.rdma.uverbs {
+            u.truncate(usable);
+        }
+        crate::judge::test_facts::with_env(f, &[("PET_NNODES", "2")])
+    }
+
+    #[test]
+    fn regression_one_of_the_hcas_near_the_pods_gpus() {
+        let f = judge(&ib_switches(1), &Policy::default());
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(f.summary.contains("1 of the 2 RDMA NICs"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.contains("mlx5_0, mlx5_1")),
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(
+            judge(&ib_switches(2), &Policy::default()).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn regression_unreadable_uverbs_class_is_not_a_pass() {
+        let mut f = efa_node(4);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[1].ports[0].state = Some("DOWN".into());
+        }
+        f.rdma.uverbs = Observed::Error(crate::facts::FactError::new(
+            "/sys/class/infiniband_verbs",
+            "Permission denied (os error 13)",
+        ));
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(finding.summary.contains("DOWN"), "{}", finding.summary);
+        assert!(
+            finding
+                .evidence
+                .iter()
+                .any(|e| e.contains("could not tell which devices"))
+        );
+    }
+
+    #[test]
+    fn regression_unreadable_ports_use_libibverbs_state() {
+        let mut f = efa_node(4);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports.clear();
+            d[0].unreadable.push(crate::facts::FactError::new(
+                "/sys/class/infiniband/rdmap0s27/ports",
+                "Permission denied (os error 13)",
+            ));
+        }
+        if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
+            && let Observed::Value(list) = &mut v.devices
+        {
+            list[0].ports[0].state = Some("DOWN".into());
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(
+            finding.summary.contains("port 1 DOWN (libibverbs)"),
+            "{}",
+            finding.summary
+        );
+        // Neither source: could not determine, not "ports up".
+        if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
+            && let Observed::Value(list) = &mut v.devices
+        {
+            list[0].ports.clear();
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Warn, "{finding:?}");
+        assert!(
+            finding
+                .summary
+                .contains("could not determine the port state")
+        );
+    }
+
+    #[test]
+    fn regression_own_image_does_not_judge_libibverbs() {
+        let mut f = efa_node(4);
+        f.image = crate::facts::ImageRole::Own;
+        f.rdma.verbs.state = LibraryState::Skipped {
+            reason: crate::gather::rdma::OWN_IMAGE.into(),
+        };
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Pass, "{finding:?}");
+        assert!(
+            finding
+                .evidence
+                .iter()
+                .any(|e| e.contains("libibverbs not judged here"))
+        );
+        // The same pod with no libibverbs in the trainer's image fails.
+        f.image = crate::facts::ImageRole::Trainer;
+        f.rdma.verbs.state = LibraryState::NotFound {
+            message: "libibverbs.so.1: cannot open shared object file".into(),
+        };
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
     }
 }

@@ -36,6 +36,7 @@ pub fn healthy() -> Facts {
                 hard: Limit::Unlimited,
             }),
             cap_ipc_lock: Observed::Value(false),
+            euid: Some(0),
             probe: Some(MlockProbe {
                 bytes: 65536,
                 refused: None,
@@ -251,6 +252,7 @@ pub fn rdma_device(
             gids: vec![],
             error_counters: Default::default(),
         }],
+        efa_p2p: None,
         unreadable: vec![],
     }
 }
