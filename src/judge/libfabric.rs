@@ -16,12 +16,16 @@ Use an image with the EFA software: the aws-efa-installer (--skip-kmod) installs
 provider under /opt/amazon/efa, and aws-ofi-nccl under /opt/amazon/ofi-nccl; or mount them from the node.";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let efa = facts
-        .rdma
-        .devices
-        .value()
-        .map_or(0, |d| d.iter().filter(|d| d.is_efa()).count());
+    let scope = super::rdma_scope::Scope::of(facts);
+    // EFA this container can use (or could not rule out): sysfs lists the node's devices
+    // whether or not the pod asked for them, and a pod without them never loads libfabric.
+    let efa = if scope.nodes_unknown.is_some() {
+        scope.node_devices().iter().filter(|d| d.is_efa()).count()
+    } else {
+        scope.usable_efa()
+    };
     let needed = efa > 0 || policy.require.efa;
+    let status = scope.in_use_status(policy.require.efa);
     let lib = &facts.rdma.libfabric;
     let attempts: Vec<String> = facts
         .rdma
@@ -46,7 +50,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             });
             if needed && rdm.unwrap_or(0) == 0 {
                 problems.push(Problem::new(
-                    Status::Fail,
+                    status,
                     format!("libfabric {} from {} lists no efa RDM endpoint: NCCL falls back to TCP", f.version, lib.library),
                     format!("{INSTALL}\nOne verbs device this container cannot open can also hide the provider: see rdma-devices."),
                 ));
@@ -66,7 +70,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         LibraryState::NotFound { message } => {
             let f = Finding::new(
                 ID,
-                if needed { Status::Fail } else { Status::Skip },
+                if needed { status } else { Status::Skip },
                 if needed {
                     format!("{efa} EFA device(s) but no libfabric in this image")
                 } else {
@@ -81,13 +85,13 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             f
         }
         LibraryState::Failed(e) => {
-            let mut f = Finding::new(ID, if needed { Status::Fail } else { Status::Warn }, format!("libfabric is present but does not load: {e}"))
+            let mut f = Finding::new(ID, if needed { status } else { Status::Warn }, format!("libfabric is present but does not load: {e}"))
                 .remediation(format!("Install what it needs (dlerror names it), or use the EFA installer's copy.\n{INSTALL}"));
             f.evidence = attempts;
             f
         }
         LibraryState::Skipped { reason } => {
-            Finding::new(ID, Status::Skip, format!("libfabric not probed ({reason})"))
+            Finding::new(ID, Status::Skip, format!("libfabric not probed: {reason}"))
         }
     }
 }
@@ -132,5 +136,17 @@ mod tests {
             message: "none".into(),
         };
         assert_eq!(judge(&absent, &Policy::default()).status, Status::Skip);
+    }
+
+    #[test]
+    fn regression_pod_without_efa_resource_or_single_node_does_not_fail() {
+        // sysfs shows the node's EFA devices, but the pod has no device node: no EFA here.
+        let mut no_resource = efa();
+        no_resource.rdma.uverbs = Observed::Value(vec![]);
+        assert_eq!(judge(&no_resource, &Policy::default()).status, Status::Pass);
+        let single = crate::judge::test_facts::with_env(efa(), &[("PET_NNODES", "1")]);
+        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
+        let multi = crate::judge::test_facts::with_env(efa(), &[("PET_NNODES", "2")]);
+        assert_eq!(judge(&multi, &Policy::default()).status, Status::Fail);
     }
 }

@@ -13,8 +13,25 @@ use crate::policy::Policy;
 pub const ID: &str = "nccl-net-plugin";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let scope = super::rdma_scope::Scope::of(facts);
+    if scope.own_image {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            format!(
+                "libnccl and its net plugin not probed: {}",
+                crate::gather::rdma::OWN_IMAGE
+            ),
+        );
+    }
     let devices = facts.rdma.devices.value().cloned().unwrap_or_default();
-    let efa = devices.iter().filter(|d| d.is_efa()).count();
+    // EFA this container can use (sysfs lists the node's, requested or not).
+    let efa = if scope.nodes_unknown.is_some() {
+        devices.iter().filter(|d| d.is_efa()).count()
+    } else {
+        scope.usable_efa()
+    };
+    let fail = scope.in_use_status(policy.require.efa);
     let nccl = &facts.rdma.nccl;
     let mut evidence = Vec::new();
     match &nccl.library.state {
@@ -41,7 +58,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         Observed::Error(e) => {
             let mut f = Finding::new(
                 ID,
-                if needed { Status::Fail } else { Status::Warn },
+                if needed { fail } else { Status::Warn },
                 format!("the NCCL net plugin is present but does not load: {e}"),
             )
             .remediation("Install what the plugin needs (dlerror names it: usually libfabric from /opt/amazon/efa/lib), e.g. LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib");
@@ -59,7 +76,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             let from_ofi_dir = OFI_NCCL_DIRS.iter().any(|d| p.library.starts_with(d));
             if from_ofi_dir && needed {
                 problems.push(Problem::new(
-                    Status::Fail,
+                    fail,
                     format!("aws-ofi-nccl is installed ({}) but not on the library search path: NCCL will not load it", p.library),
                     format!("Add its directory to the search path: LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH", p.library.rsplit_once('/').map_or("", |(d, _)| d)),
                 ));
@@ -77,7 +94,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         {
             if needed {
                 problems.push(Problem::new(
-                    Status::Fail,
+                    fail,
                     "NCCL_NET_PLUGIN=none on an EFA node: NCCL will use TCP".to_string(),
                     "Unset NCCL_NET_PLUGIN.",
                 ));
@@ -87,7 +104,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         None => {
             if needed {
                 problems.push(Problem::new(
-                    Status::Fail,
+                    fail,
                     format!("{efa} EFA device(s) but no NCCL net plugin: NCCL cannot use EFA and falls back to TCP"),
                     "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.",
                 ));

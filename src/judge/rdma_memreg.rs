@@ -12,14 +12,23 @@ use crate::units::format_bytes;
 
 pub const ID: &str = "rdma-memreg";
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let LibraryState::Loaded(verbs) = &facts.rdma.verbs.state else {
-        return Finding::new(
-            ID,
-            Status::Skip,
-            "libibverbs not loaded: no registration tried",
-        );
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let verbs = match &facts.rdma.verbs.state {
+        LibraryState::Loaded(v) => v,
+        // In nccl-preflight's own image the registration needs the trainer's libibverbs:
+        // `exec`, or the installed binary in the training image, covers it.
+        LibraryState::Skipped { reason } => {
+            return Finding::new(ID, Status::Skip, format!("no registration tried: {reason}"));
+        }
+        _ => {
+            return Finding::new(
+                ID,
+                Status::Skip,
+                "libibverbs not loaded: no registration tried",
+            );
+        }
     };
+    let status = super::rdma_scope::Scope::of(facts).in_use_status(policy.require.any_rdma());
     let Observed::Value(devices) = &verbs.devices else {
         return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
     };
@@ -42,7 +51,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     || e.message.starts_with("EAGAIN")
                     || e.message.starts_with("EPERM");
                 problems.push(Problem::new(
-                    Status::Fail,
+                    status,
                     format!("{}: registering {size} failed ({}){}", d.name, e.message, if memlock { ": the memlock limit is too low" } else { "" }),
                     if memlock { remediation::MEMLOCK } else { "Check the device with ibv_devinfo and the kernel log (dmesg) for the provider's error." },
                 ));
