@@ -45,6 +45,10 @@ pub struct RdmaDevice {
     /// Network interfaces on the same PCI function (`eth1`, `net1`, `ib0`).
     pub netdevs: Vec<String>,
     pub ports: Vec<RdmaPort>,
+    /// EFA only: the GPU peer-memory provider EFA's own driver reports (sysfs `device/p2p`,
+    /// e.g. `NVIDIA`; `gdr 1` from the older `device/gdr`); `None` when the driver has neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efa_p2p: Option<String>,
     /// Attributes that exist but could not be read or parsed.
     pub unreadable: Vec<FactError>,
 }

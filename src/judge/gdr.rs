@@ -15,7 +15,8 @@ pub const ID: &str = "gdr";
 const FIX: &str = "\
 Enable GPUDirect RDMA on the node: load nvidia-peermem (modprobe nvidia-peermem; GPU operator:
 driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on a 5.12+ kernel
-(GPU operator: driver.useOpenKernelModules=true).";
+(GPU operator: driver.useOpenKernelModules=true). On EFA: the EFA installer's efa_nv_peermem
+(efa_installer.sh --enable-gdr; modprobe efa_nv_peermem).";
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(m) = affinity::matrix(facts) else {
@@ -55,8 +56,33 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             None => "unknown",
         }
     ));
+    // EFA's own driver can reach GPU memory without nvidia-peermem: efa.ko built by the EFA
+    // installer reports its peer-memory provider in sysfs (amzn-drivers efa_sysfs.c: `p2p`,
+    // `gdr` before it); a provider naming NVIDIA is what aws-ofi-nccl's GDR needs.
+    let efa_p2p = facts.rdma.devices.value().and_then(|d| {
+        d.iter().find_map(|d| {
+            d.efa_p2p
+                .as_deref()
+                .filter(|p| p.to_ascii_uppercase().contains("NVIDIA") || *p == "gdr 1")
+                .map(|p| format!("EFA's driver ({}: {p})", d.name))
+        })
+    });
+    if let Some(d) = facts
+        .rdma
+        .devices
+        .value()
+        .and_then(|d| d.iter().find(|d| d.efa_p2p.is_some()))
+    {
+        evidence.push(format!(
+            "EFA peer-memory provider ({}): {}",
+            d.name,
+            d.efa_p2p.as_deref().unwrap_or("")
+        ));
+    }
     let via = if let Some(m) = &peermem {
         Some(m.clone())
+    } else if let Some(efa) = efa_p2p {
+        Some(efa)
     } else if dmabuf_kernel && open_modules {
         Some("dma-buf".to_string())
     } else {
@@ -72,7 +98,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             ),
         ),
         None => {
-            let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required);
+            // GDR matters where NCCL's traffic crosses nodes through a NIC this container uses.
+            let scope = super::rdma_scope::Scope::of(facts);
+            let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
+                && scope.in_use()
+                && scope.in_use_status(false) == Status::Fail;
             Finding::new(
                 ID,
                 if required { Status::Fail } else { Status::Warn },
@@ -131,5 +161,38 @@ mod tests {
         assert_eq!(judge(&old, &Policy::default()).status, Status::Fail);
         old.rdma.gdr.peermem_module = Observed::Value(Some("nvidia_peermem".into()));
         assert_eq!(judge(&old, &Policy::default()).status, Status::Pass);
+    }
+
+    /// A p5 whose EFA driver brings its own GPU peer memory: no nvidia-peermem, no dma-buf.
+    fn efa_p5(p2p: Option<&str>) -> Facts {
+        let mut f = close_pair();
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].name = "rdmap16s27".into();
+            d[0].driver = Some("efa".into());
+            d[0].efa_p2p = p2p.map(String::from);
+        }
+        if let Observed::Value(u) = &mut f.rdma.uverbs {
+            u[0].ibdev = Some("rdmap16s27".into());
+        }
+        f.rdma.gdr.kernel_release = Observed::Value("5.10.0-1-aws".into());
+        f.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
+        f
+    }
+
+    #[test]
+    fn regression_efa_gdr_from_efas_own_driver() {
+        let f = judge(&efa_p5(Some("NVIDIA")), &Policy::default());
+        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert!(f.summary.contains("EFA's driver"), "{}", f.summary);
+        assert_eq!(
+            judge(&efa_p5(Some("gdr 1")), &Policy::default()).status,
+            Status::Pass
+        );
+        let f = judge(&efa_p5(None), &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.remediation.unwrap().contains("efa_nv_peermem"));
+        // One node: NCCL sends nothing through the NIC, so a missing GDR only warns.
+        let single = crate::judge::test_facts::with_env(efa_p5(None), &[("PET_NNODES", "1")]);
+        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
     }
 }

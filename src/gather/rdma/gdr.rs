@@ -6,7 +6,10 @@ use crate::facts::Observed;
 use crate::facts::rdma::GdrFacts;
 use crate::gather::host::Host;
 
-const MODULES: &[&str] = &["nvidia_peermem", "nv_peer_mem"];
+/// Peer-memory modules: NVIDIA's (nvidia-peermem, R470+), Mellanox's older nv_peer_mem, and
+/// the EFA installer's efa_nv_peermem (loaded with `efa_installer.sh --enable-gdr`), which
+/// binds EFA to the NVIDIA driver's P2P API.
+const MODULES: &[&str] = &["nvidia_peermem", "nv_peer_mem", "efa_nv_peermem"];
 
 /// The first peer-memory module listed in /proc/modules text.
 pub fn peermem_in(modules: &str) -> Option<String> {

@@ -154,6 +154,16 @@ fn device(host: &Host, name: &str) -> RdmaDevice {
     let numa_node = attr(host, &format!("{dev}/device/numa_node"), &mut unreadable)
         .and_then(|n| n.parse().ok());
     let ports = ports(host, name, &mut unreadable);
+    // The EFA driver of the EFA installer (amzn-drivers efa_sysfs.c) says on the PCI device
+    // which GPU peer-memory provider it has: `p2p` (e.g. `NVIDIA`, `NVIDIA peermem`), or `gdr`
+    // in older releases. Read only for EFA devices: other drivers have neither file.
+    let efa_p2p = if driver.as_deref() == Some("efa") {
+        attr(host, &format!("{dev}/device/p2p"), &mut unreadable).or_else(|| {
+            attr(host, &format!("{dev}/device/gdr"), &mut unreadable).map(|g| format!("gdr {g}"))
+        })
+    } else {
+        None
+    };
     RdmaDevice {
         name: name.to_string(),
         driver,
@@ -164,6 +174,7 @@ fn device(host: &Host, name: &str) -> RdmaDevice {
         node_guid: attr(host, &format!("{dev}/node_guid"), &mut unreadable),
         netdevs,
         ports,
+        efa_p2p,
         unreadable,
     }
 }
