@@ -18,6 +18,15 @@ Compare with `nvidia-smi topo -p2p rw` on the node. On bare metal, PCIe ACS or t
 peer traffic: disable ACS on the GPUs' switches (or boot with iommu=pt); in a VM the hypervisor must allow P2P.
 A GPU whose P2P is DISABLED has it turned off by a driver registry key (NVreg_RegistryDwords).";
 
+/// With MIG on, CUDA gives no peer access between MIG instances or their GPUs at all
+/// (NVIDIA MIG user guide, "CUDA device enumeration": P2P is not supported with MIG), so the
+/// fix is MIG's, not ACS's or the IOMMU's.
+const MIG_FIX: &str = "\
+MIG is enabled on these GPUs, and CUDA peer-to-peer does not work between MIG devices: NCCL goes through
+host memory. For multi-GPU training give the pod whole GPUs: disable MIG on the node (GPU operator:
+label the node nvidia.com/mig.config=all-disabled; by hand: nvidia-smi -mig 0 with the GPUs idle, then
+reset them), or run one rank per MIG device and expect SHM/network speeds.";
+
 /// CUDA ordinal of an NVML GPU, matched by PCI bus id (CUDA_VISIBLE_DEVICES reorders ordinals).
 fn cuda_ordinal(nvml: &NvmlFacts, cuda: &CudaFacts, index: u32) -> Option<u32> {
     let bus = matrix::gpu(nvml, index)?.pci_bus_id.value()?;
@@ -101,6 +110,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             "NVML reports P2P but the CUDA driver refuses peer access",
         ),
     ];
+    let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let mut problems = Vec::new();
     for (pairs, status, what) in kinds {
         if let Some(first) = pairs.first() {
@@ -110,7 +120,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     "{} of {expected} pair(s): {what} (first: {first})",
                     pairs.len()
                 ),
-                FIX,
+                if mig { MIG_FIX } else { FIX },
             );
             p.evidence = pairs.iter().take(8).cloned().collect();
             problems.push(p);
@@ -162,6 +172,23 @@ mod tests {
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status, Status::Fail);
         assert!(finding.summary.starts_with("2 problems"));
+    }
+
+    #[test]
+    fn regression_mig_without_p2p_says_mig_not_acs() {
+        let mut f = healthy();
+        for g in &mut nvml(&mut f).gpus {
+            g.mig_mode = Observed::Value(true);
+        }
+        for p in &mut nvml(&mut f).pairs {
+            p.p2p_read = Observed::Value("NS".into());
+            p.p2p_write = Observed::Value("NS".into());
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        let fix = finding.remediation.unwrap();
+        assert!(fix.starts_with("MIG is enabled"), "{fix}");
+        assert!(!fix.contains("ACS"), "{fix}");
     }
 
     #[test]

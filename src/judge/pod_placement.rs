@@ -43,9 +43,32 @@ fn cost(facts: &Facts, nvlink: bool) -> String {
     let rdma = facts.rdma.devices.value().is_some_and(|d| !d.is_empty());
     match (nvlink, rdma) {
         (true, false) => "without an RDMA NIC, ranks in separate pods use TCP sockets: measured 3.3 GB/s instead of ~295 GB/s over NVLink (90x)".into(),
-        (true, true) => "with GPUDirect RDMA the loss can be small (p4d field report: 28:15 vs 29:47), but NVLink between GPUs of one pod is still left unused".into(),
+        (true, true) => "over an RDMA NIC with GPUDirect RDMA the loss can be small, or none (a p4d field report, Llama-3-8B with DeepSpeed ZeRO-3: 4 pods x 1 GPU x 1 EFA over NET/Libfabric/GDRDMA finished in 28:15, 1 pod x 4 GPUs in 29:47); it costs NVLink's bandwidth only where the job is bound by GPU-to-GPU traffic, so measure before you change it (nccl-preflight bench)".into(),
         (false, false) => "ranks in separate pods use TCP sockets instead of PCIe peer access or shared memory".into(),
         (false, true) => "ranks in separate pods go through the RDMA NIC instead of PCIe peer access".into(),
+    }
+}
+
+/// How many GPUs CUDA shows the trainer, and from what: CUDA's own device list when
+/// libcuda was probed, else NVML's GPUs narrowed by CUDA_VISIBLE_DEVICES as CUDA reads it.
+fn cuda_visible(facts: &Facts, nvml: &NvmlFacts) -> (usize, String) {
+    // A CUDA that failed to initialise lists nothing: gpu-devices reports that, not this check.
+    if let Some(cuda) = facts.gpus.cuda.loaded().filter(|c| c.init_result == 0) {
+        return (cuda.devices.len(), "the CUDA driver's device count".into());
+    }
+    match facts.launcher.get("CUDA_VISIBLE_DEVICES") {
+        Some(v) => {
+            let uuids: Vec<(u32, String)> = nvml
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
+                .collect();
+            let n = crate::topology::visible::select(&v.value, &uuids)
+                .gpus
+                .len();
+            (n, format!("CUDA_VISIBLE_DEVICES={:?}", v.value))
+        }
+        None => (nvml.gpus.len(), "NVML".into()),
     }
 }
 
@@ -87,6 +110,20 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         .and_then(|v| v.value.trim().parse::<usize>().ok());
     if let Some(k) = per_pod {
         evidence.push(format!("launcher: {k} process(es) per pod"));
+        let (cuda_visible, basis) = cuda_visible(facts, nvml);
+        if k > cuda_visible {
+            // Each local rank calls cudaSetDevice(local_rank): ranks past the last ordinal die.
+            problems.push(Problem::new(
+                Status::Fail,
+                format!(
+                    "the launcher starts {k} process(es) but CUDA shows {cuda_visible} GPU(s) ({basis}): ranks {cuda_visible}..{} fail with \"invalid device ordinal\"",
+                    k - 1
+                ),
+                format!(
+                    "Start one process per visible GPU (torchrun --nproc_per_node={cuda_visible}; PyTorchJob nprocPerNode: \"{cuda_visible}\"), or give the pod {k} GPUs (nvidia.com/gpu: {k}) and a CUDA_VISIBLE_DEVICES that names them all (or none)."
+                ),
+            ));
+        }
         if k < visible {
             problems.push(Problem::new(
                 Status::Warn,
@@ -141,6 +178,35 @@ mod tests {
             judge(&rdma, &Policy::default())
                 .summary
                 .contains("field report")
+        );
+    }
+
+    #[test]
+    fn regression_more_ranks_than_cuda_shows_fails() {
+        let f = judge(
+            &with_env(healthy(), &[("LOCAL_WORLD_SIZE", "4")]),
+            &Policy::default(),
+        );
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(
+            f.summary.contains("invalid device ordinal"),
+            "{}",
+            f.summary
+        );
+        // CUDA off: CUDA_VISIBLE_DEVICES as CUDA reads it; `7` names nothing and ends the list.
+        let mut f = with_env(
+            healthy(),
+            &[("PET_NPROC_PER_NODE", "2"), ("CUDA_VISIBLE_DEVICES", "0,7")],
+        );
+        f.gpus.cuda.state = LibraryState::Skipped {
+            reason: "--cuda off".into(),
+        };
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(
+            finding.summary.contains("CUDA shows 1 GPU(s)"),
+            "{}",
+            finding.summary
         );
     }
 
