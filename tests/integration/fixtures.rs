@@ -672,3 +672,191 @@ fn a_real_h200_reports_no_recovery_action() {
         "{health}"
     );
 }
+
+/// Facts gathered from a fixture through the fake vendor libraries, for edits a host tree
+/// cannot easily show (device nodes a pod did not get, a driver's sysfs attribute).
+fn fixture_facts(name: &str) -> serde_json::Value {
+    let out = fixture_command(name, "facts", &[], &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+/// `check --format json` on saved facts with extra flags: (exit code, report).
+fn check_facts(facts: &serde_json::Value, flags: &[&str]) -> (i32, serde_json::Value) {
+    let dir = scratch("scope-facts");
+    let path = dir.join("facts.json");
+    fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
+    let path = path.display().to_string();
+    let mut args = vec!["check", "--format", "json", "--facts", &path];
+    args.extend(flags);
+    let out = run(&args, &[]);
+    let code = out.status.code().unwrap();
+    fs::remove_dir_all(&dir).unwrap();
+    (code, report(&out))
+}
+
+/// Leaves the device nodes of the first `keep` uverbs entries, as when the pod requested fewer
+/// RDMA devices than the node has (sysfs still lists them all).
+fn keep_device_nodes(facts: &mut serde_json::Value, keep: usize) {
+    let nodes = facts["rdma"]["uverbs"]["value"].as_array_mut().unwrap();
+    for n in nodes.iter_mut().skip(keep) {
+        n["open"] = serde_json::Value::Null;
+    }
+}
+
+#[test]
+fn own_image_skips_the_image_checks_on_healthy_efa_roce_and_ib_nodes() {
+    // The shipped EKS/RoCE initContainers ran in this image and failed healthy nodes.
+    for name in ["rdma-p5-efa", "rdma-roce-multus", "rdma-ib-ndr"] {
+        let out = fixture_command(
+            name,
+            "check",
+            &["--format", "json"],
+            &[("NCCL_PREFLIGHT_IMAGE", "own")],
+        )
+        .output()
+        .unwrap();
+        let r = report(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            serde_json::to_string_pretty(&r["checks"]).unwrap()
+        );
+        assert_eq!(r["facts"]["image"], "own");
+        for id in ["libfabric", "nccl-net-plugin", "rdma-memreg"] {
+            assert_eq!(status(&r, id), "skip", "{name}: {id}");
+            assert!(
+                finding(&r, id)["summary"]
+                    .as_str()
+                    .unwrap()
+                    .contains("training image"),
+                "{name}: {id} says how to get it judged"
+            );
+        }
+        assert_eq!(
+            status(&r, "rdma-devices"),
+            "pass",
+            "{name}: node-level checks still run"
+        );
+        assert_eq!(
+            r["facts"]["rdma"]["verbs"]["state"]["skipped"]["reason"]
+                .as_str()
+                .map(|s| s.contains("own image")),
+            Some(true)
+        );
+    }
+    // The trainer's image without the libraries still fails: the same node, judged where it matters.
+    let out = fixture_command(
+        "rdma-efa-no-plugin",
+        "check",
+        &["--format", "json", "--image", "trainer"],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn pod_without_the_rdma_resource_is_scoped_to_the_job() {
+    let mut facts = fixture_facts("rdma-p5-efa");
+    keep_device_nodes(&mut facts, 0);
+    let (code, r) = check_facts(&facts, &["--nodes", "1"]);
+    assert_eq!(code, 0, "one node: warn at most");
+    assert_eq!(status(&r, "rdma-devices"), "warn");
+    for id in ["libfabric", "nccl-net-plugin", "memlock"] {
+        assert_ne!(status(&r, id), "fail", "{id}");
+    }
+    let (code, r) = check_facts(&facts, &["--nodes", "16"]);
+    assert_eq!(code, 1);
+    let f = finding(&r, "rdma-devices");
+    assert_eq!(f["status"], "fail");
+    assert!(
+        f["remediation"]
+            .as_str()
+            .unwrap()
+            .starts_with("Request the EFA devices"),
+        "the fix leads with the resource: {f}"
+    );
+    assert!(
+        f["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("vpc.amazonaws.com/efa: 32")
+    );
+}
+
+#[test]
+fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
+    // p5: 8 of 32 EFA usable from an 8-GPU pod.
+    let mut facts = fixture_facts("rdma-p5-efa");
+    keep_device_nodes(&mut facts, 8);
+    let (code, r) = check_facts(&facts, &["--nodes", "4"]);
+    assert_eq!(code, 1);
+    let f = finding(&r, "rdma-devices");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("8 of the 32 EFA devices"),
+        "{f}"
+    );
+    let (code, r) = check_facts(&facts, &["--nodes", "1"]);
+    assert_eq!((code, status(&r, "rdma-devices")), (0, "warn"));
+    let (code, _) = check_facts(&facts, &["--nodes", "1", "--require", "efa"]);
+    assert_eq!(code, 1, "--require efa means enough EFA for these GPUs");
+    let (code, _) = check_facts(&facts, &["--nodes", "1", "--require", "efa=8"]);
+    assert_eq!(code, 0);
+    // p4d: 1 of 4.
+    let mut facts = fixture_facts("rdma-p4d-efa");
+    keep_device_nodes(&mut facts, 1);
+    let (code, r) = check_facts(&facts, &["--nodes", "2"]);
+    assert_eq!(code, 1);
+    assert!(
+        finding(&r, "rdma-devices")["summary"]
+            .as_str()
+            .unwrap()
+            .contains("1 of the 4 EFA devices")
+    );
+}
+
+#[test]
+fn efa_gdr_through_efas_own_driver_passes_without_nvidia_peermem() {
+    let mut facts = fixture_facts("rdma-no-gdr");
+    let (code, r) = check_facts(&facts, &[]);
+    assert_eq!((code, status(&r, "gdr")), (1, "fail"));
+    for d in facts["rdma"]["devices"]["value"].as_array_mut().unwrap() {
+        d["efa_p2p"] = "NVIDIA".into();
+    }
+    let (code, r) = check_facts(&facts, &[]);
+    assert_eq!(
+        (code, status(&r, "gdr")),
+        (0, "pass"),
+        "{}",
+        finding(&r, "gdr")
+    );
+}
+
+#[test]
+fn more_ranks_than_visible_gpus_fails() {
+    let out = fixture_command(
+        "gpu-h100-nv18",
+        "check",
+        &["--format", "json"],
+        &[("LOCAL_WORLD_SIZE", "16")],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r = report(&out);
+    let f = finding(&r, "pod-placement");
+    assert_eq!(f["status"], "fail");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("invalid device ordinal"),
+        "{f}"
+    );
+}
