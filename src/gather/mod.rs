@@ -41,13 +41,21 @@ pub fn gather(
     vendor: &VendorOptions,
 ) -> (Facts, gpu::HungCall) {
     let ((gpus, gpu_hung), (rdma, rdma_hung)) = std::thread::scope(|scope| {
-        let rdma = scope.spawn(|| rdma::gather(host, &vendor.rdma));
+        // A process that cannot start a thread (its own RLIMIT_AS or RLIMIT_NPROC exhausted)
+        // probes one after the other instead of panicking: that is this process's limit, not
+        // the node's fault.
+        let rdma = std::thread::Builder::new()
+            .name("rdma-wait".into())
+            .spawn_scoped(scope, || rdma::gather(host, &vendor.rdma));
         let gpus = gpu::gather(host, &vendor.gpu);
-        // rdma::gather returns on its own deadline; a panic inside it is a bug reported as a hang.
-        let rdma = rdma.join().unwrap_or_else(|_| {
-            let e = crate::facts::FactError::new("rdma", "the RDMA probe panicked");
-            (rdma::failed_facts(host, e), true)
-        });
+        let rdma = match rdma {
+            // rdma::gather returns on its own deadline; a panic inside it is a bug reported as a hang.
+            Ok(handle) => handle.join().unwrap_or_else(|_| {
+                let e = crate::facts::FactError::new("rdma", "the RDMA probe panicked");
+                (rdma::failed_facts(host, e), true)
+            }),
+            Err(_) => rdma::gather(host, &vendor.rdma),
+        };
         (gpus, rdma)
     });
     let hung = gpu::HungCall(gpu_hung.0 || rdma_hung);
