@@ -45,6 +45,9 @@ pub struct RdmaDevice {
     /// Network interfaces on the same PCI function (`eth1`, `net1`, `ib0`).
     pub netdevs: Vec<String>,
     pub ports: Vec<RdmaPort>,
+    /// The PCIe link of the device's PCI function, when sysfs has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<PcieLink>,
     /// EFA only: the GPU peer-memory provider EFA's own driver reports (sysfs `device/p2p`,
     /// e.g. `NVIDIA`; `gdr 1` from the older `device/gdr`); `None` when the driver has neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +63,51 @@ impl RdmaDevice {
             || self.name.starts_with("rdmap")
             || self.name.starts_with("efa")
     }
+}
+
+/// A PCIe link as sysfs shows it: what it trained at and what it can do. Speeds as sysfs
+/// prints them (`32.0 GT/s PCIe`); widths in lanes. A link that trained below its width or
+/// speed (a bad riser, slot or cable) carries proportionally less.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcieLink {
+    pub current_speed: Option<String>,
+    pub max_speed: Option<String>,
+    pub current_width: Option<u32>,
+    pub max_width: Option<u32>,
+}
+
+impl PcieLink {
+    /// GT/s from `32.0 GT/s PCIe`; `None` for `Unknown` or anything else.
+    pub fn gts(speed: &str) -> Option<f64> {
+        speed.split_whitespace().next()?.parse().ok()
+    }
+
+    /// What is below the link's capability, as text (`x8 of x16`, `16.0 of 32.0 GT/s`).
+    pub fn degraded(&self) -> Option<String> {
+        let mut out = Vec::new();
+        if let (Some(c), Some(m)) = (self.current_width, self.max_width)
+            && c < m
+            && c > 0
+        {
+            out.push(format!("x{c} of x{m}"));
+        }
+        if let (Some(c), Some(m)) = (
+            self.current_speed.as_deref().and_then(Self::gts),
+            self.max_speed.as_deref().and_then(Self::gts),
+        ) && c < m
+            && c > 0.0
+        {
+            out.push(format!("{c:.1} of {m:.1} GT/s"));
+        }
+        (!out.is_empty()).then(|| out.join(", "))
+    }
+}
+
+/// Gb/s from a port's sysfs rate (`400 Gb/sec (4X NDR)`, `100 Gb/sec`).
+pub fn rate_gbps(rate: &str) -> Option<f64> {
+    let (number, rest) = rate.trim().split_once(' ')?;
+    rest.starts_with("Gb/sec").then_some(())?;
+    number.parse().ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +127,35 @@ pub struct RdmaPort {
     /// cumulative since the driver loaded; absent ones are left out.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub error_counters: std::collections::BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_degraded_links() {
+        assert_eq!(rate_gbps("400 Gb/sec (4X NDR)"), Some(400.0));
+        assert_eq!(rate_gbps("2.5 Gb/sec (1X SDR)"), Some(2.5));
+        assert_eq!(rate_gbps("garbage"), None);
+        let link = |cs: &str, ms: &str, cw, mw| PcieLink {
+            current_speed: Some(cs.into()),
+            max_speed: Some(ms.into()),
+            current_width: Some(cw),
+            max_width: Some(mw),
+        };
+        assert_eq!(
+            link("32.0 GT/s PCIe", "32.0 GT/s PCIe", 16, 16).degraded(),
+            None
+        );
+        assert_eq!(
+            link("16.0 GT/s PCIe", "32.0 GT/s PCIe", 8, 16)
+                .degraded()
+                .as_deref(),
+            Some("x8 of x16, 16.0 of 32.0 GT/s")
+        );
+        assert_eq!(link("Unknown", "32.0 GT/s PCIe", 0, 16).degraded(), None);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

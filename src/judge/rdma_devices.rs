@@ -47,6 +47,63 @@ and for InfiniBand that a subnet manager is running (a port stuck in INIT has no
 
 const OWN_IMAGE_NOTE: &str = "libibverbs not judged here: this is nccl-preflight's own image; run `nccl-preflight exec` in the training container, or the installed binary as an initContainer of the training image, to judge the trainer's libibverbs";
 
+/// Links that trained below what they can do: a port slower than its peers of the same
+/// link layer (an NDR HCA at HDR after a bad cable: NCCL's rings and trees run at the
+/// slowest NIC), or a PCIe link below its width or speed (x8 of x16 halves what the NIC can
+/// move to the GPU).
+fn link_problems(devices: &[&RdmaDevice], status: Status) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let active = |d: &&RdmaDevice| -> Vec<(u32, String, f64, String)> {
+        d.ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .filter_map(|p| {
+                let rate = p.rate.as_deref()?;
+                Some((
+                    p.port,
+                    p.link_layer.clone().unwrap_or_default(),
+                    crate::facts::rdma::rate_gbps(rate)?,
+                    rate.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let ports: Vec<(&RdmaDevice, (u32, String, f64, String))> = devices
+        .iter()
+        .flat_map(|d| active(d).into_iter().map(move |p| (*d, p)))
+        .collect();
+    for (d, (port, layer, gbps, rate)) in &ports {
+        let best = ports
+            .iter()
+            .filter(|(_, (_, l, _, _))| l == layer)
+            .map(|(_, (_, _, g, _))| *g)
+            .fold(0.0_f64, f64::max);
+        if *gbps < best {
+            problems.push(Problem::new(
+                status,
+                format!(
+                    "{} port {port} runs at {rate}, its peers at {best} Gb/sec: NCCL's rings run at the slowest NIC's speed",
+                    d.name
+                ),
+                "Check the link on the node: ibstat / ibv_devinfo -v (active width and speed), mlxlink for the cable, the switch port; reseat or replace the cable, or drain the node.",
+            ));
+        }
+    }
+    for d in devices {
+        if let Some(degraded) = d.pcie.as_ref().and_then(|l| l.degraded()) {
+            problems.push(Problem::new(
+                status,
+                format!(
+                    "{}: PCIe link trained at {degraded}: the NIC moves proportionally less to and from the GPUs",
+                    d.name
+                ),
+                "Check the NIC's slot, riser and PCIe settings on the node (lspci -vv: LnkSta against LnkCap); reseat the card, or drain the node.",
+            ));
+        }
+    }
+    problems
+}
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let scope = Scope::of(facts);
     let required = rdma_scope::required(policy);
@@ -231,6 +288,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ));
         }
     }
+    let judged: Vec<&RdmaDevice> = if scope.nodes_unknown.is_some() {
+        devices.iter().collect()
+    } else {
+        scope.usable.clone()
+    };
+    problems.extend(link_problems(&judged, scope.in_use_status(required)));
     let usable = scope.usable.len();
     let usable_efa = scope.usable_efa();
     let unopenable = problems
@@ -612,6 +675,42 @@ mod tests {
                 .summary
                 .contains("could not determine the port state")
         );
+    }
+
+    #[test]
+    fn a_port_slower_than_its_peers_or_a_narrow_pcie_link_is_named() {
+        let mut f = efa_node(4);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[2].ports[0].rate = Some("50 Gb/sec".into());
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(
+            finding
+                .summary
+                .contains("rdmap2s27 port 1 runs at 50 Gb/sec, its peers at 100"),
+            "{}",
+            finding.summary
+        );
+        let mut f = efa_node(4);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[1].pcie = Some(crate::facts::rdma::PcieLink {
+                current_speed: Some("32.0 GT/s PCIe".into()),
+                max_speed: Some("32.0 GT/s PCIe".into()),
+                current_width: Some(8),
+                max_width: Some(16),
+            });
+        }
+        let finding = judge(&f, &Policy::default());
+        assert!(
+            finding.summary.contains("PCIe link trained at x8 of x16"),
+            "{}",
+            finding.summary
+        );
+        // One node: the NICs carry no NCCL traffic, so it warns.
+        f.launcher
+            .insert("PET_NNODES".into(), crate::facts::EnvValue::text("1"));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
     }
 
     #[test]

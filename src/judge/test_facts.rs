@@ -252,6 +252,7 @@ pub fn rdma_device(
             gids: vec![],
             error_counters: Default::default(),
         }],
+        pcie: None,
         efa_p2p: None,
         unreadable: vec![],
     }

@@ -860,3 +860,22 @@ fn more_ranks_than_visible_gpus_fails() {
         "{f}"
     );
 }
+
+#[test]
+fn a_degraded_hca_link_is_named_on_a_multi_node_job() {
+    // An NDR HCA that trained at HDR after a bad cable: every ring runs at its speed.
+    let mut facts = fixture_facts("rdma-ib-ndr");
+    let (code, _) = check_facts(&facts, &[]);
+    assert_eq!(code, 0);
+    facts["rdma"]["devices"]["value"][3]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)".into();
+    let (code, r) = check_facts(&facts, &[]);
+    assert_eq!(code, 1);
+    let f = finding(&r, "rdma-devices");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("mlx5_3 port 1 runs at 200 Gb/sec (4X HDR), its peers at 400"),
+        "{f}"
+    );
+}

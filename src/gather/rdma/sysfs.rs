@@ -157,6 +157,16 @@ fn device(host: &Host, name: &str) -> RdmaDevice {
     // The EFA driver of the EFA installer (amzn-drivers efa_sysfs.c) says on the PCI device
     // which GPU peer-memory provider it has: `p2p` (e.g. `NVIDIA`, `NVIDIA peermem`), or `gdr`
     // in older releases. Read only for EFA devices: other drivers have neither file.
+    let pcie = {
+        let mut read = |name: &str| attr(host, &format!("{dev}/device/{name}"), &mut unreadable);
+        let link = crate::facts::rdma::PcieLink {
+            current_speed: read("current_link_speed"),
+            max_speed: read("max_link_speed"),
+            current_width: read("current_link_width").and_then(|w| w.parse().ok()),
+            max_width: read("max_link_width").and_then(|w| w.parse().ok()),
+        };
+        (link.current_speed.is_some() || link.current_width.is_some()).then_some(link)
+    };
     let efa_p2p = if driver.as_deref() == Some("efa") {
         attr(host, &format!("{dev}/device/p2p"), &mut unreadable).or_else(|| {
             attr(host, &format!("{dev}/device/gdr"), &mut unreadable).map(|g| format!("gdr {g}"))
@@ -174,6 +184,7 @@ fn device(host: &Host, name: &str) -> RdmaDevice {
         node_guid: attr(host, &format!("{dev}/node_guid"), &mut unreadable),
         netdevs,
         ports,
+        pcie,
         efa_p2p,
         unreadable,
     }
