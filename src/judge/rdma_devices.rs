@@ -52,38 +52,45 @@ const OWN_IMAGE_NOTE: &str = "libibverbs not judged here: this is nccl-preflight
 /// slowest NIC), or a PCIe link below its width or speed (x8 of x16 halves what the NIC can
 /// move to the GPU).
 fn link_problems(devices: &[&RdmaDevice], status: Status) -> Vec<Problem> {
+    /// An ACTIVE port with a rate sysfs could parse.
+    struct Active<'a> {
+        device: &'a str,
+        port: u32,
+        layer: &'a str,
+        gbps: f64,
+        rate: &'a str,
+    }
     let mut problems = Vec::new();
-    let active = |d: &&RdmaDevice| -> Vec<(u32, String, f64, String)> {
-        d.ports
-            .iter()
-            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-            .filter_map(|p| {
-                let rate = p.rate.as_deref()?;
-                Some((
-                    p.port,
-                    p.link_layer.clone().unwrap_or_default(),
-                    crate::facts::rdma::rate_gbps(rate)?,
-                    rate.to_string(),
-                ))
-            })
-            .collect()
-    };
-    let ports: Vec<(&RdmaDevice, (u32, String, f64, String))> = devices
+    let ports: Vec<Active> = devices
         .iter()
-        .flat_map(|d| active(d).into_iter().map(move |p| (*d, p)))
+        .flat_map(|d| {
+            d.ports
+                .iter()
+                .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+                .filter_map(|p| {
+                    let rate = p.rate.as_deref()?;
+                    Some(Active {
+                        device: &d.name,
+                        port: p.port,
+                        layer: p.link_layer.as_deref().unwrap_or(""),
+                        gbps: crate::facts::rdma::rate_gbps(rate)?,
+                        rate,
+                    })
+                })
+        })
         .collect();
-    for (d, (port, layer, gbps, rate)) in &ports {
+    for p in &ports {
         let best = ports
             .iter()
-            .filter(|(_, (_, l, _, _))| l == layer)
-            .map(|(_, (_, _, g, _))| *g)
+            .filter(|o| o.layer == p.layer)
+            .map(|o| o.gbps)
             .fold(0.0_f64, f64::max);
-        if *gbps < best {
+        if p.gbps < best {
             problems.push(Problem::new(
                 status,
                 format!(
-                    "{} port {port} runs at {rate}, its peers at {best} Gb/sec: NCCL's rings run at the slowest NIC's speed",
-                    d.name
+                    "{} port {} runs at {}, its peers at {best} Gb/sec: NCCL's rings run at the slowest NIC's speed",
+                    p.device, p.port, p.rate
                 ),
                 "Check the link on the node: ibstat / ibv_devinfo -v (active width and speed), mlxlink for the cable, the switch port; reseat or replace the cable, or drain the node.",
             ));
