@@ -182,6 +182,12 @@ pub enum ImageRole {
     Own,
 }
 
+impl ImageRole {
+    /// Why the image's libraries are not probed in nccl-preflight's own image, and where
+    /// they are judged instead.
+    pub const OWN_REASON: &'static str = "nccl-preflight's own image, not the trainer's: judged where the trainer runs, by `nccl-preflight exec` in the training container or the installed binary run as an initContainer of the training image";
+}
+
 /// An environment variable's value. Values that are not UTF-8 are kept with
 /// U+FFFD replacements and flagged, so nothing downstream mistakes them for the real bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

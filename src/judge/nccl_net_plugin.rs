@@ -20,7 +20,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Status::Skip,
             format!(
                 "libnccl and its net plugin not probed: {}",
-                crate::gather::rdma::OWN_IMAGE
+                crate::facts::ImageRole::OWN_REASON
             ),
         );
     }

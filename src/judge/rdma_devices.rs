@@ -725,7 +725,7 @@ mod tests {
         let mut f = efa_node(4);
         f.image = crate::facts::ImageRole::Own;
         f.rdma.verbs.state = LibraryState::Skipped {
-            reason: crate::gather::rdma::OWN_IMAGE.into(),
+            reason: crate::facts::ImageRole::OWN_REASON.into(),
         };
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status, Status::Pass, "{finding:?}");

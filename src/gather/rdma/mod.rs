@@ -39,10 +39,6 @@ pub struct RdmaOptions {
     pub own_image: bool,
 }
 
-/// Why the libraries are not probed in nccl-preflight's own image.
-pub const OWN_IMAGE: &str =
-    "nccl-preflight's own image: the training image's libraries are the ones NCCL will load";
-
 /// Which libraries to load, from what sysfs shows.
 struct Plan {
     verbs: Option<String>,
@@ -53,7 +49,7 @@ struct Plan {
 
 fn plan(devices: &[crate::facts::rdma::RdmaDevice], probe_all: bool, own_image: bool) -> Plan {
     if own_image {
-        let own = || Some(OWN_IMAGE.to_string());
+        let own = || Some(crate::facts::ImageRole::OWN_REASON.to_string());
         return Plan {
             verbs: own(),
             fabric: own(),
