@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod explain;
 pub mod facts;
+pub mod finding;
 pub mod gather;
 pub mod judge;
 pub mod layout;

@@ -4,6 +4,13 @@
 //! whether its GPUs share NVLink. Counts from FACTS.md section 6 and the
 //! instance types' published specifications.
 
+/// Where aws-ofi-nccl installs itself (FACTS.md section 4): NCCL does not look there
+/// unless the directory is on the library search path.
+pub const OFI_NCCL_DIRS: &[&str] = &["/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64"];
+
+/// Where aws-ofi-nccl installs its topology files.
+pub const OFI_NCCL_XML_DIR: &str = "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml";
+
 /// One known machine type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Platform {

@@ -83,9 +83,9 @@ impl Policy {
     }
 
     /// A finding under `--ignore`: a failure of an ignored check becomes a flagged warning.
-    pub fn settle(&self, mut finding: crate::judge::Finding) -> crate::judge::Finding {
-        if finding.status == crate::judge::Status::Fail && self.ignores(&finding.id) {
-            finding.status = crate::judge::Status::Warn;
+    pub fn settle(&self, mut finding: crate::finding::Finding) -> crate::finding::Finding {
+        if finding.status == crate::finding::Status::Fail && self.ignores(&finding.id) {
+            finding.status = crate::finding::Status::Warn;
             finding.ignored = true;
         }
         finding

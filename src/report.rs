@@ -2,7 +2,7 @@
 //! `--format json` prints it (schema `nccl-preflight/report/v1`).
 
 use crate::facts::Facts;
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use crate::tune::Setting;
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +25,7 @@ impl Report {
         Report {
             schema: REPORT_SCHEMA.to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            verdict: crate::judge::verdict(&checks),
+            verdict: crate::finding::verdict(&checks),
             checks,
             settings,
             facts,

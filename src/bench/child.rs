@@ -3,6 +3,7 @@
 //! wall-clock limit; its findings join the report.
 
 use crate::cli::InitArgs;
+use crate::finding::ids;
 use crate::judge::{Finding, Status};
 use std::ffi::OsString;
 use std::io::Read;
@@ -10,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
-    Finding::new("gpu-bandwidth", Status::Fail, summary)
+    Finding::new(ids::GPU_BANDWIDTH, Status::Fail, summary)
         .evidence(evidence)
         .remediation("nccl-preflight bench   # run it by hand to see every figure")
 }

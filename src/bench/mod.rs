@@ -13,13 +13,11 @@ pub mod render;
 
 use crate::facts::FactError;
 use crate::facts::gpu::NvmlFacts;
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status, ids};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
 pub const SCHEMA: &str = "nccl-preflight/bench/v1";
-/// The checks a bench adds (to `init --bench` reports too).
-pub const CHECK_IDS: &[&str] = &["gpu-bandwidth", "nccl-allreduce"];
 
 /// GB/s (10^9 bytes per second, as nccl-tests reports) for `bytes` in `ms`.
 pub fn gbps(bytes: f64, ms: f64) -> f64 {
@@ -174,13 +172,13 @@ pub fn judge(
     };
     if let Some(section) = &p2p {
         findings.push(
-            unavailable("gpu-bandwidth")
+            unavailable(ids::GPU_BANDWIDTH)
                 .unwrap_or_else(|| judge_p2p(section, settings.min_fraction)),
         );
     }
     if let Some(result) = &measured.nccl {
-        let finding = unavailable("nccl-allreduce").unwrap_or_else(|| match result {
-            None => Finding::new("nccl-allreduce", Status::Skip, "no NCCL library found")
+        let finding = unavailable(ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
+            None => Finding::new(ids::NCCL_ALLREDUCE, Status::Skip, "no NCCL library found")
                 .evidence(format!("tried: {}", settings.nccl_candidates.join(", "))),
             Some(r) => {
                 let link = expect::slowest(measured.gpus.len() as u32, expected);
@@ -191,7 +189,7 @@ pub fn judge(
     }
     BenchReport {
         schema: SCHEMA,
-        verdict: crate::judge::verdict(&findings),
+        verdict: crate::finding::verdict(&findings),
         wall_seconds: wall.as_secs_f64(),
         budget_seconds: settings.budget.as_secs_f64(),
         min_bandwidth_fraction: settings.min_fraction,
@@ -288,7 +286,7 @@ fn judge_p2p(section: &P2pSection, min_fraction: f64) -> Finding {
             min_fraction * 100.0
         ),
     };
-    let mut finding = Finding::new("gpu-bandwidth", status, summary);
+    let mut finding = Finding::new(ids::GPU_BANDWIDTH, status, summary);
     finding.evidence = problems;
     finding.evidence.extend(slowest.map(|(_, line)| line));
     if status >= Status::Warn {
@@ -302,7 +300,7 @@ fn judge_nccl(
     link: Option<&expect::LinkFigure>,
     min_fraction: f64,
 ) -> Finding {
-    let id = "nccl-allreduce";
+    let id = ids::NCCL_ALLREDUCE;
     let version = r.version.as_deref().unwrap_or("version unknown");
     let mut evidence = vec![format!("{} ({version}), {} GPUs", r.library, r.gpus)];
     if !r.transports.is_empty() {

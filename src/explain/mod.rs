@@ -8,7 +8,7 @@ pub mod rules;
 pub mod summary;
 pub mod transport;
 
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use memchr::memmem;
 use serde::Serialize;
 use std::io::{self, Read};
@@ -119,7 +119,7 @@ pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
     Ok(Explanation {
         schema: SCHEMA,
         input: name.to_string(),
-        verdict: crate::judge::verdict(&findings),
+        verdict: crate::finding::verdict(&findings),
         summary,
         findings,
     })

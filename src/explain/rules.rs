@@ -3,7 +3,7 @@
 //! from FACTS.md section 2; measured costs from section 1.
 
 use super::summary::LogSummary;
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use crate::remediation;
 
 /// A known NCCL WARN text, what it means and how to fix it.

@@ -103,6 +103,12 @@ impl PcieLink {
     }
 }
 
+/// Parses a kernel release (`5.15.0-1051-aws`) into (major, minor): (5, 15).
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// Gb/s from a port's sysfs rate (`400 Gb/sec (4X NDR)`, `100 Gb/sec`).
 pub fn rate_gbps(rate: &str) -> Option<f64> {
     let (number, rest) = rate.trim().split_once(' ')?;

@@ -6,7 +6,7 @@
 
 use super::{Finding, Status};
 use crate::facts::Facts;
-use crate::gather::rdma::gdr::kernel_version;
+use crate::facts::rdma::kernel_version;
 use crate::policy::Policy;
 use crate::topology::affinity;
 

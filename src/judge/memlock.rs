@@ -111,21 +111,23 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     evidence.push(format!("effective limit {} ({why})", format_limit(limit)));
 
     let mut f = if limit.covers(need) {
-        match m.probe.as_ref().and_then(|p| p.refused.as_ref()) {
-            Some(why) if limit.covers(Limit::Bytes(crate::gather::memlock::PROBE_BYTES)) => {
-                Finding::new(
-                    ID,
-                    Status::Warn,
-                    format!(
-                        "memlock {} but a real mlock was refused: {why}",
-                        format_limit(limit)
-                    ),
-                )
-                .remediation(
-                    "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
+        match m
+            .probe
+            .as_ref()
+            .and_then(|p| p.refused.as_ref().map(|why| (p.bytes, why)))
+        {
+            Some((bytes, why)) if limit.covers(Limit::Bytes(bytes)) => Finding::new(
+                ID,
+                Status::Warn,
+                format!(
+                    "memlock {} but a real mlock was refused: {why}",
+                    format_limit(limit)
+                ),
+            )
+            .remediation(
+                "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
                      Check the pod's seccompProfile and the runtime's default profile.",
-                )
-            }
+            ),
             _ => {
                 let soft = m.limit.value().map(|l| l.soft);
                 let summary = match soft {

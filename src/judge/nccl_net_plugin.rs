@@ -7,7 +7,7 @@
 use super::{Finding, Problem, Status};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
-use crate::gather::rdma::nccl::OFI_NCCL_DIRS;
+use crate::platform::OFI_NCCL_DIRS;
 use crate::policy::Policy;
 
 pub const ID: &str = "nccl-net-plugin";

@@ -2,7 +2,7 @@
 //! every check that did not pass, the settings, and the verdict. Colour only
 //! when asked (the caller decides: a terminal, and NO_COLOR unset).
 
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use crate::report::Report;
 use crate::tune::Source;
 use std::fmt::Write;

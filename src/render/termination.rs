@@ -1,7 +1,7 @@
 //! The Kubernetes termination message: a short summary (at most 4096 bytes, the
 //! kubelet's limit) that `kubectl describe pod` shows; one line per failed check.
 
-use crate::judge::Status;
+use crate::finding::Status;
 use crate::report::Report;
 
 pub const MAX_BYTES: usize = 4096;
@@ -54,7 +54,7 @@ pub fn render(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::Finding;
+    use crate::finding::Finding;
     use crate::render::fixed_report::report;
 
     #[test]

@@ -1,6 +1,6 @@
 //! The Prometheus exposition of a report, through prometheus-client.
 
-use crate::judge::Status;
+use crate::finding::Status;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
@@ -74,7 +74,7 @@ fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize
 /// finding); `ready` is what /readyz answers.
 pub fn render(
     snapshot: &super::Snapshot,
-    xid: &crate::judge::Finding,
+    xid: &crate::finding::Finding,
     xids: &super::xid::Xids,
     ready: bool,
 ) -> String {

@@ -10,7 +10,7 @@ pub mod xid;
 
 use crate::cli::ServeArgs;
 use crate::commands::Exit;
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use crate::policy::Policy;
 use crate::report::Report;
 use anyhow::{Context, Result};
@@ -101,7 +101,7 @@ impl Live<'_> {
     fn report(&self) -> Option<Report> {
         let mut report = self.snapshot.report.clone()?;
         report.checks.push(self.xid.clone());
-        report.verdict = crate::judge::verdict(&report.checks);
+        report.verdict = crate::finding::verdict(&report.checks);
         Some(report)
     }
 }

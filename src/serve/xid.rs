@@ -43,7 +43,7 @@ pub const NOT_READY: &[(u64, &str, &str)] = &[
     (158, "GPU fatal timeout", "RESET_GPU"),
 ];
 
-pub const ID: &str = "gpu-xid";
+pub const ID: &str = crate::finding::ids::GPU_XID;
 
 /// Which XID codes fail readiness: the catalog's, plus `--xid-not-ready`, less `--xid-ignore`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,7 @@
 use super::Setting;
 use crate::facts::Facts;
 
-/// Where aws-ofi-nccl installs its topology files.
-pub const XML_DIR: &str = "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml";
+use crate::platform::OFI_NCCL_XML_DIR as XML_DIR;
 
 /// One row of the platform table.
 struct Platform {

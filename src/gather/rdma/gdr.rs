@@ -49,11 +49,7 @@ pub fn gather(host: &Host) -> GdrFacts {
     }
 }
 
-/// Parses `5.15.0-1051-aws` into (5, 15).
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(['.', '-']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
+pub use crate::facts::rdma::kernel_version;
 
 #[cfg(test)]
 mod tests {

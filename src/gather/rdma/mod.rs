@@ -237,7 +237,7 @@ fn assemble(
         nccl: libs.nccl,
         gdr: gdr::gather(host),
         ofi_nccl_xml: host
-            .list_dir(crate::tune::efa::XML_DIR)
+            .list_dir(crate::platform::OFI_NCCL_XML_DIR)
             .map(Option::unwrap_or_default)
             .into(),
     }

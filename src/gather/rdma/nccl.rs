@@ -13,8 +13,7 @@ use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, is_missing};
 use std::ffi::{CStr, c_char, c_int, c_void};
 
-/// Where aws-ofi-nccl installs itself (FACTS.md section 4).
-pub const OFI_NCCL_DIRS: &[&str] = &["/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64"];
+use crate::platform::OFI_NCCL_DIRS;
 
 /// The names NCCL tries for its net plugin, in order, or `None` when the plugin is disabled.
 pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
