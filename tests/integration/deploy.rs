@@ -355,6 +355,64 @@ fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
 }
 
 #[test]
+fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count() {
+    let test = "a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let dir = crate::support::repo().join("examples/manifests");
+    let bad = scratch("two-step");
+    // The first occurrence of each is the checking init container's, before the trainer's.
+    let without = |file: &str, cuts: &[&str]| {
+        let mut text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for cut in cuts {
+            assert!(
+                text.contains(cut),
+                "{file} no longer has {cut:?}: update this test"
+            );
+            text = text.replacen(cut, "", 1);
+        }
+        std::fs::write(bad.join(file), text).unwrap();
+    };
+    without(
+        "eks-p5-efa.yaml",
+        &[
+            "                - --nodes=16\n",
+            "                  vpc.amazonaws.com/efa: 32\n",
+        ],
+    );
+    without(
+        "openshift-roce-multus.yaml",
+        &[
+            "              securityContext:\n                capabilities:\n                  add: [\"IPC_LOCK\"]\n",
+            "                - name: dshm\n                  mountPath: /dev/shm\n",
+        ],
+    );
+    let text = std::fs::read_to_string(dir.join("mpijob-nccl-tests.yaml")).unwrap();
+    std::fs::write(
+        bad.join("mpijob-nccl-tests.yaml"),
+        text.replace("--nodes=2", "--nodes=3"),
+    )
+    .unwrap();
+    let (_, errors, _) = validate(&python, &bad);
+    let all = errors.join("\n");
+    for expected in [
+        "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: no --nodes in an init container of a 16-node job",
+        "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: asks for {'nvidia.com/gpu': 8}, the trainer for {'nvidia.com/gpu': 8, 'vpc.amazonaws.com/efa': 32}",
+        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer mounts /dev/shm, the check does not",
+        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer adds capabilities ['IPC_LOCK'] the check does not",
+        "mpijob-nccl-tests.yaml MPIJob/nccl-tests-allreduce: nccl-preflight: --nodes 3, but the job has 2 GPU pods",
+    ] {
+        assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
+    }
+    assert_eq!(errors.len(), 5, "{all}");
+}
+
+#[test]
 fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
     use crate::support::fixture_command;
     let out = fixture_command("runtime-defaults", "probe", &[], &[])

@@ -11,6 +11,9 @@ It also computes every pod template's effective request for each extended resour
 (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) as the scheduler does, and fails
 a pod that does not fit the node its file names in a comment line
   # node: p5.48xlarge nvidia.com/gpu=8 vpc.amazonaws.com/efa=32
+An init container that runs the installed binary in the training image (/tools/...)
+must ask for the trainer's extended resources, mount /dev/shm and add the trainer's
+capabilities where the trainer does, and state --nodes as the job's GPU pod count.
 
 Usage: validate.py MANIFEST_DIR CRD_DIR  -> JSON on stdout:
   {"documents": N, "errors": ["file: message", ...],
@@ -157,6 +160,70 @@ def check_fit(path, text, templates, errors):
     return pods
 
 
+def replica_specs(value):
+    """Every {replicas, template} inside a job (PyTorchJob and MPIJob replica specs)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("replicas"), int) and isinstance(value.get("template"), dict):
+            yield value["replicas"], value["template"]
+        for item in value.values():
+            yield from replica_specs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from replica_specs(item)
+
+
+def flag(argv, name):
+    """The value of `--name=V` or `--name V` in argv, or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def in_training_image(container):
+    """A check run by the installed binary in another image (the two-step pattern)."""
+    command = container.get("command") or []
+    return bool(command) and command[0].startswith("/tools/") and "nccl-preflight" not in container.get("image", "")
+
+
+def check_two_step(doc, where, errors):
+    """The two-step pattern's check must see what the trainer gets, and know the job's
+    span: an init container has neither the trainer's devices (it sees only what it
+    requests) nor the launcher's PET_NNODES / WORLD_SIZE."""
+    specs = list(replica_specs(doc))
+    # One pod per node for every replica that asks for GPUs (the manifests' pods take a node each).
+    gpu_nodes = sum(r for r, t in specs
+                    if extended_requests(next(iter(t["spec"]["containers"]), {}), where, []).get("nvidia.com/gpu"))
+    for _, template in specs:
+        spec = template["spec"]
+        trainer = (spec.get("containers") or [{}])[0]
+        for c in spec.get("initContainers") or []:
+            if not in_training_image(c):
+                continue
+            name = f"{where}: {c.get('name')}"
+            argv = (c.get("command") or [])[1:] + (c.get("args") or [])
+            nodes = flag(argv, "--nodes")
+            if nodes is None and gpu_nodes > 1:
+                errors.append(f"{name}: no --nodes in an init container of a {gpu_nodes}-node job "
+                              "(the launcher's variables are not in init containers)")
+            elif nodes is not None and nodes != str(gpu_nodes):
+                errors.append(f"{name}: --nodes {nodes}, but the job has {gpu_nodes} GPU pods")
+            mine, theirs = extended_requests(c, name, errors), extended_requests(trainer, name, errors)
+            if mine != theirs:
+                errors.append(f"{name}: asks for {mine}, the trainer for {theirs}: "
+                              "the check must see the devices the trainer gets")
+            mounts = lambda x: {m.get("mountPath") for m in x.get("volumeMounts") or []}
+            if "/dev/shm" in mounts(trainer) and "/dev/shm" not in mounts(c):
+                errors.append(f"{name}: the trainer mounts /dev/shm, the check does not")
+            caps = lambda x: set((((x.get("securityContext") or {}).get("capabilities") or {})
+                                  .get("add")) or [])
+            if not caps(trainer) <= caps(c):
+                errors.append(f"{name}: the trainer adds capabilities {sorted(caps(trainer) - caps(c))} "
+                              "the check does not")
+
+
 def commands(doc):
     for _, template in pod_templates(doc):
         spec = template["spec"]
@@ -211,6 +278,7 @@ def validate_file(path, schemas, errors):
                 errors.append(f"{where}: {e.message} at {'.'.join(map(str, e.path))}")
             except kubernetes_validate.utils.SchemaNotFoundError as e:
                 errors.append(f"{where}: {e}")
+        check_two_step(doc, where, errors)
         for container, argv in commands(doc):
             found.append({"file": path.name, "container": container, "argv": argv})
     if not found:
