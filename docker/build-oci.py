@@ -44,6 +44,8 @@ NONROOT = 65532
 # A fixed time for every file and the image itself: the same inputs give the same digests.
 EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
 ENTRYPOINT = "/usr/local/bin/nccl-preflight"
+# NCCL_PREFLIGHT_IMAGE (the --image flag): this is nccl-preflight's own image, not the trainer's.
+IMAGE_ROLE = "own"
 
 
 def fail(message):
@@ -196,7 +198,10 @@ def main():
             "config": {
                 "User": f"{NONROOT}:{NONROOT}",
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],
+                        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+                        # As docker/Dockerfile: this image holds none of the trainer's
+                        # RDMA/NCCL libraries, so the checks of those skip in it.
+                        f"NCCL_PREFLIGHT_IMAGE={IMAGE_ROLE}"],
                 "Entrypoint": [ENTRYPOINT],
                 "Cmd": ["check"],
                 "WorkingDir": "/home/nonroot",

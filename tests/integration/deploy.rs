@@ -84,11 +84,8 @@ fn validator_python(test: &str) -> Option<std::path::PathBuf> {
     None
 }
 
-/// Runs tests/manifests/validate.py on `dir`: (documents, errors, command lines).
-fn validate(
-    python: &std::path::Path,
-    dir: &std::path::Path,
-) -> (u64, Vec<String>, Vec<Vec<String>>) {
+/// Runs tests/manifests/validate.py on `dir`: its whole JSON answer.
+fn validate_json(python: &std::path::Path, dir: &std::path::Path) -> serde_json::Value {
     let crds = crate::support::repo().join("../shared/data/crds");
     let out = std::process::Command::new(python)
         .arg(crate::support::repo().join("tests/manifests/validate.py"))
@@ -97,7 +94,15 @@ fn validate(
         .output()
         .unwrap();
     assert!(out.status.success(), "validate.py: {}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs tests/manifests/validate.py on `dir`: (documents, errors, command lines).
+fn validate(
+    python: &std::path::Path,
+    dir: &std::path::Path,
+) -> (u64, Vec<String>, Vec<Vec<String>>) {
+    let v = validate_json(python, dir);
     let strings = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -188,6 +193,223 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     );
     assert!(all.contains("no CRD for example.com/v1 Thing"), "{all}");
     assert!(parses(&["init".into(), "--nccl-config=/x".into()]).is_err());
+}
+
+/// The effective request validate.py computed for the pod templates of `file`.
+fn effective<'a>(v: &'a serde_json::Value, file: &str) -> Vec<&'a serde_json::Value> {
+    v["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["file"] == file)
+        .map(|p| &p["effective"])
+        .collect()
+}
+
+#[test]
+fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
+    let test = "every_manifest_pod_fits_its_node_as_the_scheduler_counts_it";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let dir = crate::support::repo().join("examples/manifests");
+    let v = validate_json(&python, &dir);
+    assert_eq!(v["errors"], serde_json::json!([]), "{:#}", v["errors"]);
+    // Every pod that asks for a device names the node it must fit, and fits it. The
+    // two-step pattern's second init container asks for what the trainer asks for,
+    // and init containers run one at a time: the pod asks for it once.
+    let with_devices: Vec<&serde_json::Value> = v["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["effective"].as_object().is_some_and(|e| !e.is_empty()))
+        .collect();
+    assert!(with_devices.len() >= 8, "{with_devices:#?}");
+    assert!(with_devices.iter().all(|p| p["node"].is_string()));
+    assert_eq!(
+        effective(&v, "eks-p5-efa.yaml"),
+        [&serde_json::json!({"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32})]
+    );
+    assert_eq!(
+        effective(&v, "pytorchjob-sidecar.yaml"),
+        [&serde_json::json!({"nvidia.com/gpu": 8})]
+    );
+    // issue 17: the MPIJob's workers ask for the RDMA device their check requires.
+    assert!(
+        effective(&v, "mpijob-nccl-tests.yaml")
+            .iter()
+            .any(|e| e["rdma/rdma_shared_device_a"] == 1),
+        "{:#?}",
+        effective(&v, "mpijob-nccl-tests.yaml")
+    );
+}
+
+#[test]
+fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
+    let test = "sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let bad = scratch("sidecar-gpus");
+    // The shipped sidecar as it was (issue 16): the sidecar also asks for 8 GPUs.
+    let shipped = std::fs::read_to_string(
+        crate::support::repo().join("examples/manifests/pytorchjob-sidecar.yaml"),
+    )
+    .unwrap();
+    let old = shipped.replace(
+        "                  memory: 64Mi\n",
+        "                  memory: 64Mi\n                  nvidia.com/gpu: 8\n",
+    );
+    assert_ne!(old, shipped, "the sidecar's limits moved: update this test");
+    std::fs::write(bad.join("sidecar.yaml"), old).unwrap();
+    // KEP-753's other cases, as a plain Pod: a sidecar started before a plain init
+    // container adds to it (9 GPUs while it runs, beside a trainer asking for only 4:
+    // 4 + 1 once running), two plain init containers do not
+    // add to each other or to the app containers (max, not sum), and a pod asking for
+    // devices without naming its node is an error too.
+    let pod = |name: &str, node: &str, init: &str, trainer: u32| {
+        format!(
+            "{node}apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  initContainers:\n{init}  containers:\n  - name: trainer\n    image: trainer\n    command: [/tools/nccl-preflight, exec, --, torchrun]\n    resources: {{limits: {{nvidia.com/gpu: {trainer}}}}}\n"
+        )
+    };
+    let container = |name: &str, gpus: u32, sidecar: bool| {
+        let policy = if sidecar {
+            "    restartPolicy: Always\n"
+        } else {
+            ""
+        };
+        format!(
+            "  - name: {name}\n    image: ghcr.io/example/nccl-preflight:0.1.0\n{policy}    args: [probe]\n    resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}\n"
+        )
+    };
+    let node = "# node: 8-gpu nvidia.com/gpu=8\n";
+    std::fs::write(
+        bad.join("sidecar-before-init.yaml"),
+        pod(
+            "before",
+            node,
+            &(container("watch", 1, true) + &container("check", 8, false)),
+            4,
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("two-inits.yaml"),
+        pod(
+            "inits",
+            node,
+            &(container("a", 8, false) + &container("b", 8, false)),
+            8,
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("no-node.yaml"),
+        pod("nonode", "", &container("a", 8, false), 8),
+    )
+    .unwrap();
+    let v = validate_json(&python, &bad);
+    let errors: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let about = |file: &str| -> Vec<&str> {
+        errors
+            .iter()
+            .copied()
+            .filter(|e| e.starts_with(file))
+            .collect()
+    };
+    assert_eq!(
+        about("sidecar.yaml"),
+        [
+            "sidecar.yaml PyTorchJob/llm-pretrain-watched: spec.pytorchReplicaSpecs.Worker.template: \
+          the pod needs nvidia.com/gpu 16 (effective request), node 8-gpu has 8: it stays Pending"
+        ]
+    );
+    assert_eq!(
+        effective(&v, "sidecar-before-init.yaml"),
+        [&serde_json::json!({"nvidia.com/gpu": 9})]
+    );
+    assert_eq!(about("sidecar-before-init.yaml").len(), 1, "{errors:#?}");
+    assert_eq!(
+        effective(&v, "two-inits.yaml"),
+        [&serde_json::json!({"nvidia.com/gpu": 8})]
+    );
+    assert!(about("two-inits.yaml").is_empty(), "{errors:#?}");
+    let no_node = about("no-node.yaml");
+    assert!(
+        no_node.len() == 1 && no_node[0].contains("no single '# node: NAME"),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count() {
+    let test = "a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let dir = crate::support::repo().join("examples/manifests");
+    let bad = scratch("two-step");
+    // The first occurrence of each is the checking init container's, before the trainer's.
+    let without = |file: &str, cuts: &[&str]| {
+        let mut text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for cut in cuts {
+            assert!(
+                text.contains(cut),
+                "{file} no longer has {cut:?}: update this test"
+            );
+            text = text.replacen(cut, "", 1);
+        }
+        std::fs::write(bad.join(file), text).unwrap();
+    };
+    without(
+        "eks-p5-efa.yaml",
+        &[
+            "                - --nodes=16\n",
+            "                  vpc.amazonaws.com/efa: 32\n",
+        ],
+    );
+    without(
+        "openshift-roce-multus.yaml",
+        &[
+            "              securityContext:\n                capabilities:\n                  add: [\"IPC_LOCK\"]\n",
+            "                - name: dshm\n                  mountPath: /dev/shm\n",
+        ],
+    );
+    let text = std::fs::read_to_string(dir.join("mpijob-nccl-tests.yaml")).unwrap();
+    std::fs::write(
+        bad.join("mpijob-nccl-tests.yaml"),
+        text.replace("--nodes=2", "--nodes=3"),
+    )
+    .unwrap();
+    let (_, errors, _) = validate(&python, &bad);
+    let all = errors.join("\n");
+    for expected in [
+        "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: no --nodes in an init container of a 16-node job",
+        "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: asks for {'nvidia.com/gpu': 8}, the trainer for {'nvidia.com/gpu': 8, 'vpc.amazonaws.com/efa': 32}",
+        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer mounts /dev/shm, the check does not",
+        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer adds capabilities ['IPC_LOCK'] the check does not",
+        "mpijob-nccl-tests.yaml MPIJob/nccl-tests-allreduce: nccl-preflight: --nodes 3, but the job has 2 GPU pods",
+    ] {
+        assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
+    }
+    assert_eq!(errors.len(), 5, "{all}");
 }
 
 #[test]

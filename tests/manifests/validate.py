@@ -7,12 +7,22 @@ Kubeflow kinds: the CRDs' openAPIV3Schema with jsonschema, plus a walk that fail
 fields the schema does not declare (the API server would silently drop them), and
 every pod template inside them validated as a Pod with kubernetes-validate.
 
+It also computes every pod template's effective request for each extended resource
+(nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) as the scheduler does, and fails
+a pod that does not fit the node its file names in a comment line
+  # node: p5.48xlarge nvidia.com/gpu=8 vpc.amazonaws.com/efa=32
+An init container that runs the installed binary in the training image (/tools/...)
+must ask for the trainer's extended resources, mount /dev/shm and add the trainer's
+capabilities where the trainer does, and state --nodes as the job's GPU pod count.
+
 Usage: validate.py MANIFEST_DIR CRD_DIR  -> JSON on stdout:
   {"documents": N, "errors": ["file: message", ...],
-   "commands": [{"file": F, "container": C, "argv": [...]}]}
+   "commands": [{"file": F, "container": C, "argv": [...]}],
+   "pods": [{"file": F, "template": PATH, "node": NAME, "effective": {resource: n}}]}
 """
 import json
 import pathlib
+import re
 import sys
 
 import jsonschema
@@ -68,6 +78,152 @@ def pod_templates(value, path="spec"):
             yield from pod_templates(item, f"{path}[{i}]")
 
 
+NODE_LINE = re.compile(r"^# node: (\S+)((?: [\w./-]+=\d+)+)\s*$", re.M)
+
+
+def node_capacity(text):
+    """The node a manifest targets, from its `# node: NAME resource=N ...` line."""
+    found = NODE_LINE.findall(text)
+    if len(found) != 1:
+        return None
+    name, pairs = found[0]
+    return name, {k: int(v) for k, v in (p.split("=") for p in pairs.split())}
+
+
+def is_extended(resource):
+    """Extended resources are the device plugins' (vendor.example/thing): a domain
+    other than kubernetes.io's own (cpu, memory, hugepages-*, ephemeral-storage)."""
+    return "/" in resource and not resource.split("/")[0].endswith("kubernetes.io")
+
+
+def extended_requests(container, where, errors):
+    """A container's extended-resource requests. Extended resources cannot be
+    overcommitted: a limit alone sets the request to the same value, and a request
+    must equal its limit (kubernetes.io/docs/concepts/configuration/manage-resources-containers)."""
+    resources = container.get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    out = {}
+    for name in sorted(set(limits) | set(requests)):
+        if not is_extended(name):
+            continue
+        value = requests.get(name, limits.get(name))
+        try:
+            out[name] = int(str(value))
+        except ValueError:
+            errors.append(f"{where}: {container.get('name')}: {name}: {value!r} is not a whole number")
+    return out
+
+
+def effective_requests(spec, where, errors):
+    """The pod's effective request per extended resource, by KEP-753's rule (the
+    scheduler's, kubernetes.io/docs/concepts/workloads/pods/sidecar-containers and
+    k8s.io/component-helpers resource.PodRequests): init containers run one at a time,
+    each beside the sidecars (restartPolicy: Always) started before it; sidecars keep
+    running, so they add to the app containers, which run together:
+      init = max over init containers of (its request + the sidecars before it),
+             a sidecar counting with the sidecars before it and itself
+      pod  = max(init, sum(app containers) + sum(sidecars))"""
+    sidecars, init, apps = {}, {}, {}
+    add = lambda total, more: {k: total.get(k, 0) + more.get(k, 0) for k in set(total) | set(more)}
+    peak = lambda a, b: {k: max(a.get(k, 0), b.get(k, 0)) for k in set(a) | set(b)}
+    for c in spec.get("initContainers") or []:
+        req = extended_requests(c, where, errors)
+        if c.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, req)
+            init = peak(init, sidecars)
+        else:
+            init = peak(init, add(req, sidecars))
+    for c in spec.get("containers") or []:
+        apps = add(apps, extended_requests(c, where, errors))
+    return {k: v for k, v in sorted(peak(init, add(apps, sidecars)).items()) if v}
+
+
+def check_fit(path, text, templates, errors):
+    """Each pod template's effective request against the node the file names."""
+    pods = []
+    node = node_capacity(text)
+    for where, spec in templates:
+        effective = effective_requests(spec, where, errors)
+        pods.append({"file": path.name, "template": where,
+                     "node": node[0] if node else None, "effective": effective})
+        if not effective:
+            continue
+        if node is None:
+            errors.append(f"{where}: asks for {effective} but the file has no single "
+                          "'# node: NAME resource=N ...' line naming the node's capacity")
+            continue
+        name, capacity = node
+        for resource, n in effective.items():
+            if n > capacity.get(resource, 0):
+                errors.append(f"{where}: the pod needs {resource} {n} (effective request), "
+                              f"node {name} has {capacity.get(resource, 0)}: it stays Pending")
+    return pods
+
+
+def replica_specs(value):
+    """Every {replicas, template} inside a job (PyTorchJob and MPIJob replica specs)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("replicas"), int) and isinstance(value.get("template"), dict):
+            yield value["replicas"], value["template"]
+        for item in value.values():
+            yield from replica_specs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from replica_specs(item)
+
+
+def flag(argv, name):
+    """The value of `--name=V` or `--name V` in argv, or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def in_training_image(container):
+    """A check run by the installed binary in another image (the two-step pattern)."""
+    command = container.get("command") or []
+    return bool(command) and command[0].startswith("/tools/") and "nccl-preflight" not in container.get("image", "")
+
+
+def check_two_step(doc, where, errors):
+    """The two-step pattern's check must see what the trainer gets, and know the job's
+    span: an init container has neither the trainer's devices (it sees only what it
+    requests) nor the launcher's PET_NNODES / WORLD_SIZE."""
+    specs = list(replica_specs(doc))
+    # One pod per node for every replica that asks for GPUs (the manifests' pods take a node each).
+    gpu_nodes = sum(r for r, t in specs
+                    if extended_requests(next(iter(t["spec"]["containers"]), {}), where, []).get("nvidia.com/gpu"))
+    for _, template in specs:
+        spec = template["spec"]
+        trainer = (spec.get("containers") or [{}])[0]
+        for c in spec.get("initContainers") or []:
+            if not in_training_image(c):
+                continue
+            name = f"{where}: {c.get('name')}"
+            argv = (c.get("command") or [])[1:] + (c.get("args") or [])
+            nodes = flag(argv, "--nodes")
+            if nodes is None and gpu_nodes > 1:
+                errors.append(f"{name}: no --nodes in an init container of a {gpu_nodes}-node job "
+                              "(the launcher's variables are not in init containers)")
+            elif nodes is not None and nodes != str(gpu_nodes):
+                errors.append(f"{name}: --nodes {nodes}, but the job has {gpu_nodes} GPU pods")
+            mine, theirs = extended_requests(c, name, errors), extended_requests(trainer, name, errors)
+            if mine != theirs:
+                errors.append(f"{name}: asks for {mine}, the trainer for {theirs}: "
+                              "the check must see the devices the trainer gets")
+            mounts = lambda x: {m.get("mountPath") for m in x.get("volumeMounts") or []}
+            if "/dev/shm" in mounts(trainer) and "/dev/shm" not in mounts(c):
+                errors.append(f"{name}: the trainer mounts /dev/shm, the check does not")
+            caps = lambda x: set((((x.get("securityContext") or {}).get("capabilities") or {})
+                                  .get("add")) or [])
+            if not caps(trainer) <= caps(c):
+                errors.append(f"{name}: the trainer adds capabilities {sorted(caps(trainer) - caps(c))} "
+                              "the check does not")
+
+
 def commands(doc):
     for _, template in pod_templates(doc):
         spec = template["spec"]
@@ -87,11 +243,14 @@ def is_custom(api_version):
 
 
 def validate_file(path, schemas, errors):
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    found = []
+    text = path.read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    found, templates = [], []
     for doc in docs:
         key = (doc.get("apiVersion"), doc.get("kind"))
         where = f"{path.name} {key[1]}/{doc.get('metadata', {}).get('name')}"
+        templates.extend((f"{where}: {tpath.removeprefix('spec.')}", t["spec"])
+                         for tpath, t in pod_templates(doc))
         if key in schemas:
             for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(doc):
                 loc = ".".join(str(p) for p in e.absolute_path)
@@ -119,29 +278,32 @@ def validate_file(path, schemas, errors):
                 errors.append(f"{where}: {e.message} at {'.'.join(map(str, e.path))}")
             except kubernetes_validate.utils.SchemaNotFoundError as e:
                 errors.append(f"{where}: {e}")
+        check_two_step(doc, where, errors)
         for container, argv in commands(doc):
             found.append({"file": path.name, "container": container, "argv": argv})
     if not found:
         errors.append(f"{path.name}: no nccl-preflight command line")
-    return len(docs), found
+    return len(docs), found, check_fit(path, text, templates, errors)
 
 
 def main():
     manifest_dir, crd_dir = sys.argv[1], sys.argv[2]
     schemas = crd_schemas(crd_dir)
-    errors, found, count = [], [], 0
+    errors, found, pods, count = [], [], [], 0
     files = sorted(pathlib.Path(manifest_dir).glob("*.yaml"))
     if not files:
         errors.append(f"{manifest_dir}: no manifests")
     for path in files:
         try:
-            n, cmds = validate_file(path, schemas, errors)
+            n, cmds, fits = validate_file(path, schemas, errors)
         except yaml.YAMLError as e:
             errors.append(f"{path.name}: not YAML: {e}")
             continue
         count += n
         found.extend(cmds)
-    json.dump({"documents": count, "errors": errors, "commands": found}, sys.stdout, indent=1)
+        pods.extend(fits)
+    json.dump({"documents": count, "errors": errors, "commands": found, "pods": pods},
+              sys.stdout, indent=1)
 
 
 if __name__ == "__main__":
