@@ -85,6 +85,10 @@
  *                              reports) at its (N+1)th communication call
  *                              (AllGather, AllReduce, Broadcast, Send, Recv; counted
  *                              per call and communicator): a rank killed mid-way
+ *   FAKE_NCCL_HANG_AFTER=N     the (N+1)th communication call never returns, its
+ *                              sockets left open (a rank stuck in a kernel: its
+ *                              peers wait in theirs, as with NCCL, until aborted,
+ *                              killed or FAKE_NCCL_OP_TIMEOUT_MS)
  *   FAKE_NCCL_HANG_INIT=1      init never contacts the root and never completes
  *                              (only ncclCommAbort ends it): a rank that never joins
  *   FAKE_NCCL_INIT_TIMEOUT_MS  bound on the whole init (default: none, as NCCL)
@@ -1154,10 +1158,15 @@ static void *ops_thread(void *arg) {
 static atomic_long comm_calls;
 
 static ncclResult_t enqueue(struct ncclComm *c, enum opkind kind, const void *sbuf, void *rbuf, size_t count, int dtype, int redop, int peer) {
-    long die_after = env_long("FAKE_NCCL_DIE_AFTER", -1);
-    if (die_after >= 0 && atomic_fetch_add(&comm_calls, 1) >= die_after) {
+    long die_after = env_long("FAKE_NCCL_DIE_AFTER", -1), hang_after = env_long("FAKE_NCCL_HANG_AFTER", -1);
+    long call = atomic_fetch_add(&comm_calls, 1);
+    if (die_after >= 0 && call >= die_after) {
         INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_DIE_AFTER=%ld: exiting at %s", die_after, op_names[kind]);
         _exit(137);
+    }
+    if (hang_after >= 0 && call >= hang_after) {
+        INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_HANG_AFTER=%ld: stuck in %s", hang_after, op_names[kind]);
+        for (;;) pause();
     }
     if (!c) { WARN(0, "%s : comm argument is NULL", op_names[kind]); return ncclInvalidArgument; }
     int state = atomic_load(&c->state);

@@ -54,11 +54,13 @@ fn free_port() -> u16 {
 }
 
 /// One driver process: node `node` of the gang, run under `wrapper` (e.g.
-/// `ip netns exec NS`) with `env` on top of the gang's.
+/// `ip netns exec NS`) with `env` on top of the gang's. A `stuck` node is
+/// expected to outlive the others: it is killed once they have ended.
 struct Node {
     node: usize,
     wrapper: Vec<String>,
     env: Vec<(String, String)>,
+    stuck: bool,
 }
 
 fn node(n: usize) -> Node {
@@ -66,12 +68,17 @@ fn node(n: usize) -> Node {
         node: n,
         wrapper: vec![],
         env: vec![],
+        stuck: false,
     }
 }
 
 impl Node {
     fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
+        self
+    }
+    fn stuck(mut self) -> Self {
+        self.stuck = true;
         self
     }
     fn netns(mut self, ns: &str) -> Self {
@@ -84,6 +91,7 @@ impl Node {
 #[derive(Debug)]
 struct Ended {
     node: usize,
+    /// None: killed (by a signal, or by `gang` as a stuck node).
     code: Option<i32>,
     stdout: String,
     stderr: String,
@@ -112,7 +120,8 @@ impl Ended {
 }
 
 /// Runs `nodes` of an `nnodes` x `local` gang at `comm_id` together and waits
-/// for all of them, killing any still running at DEADLINE (a hang fails the test).
+/// for all but the stuck ones, killing any still running at DEADLINE (a hang
+/// fails the test), then kills the stuck ones.
 fn gang(
     name: &str,
     nnodes: usize,
@@ -155,12 +164,16 @@ fn gang(
                 }
             }
         }
-        if codes.iter().all(Option::is_some) {
+        if codes
+            .iter()
+            .zip(&nodes)
+            .all(|(code, n)| code.is_some() || n.stuck)
+        {
             break;
         }
         if started.elapsed() > DEADLINE {
             for (i, (n, child)) in children.iter_mut().enumerate() {
-                if codes[i].is_none() {
+                if codes[i].is_none() && !nodes[i].stuck {
                     let _ = child.kill();
                     let _ = child.wait();
                     hung.push(*n);
@@ -170,6 +183,13 @@ fn gang(
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    for (i, (_, child)) in children.iter_mut().enumerate() {
+        if codes[i].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            codes[i] = Some(None);
+        }
     }
     let ended: Vec<Ended> = children
         .iter()
@@ -248,7 +268,10 @@ fn two_nodes_of_two_gpus_form_one_communicator_that_explain_log_reads() {
         ("GANG_BLOCKING", "1"),
     ];
     // NCCL_HOSTID is what NCCL counts nodes by; both processes share this host's name.
-    let nodes = vec![node(0).env("NCCL_HOSTID", "a"), node(1).env("NCCL_HOSTID", "b")];
+    let nodes = vec![
+        node(0).env("NCCL_HOSTID", "a"),
+        node(1).env("NCCL_HOSTID", "b"),
+    ];
     for e in gang("two-by-two", 2, 2, &id, &env, nodes) {
         assert_healthy(&e, 4, 2);
     }
@@ -299,7 +322,14 @@ fn a_rank_that_never_starts_times_out_the_others_and_abort_returns() {
     let env = [("GANG_TIMEOUT_MS", "1500")];
     // Rank 2 of 4 never starts: the root waits for it, the others for the root's table.
     let id = format!("127.0.0.1:{}", free_port());
-    let ended = gang("never-starts", 4, 1, &id, &env, vec![node(0), node(1), node(3)]);
+    let ended = gang(
+        "never-starts",
+        4,
+        1,
+        &id,
+        &env,
+        vec![node(0), node(1), node(3)],
+    );
     assert_eq!(ended[0].code, Some(3), "the root itself waited: {ended:#?}");
     assert_gave_up_cleanly(&ended, 4);
     // The root (rank 0) never starts: the others retry connecting until they give up.
@@ -340,6 +370,40 @@ fn a_rank_killed_mid_way_fails_the_others_next_collective() {
             "{e:#?}"
         );
     }
+}
+
+#[test]
+fn a_rank_stuck_in_a_collective_holds_the_others_until_their_op_timeout() {
+    let id = format!("127.0.0.1:{}", free_port());
+    // Rank 1's third call never returns and its sockets stay open: the others
+    // wait in their all-reduce as NCCL's would, until the fake's backstop.
+    let nodes = vec![
+        node(0),
+        node(1).env("FAKE_NCCL_HANG_AFTER", "2").stuck(),
+        node(2),
+    ];
+    let env = [("FAKE_NCCL_OP_TIMEOUT_MS", "1500")];
+    let ended = gang("stuck", 3, 1, &id, &env, nodes);
+    assert_eq!(
+        ended[1].code, None,
+        "still stuck when killed: {:#?}",
+        ended[1]
+    );
+    assert!(ended[1].has("allreduce float32 ok"), "{:#?}", ended[1]);
+    for e in [&ended[0], &ended[2]] {
+        assert_eq!(e.code, Some(5), "{e:#?}");
+        assert!(
+            e.has("ncclAllReduce failed: 6 remote process exited or there was a network error"),
+            "{e:#?}"
+        );
+    }
+    // The first to time out may exit before the other does, which then sees it leave.
+    assert!(
+        [&ended[0], &ended[2]].iter().any(|e| e
+            .stdout
+            .contains("timed out waiting for an operation to complete")),
+        "{ended:#?}"
+    );
 }
 
 #[test]
@@ -387,7 +451,10 @@ impl TwoNamespaces {
         let pid = std::process::id();
         let t = TwoNamespaces {
             names: [format!("npf-{tag}-a-{pid}"), format!("npf-{tag}-b-{pid}")],
-            veths: [format!("gva{}", pid % 100_000), format!("gvb{}", pid % 100_000)],
+            veths: [
+                format!("gva{}", pid % 100_000),
+                format!("gvb{}", pid % 100_000),
+            ],
         };
         let [a, b] = &t.names;
         let [va, vb] = &t.veths;
