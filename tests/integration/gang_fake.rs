@@ -158,10 +158,10 @@ fn gang(
     let mut hung = vec![];
     loop {
         for (i, (_, child)) in children.iter_mut().enumerate() {
-            if codes[i].is_none() {
-                if let Some(status) = child.try_wait().unwrap() {
-                    codes[i] = Some(status.code());
-                }
+            if codes[i].is_none()
+                && let Some(status) = child.try_wait().unwrap()
+            {
+                codes[i] = Some(status.code());
             }
         }
         if codes
