@@ -30,7 +30,8 @@
  * device and a listening address on the interface that reaches the root; the
  * root answers everyone with the whole table; ranks then build a full TCP mesh
  * (each connects to every lower rank). Without NCCL_COMM_ID ncclGetUniqueId
- * fails with ncclInvalidUsage: this fake has no out-of-band root.
+ * fails with ncclInvalidUsage: this fake has no out-of-band root, and init
+ * refuses (ncclInvalidArgument) an id that does not carry NCCL_MAGIC.
  *
  * Like NCCL (init.cc, after the first bootstrap all-gather), ranks whose NCCL
  * versions differ all fail init with ncclInvalidUsage and "Mismatched NCCL
@@ -107,6 +108,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,14 @@ typedef enum {
 } ncclDataType_t;
 typedef void *cudaStream_t;
 typedef struct ncclComm *ncclComm_t;
+
+/* The layouts callers compile against (nccl.h on x86_64 and aarch64). */
+_Static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
+_Static_assert(offsetof(ncclConfig_t, blocking) == 16, "ncclConfig_t: size, magic, version, then blocking");
+_Static_assert(offsetof(ncclConfig_t, netName) == 32, "ncclConfig_t v21700 fields");
+_Static_assert(offsetof(ncclConfig_t, splitShare) == 40, "ncclConfig_t v21700 fields");
+_Static_assert(sizeof(ncclConfig_t) == 80, "ncclConfig_t v22800 is 80 bytes");
+_Static_assert(sizeof(ncclResult_t) == 4 && sizeof(ncclDataType_t) == 4 && sizeof(ncclRedOp_t) == 4, "enums are ints");
 
 /* NCCL_MAGIC, src/include/comm.h: "Nickel atomic number is 28". */
 #define NCCL_MAGIC 0x0280028002800280ULL
@@ -490,6 +500,7 @@ static ncclResult_t run_root(struct ncclComm *c, int root_fd, struct hello *tabl
             r = ncclInvalidUsage;
             break;
         }
+        h.host[sizeof h.host - 1] = 0;
         seen[h.rank] = 1;
         fds[h.rank] = fd;
         table[h.rank] = h;
@@ -539,6 +550,7 @@ static ncclResult_t bootstrap(struct ncclComm *c) {
         if ((r = listen_at(c, &me.addr, 1024, &c->listen_fd))) goto out;
         if ((r = io_all(c, root_fd, &me, sizeof me, 1, c->init_deadline, "registering with the bootstrap root"))) goto out;
         if ((r = io_all(c, root_fd, table, sizeof *table * (size_t)n, 0, c->init_deadline, "the rank table from the bootstrap root"))) goto out;
+        for (int i = 0; i < n; i++) table[i].host[sizeof table[i].host - 1] = 0;
     }
     /* init.cc after AllGather1: every rank must run the same NCCL version. */
     for (int i = 0; i < n; i++) {

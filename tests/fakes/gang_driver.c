@@ -12,7 +12,8 @@
  * GANG_FLOATS elements (default 262144) checked element by element, a
  * broadcast, then ring-shift rounds k = 1..nranks-1 in which every rank sends
  * GANG_P2P_BYTES (default 4 MiB) to rank + k and receives from rank - k,
- * timed. GANG_BLOCKING=1 initialises with blocking ncclCommInitRank instead.
+ * timed. GANG_BLOCKING=1 initialises with blocking ncclCommInitRank instead;
+ * GANG_BAD_CONFIG=1 passes a config that NCCL_CONFIG_INITIALIZER did not set.
  * GANG_NCCL_LIB names the library to dlopen (default libnccl.so.2).
  *
  * It prints one fact per line on stdout (what the tests read) and exits
@@ -121,7 +122,9 @@ static void init_all(void) {
         exit(4);
     }
     int blocking = env_long("GANG_BLOCKING", 0) == 1;
+    /* NCCL_CONFIG_INITIALIZER of 2.21.5, then blocking = 0. */
     ncclConfig_v21700 config = {sizeof config, 0xcafebeef, 22105, 0, INT_MIN, INT_MIN, INT_MIN, NULL, INT_MIN};
+    if (env_long("GANG_BAD_CONFIG", 0) == 1) config.magic = 0;
     double start = now_s();
     GroupStart();
     for (int l = 0; l < local; l++) {

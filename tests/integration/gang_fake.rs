@@ -424,7 +424,7 @@ fn mismatched_nccl_versions_fail_init_on_every_rank_as_nccl_does() {
 }
 
 #[test]
-fn a_missing_or_malformed_nccl_comm_id_is_named() {
+fn a_missing_or_malformed_nccl_comm_id_or_config_is_named() {
     for (id, words) in [
         ("", "needs NCCL_COMM_ID=<host>:<port>"),
         ("10.0.0.1", "Invalid NCCL_COMM_ID, please use format"),
@@ -437,6 +437,22 @@ fn a_missing_or_malformed_nccl_comm_id_is_named() {
         assert!(e.stdout.contains("ncclGetUniqueId failed"), "{id}: {e:#?}");
         assert!(e.stdout.contains(words), "{id}: {e:#?}");
     }
+    // ncclConfig_t not set by NCCL_CONFIG_INITIALIZER: refused as init.cc parseCommConfig does.
+    let id = format!("127.0.0.1:{}", free_port());
+    let ended = gang(
+        "bad-config",
+        1,
+        1,
+        &id,
+        &[("GANG_BAD_CONFIG", "1")],
+        vec![node(0)],
+    );
+    let e = &ended[0];
+    assert_eq!(e.code, Some(4), "{e:#?}");
+    assert!(
+        e.has("init failed: rank 0: 4 invalid argument (run with NCCL_DEBUG=WARN for details): ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER"),
+        "{e:#?}"
+    );
 }
 
 /// Two network namespaces joined by a veth pair, removed (with the pair) on drop.
