@@ -539,7 +539,7 @@ static ncclResult_t bootstrap(struct ncclComm *c) {
         if ((r = listen_at(c, &me.addr, 1024, &c->listen_fd))) goto out;
         table[0] = me;
         INFO(c->dev, "fake libnccl: bootstrap root listening at %s", addr_text(&at, text, sizeof text));
-        r = run_root(c, root_fd, table);
+        if ((r = run_root(c, root_fd, table))) goto out;
     } else {
         if ((r = connect_to(c, &root, c->init_deadline, &root_fd))) goto out;
         /* Listen on the interface that reaches the root, as bootstrapNetInit picks

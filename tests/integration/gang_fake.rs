@@ -348,6 +348,49 @@ fn a_rank_that_never_starts_times_out_the_others_and_abort_returns() {
 }
 
 #[test]
+fn blocking_init_ends_at_the_fakes_init_timeout_and_connects_retry_as_nccls_do() {
+    // Blocking init cannot be bounded by its caller: FAKE_NCCL_INIT_TIMEOUT_MS is
+    // the fake's backstop (NCCL itself would wait for rank 2 forever).
+    let id = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("GANG_BLOCKING", "1"),
+        ("FAKE_NCCL_INIT_TIMEOUT_MS", "1500"),
+    ];
+    let ended = gang("init-timeout", 3, 1, &id, &env, vec![node(0), node(1)]);
+    for e in &ended {
+        assert_eq!(e.code, Some(4), "{e:#?}");
+        assert!(
+            e.has("init failed: group end: 6 remote process exited or there was a network error"),
+            "{e:#?}"
+        );
+    }
+    assert!(
+        ended[0]
+            .stdout
+            .contains("rank 0 timed out waiting for all ranks to join the bootstrap root"),
+        "{ended:#?}"
+    );
+    // No root: refused connections are retried NCCL_SOCKET_RETRY_CNT times
+    // (src/misc/socket.cc), then init fails with ncclRemoteError.
+    let id = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("NCCL_SOCKET_RETRY_CNT", "2"),
+        ("NCCL_SOCKET_RETRY_SLEEP_MSEC", "50"),
+    ];
+    let ended = gang("retries", 2, 1, &id, &env, vec![node(1)]);
+    let e = &ended[0];
+    assert_eq!(e.code, Some(4), "{e:#?}");
+    assert!(
+        e.stdout.contains(&format!(
+            "connect to {}<{}> returned Connection refused, exceeded error retry count after 3 attempts",
+            "127.0.0.1",
+            id.rsplit(':').next().unwrap()
+        )),
+        "{e:#?}"
+    );
+}
+
+#[test]
 fn a_rank_killed_mid_way_fails_the_others_next_collective() {
     let id = format!("127.0.0.1:{}", free_port());
     // Two calls (all-gather, float all-reduce) succeed, the third exits the process.
