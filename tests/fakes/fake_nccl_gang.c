@@ -67,10 +67,15 @@
  *
  * Logging: NCCL_DEBUG=INFO (or TRACE) prints NCCL-style lines
  * ("host:pid:tid [dev] NCCL INFO ...", src/debug.cc) to stderr or
- * NCCL_DEBUG_FILE (%h host, %p pid): the version, NCCL_COMM_ID, one "Channel
- * 00/0 : a[da] -> b[db] [send] via T" and one "[receive]" line per peer, and
- * "Init COMPLETE". NCCL_DEBUG=WARN (and INFO) prints WARN lines. Every WARN
- * also becomes ncclGetLastError's answer, as in NCCL.
+ * NCCL_DEBUG_FILE (%h host, %p pid), in the formats explain-log parses: "NCCL
+ * version X.Y.Z+cudaA.B", "NCCL_COMM_ID set by environment to ...", "Init
+ * START" with a commId every rank shares, "Bootstrap: Using if:ip<0>", for
+ * NET/Socket "NET/Socket : Using [0]if:ip<0>", "Using network N", "comm ...
+ * nRanks n nNodes m localRanks l localRank k" (nodes counted by NCCL_HOSTID,
+ * else the host name, as NCCL's host hash), one "Channel 00/0 : a[da] -> b[db]
+ * [send] via T" and one "[receive]" line per peer, and "Init COMPLETE".
+ * NCCL_DEBUG=WARN (and INFO) prints WARN lines. Every WARN also becomes
+ * ncclGetLastError's answer, as in NCCL.
  *
  * Differences from NCCL: no CUDA (host buffers, synchronous), no topology,
  * one TCP connection per pair of ranks whatever the transport named in the log,
