@@ -14,6 +14,9 @@
  * GANG_P2P_BYTES (default 4 MiB) to rank + k and receives from rank - k,
  * timed. GANG_BLOCKING=1 initialises with blocking ncclCommInitRank instead;
  * GANG_BAD_CONFIG=1 passes a config that NCCL_CONFIG_INITIALIZER did not set.
+ * GANG_CUDA_LIB=path/libcuda.so.1 adds an all-reduce on buffers from
+ * cuMemAlloc_v2 in each local GPU's primary context (cuMemsetD32Async to fill,
+ * cuMemcpyDtoH_v2 to read back), as the gang will allocate them.
  * GANG_NCCL_LIB names the library to dlopen (default libnccl.so.2).
  *
  * It prints one fact per line on stdout (what the tests read) and exits
@@ -192,6 +195,47 @@ static void wrong(const char *what, size_t at, double got, double want) {
     exit(6);
 }
 
+/* An all-reduce on CUDA driver allocations: local GPU l is device l. */
+static void cuda_all_reduce(const char *path, size_t n) {
+    void *cuda = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) {
+        printf("dlopen: %s\n", dlerror());
+        exit(2);
+    }
+    int (*Init)(unsigned) = need(cuda, "cuInit");
+    int (*Retain)(void **, int) = need(cuda, "cuDevicePrimaryCtxRetain");
+    int (*SetCurrent)(void *) = need(cuda, "cuCtxSetCurrent");
+    int (*Alloc)(unsigned long long *, size_t) = need(cuda, "cuMemAlloc_v2");
+    int (*Memset)(unsigned long long, unsigned, size_t, void *) = need(cuda, "cuMemsetD32Async");
+    int (*ToHost)(void *, unsigned long long, size_t) = need(cuda, "cuMemcpyDtoH_v2");
+    int (*Free)(unsigned long long) = need(cuda, "cuMemFree_v2");
+    unsigned long long *buf = calloc((size_t)local, sizeof *buf);
+    int rc = Init(0);
+    for (int l = 0; l < local && !rc; l++) {
+        void *ctx;
+        float value = (float)(node * local + l + 1);
+        unsigned bits;
+        memcpy(&bits, &value, 4);
+        if (!(rc = Retain(&ctx, l)) && !(rc = SetCurrent(ctx)) && !(rc = Alloc(&buf[l], n * 4))) rc = Memset(buf[l], bits, n, NULL);
+    }
+    if (rc) {
+        printf("cuda failed: CUresult %d\n", rc);
+        exit(5);
+    }
+    EACH_LOCAL("ncclAllReduce", AllReduce((void *)(uintptr_t)buf[l], (void *)(uintptr_t)buf[l], n, ncclFloat32, ncclSum, comms[l], NULL));
+    float *host = malloc(n * 4);
+    for (int l = 0; l < local; l++) {
+        if ((rc = ToHost(host, buf[l], n * 4))) {
+            printf("cuda failed: cuMemcpyDtoH_v2 CUresult %d\n", rc);
+            exit(5);
+        }
+        for (size_t i = 0; i < n; i++)
+            if (host[i] != (float)(nranks * (nranks + 1) / 2)) wrong("allreduce cuda float32", i, host[i], nranks * (nranks + 1) / 2);
+        Free(buf[l]);
+    }
+    printf("allreduce cuda float32 ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
@@ -293,6 +337,8 @@ int main(int argc, char **argv) {
             if (u[l * n + i] != want) wrong("allreduce uint8 max", i, u[l * n + i], want);
         }
     printf("allreduce uint8 max ok\n");
+    const char *cuda = getenv("GANG_CUDA_LIB");
+    if (cuda && *cuda) cuda_all_reduce(cuda, n);
 
     /* Broadcast from the last rank. */
     int32_t *b = calloc(1000 * (size_t)local, sizeof *b);

@@ -300,6 +300,23 @@ fn two_nodes_of_two_gpus_form_one_communicator_that_explain_log_reads() {
     std::fs::remove_dir_all(&logs).unwrap();
 }
 
+#[test]
+fn device_buffers_from_the_fake_libcuda_all_reduce_across_processes() {
+    // fake_cuda.c's cuMemAlloc_v2 hands out host memory: the fake libnccl can
+    // move "device" buffers the gang allocates through the CUDA driver API.
+    let id = format!("127.0.0.1:{}", free_port());
+    let scenario = repo().join("tests/fixtures/gpu-p4d-a100/gpu.scenario");
+    let cuda = fake_libs().join("nvidia/libcuda.so.1");
+    let env = [
+        ("GANG_CUDA_LIB", cuda.to_str().unwrap()),
+        ("FAKE_GPU_SCENARIO", scenario.to_str().unwrap()),
+    ];
+    for e in gang("cuda-buffers", 2, 2, &id, &env, vec![node(0), node(1)]) {
+        assert_healthy(&e, 4, 2);
+        assert!(e.has("allreduce cuda float32 ok"), "{e:#?}");
+    }
+}
+
 /// The waiting ranks of a gang whose rank `missing` never joined: each one's
 /// bounded wait ran out and ncclCommAbort returned ncclSuccess, or (a
 /// non-root rank) the root aborted first and closed its bootstrap connection.
