@@ -668,6 +668,12 @@ static int group_add(struct ncclComm *c) {
     return 0;
 }
 
+/* A communicator freed inside a group leaves it (its queued init or operations die with it). */
+static void group_remove(struct ncclComm *c) {
+    for (int i = 0; i < group_n; i++)
+        if (group_comms[i] == c) group_comms[i] = group_comms[--group_n];
+}
+
 /* ---- public calls: basics ------------------------------------------------- */
 
 ncclResult_t ncclGetVersion(int *version) {
@@ -829,6 +835,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (comm->thread_started) pthread_join(comm->thread, NULL);
     /* An operation on another thread sees the flag within a poll slice. */
     while (atomic_load(&comm->busy)) sleep_ms(5);
+    group_remove(comm);
     INFO(comm->dev, "comm %p rank %d nranks %d - Abort COMPLETE", (void *)comm, comm->rank, comm->nranks);
     close_comm(comm);
     return ncclSuccess;
@@ -843,6 +850,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     if (comm->thread_started && atomic_load(&comm->state) == ncclInProgress) atomic_store(&comm->abort_flag, 1);
     if (comm->thread_started) pthread_join(comm->thread, NULL);
+    group_remove(comm);
     INFO(comm->dev, "comm %p rank %d nranks %d - Destroy COMPLETE", (void *)comm, comm->rank, comm->nranks);
     close_comm(comm);
     return ncclSuccess;
