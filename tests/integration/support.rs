@@ -107,6 +107,13 @@ pub fn fake_libs() -> &'static Path {
             dir.join("nccl-lib/libnccl.so.2"),
             &["-DFAKE_LIBNCCL"],
         );
+        // A libnccl that bootstraps and moves data across processes over TCP, for
+        // the multi-process gang tests (tests/integration/gang_fake.rs).
+        cc(
+            "fake_nccl_gang.c",
+            dir.join("nccl-gang/libnccl.so.2"),
+            &["-lpthread"],
+        );
         cc(
             "fake_nccl.c",
             dir.join("nccl-plugin/libnccl-net.so"),
