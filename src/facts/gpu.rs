@@ -95,9 +95,27 @@ pub struct NvmlGpu {
     pub fabric_state: Observed<String>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
+    /// How each value NVML can give as a field was read, by fact name (`nvlink_state`,
+    /// `nvlink_version`, `nvlink_remote_type`, `nvlink_errors`, `ecc_uncorrected_volatile`,
+    /// `remapped_rows`): `field_values` (one nvmlDeviceGetFieldValues call for the GPU)
+    /// or `per_call` (the driver refused the field, so the per-call function answered).
+    /// Empty in facts from older versions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub read_paths: std::collections::BTreeMap<String, ReadPath>,
     /// Memory health (absent in facts from older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<GpuHealth>,
+}
+
+/// How an NVML value was read (see `NvmlGpu::read_paths`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadPath {
+    /// Batched in the GPU's one nvmlDeviceGetFieldValues call.
+    FieldValues,
+    /// The driver refused the field (NVML_ERROR_NOT_SUPPORTED for that entry), so the
+    /// per-call function was asked, one call per link or value.
+    PerCall,
 }
 
 /// What says a GPU's memory is failing, as `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` shows it.

@@ -272,6 +272,73 @@ fn scenario_report_only(name: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The NVML values batched in one nvmlDeviceGetFieldValues call per GPU fall back to the
+/// per-call functions, value by value, where a driver refuses the field (older drivers;
+/// Blackwell drops the NVLink error fields): both ways give the same facts, and
+/// `read_paths` says which way each value came.
+#[test]
+fn nvml_fields_refused_by_the_driver_fall_back_to_per_call_reads() {
+    let dir = scratch("nvml-field-fallback");
+    fs::create_dir_all(&dir).unwrap();
+    let base = fs::read_to_string(repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario"))
+        .unwrap()
+        + "nvlink_errors * 3 1 7\nremap 1 2 0 1 0\necc 1 4\n";
+    let refuse: String = [4, 142, 143, 144, 145, 147, 161, 162, 163, 165, 166]
+        .iter()
+        .map(|f| format!("refuse_field {f}\n"))
+        .collect();
+    let gpus = |text: &str, file: &str| {
+        let path = dir.join(file);
+        fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        let out = fixture_command(
+            "gpu-h100-nv18",
+            "facts",
+            &[],
+            &[("FAKE_GPU_SCENARIO", path.as_str())],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        facts["gpus"]["nvml"]["state"]["loaded"]["gpus"].clone()
+    };
+    let mut batched = gpus(&base, "batched.scenario");
+    let mut per_call = gpus(&(base + &refuse), "per-call.scenario");
+    for (gpus, want) in [(&mut batched, "field_values"), (&mut per_call, "per_call")] {
+        for g in gpus.as_array_mut().unwrap() {
+            let paths = g.as_object_mut().unwrap().remove("read_paths").unwrap();
+            for what in [
+                "nvlink_state",
+                "nvlink_version",
+                "nvlink_remote_type",
+                "nvlink_errors",
+                "ecc_uncorrected_volatile",
+                "remapped_rows",
+            ] {
+                assert_eq!(paths[what], want, "{what}: {paths}");
+            }
+            // Asked per call, the remote end of an NVSwitch link is still not read.
+            for l in g["nvlinks"].as_array_mut().unwrap() {
+                l.as_object_mut().unwrap().remove("remote_pci_bus_id");
+            }
+        }
+    }
+    assert_eq!(batched, per_call);
+    // The values themselves came through: counters, memory health, link state.
+    let gpu1 = &batched[1];
+    assert_eq!(
+        gpu1["nvlinks"][17]["error_counters"],
+        serde_json::json!({"replay": 3, "recovery": 1, "crc_data": 7})
+    );
+    assert_eq!(gpu1["health"]["ecc_uncorrected_volatile"]["value"], 4);
+    assert_eq!(gpu1["health"]["remapped_rows"]["value"]["correctable"], 2);
+    assert_eq!(gpu1["health"]["remapped_rows"]["value"]["pending"], true);
+    assert_eq!(gpu1["nvlinks"].as_array().unwrap().len(), 18);
+    assert_eq!(gpu1["nvlinks"][0]["version"]["value"], "4.0");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_hung_driver_call_fails_on_time_and_names_the_call() {
     let started = std::time::Instant::now();
