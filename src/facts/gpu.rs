@@ -47,6 +47,13 @@ pub struct GpuFacts {
     /// NVIDIA GPUs on the PCI bus from sysfs, sorted by bus id. sysfs is not
     /// namespaced: a container sees the whole node's GPUs here, not just its own.
     pub pci_gpus: Observed<Vec<PciGpu>>,
+    /// NVSwitches on the PCI bus from sysfs (NVIDIA functions of class 0x0680, "other
+    /// bridge"), by bus id, sorted: the switches of an HGX/DGX baseboard where the host or
+    /// VM sees them (DGX A100, p4d). Empty where none is visible, which does not prove
+    /// there is none (a VM may hide them); left out of saved facts when empty, and read
+    /// back as empty from facts that lack it.
+    #[serde(default = "no_nvswitch", skip_serializing_if = "no_nvswitch_seen")]
+    pub pci_nvswitches: Observed<Vec<String>>,
     /// The per-call deadline applied to NVML and CUDA, in milliseconds.
     pub call_timeout_ms: u64,
 }
@@ -131,6 +138,14 @@ pub struct GpuHealth {
     /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (`nvmlDeviceGpuRecoveryAction_t`, 0 = none).
     #[serde(default = "recovery_action_not_saved")]
     pub recovery_action: Observed<u32>,
+}
+
+fn no_nvswitch() -> Observed<Vec<String>> {
+    Observed::Value(Vec::new())
+}
+
+fn no_nvswitch_seen(o: &Observed<Vec<String>>) -> bool {
+    o.value().is_some_and(Vec::is_empty)
 }
 
 fn numa_affinity_not_saved() -> Observed<String> {

@@ -227,6 +227,11 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         ),
         ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
         (
+            "gpu-a100-fabric-manager-down",
+            1,
+            &[("gpu-devices", "fail"), ("nvlink", "fail")],
+        ),
+        (
             "gpu-driver-not-loaded",
             1,
             &[("gpu-devices", "fail"), ("nvlink", "skip")],
@@ -270,6 +275,54 @@ fn scenario_report_only(name: &str) -> serde_json::Value {
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 14: on an A100 NVSwitch node (p4d, DGX A100) NVML has no fabric state, and
+/// `probe`, `serve` and `--cuda off` skip the cuInit that reports a stopped fabric
+/// manager. Every NVLink to the NVSwitches down is what NVML shows instead; the healthy
+/// p4d passes the same way.
+#[test]
+fn a100_fabric_manager_down_fails_gpu_devices_without_cuda() {
+    for (name, fails) in [
+        ("gpu-a100-fabric-manager-down", true),
+        ("gpu-p4d-a100", false),
+    ] {
+        let check = fixture_command(name, "check", &["--cuda", "off", "--format", "json"], &[])
+            .output()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+        let gpu = finding(&r, "gpu-devices");
+        let probe = fixture_command(name, "probe", &[], &[]).output().unwrap();
+        let line = stdout(&probe);
+        if fails {
+            assert_eq!(check.status.code(), Some(1), "{name}");
+            assert_eq!(gpu["status"], "fail", "{name}: {gpu}");
+            assert!(
+                gpu["summary"]
+                    .as_str()
+                    .unwrap()
+                    .contains("every NVLink of the 8 GPU(s) is down on an NVSwitch system (1 NVSwitch(es) on the PCI bus)"),
+                "{gpu}"
+            );
+            assert!(
+                gpu["remediation"]
+                    .as_str()
+                    .unwrap()
+                    .contains("systemctl enable --now nvidia-fabricmanager"),
+                "{gpu}"
+            );
+            assert_eq!(probe.status.code(), Some(1), "{line}");
+            assert!(
+                line.starts_with("fail: ") && line.contains("gpu-devices: every NVLink"),
+                "{line}"
+            );
+        } else {
+            assert_eq!(check.status.code(), Some(0), "{name}: {}", stdout(&check));
+            assert_eq!(gpu["status"], "pass", "{name}: {gpu}");
+            assert_eq!(probe.status.code(), Some(0), "{line}");
+            assert!(line.starts_with("ok: "), "{line}");
+        }
+    }
 }
 
 /// The NVML values batched in one nvmlDeviceGetFieldValues call per GPU fall back to the

@@ -122,6 +122,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             state: cuda_state,
         },
         pci_gpus: pci::gather(host),
+        pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
     };
     (facts, HungCall(hung))
