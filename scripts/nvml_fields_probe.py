@@ -69,6 +69,11 @@ def per_call(dev):
         rc = NVML.nvmlDeviceGetNvLinkVersion(dev, link, ctypes.byref(ver))
         calls += 1
         row["version"] = ver.value if rc == 0 else f"rc {rc}"
+        kind = ctypes.c_uint()
+        rc = NVML.nvmlDeviceGetNvLinkRemoteDeviceType(dev, link, ctypes.byref(kind))
+        calls += 1
+        # nvml.h nvmlIntNvLinkDeviceType_t: 0 GPU, 1 IBMNPU, 2 NVSwitch.
+        row["remote_type"] = kind.value if rc == 0 else f"rc {rc}"
         for counter, name in enumerate(["replay", "recovery", "crc_flit", "crc_data"]):
             v = ctypes.c_ulonglong()
             rc = NVML.nvmlDeviceGetNvLinkErrorCounter(dev, link, counter, ctypes.byref(v))
@@ -149,6 +154,9 @@ def main():
               f"{entries} entries in {t_batch * 1e3:.1f} ms")
         for field, v in verdict.items():
             print(f"  {field:12} {v}")
+        switch_links = sum(1 for l in range(MAX_LINKS) if before[l].get("remote_type") == 2)
+        print(f"  per-call remote type NVSwitch on {switch_links} link(s); field 147 NVSWITCH_CONNECTED_LINK_COUNT:",
+              gpu.get("NVSWITCH_CONNECTED_LINK_COUNT"))
         print("  per-GPU fields:", json.dumps(gpu))
         print("  per-call ECC/remap:", json.dumps(gpu_before))
         print("  (crc_flit, crc_data, DL_CRC) per link:", crc_flit_vs_dl_crc)

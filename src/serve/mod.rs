@@ -228,12 +228,14 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
 /// libcuda for good (it cannot be unloaded once initialised) and starts its threads in
 /// a process that lives as long as the pod, for what NVML shows as well: a stopped
 /// fabric manager is NVML's fabric state on Hopper and later and every NVLink to the
-/// NVSwitches down before (gpu-devices). Measured on the 2x H200 (driver 580,
-/// tests/data/h200x2/perf.txt): cuInit alone takes ~410 ms and the server's RSS, which
-/// cannot get below NVML's own (~20.8 MB after nvmlInit), stays within a few MB of it.
-/// `check` and `init` keep the CUDA checks (peer access, CUDA_VISIBLE_DEVICES).
+/// NVSwitches down before (gpu-devices). cuInit alone took 410-530 ms on the 2x H200
+/// (driver 580, tests/data/h200x2/nvml/perf.txt and trace-check.txt). `check` and
+/// `init` keep the CUDA checks (peer access, CUDA_VISIBLE_DEVICES).
+///
+/// It reads the facts no check judges too (NVLink error counters for /metrics).
 fn without_cuda(args: &ServeArgs) -> ServeArgs {
     let mut args = args.clone();
+    args.check.gather = crate::commands::describing(&args.check.gather);
     args.check.gather.cuda = crate::cli::Switch::Off;
     args
 }

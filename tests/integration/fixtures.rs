@@ -606,6 +606,33 @@ fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
     );
 }
 
+/// `check --format json` on the 2x H200 (driver 580) after NVML's values moved into one
+/// field-values call per GPU: the real driver answered every batched field (no per-call
+/// fallback), and the report replays to the same pass.
+#[test]
+fn a_real_h200_reads_every_batched_nvml_value_as_a_field() {
+    let report = repo().join("tests/data/h200x2/nvml/check-report.json");
+    let out = run(
+        &["check", "--format", "json", "--facts", report.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for id in ["gpu-devices", "gpu-p2p", "nvlink", "gpu-health"] {
+        assert_eq!(finding(&r, id)["status"], "pass", "{id}");
+    }
+    let gpus = r["facts"]["gpus"]["nvml"]["state"]["loaded"]["gpus"]
+        .as_array()
+        .unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        let paths = g["read_paths"].as_object().unwrap();
+        assert_eq!(paths.len(), 6, "{paths:?}");
+        assert!(paths.values().all(|p| p == "field_values"), "{paths:?}");
+        assert_eq!(g["nvlinks"].as_array().unwrap().len(), 18);
+    }
+}
+
 #[test]
 fn a_real_h200_capture_replays() {
     let facts = repo().join("tests/data/h200x2/facts.json");

@@ -123,8 +123,8 @@ pub fn nvlink_version(code: u32) -> String {
 
 /// NVML field ids (nvml.h `NVML_FI_*`) read in one nvmlDeviceGetFieldValues call per GPU.
 ///
-/// Measured on the 2x H200 (driver 580.159.04, scripts/nvml_fields_probe.py, capture in
-/// tests/data/h200x2/nvml-fields.txt): per link, 161 DL_REPLAY, 162 DL_RECOVERY, 165
+/// Measured on the 2x H200 (driver 580.159.04, scripts/nvml_fields_probe.py, captures in
+/// tests/data/h200x2/nvml/fields-run1.txt and nvml-fields.txt): per link, 161 DL_REPLAY, 162 DL_RECOVERY, 165
 /// GET_STATE and 166 GET_VERSION equal what nvmlDeviceGetNvLinkErrorCounter,
 /// nvmlDeviceGetNvLinkState and nvmlDeviceGetNvLinkVersion answer on all 36 links;
 /// 163 DL_CRC equals the per-call CRC *flit* counter (0 on every link) but not the CRC
@@ -395,15 +395,17 @@ fn health(
 
 /// The non-zero NVLink error counters of one link (zero and unsupported ones left out,
 /// which keeps saved facts small: 4 counters x 18 links x 8 GPUs). Replay, recovery and
-/// CRC flit come from the batch where the driver answers them; CRC data is always read
-/// per call, since no field matches it (see `field`).
+/// CRC flit come from the batch where the driver answers them, at no cost; CRC data has
+/// no matching field (see `field`) and is read per call, ~1 ms a link on the H200, only
+/// with `per_call` (the facts no check judges), as are counters the driver refuses as
+/// fields.
 fn link_errors(
     watch: &Watch,
-    index: u32,
-    link: u32,
+    (index, link): (u32, u32),
     wrapper: &nvml_wrapper::NvLink<'_, '_>,
     fields: &Fields,
     paths: &mut Paths,
+    per_call: bool,
 ) -> std::collections::BTreeMap<String, u64> {
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
     let mut out = std::collections::BTreeMap::new();
@@ -418,6 +420,7 @@ fn link_errors(
                 paths.note("nvlink_errors", ReadPath::FieldValues);
                 Ok(v)
             }
+            _ if !per_call => continue,
             refused => {
                 let call =
                     format!("nvmlDeviceGetNvLinkErrorCounter(GPU {index}, link {link}, {name})");
@@ -511,23 +514,19 @@ fn nvml_error(rc: u32) -> NvmlError {
     }
 }
 
-/// The batch of one GPU: per link state, version and speed (and with `unjudged` the
-/// error counters), and the per-GPU fields.
-fn requests(unjudged: bool) -> Vec<(u32, u32)> {
+/// The batch of one GPU: per link state, version, speed and error counters, and the
+/// per-GPU fields (a field more costs nothing measurable: 54 or 125 entries, ~16 ms).
+fn requests() -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     for link in 0..MAX_LINKS {
         out.extend([
             (field::NVLINK_GET_STATE, link),
             (field::NVLINK_GET_VERSION, link),
             (field::NVLINK_GET_SPEED, link),
+            (field::NVLINK_ERROR_DL_REPLAY, link),
+            (field::NVLINK_ERROR_DL_RECOVERY, link),
+            (field::NVLINK_ERROR_DL_CRC, link),
         ]);
-        if unjudged {
-            out.extend([
-                (field::NVLINK_ERROR_DL_REPLAY, link),
-                (field::NVLINK_ERROR_DL_RECOVERY, link),
-                (field::NVLINK_ERROR_DL_CRC, link),
-            ]);
-        }
     }
     out.extend([
         (field::NVLINK_SPEED_MBPS_COMMON, 0),
@@ -544,7 +543,7 @@ fn requests(unjudged: bool) -> Vec<(u32, u32)> {
 
 fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bool) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
-    let requests = requests(unjudged);
+    let requests = requests();
     let fields = watch.call(call("nvmlDeviceGetFieldValues"), || {
         Fields::read(device, nvml, &requests)
     });
@@ -594,11 +593,14 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
                 version,
                 remote_pci_bus_id,
                 remote_type,
-                error_counters: if unjudged {
-                    link_errors(watch, index, link, &wrapper, &fields, &mut paths)
-                } else {
-                    Default::default()
-                },
+                error_counters: link_errors(
+                    watch,
+                    (index, link),
+                    &wrapper,
+                    &fields,
+                    &mut paths,
+                    unjudged,
+                ),
             }
         })
         .collect();
@@ -630,7 +632,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         } else {
             Observed::Error(FactError::new(
                 "nvmlDeviceGetMemoryAffinity",
-                "not read (probe)",
+                "not read: no check judges it (doctor, facts and serve read it)",
             ))
         },
         cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
