@@ -66,11 +66,7 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
         .gpus
         .iter()
         .any(|g| g.fabric_state.value().is_some_and(|s| s != "not_supported"));
-    let switches = facts
-        .gpus
-        .pci_nvswitches
-        .value()
-        .map_or(0, Vec::len);
+    let switches = facts.gpus.pci_nvswitches.value().map_or(0, Vec::len);
     let switch_links = nvml
         .gpus
         .iter()
@@ -424,12 +420,19 @@ mod tests {
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status, Status::Fail);
         assert!(
-            finding.summary.contains("every NVLink of the 2 GPU(s) is down")
+            finding
+                .summary
+                .contains("every NVLink of the 2 GPU(s) is down")
                 && finding.summary.contains("1 NVSwitch(es) on the PCI bus"),
             "{}",
             finding.summary
         );
-        assert!(finding.remediation.unwrap().contains("nvidia-fabricmanager"));
+        assert!(
+            finding
+                .remediation
+                .unwrap()
+                .contains("nvidia-fabricmanager")
+        );
         // One GPU dark while the other is up: that GPU did not register.
         let mut f = a100_without_cuda();
         darken(&mut f, &[1]);

@@ -613,7 +613,13 @@ fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
 fn a_real_h200_reads_every_batched_nvml_value_as_a_field() {
     let report = repo().join("tests/data/h200x2/nvml/check-report.json");
     let out = run(
-        &["check", "--format", "json", "--facts", report.to_str().unwrap()],
+        &[
+            "check",
+            "--format",
+            "json",
+            "--facts",
+            report.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -437,6 +437,9 @@ fn serve_does_not_map_libcuda_and_sees_a_stopped_fabric_manager_on_a100() {
         "--cuda off"
     );
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
-    assert!(maps.contains("libnvidia-ml.so.1"), "NVML not mapped:\n{maps}");
+    assert!(
+        maps.contains("libnvidia-ml.so.1"),
+        "NVML not mapped:\n{maps}"
+    );
     assert!(!maps.contains("libcuda"), "libcuda mapped:\n{maps}");
 }

@@ -343,12 +343,7 @@ fn health(
             )
         }
     };
-    let row = |f: u32| {
-        fields
-            .get(f, 0)
-            .ok()
-            .and_then(|v| u32::try_from(v).ok())
-    };
+    let row = |f: u32| fields.get(f, 0).ok().and_then(|v| u32::try_from(v).ok());
     let remapped = match (
         row(field::REMAPPED_CORRECTABLE),
         row(field::REMAPPED_UNCORRECTABLE),
@@ -410,9 +405,21 @@ fn link_errors(
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
     let mut out = std::collections::BTreeMap::new();
     for (name, batched, counter) in [
-        ("replay", Some(field::NVLINK_ERROR_DL_REPLAY), ErrorCounter::DlReplay),
-        ("recovery", Some(field::NVLINK_ERROR_DL_RECOVERY), ErrorCounter::DlRecovery),
-        ("crc_flit", Some(field::NVLINK_ERROR_DL_CRC), ErrorCounter::DlCrcFlit),
+        (
+            "replay",
+            Some(field::NVLINK_ERROR_DL_REPLAY),
+            ErrorCounter::DlReplay,
+        ),
+        (
+            "recovery",
+            Some(field::NVLINK_ERROR_DL_RECOVERY),
+            ErrorCounter::DlRecovery,
+        ),
+        (
+            "crc_flit",
+            Some(field::NVLINK_ERROR_DL_CRC),
+            ErrorCounter::DlCrcFlit,
+        ),
         ("crc_data", None, ErrorCounter::DlCrcData),
     ] {
         let value = match batched.map(|f| fields.get(f, link)) {
@@ -556,53 +563,59 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         .is_ok_and(|n| n > 0 && n == states.len() as u64);
     let links: Vec<NvLink> = states
         .into_iter()
-        .map(|LinkState { link, active, version }| {
-            let wrapper = device.link_wrapper_for(link);
-            let name = |what: &str| format!("{what}(GPU {index}, link {link})");
-            let remote_type = if all_switch {
-                paths.note("nvlink_remote_type", ReadPath::FieldValues);
-                Observed::Value("switch".to_string())
-            } else {
-                paths.note("nvlink_remote_type", ReadPath::PerCall);
-                observed(
-                    &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
-                    watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
-                        remote_type(device, nvml, link)
-                    }),
-                )
-            };
-            // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
-            // nothing reads one: the call is saved.
-            let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
-                Observed::Error(FactError::new(
-                    name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                    "not read: an NVSwitch end, which has no bus id in NVML",
-                ))
-            } else {
-                observed(
-                    &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                    watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
-                        wrapper.remote_pci_info()
-                    }),
-                )
-                .map(|p| normalize_bus_id(&p.bus_id))
-            };
-            NvLink {
-                link,
-                active,
-                version,
-                remote_pci_bus_id,
-                remote_type,
-                error_counters: link_errors(
-                    watch,
-                    (index, link),
-                    &wrapper,
-                    &fields,
-                    &mut paths,
-                    unjudged,
-                ),
-            }
-        })
+        .map(
+            |LinkState {
+                 link,
+                 active,
+                 version,
+             }| {
+                let wrapper = device.link_wrapper_for(link);
+                let name = |what: &str| format!("{what}(GPU {index}, link {link})");
+                let remote_type = if all_switch {
+                    paths.note("nvlink_remote_type", ReadPath::FieldValues);
+                    Observed::Value("switch".to_string())
+                } else {
+                    paths.note("nvlink_remote_type", ReadPath::PerCall);
+                    observed(
+                        &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
+                        watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
+                            remote_type(device, nvml, link)
+                        }),
+                    )
+                };
+                // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
+                // nothing reads one: the call is saved.
+                let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
+                    Observed::Error(FactError::new(
+                        name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+                        "not read: an NVSwitch end, which has no bus id in NVML",
+                    ))
+                } else {
+                    observed(
+                        &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+                        watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
+                            wrapper.remote_pci_info()
+                        }),
+                    )
+                    .map(|p| normalize_bus_id(&p.bus_id))
+                };
+                NvLink {
+                    link,
+                    active,
+                    version,
+                    remote_pci_bus_id,
+                    remote_type,
+                    error_counters: link_errors(
+                        watch,
+                        (index, link),
+                        &wrapper,
+                        &fields,
+                        &mut paths,
+                        unjudged,
+                    ),
+                }
+            },
+        )
         .collect();
     let first_active = links.iter().find(|l| l.active).map(|l| l.link);
     let speed = nvlink_speed(&fields, first_active);
