@@ -183,7 +183,8 @@ pub struct NvLink {
     pub remote_pci_bus_id: Observed<String>,
     /// `gpu`, `switch`, `ibmnpu` or `unknown`.
     pub remote_type: Observed<String>,
-    /// NVLink error counters (`replay`, `recovery`, `crc_flit`, `crc_data`) that are not zero.
+    /// NVLink error counters (`replay`, `recovery`, `crc_flit`, `crc_data`) that are not zero,
+    /// since the driver loaded. `crc_data` is read per call, by `doctor`, `facts` and `serve` only.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub error_counters: std::collections::BTreeMap<String, u64>,
 }
