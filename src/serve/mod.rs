@@ -259,7 +259,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         let _ = writeln!(std::io::stderr(), "{line}");
     };
     log(format!(
-        "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not load libcuda)",
+        "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
         listener
             .local_addr()
             .map(|a| a.to_string())
