@@ -220,16 +220,16 @@ pub struct GatherArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",
           value_parser = crate::units::parse_bytes)]
     pub memreg_size: u64,
-    /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.5 s and loses
-    /// the fabric-manager check on pre-Hopper NVSwitch systems.
+    /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.4 s (a stopped
+    /// fabric manager still shows through NVML). `serve` never loads it.
     #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On)]
     pub cuda: Switch,
     /// Print each NVML and CUDA call with its duration to standard error.
     #[arg(long, env = "NCCL_PREFLIGHT_TRACE")]
     pub trace: bool,
-    /// Read the facts no check judges: NVLink error counters, NUMA affinity (not a
-    /// flag: `probe` leaves them out for speed).
-    #[arg(skip = true)]
+    /// Read the facts no check judges: NVLink CRC data counters, NUMA affinity (not a
+    /// flag: `doctor`, `facts` and `serve` read them; the gates leave them out for speed).
+    #[arg(skip = false)]
     pub unjudged: bool,
     /// The image this runs in: `trainer` judges the RDMA and NCCL libraries found here as the
     /// ones training will load; `own` (set by nccl-preflight's own image) skips those checks,

@@ -47,6 +47,13 @@ pub struct GpuFacts {
     /// NVIDIA GPUs on the PCI bus from sysfs, sorted by bus id. sysfs is not
     /// namespaced: a container sees the whole node's GPUs here, not just its own.
     pub pci_gpus: Observed<Vec<PciGpu>>,
+    /// NVSwitches on the PCI bus from sysfs (NVIDIA functions of class 0x0680, "other
+    /// bridge"), by bus id, sorted: the switches of an HGX/DGX baseboard where the host or
+    /// VM sees them (DGX A100, p4d). Empty where none is visible, which does not prove
+    /// there is none (a VM may hide them); left out of saved facts when empty, and read
+    /// back as empty from facts that lack it.
+    #[serde(default = "no_nvswitch", skip_serializing_if = "no_nvswitch_seen")]
+    pub pci_nvswitches: Observed<Vec<String>>,
     /// The per-call deadline applied to NVML and CUDA, in milliseconds.
     pub call_timeout_ms: u64,
 }
@@ -95,9 +102,27 @@ pub struct NvmlGpu {
     pub fabric_state: Observed<String>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
+    /// How each value NVML can give as a field was read, by fact name (`nvlink_state`,
+    /// `nvlink_version`, `nvlink_remote_type`, `nvlink_errors`, `ecc_uncorrected_volatile`,
+    /// `remapped_rows`): `field_values` (one nvmlDeviceGetFieldValues call for the GPU)
+    /// or `per_call` (the driver refused the field, so the per-call function answered).
+    /// Empty in facts from older versions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub read_paths: std::collections::BTreeMap<String, ReadPath>,
     /// Memory health (absent in facts from older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<GpuHealth>,
+}
+
+/// How an NVML value was read (see `NvmlGpu::read_paths`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadPath {
+    /// Batched in the GPU's one nvmlDeviceGetFieldValues call.
+    FieldValues,
+    /// The driver refused the field (NVML_ERROR_NOT_SUPPORTED for that entry), so the
+    /// per-call function was asked, one call per link or value.
+    PerCall,
 }
 
 /// What says a GPU's memory is failing, as `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` shows it.
@@ -113,6 +138,14 @@ pub struct GpuHealth {
     /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (`nvmlDeviceGpuRecoveryAction_t`, 0 = none).
     #[serde(default = "recovery_action_not_saved")]
     pub recovery_action: Observed<u32>,
+}
+
+fn no_nvswitch() -> Observed<Vec<String>> {
+    Observed::Value(Vec::new())
+}
+
+fn no_nvswitch_seen(o: &Observed<Vec<String>>) -> bool {
+    o.value().is_some_and(Vec::is_empty)
 }
 
 fn numa_affinity_not_saved() -> Observed<String> {
@@ -150,7 +183,8 @@ pub struct NvLink {
     pub remote_pci_bus_id: Observed<String>,
     /// `gpu`, `switch`, `ibmnpu` or `unknown`.
     pub remote_type: Observed<String>,
-    /// NVLink error counters (`replay`, `recovery`, `crc_flit`, `crc_data`) that are not zero.
+    /// NVLink error counters (`replay`, `recovery`, `crc_flit`, `crc_data`) that are not zero,
+    /// since the driver loaded. `crc_data` is read per call, by `doctor`, `facts` and `serve` only.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub error_counters: std::collections::BTreeMap<String, u64>,
 }

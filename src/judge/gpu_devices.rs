@@ -43,6 +43,71 @@ fn gpu_line(facts: &NvmlFacts, i: usize) -> String {
     )
 }
 
+const UNREGISTERED_GPU_FIX: &str = "\
+A GPU with no active NVLink on an NVSwitch system did not register with the fabric: read the fabric
+manager's log (/var/log/fabricmanager.log) and nvidia-smi nvlink -s on the node, then drain it and reset
+the GPU (or reboot); a link that stays down needs a repair.";
+
+/// The fabric manager seen without CUDA on a pre-Hopper NVSwitch system (DGX/HGX A100,
+/// p4d: NVSwitch gen 2), for `probe`, `serve` and `--cuda off`, which skip cuInit.
+/// NVML has no fabric state there (nvmlDeviceGetGpuFabricInfo is Hopper and later), but
+/// the fabric manager is what trains each GPU's NVLinks to the NVSwitches: until it has
+/// initialised the system, CUDA init fails with cudaErrorSystemNotReady and the links
+/// stay inactive (NVIDIA Fabric Manager user guide, "NVSwitch and NVLink Initialization";
+/// `nvidia-smi nvlink -s` shows them `<inactive>`). So: NVSwitches on the PCI bus or
+/// links that end at one, no GPU with a fabric state, and GPUs whose every NVLink is
+/// down. Where cuInit ran it has the last word: 802 is reported on its own, and success
+/// means the fabric manager is up (the `nvlink` check then reports the links).
+fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
+    if let LibraryState::Loaded(_) = facts.gpus.cuda.state {
+        return None;
+    }
+    let fabric_state = nvml
+        .gpus
+        .iter()
+        .any(|g| g.fabric_state.value().is_some_and(|s| s != "not_supported"));
+    let switches = facts.gpus.pci_nvswitches.value().map_or(0, Vec::len);
+    let switch_links = nvml
+        .gpus
+        .iter()
+        .flat_map(|g| &g.nvlinks)
+        .any(|l| l.remote_type.value().is_some_and(|t| t == "switch"));
+    if fabric_state || (switches == 0 && !switch_links) {
+        return None;
+    }
+    let dark: Vec<u32> = nvml
+        .gpus
+        .iter()
+        .filter(|g| !g.nvlinks.is_empty() && g.nvlinks.iter().all(|l| !l.active))
+        .map(|g| g.index)
+        .collect();
+    let on = if switches > 0 {
+        format!("{switches} NVSwitch(es) on the PCI bus")
+    } else {
+        "links that end at an NVSwitch".to_string()
+    };
+    if dark.is_empty() {
+        None
+    } else if dark.len() == nvml.gpus.len() {
+        Some(Problem::new(
+            Status::Fail,
+            format!(
+                "every NVLink of the {} GPU(s) is down on an NVSwitch system ({on}): the fabric manager is not running or has not initialised the fabric, so NVLink peer traffic cannot run and cuInit fails with CUDA_ERROR_SYSTEM_NOT_READY (802)",
+                dark.len()
+            ),
+            FABRIC_MANAGER_FIX,
+        ))
+    } else {
+        Some(Problem::new(
+            Status::Fail,
+            format!(
+                "GPU(s) {dark:?} have no active NVLink on an NVSwitch system ({on}) where the other GPUs do: not registered with the fabric, so they lose NVLink peer access"
+            ),
+            UNREGISTERED_GPU_FIX,
+        ))
+    }
+}
+
 fn nvml_failure_fix(message: &str) -> &'static str {
     if message.contains("did not return") {
         "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it."
@@ -145,6 +210,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ),
             FABRIC_MANAGER_FIX,
         ));
+    }
+    if let Some(p) = dark_nvswitch_links(facts, nvml) {
+        problems.push(p);
     }
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
@@ -312,6 +380,100 @@ mod tests {
             "{}",
             finding.summary
         );
+    }
+
+    /// The healthy H200 pair as an A100 NVSwitch node seen without CUDA: no NVML fabric
+    /// state, NVSwitches on the PCI bus.
+    fn a100_without_cuda() -> Facts {
+        let mut f = healthy();
+        f.gpus.cuda.state = LibraryState::Skipped {
+            reason: "--cuda off".into(),
+        };
+        f.gpus.pci_nvswitches = Observed::Value(vec!["0000:00:1f.0".into()]);
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.fabric_state = Observed::Error(crate::facts::FactError::new(
+                    "nvmlDeviceGetGpuFabricInfo",
+                    "NotSupported",
+                ));
+            }
+        }
+        f
+    }
+
+    fn darken(f: &mut Facts, gpus: &[usize]) {
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for &g in gpus {
+                n.gpus[g].nvlinks.iter_mut().for_each(|l| l.active = false);
+            }
+        }
+    }
+
+    #[test]
+    fn a_stopped_fabric_manager_on_a100_nvswitch_fails_without_cuda() {
+        assert_eq!(
+            judge(&a100_without_cuda(), &Policy::default()).status,
+            Status::Pass
+        );
+        let mut f = a100_without_cuda();
+        darken(&mut f, &[0, 1]);
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(
+            finding
+                .summary
+                .contains("every NVLink of the 2 GPU(s) is down")
+                && finding.summary.contains("1 NVSwitch(es) on the PCI bus"),
+            "{}",
+            finding.summary
+        );
+        assert!(
+            finding
+                .remediation
+                .unwrap()
+                .contains("nvidia-fabricmanager")
+        );
+        // One GPU dark while the other is up: that GPU did not register.
+        let mut f = a100_without_cuda();
+        darken(&mut f, &[1]);
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail);
+        assert!(finding.summary.contains("GPU(s) [1] have no active NVLink"));
+        // Links that end at a switch are evidence enough where the VM hides the NVSwitches.
+        let mut f = a100_without_cuda();
+        f.gpus.pci_nvswitches = Observed::Value(vec![]);
+        darken(&mut f, &[0, 1]);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
+    }
+
+    #[test]
+    fn dark_links_are_not_blamed_on_the_fabric_manager_where_it_cannot_be() {
+        // Direct GPU-to-GPU links (no NVSwitch): the nvlink check's business.
+        let mut f = a100_without_cuda();
+        f.gpus.pci_nvswitches = Observed::Value(vec![]);
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.nvlinks
+                    .iter_mut()
+                    .for_each(|l| l.remote_type = Observed::Value("gpu".into()));
+            }
+        }
+        darken(&mut f, &[0, 1]);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        // Hopper: NVML's fabric state speaks for the fabric manager.
+        let mut f = a100_without_cuda();
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            n.gpus
+                .iter_mut()
+                .for_each(|g| g.fabric_state = Observed::Value("completed".into()));
+        }
+        darken(&mut f, &[0, 1]);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        // cuInit succeeded: the fabric manager is up.
+        let mut f = healthy();
+        f.gpus.pci_nvswitches = Observed::Value(vec!["0000:00:1f.0".into()]);
+        darken(&mut f, &[0, 1]);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
     }
 
     #[test]

@@ -145,6 +145,7 @@ pub fn h200x2_gpus() -> gpu::GpuFacts {
                 })
                 .collect(),
         ),
+        pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
     }
 }
@@ -167,6 +168,7 @@ pub fn no_gpus() -> gpu::GpuFacts {
             state: absent("libcuda.so.1"),
         },
         pci_gpus: Observed::Value(vec![]),
+        pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
     }
 }

@@ -224,10 +224,27 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
     !hung
 }
 
+/// The checks `serve` runs: those of `check`, without the CUDA driver. cuInit maps
+/// libcuda for good (it cannot be unloaded once initialised) and starts its threads in
+/// a process that lives as long as the pod, for what NVML shows as well: a stopped
+/// fabric manager is NVML's fabric state on Hopper and later and every NVLink to the
+/// NVSwitches down before (gpu-devices). cuInit alone took 410-530 ms on the 2x H200
+/// (driver 580, tests/data/h200x2/nvml/perf.txt and trace-check.txt). `check` and
+/// `init` keep the CUDA checks (peer access, CUDA_VISIBLE_DEVICES).
+///
+/// It reads the facts no check judges too (NVLink error counters for /metrics).
+fn without_cuda(args: &ServeArgs) -> ServeArgs {
+    let mut args = args.clone();
+    args.check.gather = crate::commands::describing(&args.check.gather);
+    args.check.gather.cuda = crate::cli::Switch::Off;
+    args
+}
+
 pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.interval < Duration::from_secs(1) {
         anyhow::bail!("--interval {:?}: at least 1s", args.interval);
     }
+    let args = &without_cuda(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
     let policy = crate::commands::build_policy(&args.check)?;
     let stale_after = args
@@ -242,7 +259,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         let _ = writeln!(std::io::stderr(), "{line}");
     };
     log(format!(
-        "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s)",
+        "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
         listener
             .local_addr()
             .map(|a| a.to_string())

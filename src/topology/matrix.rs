@@ -98,6 +98,7 @@ pub(crate) mod fixtures {
             pcie_max_width: Observed::Value(16),
             fabric_state: Observed::Value("completed".into()),
             nvlinks: links,
+            read_paths: Default::default(),
             health: Some(GpuHealth {
                 ecc_uncorrected_volatile: Observed::Value(0),
                 remapped_rows: Observed::Value(RemappedRows {

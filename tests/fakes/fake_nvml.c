@@ -100,16 +100,49 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *cur, unsigned in
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { GUARD("nvmlDeviceGetMaxPcieLinkGeneration"); CHECK_DEV(d); *g = (unsigned)d->pcie_gen; return 0; }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *w) { GUARD("nvmlDeviceGetMaxPcieLinkWidth"); CHECK_DEV(d); *w = (unsigned)d->pcie_width; return 0; }
 
+static struct fake_link *link_of(nvmlDevice_t d, unsigned int link);
+
+static int field_refused(unsigned int field) {
+    for (int i = 0; i < S.nrefused; i++) if ((unsigned)S.refused_fields[i] == field) return 1;
+    return 0;
+}
+
+/* Per-entry answers as the real driver gives them (nvml.h NVML_FI_*): a value with its
+ * type, or NOT_SUPPORTED (3) for a field this fake does not know, one the scenario
+ * refuses, or a link the GPU does not have. */
+static void field_value(nvmlDevice_t d, nvmlFieldValue_t *v) {
+    unsigned long long out = 0;
+    int ok = 1;
+    struct fake_link *l = link_of(d, v->scopeId);
+    int switches = 0;
+    for (int k = 0; k < MAX_LINKS; k++)
+        if (d->links[k].present && d->links[k].type == 2) switches++;
+    switch (v->fieldId) {
+    case 4: out = d->ecc; break;                                   /* ECC_DBE_VOL_TOTAL */
+    case 90: ok = d->speed >= 0; out = (unsigned)d->speed; break;  /* NVLINK_SPEED_MBPS_COMMON */
+    case 142: case 143: case 144: case 145: out = d->remap[v->fieldId - 142]; break; /* REMAPPED_* */
+    case 147: out = (unsigned)switches; break;                     /* NVSWITCH_CONNECTED_LINK_COUNT */
+    /* NVLINK_ERROR_DL_REPLAY, _RECOVERY, _CRC (which counts CRC flit errors: 0 here, as
+     * on the H200, where the scripted CRC count is the per-call CRC data counter). */
+    case 161: ok = l != NULL; out = d->nvlink_errors[0]; break;
+    case 162: ok = l != NULL; out = d->nvlink_errors[1]; break;
+    case 163: ok = l != NULL; out = 0; break;
+    case 164: ok = l != NULL && d->speed >= 0; out = (unsigned)d->speed; break; /* NVLINK_GET_SPEED */
+    case 165: ok = l != NULL; if (l) out = (unsigned)l->state; break;          /* NVLINK_GET_STATE */
+    case 166: ok = l != NULL; if (l) out = (unsigned)l->version; break;        /* NVLINK_GET_VERSION */
+    case 230: ok = d->recovery >= 0; out = (unsigned)d->recovery; break;        /* GPU_RECOVERY_ACTION */
+    default: ok = 0;
+    }
+    if (!ok || field_refused(v->fieldId)) { v->nvmlReturn = 3; return; }
+    v->nvmlReturn = 0;
+    v->valueType = 3; /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+    v->value.ullVal = out;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
     GUARD("nvmlDeviceGetFieldValues"); CHECK_DEV(d);
-    for (int i = 0; i < count; i++) {
-        values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
-        /* 164 NVLINK_GET_SPEED (scoped to a link) and 90 SPEED_MBPS_COMMON */
-        if ((values[i].fieldId == 164 || values[i].fieldId == 90) && d->speed >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->speed; }
-        /* 230 GPU_RECOVERY_ACTION */
-        else if (values[i].fieldId == 230 && d->recovery >= 0) { values[i].nvmlReturn = 0; values[i].value.uiVal = (unsigned)d->recovery; }
-        else values[i].nvmlReturn = 3;
-    }
+    if (count < 0 || !values) return 2;
+    for (int i = 0; i < count; i++) field_value(d, &values[i]);
     return 0;
 }
 

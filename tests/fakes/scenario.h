@@ -17,6 +17,8 @@
  *   p2p A|* B|* READ WRITE NVLINK ATOMICS PROP   (OK CNS GNS TNS DISABLED NS U)
  *   topo A|* B|* LEVEL                (INTERNAL SINGLE MULTIPLE HOSTBRIDGE NODE SYSTEM)
  *   fail SYMBOL RC                    that NVML function returns RC
+ *   refuse_field FIELD                nvmlDeviceGetFieldValues answers NOT_SUPPORTED for that
+ *                                     field id (as older drivers do), so the per-call path runs
  *   hang SYMBOL                       that function never returns
  *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
  *   ecc GPU|* N                       uncorrectable volatile ECC errors (default 0)
@@ -73,6 +75,7 @@ struct fake_scenario {
     int fail_rc[MAX_RULES], nfail;
     char hang_sym[MAX_RULES][64];
     int nhang;
+    int refused_fields[MAX_RULES], nrefused;
     int xid_gpu[MAX_RULES], xid_ms[MAX_RULES], nxid;
     unsigned long long xid_code[MAX_RULES];
 };
@@ -160,6 +163,7 @@ static void load_scenario(void) {
         else if (!strcmp(w[0], "cuda_corrupt")) { EACH(w[1], a, EACH(w[2], b, S.corrupt[a][b] = 1)); }
         else if (!strcmp(w[0], "cuda_peer")) { EACH(w[1], a, EACH(w[2], b, S.peer[a][b] = atoi(w[3]))); }
         else if (!strcmp(w[0], "fail") && S.nfail < MAX_RULES) { snprintf(S.fail_sym[S.nfail], 64, "%s", w[1]); S.fail_rc[S.nfail++] = code_of(w[2]); }
+        else if (!strcmp(w[0], "refuse_field") && S.nrefused < MAX_RULES) { S.refused_fields[S.nrefused++] = atoi(w[1]); }
         else if (!strcmp(w[0], "hang") && S.nhang < MAX_RULES) { snprintf(S.hang_sym[S.nhang++], 64, "%s", w[1]); }
     }
     fclose(f);

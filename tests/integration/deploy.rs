@@ -450,8 +450,9 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
         "{}",
         stdout(&out)
     );
-    // What no check judges, NVLink error counters (4 calls a link, 65 ms per H200) and
-    // the NUMA affinity: probe skips them, check reads them.
+    // What no check judges and only per-call NVML gives, the NVLink CRC data counters
+    // (~1 ms a link on the H200) and the NUMA affinity: the gates skip them (the other
+    // counters come with the one field-values call), doctor reads them.
     std::fs::write(
         &scenario,
         format!("{text}hang nvmlDeviceGetNvLinkErrorCounter\nhang nvmlDeviceGetMemoryAffinity\n"),
@@ -461,17 +462,22 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    let out = fixture_command(
-        "gpu-h100-nv18",
-        "check",
-        &["--timeout", "300ms", "--cuda", "off"],
-        &env,
-    )
-    .output()
-    .unwrap();
+    let gate = |sub: &str| {
+        fixture_command(
+            "gpu-h100-nv18",
+            sub,
+            &["--timeout", "300ms", "--cuda", "off"],
+            &env,
+        )
+        .output()
+        .unwrap()
+    };
+    let out = gate("check");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = gate("doctor");
     assert_ne!(out.status.code(), Some(0));
     assert!(
-        stdout(&out).contains("nvmlDeviceGetNvLinkErrorCounter(GPU 0, link 0, replay)"),
+        stdout(&out).contains("nvmlDeviceGetNvLinkErrorCounter(GPU 0, link 0, crc_data)"),
         "{}",
         stdout(&out)
     );

@@ -227,6 +227,11 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         ),
         ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
         (
+            "gpu-a100-fabric-manager-down",
+            1,
+            &[("gpu-devices", "fail"), ("nvlink", "fail")],
+        ),
+        (
             "gpu-driver-not-loaded",
             1,
             &[("gpu-devices", "fail"), ("nvlink", "skip")],
@@ -270,6 +275,121 @@ fn scenario_report_only(name: &str) -> serde_json::Value {
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 14: on an A100 NVSwitch node (p4d, DGX A100) NVML has no fabric state, and
+/// `probe`, `serve` and `--cuda off` skip the cuInit that reports a stopped fabric
+/// manager. Every NVLink to the NVSwitches down is what NVML shows instead; the healthy
+/// p4d passes the same way.
+#[test]
+fn a100_fabric_manager_down_fails_gpu_devices_without_cuda() {
+    for (name, fails) in [
+        ("gpu-a100-fabric-manager-down", true),
+        ("gpu-p4d-a100", false),
+    ] {
+        let check = fixture_command(name, "check", &["--cuda", "off", "--format", "json"], &[])
+            .output()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+        let gpu = finding(&r, "gpu-devices");
+        let probe = fixture_command(name, "probe", &[], &[]).output().unwrap();
+        let line = stdout(&probe);
+        if fails {
+            assert_eq!(check.status.code(), Some(1), "{name}");
+            assert_eq!(gpu["status"], "fail", "{name}: {gpu}");
+            assert!(
+                gpu["summary"]
+                    .as_str()
+                    .unwrap()
+                    .contains("every NVLink of the 8 GPU(s) is down on an NVSwitch system (1 NVSwitch(es) on the PCI bus)"),
+                "{gpu}"
+            );
+            assert!(
+                gpu["remediation"]
+                    .as_str()
+                    .unwrap()
+                    .contains("systemctl enable --now nvidia-fabricmanager"),
+                "{gpu}"
+            );
+            assert_eq!(probe.status.code(), Some(1), "{line}");
+            assert!(
+                line.starts_with("fail: ") && line.contains("gpu-devices: every NVLink"),
+                "{line}"
+            );
+        } else {
+            assert_eq!(check.status.code(), Some(0), "{name}: {}", stdout(&check));
+            assert_eq!(gpu["status"], "pass", "{name}: {gpu}");
+            assert_eq!(probe.status.code(), Some(0), "{line}");
+            assert!(line.starts_with("ok: "), "{line}");
+        }
+    }
+}
+
+/// The NVML values batched in one nvmlDeviceGetFieldValues call per GPU fall back to the
+/// per-call functions, value by value, where a driver refuses the field (older drivers;
+/// Blackwell drops the NVLink error fields): both ways give the same facts, and
+/// `read_paths` says which way each value came.
+#[test]
+fn nvml_fields_refused_by_the_driver_fall_back_to_per_call_reads() {
+    let dir = scratch("nvml-field-fallback");
+    fs::create_dir_all(&dir).unwrap();
+    let base = fs::read_to_string(repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario"))
+        .unwrap()
+        + "nvlink_errors * 3 1 7\nremap 1 2 0 1 0\necc 1 4\n";
+    let refuse: String = [4, 142, 143, 144, 145, 147, 161, 162, 163, 165, 166]
+        .iter()
+        .map(|f| format!("refuse_field {f}\n"))
+        .collect();
+    let gpus = |text: &str, file: &str| {
+        let path = dir.join(file);
+        fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        let out = fixture_command(
+            "gpu-h100-nv18",
+            "facts",
+            &[],
+            &[("FAKE_GPU_SCENARIO", path.as_str())],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        facts["gpus"]["nvml"]["state"]["loaded"]["gpus"].clone()
+    };
+    let mut batched = gpus(&base, "batched.scenario");
+    let mut per_call = gpus(&(base + &refuse), "per-call.scenario");
+    for (gpus, want) in [(&mut batched, "field_values"), (&mut per_call, "per_call")] {
+        for g in gpus.as_array_mut().unwrap() {
+            let paths = g.as_object_mut().unwrap().remove("read_paths").unwrap();
+            for what in [
+                "nvlink_state",
+                "nvlink_version",
+                "nvlink_remote_type",
+                "nvlink_errors",
+                "ecc_uncorrected_volatile",
+                "remapped_rows",
+            ] {
+                assert_eq!(paths[what], want, "{what}: {paths}");
+            }
+            // Asked per call, the remote end of an NVSwitch link is still not read.
+            for l in g["nvlinks"].as_array_mut().unwrap() {
+                l.as_object_mut().unwrap().remove("remote_pci_bus_id");
+            }
+        }
+    }
+    assert_eq!(batched, per_call);
+    // The values themselves came through: counters, memory health, link state.
+    let gpu1 = &batched[1];
+    assert_eq!(
+        gpu1["nvlinks"][17]["error_counters"],
+        serde_json::json!({"replay": 3, "recovery": 1, "crc_data": 7})
+    );
+    assert_eq!(gpu1["health"]["ecc_uncorrected_volatile"]["value"], 4);
+    assert_eq!(gpu1["health"]["remapped_rows"]["value"]["correctable"], 2);
+    assert_eq!(gpu1["health"]["remapped_rows"]["value"]["pending"], true);
+    assert_eq!(gpu1["nvlinks"].as_array().unwrap().len(), 18);
+    assert_eq!(gpu1["nvlinks"][0]["version"]["value"], "4.0");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -484,6 +604,39 @@ fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
         column,
         ["PIX", "PIX", "PHB", "PHB", "PHB", "PHB", "PHB", "PHB"]
     );
+}
+
+/// `check --format json` on the 2x H200 (driver 580) after NVML's values moved into one
+/// field-values call per GPU: the real driver answered every batched field (no per-call
+/// fallback), and the report replays to the same pass.
+#[test]
+fn a_real_h200_reads_every_batched_nvml_value_as_a_field() {
+    let report = repo().join("tests/data/h200x2/nvml/check-report.json");
+    let out = run(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--facts",
+            report.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for id in ["gpu-devices", "gpu-p2p", "nvlink", "gpu-health"] {
+        assert_eq!(finding(&r, id)["status"], "pass", "{id}");
+    }
+    let gpus = r["facts"]["gpus"]["nvml"]["state"]["loaded"]["gpus"]
+        .as_array()
+        .unwrap();
+    assert_eq!(gpus.len(), 2);
+    for g in gpus {
+        let paths = g["read_paths"].as_object().unwrap();
+        assert_eq!(paths.len(), 6, "{paths:?}");
+        assert!(paths.values().all(|p| p == "field_values"), "{paths:?}");
+        assert_eq!(g["nvlinks"].as_array().unwrap().len(), 18);
+    }
 }
 
 #[test]

@@ -418,3 +418,28 @@ fn ignored_xids_are_counted_without_failing_readiness() {
         );
     }
 }
+
+/// Issue 14: the sidecar never loads libcuda (cuInit would map it for good), and still
+/// sees a stopped fabric manager on an A100 NVSwitch node through NVML: every NVLink to
+/// the NVSwitches down fails readiness.
+#[test]
+fn serve_does_not_map_libcuda_and_sees_a_stopped_fabric_manager_on_a100() {
+    let server = start("gpu-a100-fabric-manager-down", &["--interval", "60s"]);
+    let (status, _, body) = get(&server, "/readyz");
+    assert_eq!(status, 503);
+    assert!(
+        body.contains("gpu-devices: every NVLink of the 8 GPU(s) is down on an NVSwitch system"),
+        "{body}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    assert_eq!(
+        report["facts"]["gpus"]["cuda"]["state"]["skipped"]["reason"],
+        "--cuda off"
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
+    assert!(
+        maps.contains("libnvidia-ml.so.1"),
+        "NVML not mapped:\n{maps}"
+    );
+    assert!(!maps.contains("libcuda"), "libcuda mapped:\n{maps}");
+}

@@ -22,9 +22,10 @@ pub struct GpuOptions {
     pub trace: bool,
     /// Probe the CUDA driver (cuInit costs ~0.5 s even on a warm node).
     pub cuda: bool,
-    /// Also read what is shown but judged by no check: every NVLink's error counters
-    /// (4 calls a link, ~0.45 ms each on an H200: 65 ms a GPU of 18 links) and the
-    /// NUMA affinity doctor prints. `probe` and `bench` leave them out.
+    /// Also read what is shown but judged by no check and costs per-call NVML reads:
+    /// every NVLink's CRC data counter (no field gives it: ~1 ms a link on the H200,
+    /// 37 ms for 2 GPUs) and the NUMA affinity doctor prints (~8 ms a GPU). `doctor`,
+    /// `facts` and `serve` read them; the gates and `bench` leave them out.
     pub unjudged: bool,
 }
 
@@ -122,6 +123,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             state: cuda_state,
         },
         pci_gpus: pci::gather(host),
+        pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
     };
     (facts, HungCall(hung))

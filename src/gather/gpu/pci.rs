@@ -23,6 +23,30 @@ fn attr(host: &Host, dev: &str, name: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// True for the bridge class NVSwitches have (0x0680xx, "other bridge").
+fn is_nvswitch_class(class: &str) -> bool {
+    class.trim().to_ascii_lowercase().starts_with("0x0680")
+}
+
+/// The NVIDIA NVSwitch functions on the PCI bus, by bus id (sorted, as sysfs lists them).
+/// The fabric-manager check on pre-Hopper NVSwitch systems keys on them.
+pub fn nvswitches(host: &Host) -> Observed<Vec<String>> {
+    let entries = match host.list_dir(DEVICES) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Observed::Value(Vec::new()),
+        Err(e) => return Observed::Error(e),
+    };
+    Observed::Value(
+        entries
+            .into_iter()
+            .filter(|dev| {
+                attr(host, dev, "vendor").as_deref() == Some(NVIDIA)
+                    && attr(host, dev, "class").is_some_and(|c| is_nvswitch_class(&c))
+            })
+            .collect(),
+    )
+}
+
 pub fn gather(host: &Host) -> Observed<Vec<PciGpu>> {
     let entries = match host.list_dir(DEVICES) {
         Ok(Some(e)) => e,
@@ -61,5 +85,6 @@ mod tests {
         assert!(
             is_gpu_class("0x030200") && is_gpu_class("0x030000\n") && !is_gpu_class("0x068000")
         );
+        assert!(is_nvswitch_class("0x068000\n") && !is_nvswitch_class("0x030200"));
     }
 }
