@@ -285,6 +285,13 @@ pub fn is_nccl_setting(catalog: &Catalog, name: &str) -> bool {
     true
 }
 
+/// [`is_nccl_setting`] against the embedded table, for callers without one at
+/// hand (the tune stage). An unreadable table (a build defect the unit tests
+/// catch) keeps every name: listing metadata beats hiding a setting.
+pub fn is_setting(name: &str) -> bool {
+    Catalog::embedded().map_or(true, |c| is_nccl_setting(&c, name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
