@@ -3,4 +3,5 @@
 
 pub mod catalog;
 pub mod ib_hca;
+pub mod net_plugin;
 pub mod socket_ifname;

@@ -23,7 +23,7 @@
 
 mod ib_hca;
 mod names;
-mod network;
+pub(super) mod network;
 mod socket_ifname;
 mod topo_file;
 mod transports;
@@ -57,6 +57,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         topo_file::lint_topo_file,
         network::lint_net,
         network::lint_rdma_requested,
+        network::lint_net_plugin_name,
         values::lint_buffsize,
         values::lint_debug_and_text,
     ] {
@@ -701,5 +702,43 @@ mod tests {
         assert!(fix.contains("k8s.v1.cni.cncf.io/networks"), "{fix}");
         assert!(fix.contains("NetworkAttachmentDefinition"), "{fix}");
         assert!(!fix.contains("NCCL_SOCKET_IFNAME='=eth0'"), "{fix}");
+    }
+
+    #[test]
+    fn misspelled_net_plugin_names_the_variable() {
+        use crate::facts::rdma::LoadAttempt;
+        let mut f = with_env(efa_node(), &[("NCCL_NET_PLUGIN", "aws_ofi")]);
+        f.rdma.nccl.net_plugin = Observed::Value(None);
+        f.rdma.nccl.net_plugin_attempts = vec![LoadAttempt {
+            library: "libnccl-net-aws_ofi.so".into(),
+            error: Some("libnccl-net-aws_ofi.so: cannot open shared object file".into()),
+        }];
+        let finding = judge(&f, &Policy::default());
+        assert!(
+            finding
+                .summary
+                .contains("NCCL tries aws_ofi then libnccl-net-aws_ofi.so"),
+            "{}",
+            finding.summary
+        );
+        assert!(
+            finding
+                .remediation
+                .unwrap()
+                .starts_with("Fix NCCL_NET_PLUGIN")
+        );
+        let plugin = crate::judge::nccl_net_plugin::judge(&f, &Policy::default());
+        let fix = plugin.remediation.unwrap();
+        assert!(fix.contains("NCCL_NET_PLUGIN=\"aws_ofi\""), "{fix}");
+        assert!(!fix.contains("Install aws-ofi-nccl"), "{fix}");
+        f.nccl_env.insert(
+            "NCCL_NET_PLUGIN".into(),
+            crate::facts::EnvValue::text("none"),
+        );
+        assert!(
+            !judge(&f, &Policy::default())
+                .summary
+                .contains("names no library")
+        );
     }
 }

@@ -154,3 +154,40 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
         .push(format!("variables asking for RDMA: {}", asked.join(", ")));
     vec![p]
 }
+
+/// The fix for an NCCL_NET_PLUGIN value no library answers to: name the
+/// variable and the names NCCL tried, not the plugin's installation.
+pub(crate) fn net_plugin_fix(value: &str) -> String {
+    format!(
+        "Fix NCCL_NET_PLUGIN={value:?}: its value is the part after libnccl-net- (NCCL_NET_PLUGIN=ofi loads libnccl-net-ofi.so), \
+or, with NCCL >= 2.21, a library name or absolute path; unset it to let NCCL load libnccl-net.so."
+    )
+}
+
+/// NCCL_NET_PLUGIN set to a name no library in this image answers to.
+/// NCCL does not fail: it logs "NET/Plugin: Could not find" and goes on with
+/// its built-in transports (src/plugin/plugin_open.cc, 2.28).
+pub(super) fn lint_net_plugin_name(facts: &Facts) -> Vec<Problem> {
+    let Some(value) = get(facts, "NCCL_NET_PLUGIN") else {
+        return Vec::new();
+    };
+    let nccl = &facts.rdma.nccl;
+    if value.trim().is_empty()
+        || value.trim().eq_ignore_ascii_case("none")
+        || nccl.net_plugin_skipped.is_some()
+        || nccl.net_plugin_attempts.is_empty()
+        || !matches!(nccl.net_plugin, crate::facts::Observed::Value(None))
+    {
+        return Vec::new();
+    }
+    let version = crate::tune::nccl_version(facts);
+    let names = crate::nccl::net_plugin::library_names(value, version);
+    vec![Problem::new(
+        Status::Warn,
+        format!(
+            "NCCL_NET_PLUGIN={value:?} names no library this image has: NCCL tries {} and, finding none, goes on without a net plugin",
+            names.join(" then ")
+        ),
+        net_plugin_fix(value),
+    )]
+}
