@@ -451,7 +451,7 @@ mod tests {
         );
         assert_eq!(
             f.remediation.as_deref(),
-            Some("Rename it: NCCL_IB_HCA=\"mlx5_1\"")
+            Some("Rename it: NCCL_IB_HCA='mlx5_1'")
         );
         let f = lint_on(healthy(), &[("NCCL_TOTALLY_MADE_UP_SETTING", "1")]);
         assert!(
@@ -521,10 +521,25 @@ mod tests {
                 .iter()
                 .any(|e| e.contains("NCCL reads the leading number only, 4"))
         );
+        // NCCL_BUFFSIZE=4MB is 4 bytes to NCCL: measured, every rank dies of SIGFPE.
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("SIGFPE"), "{}", f.summary);
+        let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "262144")]);
+        assert_eq!(f.status, Status::Warn);
         assert!(
-            f.evidence
-                .iter()
-                .any(|e| e.contains("below NCCL's 4 MiB default"))
+            f.summary.contains("to 238 GB/s with 256 KiB"),
+            "{}",
+            f.summary
+        );
+        let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "2097152")]);
+        assert!(f.summary.contains("no loss was measured"), "{}", f.summary);
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "513")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "512")]).status,
+            Status::Fail
         );
         assert_eq!(
             lint_on(healthy(), &[("NCCL_BUFFSIZE", "8388608")]).status,

@@ -75,7 +75,7 @@ pub(super) fn lint_names(
                         format!(
                             "{name} is not a variable NCCL reads (no release from {tags} does): a typo for {near}?"
                         ),
-                        format!("Rename it: {near}={:?}", value.value),
+                        format!("Rename it: {near}='{}'", value.value),
                     ),
                     None => (
                         format!(
