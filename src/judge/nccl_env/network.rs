@@ -135,7 +135,7 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
         || asked
             .iter()
             .any(|a| a.starts_with("FI_") || a.starts_with("OFI_NCCL_"));
-    let mut fix = match platform.and_then(|p| p.efa_devices.map(|n| (p.names[0], n))) {
+    let mut fix = match platform.and_then(|p| Some((*p.names.first()?, p.efa_devices?))) {
         Some((instance, n)) => format!(
             "Request the instance's EFA devices (EKS, EFA device plugin): resources.limits: vpc.amazonaws.com/efa: {n} ({instance} has {n}), and add IPC_LOCK to the container's capabilities."
         ),

@@ -210,6 +210,33 @@ pub(super) fn lint_algo(
         )];
     }
     let collnet_on = get(facts, "NCCL_COLLNET_ENABLE").is_some_and(|v| v.trim() == "1");
+    // Since 2.24 (tuning.cc ncclTopoTuneModel): NVLSTree is disabled on a single
+    // node, and NVLS across nodes needs CollNet. Where the version is unknown the
+    // rule may not apply: warn.
+    let since_224 = match version {
+        Some(v) if v < STRICT_LIST_SINCE => None,
+        Some(_) => Some(Status::Fail),
+        None => Some(Status::Warn),
+    };
+    let nodes = crate::layout::nodes(&facts.launcher);
+    if let Some(status) = since_224 {
+        let scale = if only(&["nvlstree"]) && nodes == Some(1) {
+            Some("NVLSTree, which NCCL >= 2.24 disables on a single node")
+        } else if only(&["nvls"]) && nodes.is_some_and(|n| n > 1) && !collnet_on {
+            Some("NVLS, which NCCL >= 2.24 disables across nodes without NCCL_COLLNET_ENABLE=1")
+        } else {
+            None
+        };
+        if let Some(why) = scale {
+            return vec![Problem::new(
+                status,
+                format!(
+                    "NCCL_ALGO={value:?} leaves only {why}: every collective fails with \"no algorithm/protocol available\""
+                ),
+                "Unset NCCL_ALGO (NCCL picks NVLS and NVLSTree by itself where they apply).",
+            )];
+        }
+    }
     if only(&["collnet", "collnetdirect", "collnetchain"]) && !collnet_on {
         return vec![Problem::new(
             Status::Fail,

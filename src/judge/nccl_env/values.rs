@@ -157,8 +157,12 @@ pub(super) fn lint_levels(
                 IntRead::Whole(n) | IntRead::Prefix(n) => n,
                 _ => i64::MAX,
             };
-            let index = usize::try_from(n).unwrap_or(usize::MAX).min(old.len() - 1);
-            let level = &old[index];
+            let index = usize::try_from(n)
+                .unwrap_or(usize::MAX)
+                .min(old.len().saturating_sub(1));
+            let Some(level) = old.get(index) else {
+                continue;
+            };
             out.push(Problem::new(
                 Status::Warn,
                 format!(
