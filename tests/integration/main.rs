@@ -9,6 +9,7 @@ mod explain;
 mod fixtures;
 mod image;
 mod kernel;
+mod nccl_vars;
 mod outputs;
 mod rdma;
 mod serve;
