@@ -459,6 +459,11 @@ mod tests {
             "{}",
             f.summary
         );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_TESTS_MIN_BW", "100")]).status,
+            Status::Pass,
+            "nccl-tests' own setting"
+        );
         // PyTorch's legacy names are not NCCL's, but not typos either.
         assert_eq!(
             lint_on(healthy(), &[("NCCL_ASYNC_ERROR_HANDLING", "1")]).status,

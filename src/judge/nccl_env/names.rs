@@ -17,6 +17,11 @@ const READ_BY_PYTORCH: &[&str] = &[
     "NCCL_ENABLE_TIMING",
 ];
 
+/// NVIDIA/nccl-tests reads its own settings under this prefix
+/// (src/common.cu, src/util.cu, src/alltoallv.cu: NCCL_TESTS_DEVICE,
+/// NCCL_TESTS_SPLIT_MASK, NCCL_TESTS_MIN_BW, ...).
+const NCCL_TESTS_PREFIX: &str = "NCCL_TESTS_";
+
 fn range(rows: &[&catalog::VarRow]) -> String {
     rows.iter()
         .map(|r| {
@@ -45,6 +50,7 @@ pub(super) fn lint_names(
         if !name.starts_with("NCCL_")
             || !catalog::is_nccl_setting(catalog, name)
             || READ_BY_PYTORCH.contains(&name.as_str())
+            || name.starts_with(NCCL_TESTS_PREFIX)
         {
             continue;
         }
