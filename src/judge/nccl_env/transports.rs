@@ -187,66 +187,66 @@ pub(super) fn lint_algo(
         return Vec::new();
     }
     let only = |allowed: &[&str]| forced.iter().all(|n| allowed.contains(&n.as_str()));
-    // Measured with NCCL 2.28.9 on 2x H200 with NCCL_NVLS_ENABLE=0 and
-    // NCCL_ALGO=NVLS: "Error : no algorithm/protocol available for function
-    // AllReduce", invalid usage, at the first all-reduce.
     let nvls_off = get(facts, "NCCL_NVLS_ENABLE").is_some_and(|v| v.trim() == "0");
-    if only(&["nvls", "nvlstree"]) && nvls_off {
-        return vec![Problem::new(
-            Status::Fail,
-            format!(
-                "NCCL_ALGO={value:?} leaves only NVLS, which NCCL_NVLS_ENABLE=0 turns off: every collective fails with \"no algorithm/protocol available\" (measured, NCCL 2.28.9)"
-            ),
-            "Unset NCCL_ALGO, or unset NCCL_NVLS_ENABLE where the fabric supports NVLS.",
-        )];
-    }
-    if only(&["nvls", "nvlstree"]) && on_nvswitch_fabric(facts) == Some(false) {
-        return vec![Problem::new(
-            Status::Fail,
-            format!(
-                "NCCL_ALGO={value:?} leaves only NVLS, which needs NVSwitch multicast: these GPUs are not on an NVSwitch fabric, so every collective fails with \"no algorithm/protocol available\""
-            ),
-            "Unset NCCL_ALGO (NCCL uses NVLS by itself where the fabric supports it).",
-        )];
-    }
     let collnet_on = get(facts, "NCCL_COLLNET_ENABLE").is_some_and(|v| v.trim() == "1");
-    // Since 2.24 (tuning.cc ncclTopoTuneModel): NVLSTree is disabled on a single
-    // node, and NVLS across nodes needs CollNet. Where the version is unknown the
-    // rule may not apply: warn.
-    let since_224 = match version {
-        Some(v) if v < STRICT_LIST_SINCE => None,
-        Some(_) => Some(Status::Fail),
-        None => Some(Status::Warn),
-    };
     let nodes = crate::layout::nodes(&facts.launcher);
-    if let Some(status) = since_224 {
-        let scale = if only(&["nvlstree"]) && nodes == Some(1) {
-            Some("NVLSTree, which NCCL >= 2.24 disables on a single node")
-        } else if only(&["nvls"]) && nodes.is_some_and(|n| n > 1) && !collnet_on {
-            Some("NVLS, which NCCL >= 2.24 disables across nodes without NCCL_COLLNET_ENABLE=1")
-        } else {
-            None
-        };
-        if let Some(why) = scale {
-            return vec![Problem::new(
-                status,
-                format!(
-                    "NCCL_ALGO={value:?} leaves only {why}: every collective fails with \"no algorithm/protocol available\""
-                ),
-                "Unset NCCL_ALGO (NCCL picks NVLS and NVLSTree by itself where they apply).",
-            )];
-        }
-    }
-    if only(&["collnet", "collnetdirect", "collnetchain"]) && !collnet_on {
-        return vec![Problem::new(
-            Status::Fail,
-            format!(
-                "NCCL_ALGO={value:?} leaves only CollNet, which NCCL disables without NCCL_COLLNET_ENABLE=1 and a CollNet (SHARP) net plugin: every collective fails with \"no algorithm/protocol available\""
-            ),
+    // Why nothing NCCL_ALGO allows can run here, from NCCL 2.28.9's
+    // ncclTopoTuneModel (tuning.cc) and updateCollCostTable (enqueue.cc).
+    let (left, fix) = if only(&["nvls", "nvlstree"]) && nvls_off {
+        // Measured with NCCL 2.28.9 on 2x H200: "Error : no algorithm/protocol
+        // available for function AllReduce", invalid usage, at the first all-reduce.
+        (
+            "NVLS, which NCCL_NVLS_ENABLE=0 turns off",
+            "Unset NCCL_ALGO, or unset NCCL_NVLS_ENABLE where the fabric supports NVLS.",
+        )
+    } else if only(&["nvls", "nvlstree"]) && on_nvswitch_fabric(facts) == Some(false) {
+        (
+            "NVLS, which needs NVSwitch multicast, and these GPUs are not on an NVSwitch fabric",
+            "Unset NCCL_ALGO (NCCL uses NVLS by itself where the fabric supports it).",
+        )
+    } else if only(&["nvlstree"]) && nodes == Some(1) {
+        (
+            "NVLSTree, which NCCL disables on a single node",
+            "Unset NCCL_ALGO (NCCL picks NVLSTree by itself across nodes).",
+        )
+    } else if only(&["nvls"]) && nodes.is_some_and(|n| n > 1) && !collnet_on {
+        (
+            "NVLS, which NCCL disables across nodes without NCCL_COLLNET_ENABLE=1",
+            "Unset NCCL_ALGO (NCCL picks NVLS by itself where it applies).",
+        )
+    } else if only(&["collnet", "collnetdirect", "collnetchain"]) && !collnet_on {
+        (
+            "CollNet, which NCCL disables without NCCL_COLLNET_ENABLE=1 and a CollNet (SHARP) net plugin",
             "Unset NCCL_ALGO, or enable CollNet (NCCL_COLLNET_ENABLE=1 with the SHARP plugin) where the fabric has it.",
-        )];
-    }
-    vec![forced_cost(value)]
+        )
+    } else {
+        return vec![forced_cost(value)];
+    };
+    // NCCL <= 2.20 re-enabled Ring and Tree when a forced list left nothing
+    // (tuning.cc: "ignoring NCCL_ALGO=COLLNET"); 2.24 and later fail the
+    // collective; 2.21 to 2.23 were not verified, so they only warn.
+    let (status, effect) = match version {
+        Some(v) if v >= STRICT_LIST_SINCE => (
+            Status::Fail,
+            "every collective fails with \"no algorithm/protocol available\"".to_string(),
+        ),
+        Some(v) if v < (2, 21, 0) => (
+            Status::Warn,
+            format!(
+                "NCCL {} ignores the setting and falls back to Ring and Tree",
+                catalog::show(v)
+            ),
+        ),
+        _ => (
+            Status::Warn,
+            "NCCL >= 2.24 fails every collective with \"no algorithm/protocol available\"; older versions may fall back to Ring and Tree".to_string(),
+        ),
+    };
+    vec![Problem::new(
+        status,
+        format!("NCCL_ALGO={value:?} leaves only {left}: {effect}"),
+        fix,
+    )]
 }
 
 fn forced_cost(value: &str) -> Problem {
