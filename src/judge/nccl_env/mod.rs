@@ -624,6 +624,47 @@ mod tests {
             lint_on(healthy(), &[("NCCL_ALGO", "CollNetDirect")]).status,
             Status::Fail
         );
+        let f = lint_on(
+            healthy(),
+            &[("NCCL_ALGO", "NVLS"), ("NCCL_NVLS_ENABLE", "0")],
+        );
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("NCCL_NVLS_ENABLE=0"), "{}", f.summary);
+        let one_node = [("NCCL_ALGO", "NVLSTree"), ("PET_NNODES", "1")];
+        let f = lint_on(healthy(), &one_node);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.summary.contains("disables on a single node"),
+            "{}",
+            f.summary
+        );
+        let f = lint_on(with_version(healthy(), "2.23.4"), &one_node);
+        assert_eq!(f.status, Status::Warn, "2.21 to 2.23 not verified: warn");
+        assert!(f.summary.contains("NCCL >= 2.24 fails"), "{}", f.summary);
+        let f = lint_on(healthy(), &[("NCCL_ALGO", "NVLS"), ("PET_NNODES", "4")]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("across nodes"), "{}", f.summary);
+        let with_collnet = [
+            ("NCCL_ALGO", "NVLS"),
+            ("PET_NNODES", "4"),
+            ("NCCL_COLLNET_ENABLE", "1"),
+        ];
+        assert!(
+            lint_on(healthy(), &with_collnet)
+                .summary
+                .contains("overrides NCCL's tuner")
+        );
+        // NCCL <= 2.20 put Ring and Tree back ("ignoring NCCL_ALGO=COLLNET").
+        let f = lint_on(
+            with_version(healthy(), "2.19.3"),
+            &[("NCCL_ALGO", "CollNetDirect")],
+        );
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(
+            f.summary.contains("NCCL 2.19.3 ignores the setting"),
+            "{}",
+            f.summary
+        );
         assert_eq!(
             lint_on(healthy(), &[("NCCL_PROTO", "LL,Simple")]).status,
             Status::Pass
