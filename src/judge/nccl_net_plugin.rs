@@ -106,7 +106,11 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 problems.push(Problem::new(
                     fail,
                     format!("{efa} EFA device(s) but no NCCL net plugin: NCCL cannot use EFA and falls back to TCP"),
-                    "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.",
+                    // A value no library answers to is a typo in the variable, not a missing install.
+                    match env_plugin.as_deref().filter(|v| !v.trim().is_empty()) {
+                        Some(v) => super::nccl_env::network::net_plugin_fix(v),
+                        None => "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.".to_string(),
+                    },
                 ));
             }
             if devices.is_empty() && !needed {

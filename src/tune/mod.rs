@@ -83,7 +83,12 @@ pub fn tune(facts: &Facts) -> Vec<Setting> {
             settings.insert(s.name.clone(), s);
         }
     }
-    for name in facts.nccl_env.keys() {
+    // Image metadata such as NCCL_VERSION is not a setting the user made.
+    for name in facts
+        .nccl_env
+        .keys()
+        .filter(|n| crate::nccl::catalog::is_setting(n))
+    {
         if let Some(user) = user_setting(facts, name) {
             let reason = match settings.get(name) {
                 Some(t) if t.value != user.value => format!(

@@ -87,7 +87,9 @@ fn dry_run_prints_and_runs_nothing() {
         "rdma-p4d-efa",
         "exec",
         &["--dry-run", "--", "touch", "/nonexistent/never"],
-        &[("NCCL_BUFFSIZE", "1")],
+        // A user value that differs from the tuned one (1 byte would now fail
+        // nccl-env: NCCL dies of SIGFPE with buffers of 512 bytes or less).
+        &[("NCCL_BUFFSIZE", "16777216")],
     )
     .output()
     .unwrap();

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Generate src/nccl/variables.tsv: the environment variables each NCCL release reads.
+
+Usage: scripts/gen-nccl-vars.py <path to an NVIDIA/nccl git dir> [output]
+(default output: src/nccl/variables.tsv next to this script's repo).
+
+For every release tag v2.X.Y-Z in the git dir, the script reads the tag's
+sources with `git grep` and records:
+
+  - NCCL_PARAM(Name, "ENV", default) macros: integer variables. NCCL reads them
+    with strtoll(value, NULL, 0) (src/misc/param.cc), so their type is int64.
+  - string literals "NCCL_..." passed to a function whose name contains "env"
+    (ncclGetEnv, getenv, getEnvFunc, ...) or to ncclGetLevel (paths.cc): the
+    variables NCCL reads as text. NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL (read
+    through ncclGetLevel) are typed `level`, NCCL_ALGO and NCCL_PROTO
+    `algo-list` and `proto-list`.
+  - the value sets those types accept, taken from the same tag: ncclAlgoStr,
+    ncclProtoStr (init.cc), topoPathTypeStr up to PATH_SYS (topo.cc, topo.h:
+    ncclGetLevel compares the names up to PATH_SYS) and levelsOldToNew
+    (paths.cc: what the legacy numbers 0..5 mean).
+
+Files under src/ are NCCL itself (scope `core`); ext-*/ and plugins/ are the
+example plugins NCCL ships (scope `plugin`). Python build scripts are skipped.
+
+Consecutive tags that agree are merged into one row with the first and last
+version seen, so the file stays small. The file is data for
+src/nccl/catalog.rs; regenerate it rather than editing it.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+TAG = re.compile(r"^v(2)\.(\d+)\.(\d+)-\d+$")
+PARAM = re.compile(r'NCCL_PARAM\(\s*\w+\s*,\s*"([A-Z0-9_]+)"\s*,\s*(.*)$')
+ENV_CALL = re.compile(r'\b(\w*(?:[Ee]nv|GetLevel)\w*)\s*\(([^;]*)')
+LITERAL = re.compile(r'"(NCCL_[A-Z0-9_]+)"')
+PATHSPECS = ["src", "ext-net", "ext-tuner", "ext-profiler", "plugins"]
+
+
+def git(gitdir, *args):
+    out = subprocess.run(
+        ["git", "--git-dir", gitdir, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    if out.returncode not in (0, 1):  # 1: git grep found nothing
+        sys.exit(f"git {' '.join(args)} failed in {gitdir}: {out.stderr.strip()}")
+    return out.stdout
+
+
+def tags(gitdir):
+    found = []
+    for t in git(gitdir, "tag").split():
+        m = TAG.match(t)
+        if m:
+            found.append((tuple(int(x) for x in m.groups()), t))
+    if not found:
+        sys.exit(f"{gitdir}: no NCCL release tags (v2.X.Y-Z) found")
+    return sorted(found)
+
+
+def scope_of(path):
+    return "core" if path.startswith("src/") else "plugin"
+
+
+def default_of(rest):
+    """The third NCCL_PARAM argument: text up to the matching close paren."""
+    depth = 0
+    for i, c in enumerate(rest):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            if depth == 0:
+                text = rest[:i].strip()
+                return re.sub(r"\s+", " ", text) or "-"
+            depth -= 1
+    return "-"
+
+
+def variables(gitdir, tag):
+    """{(name, scope): (kind, default)} for one tag."""
+    out = {}
+    grep = git(gitdir, "grep", "-n", "-I", "-E", r"NCCL_PARAM\(|\"NCCL_[A-Z0-9_]+\"", tag, "--", *PATHSPECS)
+    for line in grep.splitlines():
+        # <tag>:<path>:<line>:<text>
+        parts = line.split(":", 3)
+        if len(parts) < 4:
+            continue
+        path, text = parts[1], parts[3]
+        if path.endswith(".py") or path.endswith(".md"):
+            continue
+        scope = scope_of(path)
+        m = PARAM.search(text)
+        if m and "#define" not in text:
+            name = "NCCL_" + m.group(1)
+            out[(name, scope)] = ("int", default_of(m.group(2)))
+            continue
+        for call in ENV_CALL.finditer(text):
+            func = call.group(1)
+            if func in ("INFO", "WARN", "TRACE"):
+                continue
+            for lit in LITERAL.findall(call.group(2)):
+                if func == "ncclGetLevel" or lit in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
+                    kind = "level"
+                elif lit == "NCCL_ALGO":
+                    kind = "algo-list"
+                elif lit == "NCCL_PROTO":
+                    kind = "proto-list"
+                else:
+                    kind = "string"
+                key = (lit, scope)
+                # An NCCL_PARAM of the same name wins: that is how NCCL parses it.
+                if key not in out or out[key][0] == "string":
+                    out[key] = (kind, "-")
+    # NCCL_P2P_DISABLE is read by ncclGetLevel through a variable holding its
+    # name; it appears as a literal argument, typed `level` above, but NCCL
+    # parses it with strtol: an integer.
+    for key in list(out):
+        if key[0] == "NCCL_P2P_DISABLE" and out[key][0] == "level":
+            out[key] = ("int", "-")
+    return out
+
+
+def c_string_array(source, name):
+    m = re.search(re.escape(name) + r"\s*(?:\[[^\]]*\])?\s*=\s*\{([^}]*)\}", source, re.S)
+    if not m:
+        return None
+    return re.findall(r'"([^"]*)"', m.group(1))
+
+
+def show(gitdir, tag, path):
+    return git(gitdir, "show", f"{tag}:{path}") if git(gitdir, "ls-tree", tag, path) else ""
+
+
+def value_sets(gitdir, tag):
+    """{set name: comma-joined values} for one tag."""
+    sets = {}
+    # The arrays moved between files over the years (tuning.cc in 2.5, init.cc later).
+    init = show(gitdir, tag, "src/init.cc") + show(gitdir, tag, "src/graph/tuning.cc")
+    for key, array in (("algo", "ncclAlgoStr"), ("proto", "ncclProtoStr")):
+        vals = c_string_array(init, array)
+        if vals:
+            sets[key] = ",".join(vals)
+    topo_cc = show(gitdir, tag, "src/graph/topo.cc")
+    # PATH_* moved from graph/topo.h to include/graph.h in 2.30.
+    topo_h = show(gitdir, tag, "src/graph/topo.h") + show(gitdir, tag, "src/include/graph.h")
+    names = c_string_array(topo_cc, "topoPathTypeStr")
+    defines = dict(re.findall(r"#define\s+(PATH_[A-Z0-9]+)\s+(\d+)", topo_h))
+    if names and "PATH_SYS" in defines:
+        sets["level"] = ",".join(names[: int(defines["PATH_SYS"]) + 1])
+    paths = show(gitdir, tag, "src/graph/paths.cc")
+    m = re.search(r"levelsOldToNew\[\]\s*=\s*\{([^}]*)\}", paths)
+    if m:
+        old = [sym[len("PATH_"):] for sym in re.findall(r"PATH_[A-Z0-9]+", m.group(1))]
+        sets["old-level"] = ",".join(old)
+    return sets
+
+
+def ranges(per_tag, versions):
+    """Merge {tag index: value} into [(first, last, value)] runs of consecutive tags."""
+    rows = []
+    for key in sorted({k for d in per_tag for k in d}):
+        run = None
+        for i, d in enumerate(per_tag):
+            v = d.get(key)
+            if run and v == run[2] and run[1] == i - 1:
+                run[1] = i
+                continue
+            if run:
+                rows.append((key, run[0], run[1], run[2]))
+                run = None
+            if v is not None:
+                run = [i, i, v]
+        if run:
+            rows.append((key, run[0], run[1], run[2]))
+    return [(k, versions[a], versions[b], v) for k, a, b, v in rows]
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    gitdir = sys.argv[1]
+    if not Path(gitdir).is_dir():
+        sys.exit(f"{gitdir}: not a directory")
+    output = Path(sys.argv[2]) if len(sys.argv) == 3 else Path(__file__).resolve().parent.parent / "src/nccl/variables.tsv"
+    found = tags(gitdir)
+    versions = [".".join(map(str, v)) for v, _ in found]
+    per_tag_vars, per_tag_sets = [], []
+    for _, tag in found:
+        per_tag_vars.append(variables(gitdir, tag))
+        per_tag_sets.append(value_sets(gitdir, tag))
+    lines = [
+        "# NCCL environment variables by version. Generated by scripts/gen-nccl-vars.py",
+        "# from NVIDIA/nccl's release tags; do not edit by hand.",
+        "# tags read: " + " ".join(t for _, t in found),
+        "# var<TAB>name<TAB>scope<TAB>kind<TAB>first<TAB>last<TAB>default",
+        "# values<TAB>set<TAB>first<TAB>last<TAB>comma-separated values",
+    ]
+    for (name, scope), first, last, (kind, default) in ranges(per_tag_vars, versions):
+        lines.append("\t".join(["var", name, scope, kind, first, last, default.replace("\t", " ")]))
+    for key, first, last, vals in ranges(per_tag_sets, versions):
+        lines.append("\t".join(["values", key, first, last, vals]))
+    tmp = output.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(output)
+    print(f"{output}: {len(lines) - 5} rows from {len(found)} tags ({versions[0]} to {versions[-1]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+//! NCCL_IB_HCA against the RDMA devices and ports this node has, and
+//! NCCL_IB_GID_INDEX on NCCL versions that choose the GID themselves.
+
+use super::{Problem, Status, get};
+use crate::facts::Facts;
+use crate::nccl::ib_hca::HcaFilter;
+
+pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
+    let Some(value) = get(facts, "NCCL_IB_HCA") else {
+        return Vec::new();
+    };
+    let filter = HcaFilter::parse(value);
+    let devices = facts.rdma.devices.value().map(Vec::as_slice).unwrap_or(&[]);
+    if devices.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    for (entry, port) in &filter.entries {
+        let matched: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| filter.entry_matches(entry, n))
+            .collect();
+        if matched.is_empty() {
+            out.push(Problem::new(
+                Status::Warn,
+                format!("NCCL_IB_HCA entry {entry:?} names no RDMA device here (devices: {})", names.join(", ")),
+                "Name the devices /sys/class/infiniband lists, with '=' and ports: NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'.",
+            ));
+        } else if !filter.exact && matched.len() > 1 && !filter.exclude {
+            out.push(Problem::new(
+                Status::Warn,
+                format!(
+                    "NCCL_IB_HCA entry {entry:?} is a prefix: it also matches {}",
+                    matched
+                        .iter()
+                        .filter(|m| *m != entry)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                format!("Use exact names: NCCL_IB_HCA='={value}'"),
+            ));
+        }
+        if let Some(p) = port {
+            for d in devices
+                .iter()
+                .filter(|d| filter.entry_matches(entry, &d.name))
+            {
+                match d.ports.iter().find(|x| x.port == *p) {
+                    Some(x) if x.state.as_deref() != Some("ACTIVE") => out.push(Problem::new(
+                        Status::Warn,
+                        format!(
+                            "NCCL_IB_HCA names {}:{p}, which is {}",
+                            d.name,
+                            x.state.as_deref().unwrap_or("not ACTIVE")
+                        ),
+                        "Name only ACTIVE ports (rdma-devices lists them), or fix the link.",
+                    )),
+                    None => out.push(Problem::new(
+                        Status::Warn,
+                        format!(
+                            "NCCL_IB_HCA names port {p} of {}, which has no such port",
+                            d.name
+                        ),
+                        "Ports count from 1; see /sys/class/infiniband/<dev>/ports.",
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn lint_gid_index(facts: &Facts) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if facts.nccl_env.contains_key("NCCL_IB_GID_INDEX")
+        && crate::tune::nccl_version(facts).is_some_and(|v| v >= (2, 21, 0))
+    {
+        out.push(Problem::new(
+            Status::Warn,
+            "NCCL_IB_GID_INDEX is set, but this NCCL (>= 2.21) picks the RoCE v2 GID itself; a fixed index breaks where the table differs".to_string(),
+            "Unset NCCL_IB_GID_INDEX.",
+        ));
+    }
+    out
+}

@@ -1,0 +1,805 @@
+//! `nccl-env`: the user's own NCCL variables, checked against this node and
+//! the NCCL version it will load before NCCL trips on them. One file per
+//! concern:
+//!
+//! - names: NCCL_* names no NCCL release reads (typos, with the nearest known
+//!   name), or that this version does not read, from src/nccl/variables.tsv;
+//! - values: integers NCCL's strtoll misreads, legacy numeric P2P/GDR levels,
+//!   NCCL_BUFFSIZE below its default, NCCL_DEBUG=TRACE, control characters;
+//! - socket_ifname: NCCL_SOCKET_IFNAME matching nothing (NCCL 2.28.9 measured:
+//!   every rank fails at init with "Bootstrap : no socket interface found"),
+//!   a missing Multus interface, lo/docker/virbr bootstrap across nodes, veth,
+//!   a prefix matching several interfaces; NCCL_SOCKET_FAMILY;
+//! - ib_hca: NCCL_IB_HCA prefixes, absent devices and DOWN ports;
+//!   NCCL_IB_GID_INDEX with NCCL >= 2.21;
+//! - transports: P2P/SHM off where NVLink is, LL128 without NVLink, NCCL_ALGO
+//!   and NCCL_PROTO names this version lacks, algorithms this node cannot run;
+//! - topo_file: NCCL_TOPO_FILE missing or another platform's;
+//! - network: RDMA turned off or mis-chosen where usable devices exist, and
+//!   RDMA asked for where the container has no usable device.
+//!
+//! Variables that are image metadata (NCCL_VERSION from NVIDIA's images) are
+//! neither listed nor linted (crate::nccl::catalog::is_nccl_setting).
+
+mod ib_hca;
+mod names;
+pub(super) mod network;
+mod socket_ifname;
+mod topo_file;
+mod transports;
+mod values;
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::nccl::catalog::{self, Catalog};
+use crate::policy::Policy;
+
+pub const ID: &str = "nccl-env";
+
+fn get<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
+    facts.nccl_env.get(name).map(|v| v.value.as_str())
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let env = &facts.nccl_env;
+    let mut lints = Vec::new();
+    let mut evidence = Vec::new();
+    if let Some(v) = env.get("NCCL_SOCKET_IFNAME") {
+        lints.extend(socket_ifname::lint_socket_ifname(facts, v));
+    }
+    if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
+        lints.extend(socket_ifname::lint_socket_family(v));
+    }
+    for lint in [
+        ib_hca::lint_ib_hca,
+        ib_hca::lint_gid_index,
+        transports::lint_p2p_shm,
+        topo_file::lint_topo_file,
+        network::lint_net,
+        network::lint_rdma_requested,
+        network::lint_net_plugin_name,
+        values::lint_buffsize,
+        values::lint_debug_and_text,
+    ] {
+        lints.extend(lint(facts));
+    }
+    let version = crate::tune::nccl_version(facts);
+    let settings: Vec<(&String, &crate::facts::EnvValue)> = match Catalog::embedded() {
+        Ok(cat) => {
+            for lint in [
+                names::lint_names,
+                values::lint_ints,
+                values::lint_levels,
+                transports::lint_algo,
+                transports::lint_proto_names,
+            ] {
+                lints.extend(lint(facts, &cat, version));
+            }
+            if env.keys().any(|k| k.starts_with("NCCL_")) {
+                evidence.push(match version {
+                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", catalog::show(v)),
+                    None => format!(
+                        "NCCL version unknown (no libnccl loaded here): names and values checked against every release from {} to {}",
+                        catalog::show(cat.tags.first().copied().unwrap_or_default()),
+                        catalog::show(cat.latest())
+                    ),
+                });
+            }
+            env.iter()
+                .filter(|(k, _)| catalog::is_nccl_setting(&cat, k))
+                .collect()
+        }
+        Err(e) => {
+            lints.push(Problem::new(
+                Status::Warn,
+                format!("the NCCL variable table built into this tool is unreadable ({e}): names and value types were not checked"),
+                "Rebuild nccl-preflight from a clean checkout (scripts/gen-nccl-vars.py regenerates the table).",
+            ));
+            env.iter().collect()
+        }
+    };
+    let summary = if settings.is_empty() {
+        "no NCCL, libfabric or aws-ofi-nccl variables set".to_string()
+    } else {
+        format!(
+            "{} variable(s) set, none conflicts with this node",
+            settings.len()
+        )
+    };
+    let mut listed: Vec<String> = settings
+        .iter()
+        .map(|(k, v)| format!("{k}={:?}", v.value))
+        .collect();
+    listed.extend(evidence);
+    super::combine(ID, summary, listed, lints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::judge::test_facts::{healthy, iface, v4, with_env};
+
+    fn docker_node() -> Facts {
+        let mut f = healthy();
+        f.network.interfaces = Observed::Value(vec![
+            iface("lo", None),
+            iface("eth0", Some("veth")),
+            iface("docker0", Some("bridge")),
+            iface("veth12ab", Some("veth")),
+        ]);
+        f.network.addresses = Observed::Value(vec![
+            v4("lo", "127.0.0.1"),
+            v4("eth0", "10.0.0.5"),
+            v4("docker0", "172.17.0.1"),
+            v4("veth12ab", "169.254.1.1"),
+        ]);
+        f
+    }
+
+    fn lint(pairs: &[(&str, &str)]) -> Finding {
+        judge(&with_env(docker_node(), pairs), &Policy::default())
+    }
+
+    #[test]
+    fn no_variables_pass() {
+        let f = lint(&[]);
+        assert_eq!(f.status, Status::Pass);
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "=eth0"), ("NCCL_DEBUG", "INFO")]);
+        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(
+            f.summary,
+            "2 variable(s) set, none conflicts with this node"
+        );
+    }
+
+    #[test]
+    fn no_matching_interface_fails_with_the_nccl_error() {
+        for value in ["nonexist0", "==eth1", "=eth"] {
+            let f = lint(&[("NCCL_SOCKET_IFNAME", value)]);
+            assert_eq!(f.status, Status::Fail, "{value}");
+            assert!(f.summary.contains("Bootstrap : no socket interface found"));
+            assert!(
+                f.remediation
+                    .unwrap()
+                    .contains("NCCL_SOCKET_IFNAME='=eth0'")
+            );
+        }
+    }
+
+    #[test]
+    fn loopback_warns_on_one_node_and_fails_across_nodes() {
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "lo")]);
+        assert_eq!(f.status, Status::Warn);
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "lo"), ("PET_NNODES", "2")]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("several nodes"));
+    }
+
+    #[test]
+    fn exclusion_without_lo_suggests_adding_lo() {
+        let f = lint(&[
+            ("NCCL_SOCKET_IFNAME", "^docker0"),
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_WORLD_SIZE", "8"),
+        ]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.remediation
+                .unwrap()
+                .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo'")
+        );
+        assert_eq!(
+            lint(&[("NCCL_SOCKET_IFNAME", "^docker0,lo")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn docker_veth_ignored_and_family() {
+        assert_eq!(
+            lint(&[("NCCL_SOCKET_IFNAME", "docker")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint(&[("NCCL_SOCKET_IFNAME", "docker"), ("PET_NNODES", "3")]).status,
+            Status::Fail
+        );
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "veth")]);
+        assert!(f.summary.contains("hangs"), "{f:?}");
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "e")]);
+        assert!(f.summary.contains("ignored by NCCL"));
+        let f = lint(&[("NCCL_SOCKET_FAMILY", "inet6")]);
+        assert_eq!(f.status, Status::Warn);
+        // Family filter: no IPv6 addresses here, so AF_INET6 leaves nothing.
+        let f = lint(&[
+            ("NCCL_SOCKET_IFNAME", "eth0"),
+            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+        ]);
+        assert_eq!(f.status, Status::Fail);
+    }
+
+    #[test]
+    fn several_problems_are_all_reported() {
+        let f = lint(&[
+            ("NCCL_SOCKET_IFNAME", "nonexist0"),
+            ("NCCL_SOCKET_FAMILY", "x"),
+        ]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.starts_with("2 problems"));
+        assert_eq!(f.remediation.unwrap().lines().count(), 2);
+    }
+
+    #[test]
+    fn unreadable_interfaces_warn() {
+        let mut f = with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "eth0")]);
+        f.network.interfaces = Observed::Error(crate::facts::FactError::new("getifaddrs", "EPERM"));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+    }
+
+    // One test per rule, each with the case that must pass and the case that must not.
+
+    fn ib_node() -> Facts {
+        use crate::judge::test_facts::{rdma_device, with_rdma};
+        let mut devices: Vec<_> = (0..12)
+            .map(|i| {
+                rdma_device(
+                    &format!("mlx5_{i}"),
+                    "mlx5_core",
+                    "0000:17:00.0",
+                    "/sys/devices/x",
+                    "ACTIVE",
+                    "InfiniBand",
+                )
+            })
+            .collect();
+        devices[2].ports[0].state = Some("DOWN".into());
+        with_rdma(healthy(), devices)
+    }
+
+    fn efa_node() -> Facts {
+        crate::judge::test_facts::with_efa(healthy())
+    }
+
+    fn lint_on(f: Facts, pairs: &[(&str, &str)]) -> Finding {
+        judge(&with_env(f, pairs), &Policy::default())
+    }
+
+    #[test]
+    fn ib_hca_prefix_absent_and_down() {
+        let f = lint_on(ib_node(), &[("NCCL_IB_HCA", "mlx5_1")]);
+        assert!(
+            f.summary.contains("also matches mlx5_10, mlx5_11"),
+            "{}",
+            f.summary
+        );
+        assert!(f.remediation.unwrap().contains("'=mlx5_1'"));
+        assert_eq!(
+            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1")]).status,
+            Status::Pass
+        );
+        assert!(
+            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_99")])
+                .summary
+                .contains("names no RDMA device")
+        );
+        assert!(
+            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_2:1")])
+                .summary
+                .contains("mlx5_2:1, which is DOWN")
+        );
+        // Issue 13: no RDMA device here, so asking for one is no longer "checked".
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_IB_HCA", "mlx5_1")]).status,
+            Status::Warn,
+        );
+    }
+
+    #[test]
+    fn p2p_shm_and_ll128() {
+        assert!(
+            lint_on(healthy(), &[("NCCL_P2P_DISABLE", "1")])
+                .summary
+                .contains("27 GB/s")
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_P2P_DISABLE", "0")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "LOC")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "NVL")]).status,
+            Status::Pass
+        );
+        let both = lint_on(
+            healthy(),
+            &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")],
+        );
+        assert!(both.summary.starts_with("2 problems"), "{}", both.summary);
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_SHM_DISABLE", "1")]).status,
+            Status::Pass,
+            "P2P over NVLink still works"
+        );
+        let mut pcie = healthy();
+        pcie.gpus = crate::judge::test_facts::no_gpus();
+        assert!(
+            lint_on(pcie.clone(), &[("NCCL_PROTO", "LL128")])
+                .summary
+                .contains("corrupt")
+        );
+        assert_eq!(
+            lint_on(pcie, &[("NCCL_PROTO", "^LL128")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_PROTO", "LL128")]).status,
+            Status::Pass,
+            "NVLink node"
+        );
+    }
+
+    #[test]
+    fn topo_file_missing_or_foreign() {
+        let mut f = with_env(
+            healthy(),
+            &[(
+                "NCCL_TOPO_FILE",
+                "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml",
+            )],
+        );
+        f.named_files.insert(
+            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
+            false,
+        );
+        let finding = judge(&f, &Policy::default());
+        assert!(
+            finding.summary.starts_with("2 problems"),
+            "{}",
+            finding.summary
+        );
+        f.named_files.insert(
+            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
+            true,
+        );
+        f.platform.product_name = crate::facts::Observed::Value(Some("p4d.24xlarge".into()));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+    }
+
+    #[test]
+    fn network_selection() {
+        assert!(
+            lint_on(ib_node(), &[("NCCL_IB_DISABLE", "1")])
+                .summary
+                .contains("TCP")
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_IB_DISABLE", "1")]).status,
+            Status::Pass,
+            "no RDMA: nothing lost"
+        );
+        assert_eq!(
+            lint_on(ib_node(), &[("NCCL_NET", "Socket")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(efa_node(), &[("NCCL_NET", "IB")]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(efa_node(), &[("FI_PROVIDER", "tcp")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(efa_node(), &[("FI_PROVIDER", "efa")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn gid_index_trace_and_line_breaks() {
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_IB_GID_INDEX", "3")]).status,
+            Status::Warn,
+            "NCCL 2.28.9"
+        );
+        let mut old = healthy();
+        if let crate::facts::gpu::LibraryState::Loaded(l) = &mut old.rdma.nccl.library.state {
+            l.version = crate::facts::Observed::Value("2.18.5".into());
+        }
+        assert_eq!(
+            lint_on(old, &[("NCCL_IB_GID_INDEX", "3")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_DEBUG", "TRACE")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_DEBUG", "INFO")]).status,
+            Status::Pass
+        );
+        assert!(
+            lint_on(healthy(), &[("NCCL_DEBUG_SUBSYS", "INIT\nNET")])
+                .summary
+                .contains("line break")
+        );
+    }
+
+    fn with_version(mut f: Facts, version: &str) -> Facts {
+        if let crate::facts::gpu::LibraryState::Loaded(l) = &mut f.rdma.nccl.library.state {
+            l.version = Observed::Value(version.into());
+        }
+        f
+    }
+
+    #[test]
+    fn nccl_ib_hba_typo_passed_as_checked() {
+        let f = lint_on(ib_node(), &[("NCCL_IB_HBA", "mlx5_1")]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary.contains("a typo for NCCL_IB_HCA"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            f.remediation.as_deref(),
+            Some("Rename it: NCCL_IB_HCA='mlx5_1'")
+        );
+        let f = lint_on(healthy(), &[("NCCL_TOTALLY_MADE_UP_SETTING", "1")]);
+        assert!(
+            f.summary.contains("not a variable NCCL reads"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_TESTS_MIN_BW", "100")]).status,
+            Status::Pass,
+            "nccl-tests' own setting"
+        );
+        // PyTorch's legacy names are not NCCL's, but not typos either.
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_ASYNC_ERROR_HANDLING", "1")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn variable_this_version_does_not_read_warns() {
+        let f = lint_on(with_version(healthy(), "2.9.9"), &[("NCCL_NET", "Socket")]);
+        assert!(f.summary.contains("does not read it yet"), "{}", f.summary);
+        assert!(f.summary.contains("NCCL 2.9.9"), "{}", f.summary);
+        let f = lint_on(
+            with_version(healthy(), "2.28.9"),
+            &[("NCCL_IB_GDR_LEVEL", "2")],
+        );
+        assert!(f.summary.contains("no longer reads it"), "{}", f.summary);
+        // Unknown version: the union of all releases, and the evidence says so.
+        let mut unknown = healthy();
+        unknown.rdma.nccl.library.state = crate::facts::gpu::LibraryState::NotFound {
+            message: "libnccl.so.2: cannot open shared object file".into(),
+        };
+        let f = lint_on(unknown, &[("NCCL_IB_GDR_LEVEL", "2")]);
+        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("NCCL version unknown"))
+        );
+    }
+
+    #[test]
+    fn nccl_version_from_cuda_images_is_not_a_setting() {
+        let f = lint_on(healthy(), &[("NCCL_VERSION", "2.21.5-1")]);
+        assert_eq!(f.status, Status::Pass);
+        assert_eq!(
+            f.summary,
+            "no NCCL, libfabric or aws-ofi-nccl variables set"
+        );
+        assert!(f.evidence.iter().all(|e| !e.contains("NCCL_VERSION")));
+        let tuned = crate::tune::tune(&with_env(healthy(), &[("NCCL_VERSION", "2.21.5-1")]));
+        assert!(tuned.iter().all(|s| s.name != "NCCL_VERSION"));
+    }
+
+    #[test]
+    fn integers_are_read_the_way_strtoll_reads_them() {
+        use values::{IntRead, strtoll};
+        assert_eq!(strtoll("8388608"), IntRead::Whole(8388608));
+        assert_eq!(strtoll("0x10"), IntRead::Whole(16));
+        assert_eq!(strtoll("010"), IntRead::Whole(8));
+        assert_eq!(strtoll("08"), IntRead::Prefix(0));
+        assert_eq!(strtoll("4MB"), IntRead::Prefix(4));
+        assert_eq!(strtoll(" -2"), IntRead::Whole(-2));
+        assert_eq!(strtoll("abc"), IntRead::NoDigits);
+        assert_eq!(strtoll("99999999999999999999"), IntRead::Overflow);
+        let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "4MB")]);
+        assert!(f.summary.starts_with("2 problems"), "{}", f.summary);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("NCCL reads the leading number only, 4"))
+        );
+        // NCCL_BUFFSIZE=4MB is 4 bytes to NCCL: measured, every rank dies of SIGFPE.
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("SIGFPE"), "{}", f.summary);
+        let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "262144")]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary.contains("to 238 GB/s with 256 KiB"),
+            "{}",
+            f.summary
+        );
+        let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "2097152")]);
+        assert!(f.summary.contains("no loss was measured"), "{}", f.summary);
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "513")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "512")]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "8388608")]).status,
+            Status::Pass
+        );
+        assert!(
+            lint_on(healthy(), &[("NCCL_NTHREADS", "many")])
+                .summary
+                .contains("NCCL reads it as 0")
+        );
+    }
+
+    #[test]
+    fn legacy_level_numbers_say_what_they_mean() {
+        let f = lint_on(healthy(), &[("NCCL_P2P_LEVEL", "5")]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.summary.contains("reads it as SYS"), "{}", f.summary);
+        assert!(f.summary.contains("across CPU sockets"), "{}", f.summary);
+        assert!(f.remediation.unwrap().contains("NCCL_P2P_LEVEL=SYS"));
+        let f = lint_on(healthy(), &[("NCCL_NET_GDR_LEVEL", "2")]);
+        assert!(f.summary.contains("reads it as PXB"), "{}", f.summary);
+        assert!(f.summary.contains("GPUDirect RDMA"), "{}", f.summary);
+        // Numbers above 5 clamp to the last legacy level.
+        assert!(
+            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "9")])
+                .summary
+                .contains("as SYS")
+        );
+        let f = lint_on(healthy(), &[("NCCL_P2P_LEVEL", "nvl")]);
+        assert!(f.summary.contains("case-sensitive: NVL"), "{}", f.summary);
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_NET_GDR_LEVEL", "PHB")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn algo_names_forced_and_unavailable() {
+        let f = lint_on(healthy(), &[("NCCL_ALGO", "Ring")]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary.contains("overrides NCCL's tuner"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_ALGO", "^NVLS")]).status,
+            Status::Pass
+        );
+        // 2.28.9 rejects an unknown name at init; 2.21 skips it (and has no PAT).
+        let f = lint_on(healthy(), &[("NCCL_ALGO", "Rng")]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("Unrecognized element token"));
+        let f = lint_on(with_version(healthy(), "2.21.5"), &[("NCCL_ALGO", "PAT")]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary
+                .contains("names PAT that NCCL 2.21.5 does not have"),
+            "{}",
+            f.summary
+        );
+        // NVLS forced off an NVSwitch fabric: every collective fails.
+        let mut pcie = healthy();
+        if let crate::facts::gpu::LibraryState::Loaded(n) = &mut pcie.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.fabric_state = Observed::Value("not_supported".into());
+            }
+        }
+        let f = lint_on(pcie, &[("NCCL_ALGO", "NVLS")]);
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(f.summary.contains("no algorithm/protocol available"));
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_ALGO", "NVLS")]).status,
+            Status::Warn
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_ALGO", "CollNetDirect")]).status,
+            Status::Fail
+        );
+        let f = lint_on(
+            healthy(),
+            &[("NCCL_ALGO", "NVLS"), ("NCCL_NVLS_ENABLE", "0")],
+        );
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("NCCL_NVLS_ENABLE=0"), "{}", f.summary);
+        let one_node = [("NCCL_ALGO", "NVLSTree"), ("PET_NNODES", "1")];
+        let f = lint_on(healthy(), &one_node);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.summary.contains("disables on a single node"),
+            "{}",
+            f.summary
+        );
+        let f = lint_on(with_version(healthy(), "2.23.4"), &one_node);
+        assert_eq!(f.status, Status::Warn, "2.21 to 2.23 not verified: warn");
+        assert!(f.summary.contains("NCCL >= 2.24 fails"), "{}", f.summary);
+        let f = lint_on(healthy(), &[("NCCL_ALGO", "NVLS"), ("PET_NNODES", "4")]);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("across nodes"), "{}", f.summary);
+        let with_collnet = [
+            ("NCCL_ALGO", "NVLS"),
+            ("PET_NNODES", "4"),
+            ("NCCL_COLLNET_ENABLE", "1"),
+        ];
+        assert!(
+            lint_on(healthy(), &with_collnet)
+                .summary
+                .contains("overrides NCCL's tuner")
+        );
+        // NCCL <= 2.20 put Ring and Tree back ("ignoring NCCL_ALGO=COLLNET").
+        let f = lint_on(
+            with_version(healthy(), "2.19.3"),
+            &[("NCCL_ALGO", "CollNetDirect")],
+        );
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(
+            f.summary.contains("NCCL 2.19.3 ignores the setting"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_PROTO", "LL,Simple")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_PROTO", "LL129")]).status,
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn rdma_asked_for_without_a_device() {
+        for pair in [
+            ("NCCL_IB_HCA", "=mlx5_1"),
+            ("NCCL_NET", "IB"),
+            ("NCCL_NET_PLUGIN", "ofi"),
+            ("FI_PROVIDER", "efa"),
+            ("OFI_NCCL_PROTOCOL", "RDMA"),
+        ] {
+            let f = lint_on(healthy(), &[pair]);
+            assert_eq!(f.status, Status::Warn, "{pair:?}: {f:?}");
+            assert!(
+                f.summary.contains("this container has no RDMA device"),
+                "{}",
+                f.summary
+            );
+            let f = lint_on(healthy(), &[pair, ("PET_NNODES", "2")]);
+            assert_eq!(f.status, Status::Fail, "{pair:?}");
+        }
+        let f = lint_on(
+            healthy(),
+            &[("NCCL_IB_HCA", "=mlx5_1"), ("PET_NNODES", "2")],
+        );
+        let fix = f.remediation.unwrap();
+        assert!(fix.contains("k8s.v1.cni.cncf.io/networks"), "{fix}");
+        assert!(fix.contains("rdma/rdma_shared_device_a"), "{fix}");
+        let mut p5 = healthy();
+        p5.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
+        let f = lint_on(p5, &[("FI_PROVIDER", "efa"), ("PET_NNODES", "2")]);
+        assert!(f.remediation.unwrap().contains("vpc.amazonaws.com/efa: 32"));
+        // In sysfs but no /dev/infiniband node in the container.
+        let mut hidden = ib_node();
+        hidden.rdma.uverbs = Observed::Value(vec![]);
+        let f = lint_on(hidden, &[("NCCL_IB_HCA", "=mlx5_1")]);
+        assert!(
+            f.summary.contains("none has a /dev/infiniband/uverbs node"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(
+            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            lint_on(healthy(), &[("NCCL_IB_HCA", "^mlx5_1")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn ifname_prefix_matching_a_bridge_too() {
+        let mut node = docker_node();
+        if let (Observed::Value(i), Observed::Value(a)) =
+            (&mut node.network.interfaces, &mut node.network.addresses)
+        {
+            i.push(iface("eth1", Some("bridge")));
+            a.push(v4("eth1", "192.168.0.1"));
+        }
+        let f = judge(
+            &with_env(node.clone(), &[("NCCL_SOCKET_IFNAME", "eth")]),
+            &Policy::default(),
+        );
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.summary.contains("matches 2 interfaces (eth0, eth1)"),
+            "{}",
+            f.summary
+        );
+        assert!(
+            f.remediation
+                .unwrap()
+                .starts_with("NCCL_SOCKET_IFNAME='=eth0'")
+        );
+        let f = judge(
+            &with_env(node, &[("NCCL_SOCKET_IFNAME", "=eth0")]),
+            &Policy::default(),
+        );
+        assert_eq!(f.status, Status::Pass);
+    }
+
+    #[test]
+    fn ifname_net1_absent_points_at_multus_not_eth0() {
+        let f = lint(&[("NCCL_SOCKET_IFNAME", "net1")]);
+        assert_eq!(f.status, Status::Fail);
+        let fix = f.remediation.unwrap();
+        assert!(fix.contains("k8s.v1.cni.cncf.io/networks"), "{fix}");
+        assert!(fix.contains("NetworkAttachmentDefinition"), "{fix}");
+        assert!(!fix.contains("NCCL_SOCKET_IFNAME='=eth0'"), "{fix}");
+    }
+
+    #[test]
+    fn misspelled_net_plugin_names_the_variable() {
+        use crate::facts::rdma::LoadAttempt;
+        let mut f = with_env(efa_node(), &[("NCCL_NET_PLUGIN", "aws_ofi")]);
+        f.rdma.nccl.net_plugin = Observed::Value(None);
+        f.rdma.nccl.net_plugin_attempts = vec![LoadAttempt {
+            library: "libnccl-net-aws_ofi.so".into(),
+            error: Some("libnccl-net-aws_ofi.so: cannot open shared object file".into()),
+        }];
+        let finding = judge(&f, &Policy::default());
+        assert!(
+            finding
+                .summary
+                .contains("NCCL tries aws_ofi then libnccl-net-aws_ofi.so"),
+            "{}",
+            finding.summary
+        );
+        assert!(
+            finding
+                .remediation
+                .unwrap()
+                .starts_with("Fix NCCL_NET_PLUGIN")
+        );
+        let plugin = crate::judge::nccl_net_plugin::judge(&f, &Policy::default());
+        let fix = plugin.remediation.unwrap();
+        assert!(fix.contains("NCCL_NET_PLUGIN=\"aws_ofi\""), "{fix}");
+        assert!(!fix.contains("Install aws-ofi-nccl"), "{fix}");
+        f.nccl_env.insert(
+            "NCCL_NET_PLUGIN".into(),
+            crate::facts::EnvValue::text("none"),
+        );
+        assert!(
+            !judge(&f, &Policy::default())
+                .summary
+                .contains("names no library")
+        );
+    }
+}

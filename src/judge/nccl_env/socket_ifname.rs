@@ -1,0 +1,208 @@
+//! NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY against this pod's interfaces.
+//!
+//! NCCL (src/misc/socket.cc ncclFindInterfaces, 2.28): bootstrap takes the first
+//! matching interface (bootstrap.cc asks for 1), but the socket NET transport
+//! (src/transport/net_socket.cc) asks for up to MAX_IFS = 16 and drives every
+//! match as a separate NIC. A prefix that matches a bridge or a second network
+//! therefore puts NCCL's traffic on it too.
+
+use super::{Problem, Status};
+use crate::facts::{EnvValue, Facts, Observed};
+use crate::layout;
+use crate::nccl::socket_ifname::{self, IfnameFilter};
+use crate::tune::socket_ifname::choose_interface;
+
+pub(super) fn suggestion(facts: &Facts) -> String {
+    match choose_interface(facts) {
+        Some(choice) => format!(
+            "NCCL_SOCKET_IFNAME='={}' ({}), or unset it and let NCCL choose",
+            choice.name, choice.why
+        ),
+        None => {
+            "unset NCCL_SOCKET_IFNAME, or name an interface that is up and has an address".into()
+        }
+    }
+}
+
+pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem> {
+    let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
+    if value.not_utf8 {
+        return vec![Problem {
+            status: Status::Warn,
+            summary: format!(
+                "{shown} is not valid UTF-8 and cannot name an interface NCCL will find"
+            ),
+            evidence: vec![],
+            remediation: suggestion(facts),
+        }];
+    }
+    let Some(filter) = IfnameFilter::parse(&value.value) else {
+        return vec![Problem {
+            status: Status::Warn,
+            summary: format!(
+                "{shown} is ignored by NCCL (values of one character or less mean automatic selection)"
+            ),
+            evidence: vec![],
+            remediation: suggestion(facts),
+        }];
+    };
+    let (Observed::Value(interfaces), Observed::Value(addresses)) =
+        (&facts.network.interfaces, &facts.network.addresses)
+    else {
+        return vec![Problem {
+            status: Status::Warn,
+            summary: format!("could not check {shown}: the interface list is unreadable"),
+            evidence: facts
+                .network
+                .interfaces
+                .error()
+                .map(|e| e.to_string())
+                .into_iter()
+                .collect(),
+            remediation: "Run the check where getifaddrs works (the pod's own network namespace)."
+                .into(),
+        }];
+    };
+    let family_var = facts
+        .nccl_env
+        .get("NCCL_SOCKET_FAMILY")
+        .map(|v| v.value.as_str());
+    let family = socket_ifname::socket_family(family_var);
+    let selected = socket_ifname::select(&filter, interfaces, addresses, family);
+    let running: Vec<&str> = interfaces
+        .iter()
+        .filter(|i| i.running && addresses.iter().any(|a| a.interface == i.name))
+        .map(|i| i.name.as_str())
+        .collect();
+    let mut evidence = vec![format!(
+        "running interfaces with an address, in NCCL's order: {}",
+        running.join(", ")
+    )];
+    let multi_node = layout::is_multi_node(&facts.launcher);
+    if let Some(nodes) = layout::nodes(&facts.launcher) {
+        evidence.push(format!("launcher: {nodes} node(s)"));
+    }
+    let Some(first) = selected.first() else {
+        return vec![Problem {
+            status: Status::Fail,
+            summary: format!(
+                "{shown} matches no running interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\""
+            ),
+            remediation: match missing_multus(&filter, interfaces) {
+                Some(name) => multus_fix(&name),
+                None => suggestion(facts),
+            },
+            evidence,
+        }];
+    };
+    evidence.push(format!(
+        "NCCL would use: {} (bootstrap on {first})",
+        selected.join(", ")
+    ));
+    let link = interfaces.iter().find(|i| &i.name == first);
+    let is_loopback = link.is_some_and(|l| l.loopback) || first.starts_with("lo");
+    let mut lints = Vec::new();
+    if is_loopback || first.starts_with("docker") || first.starts_with("virbr") {
+        let what = if is_loopback {
+            "loopback"
+        } else {
+            "a local bridge whose address every node shares"
+        };
+        let (status, reach) = if multi_node {
+            (
+                Status::Fail,
+                "the job spans several nodes, so ranks on other nodes cannot reach it",
+            )
+        } else {
+            (Status::Warn, "this works on one node only")
+        };
+        let fix = if filter.exclude && !filter.names.iter().any(|n| first.starts_with(n.as_str())) {
+            format!(
+                "NCCL_SOCKET_IFNAME='^{}{},{first}' (exclude {first} too), or {}",
+                if filter.exact { "=" } else { "" },
+                filter.names.join(","),
+                suggestion(facts)
+            )
+        } else {
+            suggestion(facts)
+        };
+        lints.push(Problem {
+            status,
+            summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
+            evidence: evidence.clone(),
+            remediation: fix,
+        });
+    } else if first.starts_with("veth") {
+        lints.push(Problem {
+            status: Status::Warn,
+            summary: format!(
+                "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
+            ),
+            evidence: evidence.clone(),
+            remediation: suggestion(facts),
+        });
+    }
+    if !filter.exclude && !filter.exact && selected.len() > 1 {
+        // The exact value keeps the interface the tuner would pick when it is
+        // among the matches, else the one bootstrap already uses.
+        let keep = choose_interface(facts)
+            .map(|c| c.name)
+            .filter(|n| selected.contains(n))
+            .unwrap_or_else(|| first.clone());
+        lints.push(Problem {
+            status: Status::Warn,
+            summary: format!(
+                "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
+                selected.len(),
+                selected.join(", ")
+            ),
+            evidence,
+            remediation: format!("NCCL_SOCKET_IFNAME='={keep}' (exact name: only {keep})"),
+        });
+    }
+    lints
+}
+
+/// The first interface the filter names exactly or by prefix that looks like
+/// a Multus attachment (`net1`, `net2`, ...: Multus names a pod's additional
+/// networks netN in the order of the k8s.v1.cni.cncf.io/networks annotation)
+/// and that this pod does not have at all.
+fn missing_multus(filter: &IfnameFilter, interfaces: &[crate::facts::Interface]) -> Option<String> {
+    if filter.exclude {
+        return None;
+    }
+    filter
+        .names
+        .iter()
+        .filter(|n| {
+            n.strip_prefix("net")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .find(|n| !interfaces.iter().any(|i| i.name.starts_with(n.as_str())))
+        .cloned()
+}
+
+fn multus_fix(name: &str) -> String {
+    format!(
+        "{name} is the interface Multus creates for the pod's additional network, and this pod has none: \
+the network was not attached. Check the pod's annotation k8s.v1.cni.cncf.io/networks names a \
+NetworkAttachmentDefinition that exists in the pod's namespace (kubectl get network-attachment-definitions -n <namespace>), \
+that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV that the pod requests the network's resource \
+(openshift.io/<resource> or rdma/<resource>). Switching NCCL to eth0 would move its traffic onto the pod network."
+    )
+}
+
+pub(super) fn lint_socket_family(value: &EnvValue) -> Option<Problem> {
+    if socket_ifname::socket_family(Some(&value.value)).is_some() {
+        return None;
+    }
+    Some(Problem {
+        status: Status::Warn,
+        summary: format!(
+            "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
+            value.value
+        ),
+        evidence: vec![],
+        remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
+    })
+}

@@ -1,0 +1,48 @@
+//! NCCL_TOPO_FILE: present in this container, and written for this platform.
+
+use super::{Problem, Status, get};
+use crate::facts::Facts;
+
+pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
+    let Some(path) = get(facts, "NCCL_TOPO_FILE") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if facts.named_files.get(path) == Some(&false) {
+        out.push(Problem::new(
+            Status::Warn,
+            format!("NCCL_TOPO_FILE={path:?} does not exist in this container: NCCL falls back to its own detection"),
+            "Point NCCL_TOPO_FILE at a file the training container has, or unset it.",
+        ));
+    }
+    let product = facts
+        .platform
+        .product_name
+        .value()
+        .and_then(|p| p.as_deref())
+        .unwrap_or("");
+    for (marker, platform) in [
+        ("p4de-24xl", "p4de.24xlarge"),
+        ("p4d-24xl", "p4d.24xlarge"),
+        ("g5.48xl", "g5.48xlarge"),
+    ] {
+        if path.contains(marker) {
+            if product != platform {
+                out.push(Problem::new(
+                    Status::Warn,
+                    format!(
+                        "NCCL_TOPO_FILE={path:?} describes {platform}, but this node is {}",
+                        if product.is_empty() {
+                            "unknown"
+                        } else {
+                            product
+                        }
+                    ),
+                    "Unset NCCL_TOPO_FILE, or use the file for this instance type.",
+                ));
+            }
+            break;
+        }
+    }
+    out
+}
