@@ -925,55 +925,6 @@ fn pod_without_the_rdma_resource_is_scoped_to_the_job() {
     assert_eq!(code, 1);
     let f = finding(&r, "rdma-devices");
     assert_eq!(f["status"], "fail");
-/// The seeds' own mistakes: `NCCL_IB_HBA=mlx5_1` (a typo for NCCL_IB_HCA that
-/// passed as "checked"), a legacy `NCCL_P2P_LEVEL=5`, a forced NCCL_ALGO, and
-/// NCCL_VERSION from an NVIDIA image, which is metadata and neither listed nor
-/// linted; plus `NCCL_BUFFSIZE=4MB`, which NCCL's strtoll reads as 4 bytes and
-/// which killed every rank with SIGFPE (NCCL 2.28.9, 2x H200): a failure.
-#[test]
-fn nccl_env_seed_typos_and_a_buffsize_that_crashes() {
-    let r = scenario("nccl-env-typos", 1);
-    assert_eq!(status(&r, "nccl-env"), "fail");
-    let f = finding(&r, "nccl-env");
-    let text = f["evidence"].to_string();
-    for expected in [
-        "a typo for NCCL_IB_HCA",
-        "reads it as SYS",
-        "NCCL reads the leading number only, 4",
-        "SIGFPE",
-        "overrides NCCL's tuner",
-        "NCCL version unknown",
-    ] {
-        assert!(text.contains(expected), "{expected}: {text}");
-    }
-    assert!(!text.contains("NCCL_VERSION"), "{text}");
-    assert!(setting(&r, "NCCL_VERSION").is_none());
-}
-
-/// Issue 13/14: the pod's Multus network was not attached, so net1 and the
-/// RDMA device are both missing on a two-node job: fail, and point at the
-/// annotation and the NetworkAttachmentDefinition, not at eth0.
-#[test]
-fn multus_network_missing_fails_pointing_at_the_annotation() {
-    let r = scenario("multus-network-missing", 1);
-    assert_eq!(status(&r, "nccl-env"), "fail");
-    let fix = finding(&r, "nccl-env")["remediation"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(fix.contains("NetworkAttachmentDefinition"), "{fix}");
-    assert!(fix.contains("rdma/rdma_shared_device_a"), "{fix}");
-    assert!(!fix.contains("NCCL_SOCKET_IFNAME='=eth0'"), "{fix}");
-}
-
-/// Issue 14: `NCCL_SOCKET_IFNAME=eth` matches eth0 and the bridge eth1, and
-/// NCCL's socket transport sends over both.
-#[test]
-fn ifname_prefix_matching_a_bridge_warns_with_the_exact_value() {
-    let r = scenario("ifname-prefix-bridge", 0);
-    assert_eq!(status(&r, "nccl-env"), "warn");
-    let f = finding(&r, "nccl-env");
-    assert!(f["summary"].as_str().unwrap().contains("eth0, eth1"), "{f}");
     assert!(
         f["remediation"]
             .as_str()
@@ -1079,6 +1030,62 @@ fn a_degraded_hca_link_is_named_on_a_multi_node_job() {
             .unwrap()
             .contains("mlx5_3 port 1 runs at 200 Gb/sec (4X HDR), its peers at 400"),
         "{f}"
+    );
+}
+
+/// The seeds' own mistakes: `NCCL_IB_HBA=mlx5_1` (a typo for NCCL_IB_HCA that
+/// passed as "checked"), a legacy `NCCL_P2P_LEVEL=5`, a forced NCCL_ALGO, and
+/// NCCL_VERSION from an NVIDIA image, which is metadata and neither listed nor
+/// linted; plus `NCCL_BUFFSIZE=4MB`, which NCCL's strtoll reads as 4 bytes and
+/// which killed every rank with SIGFPE (NCCL 2.28.9, 2x H200): a failure.
+#[test]
+fn nccl_env_seed_typos_and_a_buffsize_that_crashes() {
+    let r = scenario("nccl-env-typos", 1);
+    assert_eq!(status(&r, "nccl-env"), "fail");
+    let f = finding(&r, "nccl-env");
+    let text = f["evidence"].to_string();
+    for expected in [
+        "a typo for NCCL_IB_HCA",
+        "reads it as SYS",
+        "NCCL reads the leading number only, 4",
+        "SIGFPE",
+        "overrides NCCL's tuner",
+        "NCCL version unknown",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    assert!(!text.contains("NCCL_VERSION"), "{text}");
+    assert!(setting(&r, "NCCL_VERSION").is_none());
+}
+
+/// Issue 13/14: the pod's Multus network was not attached, so net1 and the
+/// RDMA device are both missing on a two-node job: fail, and point at the
+/// annotation and the NetworkAttachmentDefinition, not at eth0.
+#[test]
+fn multus_network_missing_fails_pointing_at_the_annotation() {
+    let r = scenario("multus-network-missing", 1);
+    assert_eq!(status(&r, "nccl-env"), "fail");
+    let fix = finding(&r, "nccl-env")["remediation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(fix.contains("NetworkAttachmentDefinition"), "{fix}");
+    assert!(fix.contains("rdma/rdma_shared_device_a"), "{fix}");
+    assert!(!fix.contains("NCCL_SOCKET_IFNAME='=eth0'"), "{fix}");
+}
+
+/// Issue 14: `NCCL_SOCKET_IFNAME=eth` matches eth0 and the bridge eth1, and
+/// NCCL's socket transport sends over both.
+#[test]
+fn ifname_prefix_matching_a_bridge_warns_with_the_exact_value() {
+    let r = scenario("ifname-prefix-bridge", 0);
+    assert_eq!(status(&r, "nccl-env"), "warn");
+    let f = finding(&r, "nccl-env");
+    assert!(f["summary"].as_str().unwrap().contains("eth0, eth1"), "{f}");
+    assert!(
+        f["remediation"]
+            .as_str()
+            .unwrap()
             .starts_with("NCCL_SOCKET_IFNAME='=eth")
     );
 }
