@@ -836,7 +836,10 @@ fn fixture_facts(name: &str) -> serde_json::Value {
 
 /// `check --format json` on saved facts with extra flags: (exit code, report).
 fn check_facts(facts: &serde_json::Value, flags: &[&str]) -> (i32, serde_json::Value) {
-    let dir = scratch("scope-facts");
+    // One folder per call: tests run in parallel and each removes its own.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("scope-facts-{call}"));
     let path = dir.join("facts.json");
     fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
     let path = path.display().to_string();
