@@ -94,6 +94,12 @@ const SIGNATURES: &[Signature] = &[
     },
 ];
 
+fn signature(message: &str) -> Option<&'static Signature> {
+    SIGNATURES
+        .iter()
+        .find(|sig| sig.needles.iter().any(|n| message.contains(n)))
+}
+
 fn examples(summary: &LogSummary, transport_prefix: &str) -> Vec<String> {
     summary
         .transport_examples
@@ -382,18 +388,31 @@ fn tcp_fabric(s: &LogSummary) -> Option<Finding> {
     if socket == 0 || other_net > 0 {
         return None;
     }
-    let (id, comm) = s
+    // NET connections join different NCCL nodes unless P2P and SHM are both
+    // disabled; a communicator that reports nNodes says so outright.
+    let multi = s
         .communicators
         .iter()
-        .find(|(_, c)| c.nodes.is_some_and(|n| n >= 2))?;
+        .find(|(_, c)| c.nodes.is_some_and(|n| n >= 2));
+    let reported = s.communicators.values().any(|c| c.nodes.is_some());
+    let local_only = is_set_to(s, "NCCL_P2P_DISABLE", "1") && is_set_to(s, "NCCL_SHM_DISABLE", "1");
+    let span = match multi {
+        Some((id, comm)) => format!(
+            "communicator {id} spans {} nodes and its",
+            comm.nodes.unwrap_or(0)
+        ),
+        None if !reported && !local_only => {
+            "the log shows NET connections between nodes, and their".to_string()
+        }
+        None => return None,
+    };
     let mut f = Finding::new(
         "log-tcp-fabric",
         Status::Warn,
         format!(
-            "communicator {id} spans {} nodes and its inter-node traffic runs over TCP (NET/Socket, {socket} connections): \
+            "{span} inter-node traffic runs over TCP (NET/Socket, {socket} connections): \
              measured 3.3-3.7 GB/s all-reduce bus bandwidth over sockets, where one RDMA NIC carries 12.5-50 GB/s (100-400 Gb/s, EFA on p4d 4x100 Gb/s) \
-             and NVLink ~295 GB/s; the log shows no RDMA device in use",
-            comm.nodes.unwrap_or(0)
+             and NVLink ~295 GB/s; the log shows no RDMA device in use"
         ),
     )
     .remediation(
@@ -472,6 +491,15 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
             .remediation(remediation::DEV_SHM),
         );
     }
+    // The WARN before it is a known cause (`failed to extend`, `posix_fallocate
+    // failed`): that signature speaks for both lines.
+    if let Some(sig) = w.after.as_deref().and_then(signature) {
+        return Some(
+            Finding::new(sig.id, Status::Fail, format!("NCCL WARN: {}", sig.cause))
+                .evidence(warn_line(w))
+                .remediation(sig.fix),
+        );
+    }
     let mut f = match &w.after {
         Some(cause) => Finding::new(
             "log-shm-segment",
@@ -514,6 +542,12 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
     let mut known: Vec<Finding> = Vec::new();
     let mut unknown = Vec::new();
     let mut unknown_lines = 0u64;
+    let causes: std::collections::BTreeSet<&str> = s
+        .warnings
+        .iter()
+        .filter(|w| shm_segment(w).is_some())
+        .filter_map(|w| w.after.as_deref())
+        .collect();
     for w in &s.warnings {
         let line = warn_line(w);
         if let Some(f) = shm_segment(w) {
@@ -523,10 +557,11 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
             }
             continue;
         }
-        match SIGNATURES
-            .iter()
-            .find(|sig| sig.needles.iter().any(|n| w.message.contains(n)))
-        {
+        // A WARN that a shared-memory finding already names as its cause.
+        if causes.contains(w.message.as_str()) {
+            continue;
+        }
+        match signature(&w.message) {
             Some(sig) => match known.iter_mut().find(|f| f.id == sig.id) {
                 Some(f) => f.evidence.push(line),
                 None => known.push(
@@ -651,13 +686,14 @@ mod tests {
     #[test]
     fn sockets_despite_rdma_needs_devices_or_a_failed_plugin() {
         let socket = "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0";
-        assert!(
+        // No RDMA device: not "despite RDMA", but still TCP between nodes.
+        assert_eq!(
             ids(&[
                 socket,
                 "NET/IB : No device found.",
                 "Failed to initialize NET plugin IB"
-            ])
-            .is_empty()
+            ]),
+            ["log-tcp-fabric"]
         );
         assert_eq!(
             ids(&[
@@ -778,7 +814,8 @@ mod tests {
         let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
         assert_eq!(
             f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
-            ["log-shm-segment", "log-nccl-warn"]
+            // The cause is named in the finding, not repeated as an unknown WARN.
+            ["log-shm-segment"]
         );
         assert!(
             f[0].summary.contains("Cuda failure 'invalid argument'"),
