@@ -119,7 +119,11 @@ fn synthetic_logs_match_golden_outputs() {
         );
         seen += 1;
     }
-    let on_disk = std::fs::read_dir(&logs).unwrap().count();
+    // Files only: tests/logs/corpus has its own test.
+    let on_disk = std::fs::read_dir(&logs)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_file())
+        .count();
     assert_eq!(
         seen, on_disk,
         "every log in tests/logs has an expectation here"
@@ -348,4 +352,136 @@ fn memory_stays_bounded_with_distinct_communicators_and_ranks() {
         "peak RSS grew from {peak_after_32m} KiB to {peak_end} KiB"
     );
     assert!(peak_end < 128 * 1024, "peak RSS {peak_end} KiB");
+}
+
+/// Issue 15: a corpus of excerpts from public issue threads (tests/logs/corpus,
+/// each `NAME.log` beside `NAME.json`: the source URL and what a reader finds in
+/// it, labelled by hand before the tool ran). Every key a label holds is checked.
+#[test]
+fn corpus_of_public_logs_matches_hand_labels() {
+    let dir = repo().join("tests/logs/corpus");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "log").then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 30, "{} logs", names.len());
+    let mut wrong = Vec::new();
+    let mut versions = std::collections::BTreeSet::new();
+    for name in &names {
+        let label: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json")))
+                .unwrap_or_else(|e| panic!("{name}.json: {e}")),
+        )
+        .unwrap_or_else(|e| panic!("{name}.json: {e}"));
+        assert!(
+            label["source"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("https://github.com/")),
+            "{name}: a label names its source"
+        );
+        let (code, v) = explain_json(&dir.join(format!("{name}.log")));
+        let mut check = |what: &str, want: &serde_json::Value, got: &serde_json::Value| {
+            if want != got {
+                wrong.push(format!("{name}: {what}: labelled {want}, got {got}"));
+            }
+        };
+        check("exit", &label["exit"], &serde_json::json!(code));
+        for key in [
+            "nccl_versions",
+            "cuda_driver_versions",
+            "networks",
+            "socket_interfaces",
+            "transport_counts",
+        ] {
+            if !label[key].is_null() {
+                check(key, &label[key], &v[key]);
+            }
+        }
+        if let Some(plugins) = label["plugins"].as_object() {
+            for (k, want) in plugins {
+                check(&format!("plugins.{k}"), want, &v["plugins"][k]);
+            }
+        }
+        if let Some(settings) = label["settings"].as_object() {
+            for (k, want) in settings {
+                check(&format!("settings.{k}"), want, &v["settings"][k]);
+            }
+        }
+        if let Some(n) = label["communicators"].as_u64() {
+            let got = v["communicators"].as_object().map_or(0, |m| m.len() as u64);
+            check("communicators", &n.into(), &got.into());
+        }
+        if let Some(ranks) = label["ranks_seen"].as_object() {
+            for (id, want) in ranks {
+                check(
+                    &format!("ranks_seen {id}"),
+                    want,
+                    &v["communicators"][id]["ranks_seen"],
+                );
+            }
+        }
+        if let Some(n) = label["ib_devices"].as_u64() {
+            let got = v["ib_devices"].as_array().map_or(0, |a| a.len() as u64);
+            check("ib_devices", &n.into(), &got.into());
+        }
+        if !label["ofi_versions"].is_null() {
+            check(
+                "ofi.versions",
+                &label["ofi_versions"],
+                &v["ofi"]["versions"],
+            );
+        }
+        if !label["forced_proto_simple"].is_null() {
+            check(
+                "ofi.forced_proto_simple",
+                &label["forced_proto_simple"],
+                &v["ofi"]["forced_proto_simple"],
+            );
+        }
+        let mut want: Vec<String> = label["findings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: a label lists its findings"))
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect();
+        let mut got = finding_ids(&v);
+        want.sort();
+        got.sort();
+        check(
+            "findings",
+            &serde_json::json!(want),
+            &serde_json::json!(got),
+        );
+        for version in v["nccl_versions"].as_array().unwrap() {
+            let version = version.as_str().unwrap();
+            versions.insert(version.split('+').next().unwrap_or(version).to_string());
+        }
+        // The human view renders every log of the corpus.
+        let human = run(
+            &[
+                "explain-log",
+                dir.join(format!("{name}.log")).to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            stdout(&human).contains("Verdict: "),
+            "{name}: {}",
+            stderr(&human)
+        );
+    }
+    eprintln!(
+        "corpus: {} logs; NCCL versions printed: {versions:?}",
+        names.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} label(s) not met:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
