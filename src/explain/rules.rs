@@ -462,6 +462,21 @@ fn read_mode_forced(s: &LogSummary) -> Option<Finding> {
     Some(f)
 }
 
+/// What the cause of a failed shared-memory segment usually means (src/misc/shmutils.cc
+/// at v2.28.9-1: open, fallocate, mmap, then cudaHostRegister).
+fn shm_cause_hint(message: &str, cause: &str) -> &'static str {
+    if cause.contains("Cuda failure") {
+        "A CUDA failure here comes from registering the segment with CUDA (cudaHostRegister), not from /dev/shm's size. "
+    } else if message.contains("attaching") && cause.contains("No such file or directory") {
+        // The peer created the segment in its /dev/shm; P2P and SHM need the same
+        // /dev/shm (FACTS.md section 1).
+        "The segment another rank created is not in this process's /dev/shm: ranks in different containers or pods \
+         without one shared /dev/shm, or something removed it (systemd RemoveIPC, a cleanup job). "
+    } else {
+        ""
+    }
+}
+
 /// NCCL's generic `Error while creating|attaching to shared memory segment %s
 /// (size %ld), error: %s (%d)` (src/misc/shmutils.cc at v2.28.9-1) follows every
 /// failure in ncclShmOpen. Only ENOSPC means /dev/shm is full; otherwise the
@@ -507,8 +522,8 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
             format!("NCCL could not set up a shared-memory segment{size}; the WARN before it names the cause: {cause}"),
         )
         .remediation(format!(
-            "Fix the cause, not /dev/shm: {cause}. A `Cuda failure` here comes from registering the segment with CUDA \
-             (cudaHostRegister); rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the call."
+            "Fix the cause, not the size of /dev/shm: {cause}. {}Rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
+            shm_cause_hint(m, cause)
         )),
         None => Finding::new(
             "log-shm-segment",
@@ -518,6 +533,9 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
         .remediation("Read the error after the segment name; rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call."),
     };
     f.evidence.push(warn_line(w));
+    if let Some(cause) = &w.after {
+        f.evidence.push(format!("the WARN before it: {cause}"));
+    }
     Some(f)
 }
 
@@ -827,6 +845,15 @@ mod tests {
         let text = "h:7:7 [0] misc/shmutils.cc:139 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-AbCdEf (size 9637888), error: No space left on device (28)\n";
         let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
         assert_eq!((f[0].id.as_str(), f.len()), ("log-dev-shm-full", 1));
+        // A missing segment on attach: the peer's /dev/shm is not this one.
+        let text = "g:1:2 [0] misc/shmutils.cc:93 NCCL WARN Call to open failed: No such file or directory\n\
+                    g:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-x (size 1), error: No such file or directory (2)\n";
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert_eq!(f.len(), 1);
+        let fix = f[0].remediation.as_deref().unwrap();
+        assert!(fix.contains("different containers or pods"), "{fix}");
+        assert!(!fix.contains("cudaHostRegister"), "{fix}");
+        assert!(f[0].evidence[1].contains("Call to open failed"));
         // Another process's WARN in between is not the cause.
         let text = "h:7:7 [0] a.cc:1 NCCL WARN Cuda failure 'invalid argument'\n\
                     h:8:8 [0] b.cc:1 NCCL WARN Error while attaching to shared memory segment x (size 1)\n";
