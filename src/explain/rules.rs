@@ -302,12 +302,13 @@ fn ofi_version(s: &LogSummary) -> Option<(u32, u32)> {
 
 /// True when NCCL's traffic went through aws-ofi-nccl on EFA.
 fn on_efa(s: &LogSummary) -> bool {
+    // `Selected Provider is efa` (1.6-1.14), `Selected provider is efa, fabric is ...`
+    // (1.15 on), `Setting provider_filter to efa`, or an EC2 platform line.
     s.ofi.providers.contains("efa")
-        || s.ofi_lines.iter().any(|l| l.contains("efa"))
-        || s.transport_counts
-            .keys()
-            .any(|t| t.starts_with("NET/Libfabric"))
-            && (s.networks.contains("AWS Libfabric") || s.networks.contains("Libfabric"))
+        || s.ofi_lines
+            .iter()
+            .any(|l| l.ends_with("provider_filter to efa"))
+        || !s.ofi.platforms.is_empty()
 }
 
 fn proto_forced(s: &LogSummary) -> Option<Finding> {
@@ -934,6 +935,14 @@ mod tests {
         ];
         // Platform not in the log: the plugin would have chosen the same where needed.
         assert!(ids(&efa).is_empty());
+        // "default" is not "efa": no EFA, the generic advice.
+        let f = diagnose(&summary(&["NET/OFI Using default provider tcp", efa[2]]));
+        assert!(
+            f[0].remediation
+                .as_deref()
+                .unwrap()
+                .starts_with("Unset NCCL_PROTO unless")
+        );
         let p4d = "NET/OFI Running on p4d.24xlarge platform, Setting NCCL_TOPO_FILE environment variable to /x.xml";
         assert!(ids(&[efa[0], efa[1], efa[2], p4d]).is_empty());
         // The plugin forced it itself (1.16 on).
