@@ -334,6 +334,13 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
         crate::explain::explain(file, &name)
     }
     .with_context(|| format!("explain-log {name}: reading"))?;
+    // No NCCL line is nothing to judge, not a clean log: exit 2 saying what the input held.
+    if let Some(why) = explanation.nothing_to_judge() {
+        anyhow::bail!(
+            "explain-log {}: nothing to judge, no NCCL lines: {why}",
+            render::visible(&name)
+        );
+    }
     match args.format {
         Format::Human => print!("{}", render::explain::render(&explanation, use_color(env))),
         Format::Json => {

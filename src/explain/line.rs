@@ -69,6 +69,91 @@ fn host_pid(token: &str) -> Option<(&str, u32)> {
     (!host.is_empty()).then_some((host, pid))
 }
 
+/// True when `token` ends in NCCL's `host:pid:tid` (the host may be glued to
+/// text before it).
+fn ends_with_host_pid(token: &str) -> bool {
+    let mut parts = token.rsplitn(3, ':');
+    let (Some(tid), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    digits(tid) && digits(pid) && !host.is_empty()
+}
+
+/// Last segments of NCCL's transport names (src/transport/*.cc).
+const TRANSPORT_WORDS: &[&str] = &[
+    "GDRDMA", "Shared", "CUMEM", "IPC", "read", "CE", "direct", "Socket", "IB",
+];
+
+/// Where a second record starts inside a line whose NCCL marker (`NCCL INFO`,
+/// `NCCL WARN`) is at `marker`: at its `host:pid:tid` token, found among the
+/// few tokens before the marker (`[dev]`, and for WARN `file.cc:123 (func)`).
+/// The host is cut where it is glued to the previous record's text: at the last
+/// character NCCL never prints in a host name.
+fn record_start(line: &str, marker: usize) -> Option<usize> {
+    let before = &line[..marker];
+    let mut end = before.trim_end().len();
+    for _ in 0..4 {
+        let start = before[..end].rfind(' ').map_or(0, |i| i + 1);
+        let token = &before[start..end];
+        if ends_with_host_pid(token) {
+            let host_end = token.rfind(':').and_then(|i| token[..i].rfind(':'))?;
+            let mut host_from = token[..host_end]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'))
+                .map_or(0, |i| i + 1);
+            // Glued to a transport name (`via P2P/IPCnode-b:6:6 ...`): the host
+            // starts after the transport's last segment, when it is one NCCL prints.
+            if token[..host_from].ends_with('/') {
+                let run = &token[host_from..host_end];
+                if let Some(word) = TRANSPORT_WORDS
+                    .iter()
+                    .find(|w| run.len() > w.len() && run.starts_with(*w))
+                {
+                    host_from += word.len();
+                }
+            }
+            return Some(start + host_from);
+        }
+        if start == 0 {
+            return None;
+        }
+        end = before[..start].trim_end().len();
+    }
+    None
+}
+
+/// Splits a line into the records on it. Two processes writing to one stream
+/// can run their lines together (`...via P2P/IPC h:2:2 [1] NCCL INFO Channel ...`):
+/// each `host:pid:tid [dev] NCCL INFO|WARN` after the first starts a record of
+/// its own. Calls `each` once per record, in order.
+pub fn for_each_record<'a>(
+    line: &'a str,
+    finder: &memmem::Finder<'_>,
+    mut each: impl FnMut(&'a str),
+) {
+    let bytes = line.as_bytes();
+    let mut record_from = 0;
+    let mut search_from = 0;
+    let mut first = true;
+    while let Some(pos) = finder.find(&bytes[search_from..]) {
+        let at = search_from + pos;
+        search_from = at + 5;
+        let rest = &bytes[at + 5..];
+        if !(rest.starts_with(b"INFO") || rest.starts_with(b"WARN")) {
+            continue;
+        }
+        if first {
+            first = false;
+            continue;
+        }
+        if let Some(start) = record_start(line, at).filter(|&s| s > record_from) {
+            each(&line[record_from..start]);
+            record_from = start;
+        }
+    }
+    each(&line[record_from..]);
+}
+
 /// Parses a line; `None` when it is not an NCCL INFO or WARN line.
 pub fn parse<'a>(line: &'a str, finder: &memmem::Finder<'_>) -> Option<NcclLine<'a>> {
     let bytes = line.as_bytes();
@@ -142,6 +227,39 @@ mod tests {
         );
         let l = p("vm:1:2 [0] transport/shm.cc:590 NCCL WARN Error: failed to extend /dev/shm/nccl-x to 9 bytes").unwrap();
         assert_eq!(l.location(), Some("transport/shm.cc:590"));
+    }
+
+    fn records(line: &str) -> Vec<&str> {
+        let mut v = Vec::new();
+        for_each_record(line, &memmem::Finder::new(b"NCCL "), |r| v.push(r));
+        v
+    }
+
+    #[test]
+    fn two_processes_on_one_line_are_two_records() {
+        assert_eq!(
+            records(
+                "a:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC b:2:2 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via P2P/IPC"
+            ),
+            [
+                "a:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC ",
+                "b:2:2 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via P2P/IPC"
+            ]
+        );
+        // Glued, and a WARN with its location.
+        assert_eq!(
+            records(
+                "[1,0]<stdout>:a:1:1 [0] NCCL INFO Ring 00 : 0 -> 1 via P2P/IPC)b-2:2:2 [1] misc/ibvwrap.cc:212 (wrap_ibv_reg_mr) NCCL WARN Call to ibv_reg_mr failed"
+            ),
+            [
+                "[1,0]<stdout>:a:1:1 [0] NCCL INFO Ring 00 : 0 -> 1 via P2P/IPC)",
+                "b-2:2:2 [1] misc/ibvwrap.cc:212 (wrap_ibv_reg_mr) NCCL WARN Call to ibv_reg_mr failed"
+            ]
+        );
+        // One record, and text that only mentions NCCL INFO.
+        assert_eq!(records("a:1:1 [0] NCCL INFO x").len(), 1);
+        assert_eq!(records("a:1:1 [0] NCCL INFO set NCCL INFO level").len(), 1);
+        assert_eq!(records("plain text").len(), 1);
     }
 
     #[test]

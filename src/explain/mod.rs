@@ -3,6 +3,7 @@
 //! wrong. Streams: memory stays flat whatever the log's size (a fixed read
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
+pub mod encoding;
 pub mod line;
 pub mod rules;
 pub mod summary;
@@ -39,14 +40,16 @@ fn feed(summary: &mut LogSummary, finder: &memmem::Finder<'_>, line_no: u64, byt
             String::from_utf8_lossy(bytes)
         }
     };
-    match line::parse(&text, finder) {
+    summary.line();
+    line::for_each_record(&text, finder, |record| match line::parse(record, finder) {
         Some(l) => summary.nccl_line(line_no, &l),
         // NCCL before 2.13 or so printed its version as a bare `NCCL version X` line.
-        None => match text.find("NCCL version ") {
-            Some(at) => summary.bare_version(&text[at + 13..]),
-            None => summary.other_line(),
-        },
-    }
+        None => {
+            if let Some(at) = record.find("NCCL version ") {
+                summary.bare_version(&record[at + 13..]);
+            }
+        }
+    });
 }
 
 /// Reads a whole log into a summary.
@@ -112,9 +115,18 @@ pub fn summarize(mut input: impl Read) -> io::Result<LogSummary> {
     }
 }
 
-/// Summarizes and diagnoses a log.
+/// Summarizes and diagnoses a log. UTF-16 text (PowerShell's `>` writes it) is
+/// decoded first and named in the summary.
 pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
-    let summary = summarize(input)?;
+    let (found, input) = encoding::sniff(input)?;
+    let summary = match found {
+        Some(enc) => {
+            let mut s = summarize(encoding::Utf16Reader::new(input, enc))?;
+            s.encoding = Some(enc.name().to_string());
+            s
+        }
+        None => summarize(input)?,
+    };
     let findings = rules::diagnose(&summary);
     Ok(Explanation {
         schema: SCHEMA,
@@ -123,6 +135,34 @@ pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
         summary,
         findings,
     })
+}
+
+impl Explanation {
+    /// Why there is nothing to judge, when the input held no NCCL line: what
+    /// it held instead. An empty or binary file must not pass as a clean log.
+    pub fn nothing_to_judge(&self) -> Option<String> {
+        let s = &self.summary;
+        if s.nccl_lines > 0 {
+            return None;
+        }
+        Some(if s.lines == 0 {
+            "the input is empty".to_string()
+        } else if s.non_utf8_lines * 2 > s.lines {
+            format!(
+                "{} line(s), {} of them not UTF-8 text (a binary file? a compressed log must be decompressed first)",
+                s.lines, s.non_utf8_lines
+            )
+        } else {
+            format!(
+                "{} line(s){}, none printed by NCCL (run the job with NCCL_DEBUG=INFO, and give explain-log the job's output)",
+                s.lines,
+                s.encoding
+                    .as_deref()
+                    .map(|e| format!(" of {e} text"))
+                    .unwrap_or_default()
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +185,49 @@ mod tests {
         assert!(s.networks.contains("Socket"));
         assert!(s.networks.contains("IB"));
         assert!(s.nccl_versions.contains("2.28.9+cuda13.0"));
+    }
+
+    #[test]
+    fn utf16_logs_are_decoded_and_named() {
+        let text = "vm:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\r\nvm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\r\n";
+        let le: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain(text.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        let be: Vec<u8> = text.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        for (bytes, name) in [(le, "UTF-16LE"), (be, "UTF-16BE")] {
+            let e = explain(&bytes[..], "x").unwrap();
+            assert_eq!(e.summary.encoding.as_deref(), Some(name));
+            assert_eq!(e.summary.nccl_lines, 2, "{name}");
+            assert_eq!(e.summary.transport_counts.get("P2P/CUMEM"), Some(&1));
+            assert!(e.nothing_to_judge().is_none());
+        }
+    }
+
+    #[test]
+    fn empty_binary_and_foreign_input_is_nothing_to_judge() {
+        let e = explain(&b""[..], "x").unwrap();
+        assert_eq!(e.nothing_to_judge().unwrap(), "the input is empty");
+        let gz = [
+            0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe, 0x80, 0x0a, 0x93, 0xc3, 0x28,
+        ];
+        assert!(
+            explain(&gz[..], "x")
+                .unwrap()
+                .nothing_to_judge()
+                .unwrap()
+                .contains("not UTF-8")
+        );
+        let e = explain(
+            &b"Traceback (most recent call last):\nRuntimeError: boom\n"[..],
+            "x",
+        )
+        .unwrap();
+        assert!(
+            e.nothing_to_judge()
+                .unwrap()
+                .contains("2 line(s), none printed by NCCL")
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! (lines of the log as evidence) and the fix. Known failure signatures come
 //! from FACTS.md section 2; measured costs from section 1.
 
-use super::summary::LogSummary;
+use super::summary::{LogSummary, WarnEntry};
 use crate::finding::{Finding, Status};
 use crate::remediation;
 
@@ -17,11 +17,11 @@ struct Signature {
 
 const SIGNATURES: &[Signature] = &[
     Signature {
-        needles: &[
-            "failed to extend /dev/shm",
-            "posix_fallocate failed",
-            "Error while creating shared memory segment",
-        ],
+        // The specific causes only: `failed to extend %s to %ld bytes` (src/misc/shmutils.cc:38
+        // at v2.12.12-1, :87 at v2.28.9-1 with the errno text) and the older fallocate line.
+        // NCCL's generic `Error while creating shared memory segment` follows any failure
+        // in that function (cudaHostRegister too): see `shm_segment` below.
+        needles: &["failed to extend /dev/shm", "posix_fallocate failed"],
         id: "log-dev-shm-full",
         cause: "/dev/shm is too small for NCCL's shared-memory buffers",
         fix: remediation::DEV_SHM,
@@ -93,6 +93,12 @@ const SIGNATURES: &[Signature] = &[
         fix: "Point NCCL_TOPO_FILE at the XML for this exact platform, or unset it.",
     },
 ];
+
+fn signature(message: &str) -> Option<&'static Signature> {
+    SIGNATURES
+        .iter()
+        .find(|sig| sig.needles.iter().any(|n| message.contains(n)))
+}
 
 fn examples(summary: &LogSummary, transport_prefix: &str) -> Vec<String> {
     summary
@@ -285,12 +291,72 @@ fn gdr_off(s: &LogSummary) -> Option<Finding> {
     Some(f)
 }
 
+/// The aws-ofi-nccl version the log printed, as (major, minor).
+fn ofi_version(s: &LogSummary) -> Option<(u32, u32)> {
+    s.ofi.versions.iter().find_map(|v| {
+        let number = v.split_whitespace().last()?;
+        let mut parts = number.split(['.', '-']);
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    })
+}
+
+/// True when NCCL's traffic went through aws-ofi-nccl on EFA.
+fn on_efa(s: &LogSummary) -> bool {
+    // `Selected Provider is efa` (1.6-1.14), `Selected provider is efa, fabric is ...`
+    // (1.15 on), `Setting provider_filter to efa`, or an EC2 platform line.
+    s.ofi.providers.contains("efa")
+        || s.ofi_lines
+            .iter()
+            .any(|l| l.ends_with("provider_filter to efa"))
+        || !s.ofi.platforms.is_empty()
+}
+
 fn proto_forced(s: &LogSummary) -> Option<Finding> {
     let values = s.setting("NCCL_PROTO")?;
     let joined = values.iter().cloned().collect::<Vec<_>>().join(",");
     let ll128 = values
         .iter()
         .any(|v| !v.starts_with('^') && v.to_ascii_uppercase().contains("LL128"));
+    let simple_only = values.iter().all(|v| v.eq_ignore_ascii_case("simple"));
+    // aws-ofi-nccl forces NCCL_PROTO=simple itself where EFA lacks in-order
+    // delivery, because LL/LL128 poll on flags and corrupt data without it:
+    // per platform (p4d, p4de) in 1.6.0 (src/platform-aws.c force_proto_simple),
+    // from the endpoint's 128-byte in-order capability in 1.7.0 to 1.14
+    // (configure_nccl_proto, "Setting NCCL_PROTO to \"simple\""), and from
+    // "byte delivery ordering" or missing GDR in 1.16 on (src/platform-aws.cpp,
+    // src/nccl_ofi_net.cpp at v1.21.1). Up to 1.5 users set it by hand on p4d
+    // (doc/efa-env-var.md). So on EFA, simple is right unless the log shows a
+    // platform with in-order delivery.
+    if simple_only && on_efa(s) {
+        if s.ofi.forced_proto_simple {
+            return None;
+        }
+        let platforms: Vec<&str> = s.ofi.platforms.iter().map(String::as_str).collect();
+        let p4 = platforms
+            .iter()
+            .any(|p| p.starts_with("p4d") || p.starts_with("p4de"));
+        if platforms.is_empty() || p4 {
+            return None;
+        }
+        let version = ofi_version(s);
+        let mut f = Finding::new(
+            "log-proto-forced",
+            Status::Warn,
+            format!(
+                "NCCL_PROTO=simple on {}: aws-ofi-nccl{} forces it itself only where EFA lacks in-order delivery (p4d, p4de), and did not here; Simple alone costs latency on small messages",
+                platforms.join(", "),
+                version.map(|(a, b)| format!(" {a}.{b}")).unwrap_or_default()
+            ),
+        )
+        .remediation("Unset NCCL_PROTO: aws-ofi-nccl >= 1.7 sets NCCL_PROTO=simple itself on the platforms that need it.");
+        f.evidence = setting_evidence(s, "NCCL_PROTO");
+        f.evidence.extend(
+            platforms
+                .iter()
+                .map(|p| format!("NET/OFI Running on {p} platform")),
+        );
+        return Some(f);
+    }
     let mut f = Finding::new(
         "log-proto-forced",
         Status::Warn,
@@ -300,8 +366,67 @@ fn proto_forced(s: &LogSummary) -> Option<Finding> {
             format!("NCCL_PROTO={joined} restricts NCCL's protocol choice (Simple only costs latency on small messages)")
         },
     )
-    .remediation("Unset NCCL_PROTO unless your platform's documentation requires it (only aws-ofi-nccl <= 1.5 needed simple).");
+    .remediation(if on_efa(s) {
+        "Unset NCCL_PROTO: aws-ofi-nccl sets NCCL_PROTO=simple itself where EFA needs it, and LL/LL128 corrupt data where it does."
+    } else {
+        "Unset NCCL_PROTO unless your platform's documentation requires it."
+    });
     f.evidence = setting_evidence(s, "NCCL_PROTO");
+    Some(f)
+}
+
+/// Inter-node traffic over TCP in a multi-node communicator, where the log does
+/// not show RDMA hardware going unused (`sockets_despite_rdma` covers that) or
+/// one machine split into pods (`split_pods`).
+fn tcp_fabric(s: &LogSummary) -> Option<Finding> {
+    let socket = s
+        .transport_counts
+        .iter()
+        .filter(|(t, _)| t.starts_with("NET/Socket"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    let other_net = s.connections("NET") - socket;
+    if socket == 0 || other_net > 0 {
+        return None;
+    }
+    // NET connections join different NCCL nodes unless P2P and SHM are both
+    // disabled; a communicator that reports nNodes says so outright.
+    let multi = s
+        .communicators
+        .iter()
+        .find(|(_, c)| c.nodes.is_some_and(|n| n >= 2));
+    let reported = s.communicators.values().any(|c| c.nodes.is_some());
+    let local_only = is_set_to(s, "NCCL_P2P_DISABLE", "1") && is_set_to(s, "NCCL_SHM_DISABLE", "1");
+    let span = match multi {
+        Some((id, comm)) => format!(
+            "communicator {id} spans {} nodes and its",
+            comm.nodes.unwrap_or(0)
+        ),
+        None if !reported && !local_only => {
+            "the log shows NET connections between nodes, and their".to_string()
+        }
+        None => return None,
+    };
+    let mut f = Finding::new(
+        "log-tcp-fabric",
+        Status::Warn,
+        format!(
+            "{span} inter-node traffic runs over TCP (NET/Socket, {socket} connections): \
+             measured 3.3-3.7 GB/s all-reduce bus bandwidth over sockets, where one RDMA NIC carries 12.5-50 GB/s (100-400 Gb/s, EFA on p4d 4x100 Gb/s) \
+             and NVLink ~295 GB/s; the log shows no RDMA device in use"
+        ),
+    )
+    .remediation(
+        "If the nodes have RDMA NICs (InfiniBand, RoCE, EFA), give the pods the RDMA device plugin resource, /dev/infiniband \
+         and IPC_LOCK, and for EFA the aws-ofi-nccl plugin; then run `nccl-preflight check` in the pod. If TCP is the only \
+         fabric, expect this rate and keep each node's GPUs in one pod.",
+    );
+    f.evidence = examples(s, "NET/Socket");
+    f.evidence.extend(
+        s.socket_interfaces
+            .iter()
+            .map(|i| format!("NET/Socket : Using {i}")),
+    );
     Some(f)
 }
 
@@ -313,14 +438,23 @@ fn read_mode_forced(s: &LogSummary) -> Option<Finding> {
         .map(|(_, n)| n)
         .sum();
     let forced = is_set_to(s, "NCCL_P2P_READ_ENABLE", "1");
-    // NCCL picks read mode itself only for SM80 pairs over NVLink (src/graph/paths.cc).
-    if reads == 0 || (!forced && s.nvlink()) {
+    // NCCL picks read mode itself for SM80 pairs over NVLink (p2pUseRead in
+    // src/graph/paths.cc), and INFO output without the GRAPH subsystem shows no
+    // topology: read mode without the variable is evidence of NVLink, not of
+    // PCIe. Warn where the variable forced it, or where the path types the log
+    // printed are all PCIe.
+    let pcie_only = !s.path_types.is_empty() && !s.path_types.iter().any(|t| t.starts_with("NVL"));
+    if reads == 0 || !(forced || pcie_only && !s.nvlink_in_topology) {
         return None;
     }
     let mut f = Finding::new(
         "log-p2p-read-mode",
         Status::Warn,
-        format!("{reads} P2P connections run in read mode, which NCCL only chooses itself for A100 pairs over NVLink"),
+        if forced {
+            format!("{reads} P2P connections run in read mode because NCCL_P2P_READ_ENABLE=1; NCCL chooses it itself only for A100 pairs over NVLink")
+        } else {
+            format!("{reads} P2P connections run in read mode over PCIe paths ({}); NCCL chooses it itself only for A100 pairs over NVLink", s.path_types.iter().cloned().collect::<Vec<_>>().join(", "))
+        },
     )
     .remediation("Unset NCCL_P2P_READ_ENABLE unless measurements on this platform favour read mode.");
     f.evidence = examples(s, "P2P");
@@ -329,24 +463,124 @@ fn read_mode_forced(s: &LogSummary) -> Option<Finding> {
     Some(f)
 }
 
+/// What the cause of a failed shared-memory segment usually means (src/misc/shmutils.cc
+/// at v2.28.9-1: open, fallocate, mmap, then cudaHostRegister).
+fn shm_cause_hint(message: &str, cause: &str) -> &'static str {
+    if cause.contains("Cuda failure") {
+        "A CUDA failure here comes from registering the segment with CUDA (cudaHostRegister), not from /dev/shm's size. "
+    } else if message.contains("attaching") && cause.contains("No such file or directory") {
+        // The peer created the segment in its /dev/shm; P2P and SHM need the same
+        // /dev/shm (FACTS.md section 1).
+        "The segment another rank created is not in this process's /dev/shm: ranks in different containers or pods \
+         without one shared /dev/shm, or something removed it (systemd RemoveIPC, a cleanup job). "
+    } else {
+        ""
+    }
+}
+
+/// NCCL's generic `Error while creating|attaching to shared memory segment %s
+/// (size %ld), error: %s (%d)` (src/misc/shmutils.cc at v2.28.9-1) follows every
+/// failure in ncclShmOpen. Only ENOSPC means /dev/shm is full; otherwise the
+/// WARN just before it (cudaHostRegister's `Cuda failure 'invalid argument'`,
+/// mmap, open) is the cause.
+fn shm_segment(w: &WarnEntry) -> Option<Finding> {
+    let m = &w.message;
+    if !(m.contains("Error while creating shared memory segment")
+        || m.contains("Error while attaching to shared memory segment"))
+    {
+        return None;
+    }
+    let size = m
+        .split("(size ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .map(|n| format!(" of {n} bytes"))
+        .unwrap_or_default();
+    if m.contains("No space left on device") || m.contains("(28)") {
+        return Some(
+            Finding::new(
+                "log-dev-shm-full",
+                Status::Fail,
+                format!("NCCL WARN: /dev/shm had no room for a shared-memory segment{size}"),
+            )
+            .evidence(warn_line(w))
+            .remediation(remediation::DEV_SHM),
+        );
+    }
+    // The WARN before it is a known cause (`failed to extend`, `posix_fallocate
+    // failed`): that signature speaks for both lines.
+    if let Some(sig) = w.after.as_deref().and_then(signature) {
+        return Some(
+            Finding::new(sig.id, Status::Fail, format!("NCCL WARN: {}", sig.cause))
+                .evidence(warn_line(w))
+                .remediation(sig.fix),
+        );
+    }
+    let mut f = match &w.after {
+        Some(cause) => Finding::new(
+            "log-shm-segment",
+            Status::Fail,
+            format!("NCCL could not set up a shared-memory segment{size}; the WARN before it names the cause: {cause}"),
+        )
+        .remediation(format!(
+            "Fix the cause, not the size of /dev/shm: {cause}. {}Rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
+            shm_cause_hint(m, cause)
+        )),
+        None => Finding::new(
+            "log-shm-segment",
+            Status::Fail,
+            format!("NCCL could not set up a shared-memory segment{size}; the log shows no earlier WARN from that process naming the cause"),
+        )
+        .remediation("Read the error after the segment name; rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call."),
+    };
+    f.evidence.push(warn_line(w));
+    if let Some(cause) = &w.after {
+        f.evidence.push(format!("the WARN before it: {cause}"));
+    }
+    Some(f)
+}
+
+fn warn_line(w: &WarnEntry) -> String {
+    format!(
+        "line {}{}: {}{}",
+        w.first_line,
+        w.location
+            .as_deref()
+            .map(|l| format!(" {l}"))
+            .unwrap_or_default(),
+        w.message,
+        if w.count > 1 {
+            format!(" ({} lines)", w.count)
+        } else {
+            String::new()
+        }
+    )
+}
+
 fn warnings(s: &LogSummary) -> Vec<Finding> {
     let mut known: Vec<Finding> = Vec::new();
     let mut unknown = Vec::new();
+    let mut unknown_lines = 0u64;
+    let causes: std::collections::BTreeSet<&str> = s
+        .warnings
+        .iter()
+        .filter(|w| shm_segment(w).is_some())
+        .filter_map(|w| w.after.as_deref())
+        .collect();
     for w in &s.warnings {
-        let line = format!(
-            "line {}{}: {} ({}x)",
-            w.first_line,
-            w.location
-                .as_deref()
-                .map(|l| format!(" {l}"))
-                .unwrap_or_default(),
-            w.message,
-            w.count
-        );
-        match SIGNATURES
-            .iter()
-            .find(|sig| sig.needles.iter().any(|n| w.message.contains(n)))
-        {
+        let line = warn_line(w);
+        if let Some(f) = shm_segment(w) {
+            match known.iter_mut().find(|k| k.id == f.id) {
+                Some(k) => k.evidence.extend(f.evidence),
+                None => known.push(f),
+            }
+            continue;
+        }
+        // A WARN that a shared-memory finding already names as its cause.
+        if causes.contains(w.message.as_str()) {
+            continue;
+        }
+        match signature(&w.message) {
             Some(sig) => match known.iter_mut().find(|f| f.id == sig.id) {
                 Some(f) => f.evidence.push(line),
                 None => known.push(
@@ -355,14 +589,23 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
                         .remediation(sig.fix),
                 ),
             },
-            None => unknown.push(line),
+            None => {
+                unknown_lines += w.count;
+                unknown.push(line);
+            }
         }
     }
     if !unknown.is_empty() {
         let mut f = Finding::new(
             "log-nccl-warn",
             Status::Warn,
-            format!("{} other NCCL WARN message(s); the lines before each usually name the cause", unknown.len()),
+            format!(
+                "{} other NCCL WARN {} ({} {}); the lines before each usually name the cause",
+                unknown.len(),
+                if unknown.len() == 1 { "message" } else { "messages" },
+                unknown_lines,
+                if unknown_lines == 1 { "line" } else { "lines in all" },
+            ),
         )
         .remediation("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read the lines before each WARN.");
         f.evidence = unknown.into_iter().take(10).collect();
@@ -374,14 +617,12 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
 /// Every diagnosis for a summary, failures first.
 pub fn diagnose(s: &LogSummary) -> Vec<Finding> {
     let mut findings = warnings(s);
-    for rule in [
-        shm_despite_nvlink,
-        split_pods,
-        sockets_despite_rdma,
-        gdr_off,
-        proto_forced,
-        read_mode_forced,
-    ] {
+    let socket_explained = [split_pods(s), sockets_despite_rdma(s)];
+    if socket_explained.iter().all(Option::is_none) {
+        findings.extend(tcp_fabric(s));
+    }
+    findings.extend(socket_explained.into_iter().flatten());
+    for rule in [shm_despite_nvlink, gdr_off, proto_forced, read_mode_forced] {
         findings.extend(rule(s));
     }
     findings.sort_by_key(|f| std::cmp::Reverse(f.status));
@@ -450,20 +691,28 @@ mod tests {
             split.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
             ["log-split-pods"]
         );
-        // Two real machines put GPU 0 at the same bus id: no finding.
-        assert!(diagnose(&crate::explain::summarize(text("60").as_bytes()).unwrap()).is_empty());
+        // Two real machines put GPU 0 at the same bus id: not split pods, but
+        // two nodes over TCP.
+        assert_eq!(
+            diagnose(&crate::explain::summarize(text("60").as_bytes()).unwrap())
+                .iter()
+                .map(|f| f.id.as_str())
+                .collect::<Vec<_>>(),
+            ["log-tcp-fabric"]
+        );
     }
 
     #[test]
     fn sockets_despite_rdma_needs_devices_or_a_failed_plugin() {
         let socket = "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0";
-        assert!(
+        // No RDMA device: not "despite RDMA", but still TCP between nodes.
+        assert_eq!(
             ids(&[
                 socket,
                 "NET/IB : No device found.",
                 "Failed to initialize NET plugin IB"
-            ])
-            .is_empty()
+            ]),
+            ["log-tcp-fabric"]
         );
         assert_eq!(
             ids(&[
@@ -523,7 +772,29 @@ mod tests {
             ]),
             ["log-p2p-read-mode"]
         );
-        assert_eq!(ids(&[read]), ["log-p2p-read-mode"]);
+    }
+
+    /// Issue 15: read mode fired on 7 of 30 real logs, none of which set
+    /// NCCL_P2P_READ_ENABLE; default INFO output prints no topology.
+    #[test]
+    fn read_mode_without_the_variable_is_evidence_of_nvlink() {
+        let read = "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read";
+        let ipc_read = "Channel 00/1 : 0[0] -> 1[1] via P2P/IPC/read";
+        assert!(ids(&[read]).is_empty());
+        assert!(ids(&[ipc_read]).is_empty());
+        assert_eq!(
+            ids(&[ipc_read, "NCCL_P2P_READ_ENABLE set by environment to 1."]),
+            ["log-p2p-read-mode"]
+        );
+        // The log's own path types say PCIe only.
+        let pcie = "Pattern 4, crossNic 0, nChannels 2, bw 12.000000/12.000000, type PHB/PIX, sameChannels 1";
+        let f = diagnose(&summary(&[pcie, read]));
+        assert_eq!(f[0].id, "log-p2p-read-mode");
+        assert!(
+            f[0].summary.contains("PCIe paths (PHB/PIX)"),
+            "{}",
+            f[0].summary
+        );
     }
 
     #[test]
@@ -536,7 +807,11 @@ mod tests {
             (f[0].id.as_str(), f[0].status),
             ("log-dev-shm-full", Status::Fail)
         );
-        assert!(f[0].evidence[0].contains("(2x)"), "{:?}", f[0].evidence);
+        assert!(
+            f[0].evidence[0].contains("(2 lines)"),
+            "{:?}",
+            f[0].evidence
+        );
         assert!(
             f[0].remediation
                 .as_ref()
@@ -546,6 +821,161 @@ mod tests {
         assert_eq!(
             (f[1].id.as_str(), f[1].status),
             ("log-nccl-warn", Status::Warn)
+        );
+    }
+
+    /// Issue 15: `/dev/shm` full was diagnosed from NCCL's generic wrapper when
+    /// cudaHostRegister had failed on the line before.
+    #[test]
+    fn shm_segment_error_names_the_preceding_warn() {
+        let text = "h:7:7 [0] include/alloc.h:48 NCCL WARN Cuda failure 'invalid argument'\n\
+                    h:7:7 [0] include/shm.h:28 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 9637888)\n";
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert_eq!(
+            f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+            // The cause is named in the finding, not repeated as an unknown WARN.
+            ["log-shm-segment"]
+        );
+        assert!(
+            f[0].summary.contains("Cuda failure 'invalid argument'"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].summary.contains("9637888 bytes"));
+        // 2.28 prints the errno: ENOSPC is /dev/shm.
+        let text = "h:7:7 [0] misc/shmutils.cc:139 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-AbCdEf (size 9637888), error: No space left on device (28)\n";
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert_eq!((f[0].id.as_str(), f.len()), ("log-dev-shm-full", 1));
+        // A missing segment on attach: the peer's /dev/shm is not this one.
+        let text = "g:1:2 [0] misc/shmutils.cc:93 NCCL WARN Call to open failed: No such file or directory\n\
+                    g:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-x (size 1), error: No such file or directory (2)\n";
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert_eq!(f.len(), 1);
+        let fix = f[0].remediation.as_deref().unwrap();
+        assert!(fix.contains("different containers or pods"), "{fix}");
+        assert!(!fix.contains("cudaHostRegister"), "{fix}");
+        assert!(f[0].evidence[1].contains("Call to open failed"));
+        // Another process's WARN in between is not the cause.
+        let text = "h:7:7 [0] a.cc:1 NCCL WARN Cuda failure 'invalid argument'\n\
+                    h:8:8 [0] b.cc:1 NCCL WARN Error while attaching to shared memory segment x (size 1)\n";
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert!(f[0].summary.contains("no earlier WARN"), "{}", f[0].summary);
+    }
+
+    /// Issue 15: "1 other NCCL WARN message(s)" followed by "(3x)".
+    #[test]
+    fn other_warns_count_messages_and_lines() {
+        let text = "h:1:1 [0] x.cc:1 NCCL WARN brand new problem\n".repeat(3);
+        let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
+        assert!(
+            f[0].summary
+                .starts_with("1 other NCCL WARN message (3 lines in all)"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].evidence[0].ends_with("brand new problem (3 lines)"));
+    }
+
+    /// Issue 15: NCCL 2.3-2.5's `via direct shared memory` escaped the SHM rule.
+    #[test]
+    fn direct_shared_memory_is_shm() {
+        assert_eq!(
+            ids(&[NVL_TOPO, "Ring 00 : 0[0] -> 1[1] via direct shared memory"]),
+            ["log-shm-instead-of-nvlink"]
+        );
+    }
+
+    /// Issue 17: a multi-node communicator over NET/Socket with no RDMA in the
+    /// log passed with no finding.
+    #[test]
+    fn multi_node_over_tcp_says_what_it_costs() {
+        let base = [
+            "comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0",
+            "Channel 00/0 : 15[7] -> 0[0] [receive] via NET/Socket/0",
+        ];
+        let f = diagnose(&summary(&base));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "log-tcp-fabric");
+        assert!(f[0].summary.contains("3.3-3.7 GB/s"));
+        // One node: TCP between processes of one node is another problem.
+        assert!(
+            ids(&[
+                "comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+                base[1]
+            ])
+            .is_empty()
+        );
+        // RDMA in use: not TCP.
+        assert!(
+            ids(&[
+                base[0],
+                "Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA"
+            ])
+            .is_empty()
+        );
+        // RDMA listed but unused: the RDMA rule speaks, not this one.
+        assert_eq!(
+            ids(&[
+                base[0],
+                base[1],
+                "NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>"
+            ]),
+            ["log-socket-despite-rdma"]
+        );
+    }
+
+    /// Issue 17: NCCL_PROTO=simple is right on p4d with aws-ofi-nccl; explain-log
+    /// told the user to unset it on the seeds' own p4d log.
+    #[test]
+    fn proto_simple_on_efa_depends_on_platform_and_plugin() {
+        let efa = [
+            "NET/Plugin: Loaded net plugin Libfabric (v7)",
+            "NET/OFI Selected Provider is efa (found 4 nics)",
+            "NCCL_PROTO set by environment to simple",
+        ];
+        // Platform not in the log: the plugin would have chosen the same where needed.
+        assert!(ids(&efa).is_empty());
+        // "default" is not "efa": no EFA, the generic advice.
+        let f = diagnose(&summary(&["NET/OFI Using default provider tcp", efa[2]]));
+        assert!(
+            f[0].remediation
+                .as_deref()
+                .unwrap()
+                .starts_with("Unset NCCL_PROTO unless")
+        );
+        let p4d = "NET/OFI Running on p4d.24xlarge platform, Setting NCCL_TOPO_FILE environment variable to /x.xml";
+        assert!(ids(&[efa[0], efa[1], efa[2], p4d]).is_empty());
+        // The plugin forced it itself (1.16 on).
+        assert!(
+            ids(&[
+                efa[0],
+                efa[1],
+                efa[2],
+                "NET/OFI Need to force simple protocol: byte delivery ordering not supported"
+            ])
+            .is_empty()
+        );
+        // p5 has in-order delivery: simple there is the user's, and costs latency.
+        let f = diagnose(&summary(&[
+            efa[0],
+            "NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
+            efa[1],
+            efa[2],
+            "NET/OFI Running on p5.48xlarge platform, NCCL_TOPO_FILE environment variable is already set to /x.xml",
+        ]));
+        assert_eq!(f[0].id, "log-proto-forced");
+        assert!(
+            f[0].summary.contains("p5.48xlarge: aws-ofi-nccl 1.9"),
+            "{}",
+            f[0].summary
+        );
+        // Not EFA: the generic advice.
+        assert!(
+            diagnose(&summary(&[efa[2]]))[0]
+                .remediation
+                .as_deref()
+                .unwrap()
+                .starts_with("Unset NCCL_PROTO unless")
         );
     }
 }

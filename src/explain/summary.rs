@@ -1,7 +1,8 @@
 //! `LogSummary`: everything explain-log keeps from a log, built one line at a
 //! time. Memory is bounded whatever the input: sets and maps are capped (what
 //! did not fit is counted in `dropped`), examples are kept only for the first
-//! few lines of each kind.
+//! few lines of each kind, and a communicator keeps a sample of `MAX_RANKS`
+//! ranks with a count of every rank it saw (a bitmap up to `MAX_RANK_BITS`).
 
 use super::line::{Level, NcclLine};
 use super::transport;
@@ -10,8 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Caps on what one summary keeps.
 const MAX_SET: usize = 256;
-const MAX_COMMS: usize = 4096;
-const MAX_RANKS: usize = 65_536;
+const MAX_COMMS: usize = 1024;
+/// Ranks per communicator kept with host, pid and bus id.
+pub const MAX_RANKS: usize = 64;
+/// Ranks per communicator counted exactly (one bit each, 8 KiB at most).
+const MAX_RANK_BITS: u32 = 65_536;
 const MAX_EXAMPLES: usize = 3;
 /// Longest message text kept in a set or example.
 const MAX_TEXT: usize = 512;
@@ -39,7 +43,52 @@ pub struct Communicator {
     pub ranks_total: Option<u32>,
     /// nNodes as NCCL counted them (hosts by hostname + boot_id).
     pub nodes: Option<u32>,
+    /// Distinct ranks the log showed (exact up to 65,536 rank numbers; higher
+    /// rank numbers are not counted).
+    pub ranks_seen: u64,
+    /// The first `MAX_RANKS` ranks seen, with where they ran.
     pub ranks: BTreeMap<u32, RankInfo>,
+    #[serde(skip)]
+    seen_bits: Vec<u64>,
+}
+
+impl Communicator {
+    /// Marks a rank seen; true the first time.
+    fn see(&mut self, rank: u32) -> bool {
+        if rank >= MAX_RANK_BITS {
+            return false;
+        }
+        let (word, bit) = ((rank / 64) as usize, rank % 64);
+        if self.seen_bits.len() <= word {
+            self.seen_bits.resize(word + 1, 0);
+        }
+        let fresh = self.seen_bits[word] & (1 << bit) == 0;
+        self.seen_bits[word] |= 1 << bit;
+        self.ranks_seen += u64::from(fresh);
+        fresh
+    }
+
+    /// Takes in another entry for the same communicator (seen under its pointer
+    /// before the line naming its commId).
+    fn absorb(&mut self, other: Communicator) {
+        self.ranks_total = self.ranks_total.or(other.ranks_total);
+        self.nodes = self.nodes.or(other.nodes);
+        for (word, bits) in other.seen_bits.iter().enumerate() {
+            for bit in 0..64 {
+                if bits & (1 << bit) != 0 {
+                    self.see(word as u32 * 64 + bit);
+                }
+            }
+        }
+        for (rank, info) in other.ranks {
+            if self.ranks.len() < MAX_RANKS || self.ranks.contains_key(&rank) {
+                let mine = self.ranks.entry(rank).or_default();
+                mine.host = mine.host.take().or(info.host);
+                mine.pid = mine.pid.or(info.pid);
+                mine.bus_id = mine.bus_id.take().or(info.bus_id);
+            }
+        }
+    }
 }
 
 /// A WARN message and how often it was seen.
@@ -50,6 +99,10 @@ pub struct WarnEntry {
     pub count: u64,
     /// 1-based line number of the first occurrence.
     pub first_line: u64,
+    /// The WARN the same process printed just before the first occurrence: NCCL
+    /// prints the specific error first and its generic wrappers after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// Lines of the log that back a conclusion.
@@ -85,6 +138,23 @@ pub struct Plugins {
     pub failed: BTreeSet<String>,
     /// Networks NCCL initialised.
     pub initialized: BTreeSet<String>,
+    /// Where NCCL loaded an external plugin from (`Plugin Path : X`, printed by
+    /// Mellanox/HPC-X nccl-rdma-sharp-plugins).
+    pub paths: BTreeSet<String>,
+}
+
+/// What the aws-ofi-nccl plugin (`NET/OFI` lines) said about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OfiPlugin {
+    /// `aws-ofi-nccl 1.7.4-aws`, from `Initializing aws-ofi-nccl X` (1.7 on) or `Using aws-ofi-nccl X` (1.6).
+    pub versions: BTreeSet<String>,
+    /// Libfabric providers (`Selected Provider is efa`).
+    pub providers: BTreeSet<String>,
+    /// EC2 platforms (`Running on p4d.24xlarge platform`).
+    pub platforms: BTreeSet<String>,
+    /// The plugin set NCCL_PROTO=simple itself (`Setting NCCL_PROTO to "simple"`,
+    /// 1.6-1.14; `Need to force simple protocol: ... not supported`, 1.16 on).
+    pub forced_proto_simple: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -95,6 +165,9 @@ pub struct LogSummary {
     pub truncated_lines: u64,
     /// Lines that were not valid UTF-8 (read with replacement characters).
     pub non_utf8_lines: u64,
+    /// The text encoding when it was not UTF-8 (`UTF-16LE`, `UTF-16BE`): decoded before reading.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<String>,
     pub nccl_versions: BTreeSet<String>,
     pub cuda_driver_versions: BTreeSet<String>,
     pub plugins: Plugins,
@@ -104,6 +177,7 @@ pub struct LogSummary {
     pub ib_devices: BTreeSet<String>,
     /// What the libfabric plugin reported (`NET/OFI ...`).
     pub ofi_lines: BTreeSet<String>,
+    pub ofi: OfiPlugin,
     /// Interfaces the socket transport used.
     pub socket_interfaces: BTreeSet<String>,
     /// Variables NCCL reported `set by environment`, with every value seen.
@@ -129,6 +203,9 @@ pub struct LogSummary {
     comm_by_pointer: BTreeMap<(Option<String>, Option<u32>, String), String>,
     #[serde(skip)]
     warn_index: BTreeMap<String, usize>,
+    /// The last WARN: its host, pid and message.
+    #[serde(skip)]
+    last_warn: Option<(Option<String>, Option<u32>, String)>,
     #[serde(skip)]
     scratch: String,
 }
@@ -145,14 +222,13 @@ fn field<'a>(message: &'a str, key: &str) -> Option<&'a str> {
 }
 
 impl LogSummary {
-    /// Counts a line that is not NCCL's.
-    pub fn other_line(&mut self) {
+    /// Counts a line of the log, whatever it holds.
+    pub fn line(&mut self) {
         self.lines += 1;
     }
 
     /// Takes a bare `NCCL version X` line (no `NCCL INFO` prefix).
     pub fn bare_version(&mut self, version: &str) {
-        self.lines += 1;
         self.nccl_lines += 1;
         if let Some(v) = version.split_whitespace().next() {
             insert_capped(&mut self.nccl_versions, v, &mut self.dropped);
@@ -161,7 +237,6 @@ impl LogSummary {
 
     /// Takes one NCCL line (`line_no` is 1-based).
     pub fn nccl_line(&mut self, line_no: u64, line: &NcclLine<'_>) {
-        self.lines += 1;
         self.nccl_lines += 1;
         let m = line.message;
         if line.level == Level::Warn {
@@ -204,24 +279,47 @@ impl LogSummary {
             insert_capped(&mut self.cuda_driver_versions, v.trim(), &mut self.dropped);
         } else if let Some(rest) = m.strip_prefix("NET/Plugin") {
             let rest = rest.trim_start_matches([' ', ':']);
-            if let Some(lib) = rest.strip_prefix("Could not find: ") {
-                insert_capped(&mut self.plugins.not_found, lib.trim(), &mut self.dropped);
+            if let Some(libs) = rest.strip_prefix("Could not find:") {
+                // 2.19 on: `Could not find: libA libB. Using internal net plugin.`
+                // (src/plugin/plugin_open.cc:107 at v2.28.9-1: names, then ". " and the fallback).
+                let libs = libs.split(". ").next().unwrap_or(libs);
+                for lib in libs.split_whitespace() {
+                    insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+                }
             } else if let Some(lib) = rest.strip_prefix("No plugin found (") {
-                // NCCL 2.4 to 2.11: `NET/Plugin : No plugin found (libnccl-net.so).`
-                let lib = lib.trim_end_matches(['.', ')']);
+                // 2.4 to 2.16: `No plugin found (libnccl-net.so), using internal
+                // implementation` (src/init.cc:63 at v2.5.6-1, src/net.cc:125 at v2.12.12-1).
+                let lib = lib.split(')').next().unwrap_or(lib);
                 insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+            } else if rest.starts_with("No plugin found") {
+                // 2.17-2.18 print no name (src/net.cc:180 at v2.18.1-1).
+                insert_capped(
+                    &mut self.plugins.not_found,
+                    "(name not printed)",
+                    &mut self.dropped,
+                );
             } else if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
                 insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
             } else if rest.contains("oaded") {
                 insert_capped(&mut self.plugins.loaded, rest, &mut self.dropped);
             }
+        } else if let Some(path) = m.strip_prefix("Plugin Path : ") {
+            insert_capped(&mut self.plugins.paths, path.trim(), &mut self.dropped);
+        } else if let Some(name) = m.strip_prefix("P2P plugin ") {
+            // HPC-X / nccl-rdma-sharp-plugins announce their net plugin as
+            // `P2P plugin IBext` (or `IBext_v8`) after `Plugin Path : ...`.
+            insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
         } else if let Some(net) = m.strip_prefix("Failed to initialize NET plugin ") {
             insert_capped(&mut self.plugins.failed, net.trim(), &mut self.dropped);
         } else if let Some(net) = m.strip_prefix("Initialized NET plugin ") {
             insert_capped(&mut self.plugins.initialized, net.trim(), &mut self.dropped);
         } else if let Some(net) = m.strip_prefix("Using network ") {
             insert_capped(&mut self.networks, net.trim(), &mut self.dropped);
-        } else if let Some(rest) = m.strip_prefix("NET/IB : Using ") {
+        } else if let Some(rest) = m
+            .strip_prefix("NET/IB : Using ")
+            .or_else(|| m.strip_prefix("NET/IBext : Using "))
+            .or_else(|| m.strip_prefix("NET/IBext_v8 : Using "))
+        {
             // The device list: `[0]mlx5_0:1/IB [1]...`; `[RO]` alone is only the relaxed-ordering flag.
             if rest.contains(":1/") || rest.contains("/IB") || rest.contains("/RoCE") {
                 insert_capped(
@@ -232,7 +330,8 @@ impl LogSummary {
             }
         } else if let Some(rest) = m.strip_prefix("NET/Socket : Using ") {
             insert_capped(&mut self.socket_interfaces, rest.trim(), &mut self.dropped);
-        } else if m.starts_with("NET/OFI") {
+        } else if let Some(ofi) = m.strip_prefix("NET/OFI") {
+            self.ofi_line(ofi.trim_start());
             insert_capped(&mut self.ofi_lines, m, &mut self.dropped);
         } else if let Some(at) = m
             .starts_with("NCCL_")
@@ -273,6 +372,32 @@ impl LogSummary {
         }
     }
 
+    /// aws-ofi-nccl's own INFO lines (src/nccl_ofi_net.cpp and src/platform-aws.cpp at v1.21.1;
+    /// src/nccl_ofi_net.c and src/platform-aws.c at v1.6.0 and v1.7.4-aws).
+    fn ofi_line(&mut self, m: &str) {
+        let ofi = &mut self.ofi;
+        if let Some(v) = m
+            .strip_prefix("Initializing ")
+            .or_else(|| m.strip_prefix("Using "))
+            .filter(|v| v.starts_with("aws-ofi-nccl") || v.starts_with("nccl-net-ofi"))
+        {
+            insert_capped(&mut ofi.versions, v.trim(), &mut self.dropped);
+        } else if let Some(p) = m
+            .strip_prefix("Selected Provider is ")
+            .or_else(|| m.strip_prefix("Selected provider is "))
+        {
+            let p = p.split([' ', ',']).next().unwrap_or(p);
+            insert_capped(&mut ofi.providers, p, &mut self.dropped);
+        } else if let Some(p) = m.strip_prefix("Running on ") {
+            let p = p.split(' ').next().unwrap_or(p);
+            insert_capped(&mut ofi.platforms, p, &mut self.dropped);
+        } else if m.starts_with("Setting NCCL_PROTO to \"simple\"")
+            || m.starts_with("Need to force simple protocol")
+        {
+            ofi.forced_proto_simple = true;
+        }
+    }
+
     fn communicator(&mut self, line: &NcclLine<'_>, m: &str) {
         let (Some(pointer), Some(rank)) = (
             field(m, "comm"),
@@ -282,17 +407,28 @@ impl LogSummary {
         };
         let (host, pid) = (line.host(), line.pid());
         let source = (host.map(String::from), pid, pointer.to_string());
+        // Versions without commId, and lines before the one naming it: the
+        // pointer is unique within one process.
+        let provisional = format!("{pointer}@{}:{}", host.unwrap_or("?"), pid.unwrap_or(0));
         let key = match field(m, "commId") {
             Some(id) => {
-                if self.comm_by_pointer.len() < MAX_COMMS {
+                if self.comm_by_pointer.contains_key(&source)
+                    || self.comm_by_pointer.len() < MAX_COMMS
+                {
                     self.comm_by_pointer.insert(source, id.to_string());
+                }
+                // A `comm 0x... nNodes` line came first: fold what it said into the commId entry.
+                if let Some(early) = self.communicators.remove(&provisional) {
+                    self.communicators
+                        .entry(id.to_string())
+                        .or_default()
+                        .absorb(early);
                 }
                 id.to_string()
             }
             None => match self.comm_by_pointer.get(&source) {
                 Some(id) => id.clone(),
-                // Versions without commId: the pointer is unique within one process.
-                None => format!("{pointer}@{}:{}", host.unwrap_or("?"), pid.unwrap_or(0)),
+                None => provisional,
             },
         };
         if !self.communicators.contains_key(&key) && self.communicators.len() >= MAX_COMMS {
@@ -309,8 +445,9 @@ impl LogSummary {
         if let Some(n) = field(m, "nNodes").and_then(|n| n.parse().ok()) {
             comm.nodes = Some(n);
         }
+        comm.see(rank);
         if !comm.ranks.contains_key(&rank) && comm.ranks.len() >= MAX_RANKS {
-            self.dropped += 1;
+            // Counted in ranks_seen; only the sample keeps where ranks ran.
             return;
         }
         let info = comm.ranks.entry(rank).or_default();
@@ -323,19 +460,35 @@ impl LogSummary {
 
     fn warn(&mut self, line_no: u64, line: &NcclLine<'_>) {
         let message = clip(line.message.trim());
+        let (host, pid) = (line.host().map(clip), line.pid());
+        let after = match self.last_warn.take() {
+            Some((h, p, previous)) if h == host && p == pid => Some(previous),
+            _ => None,
+        };
+        // aws-ofi-nccl's own failure line (src/nccl_ofi_net.cpp:418 at v1.21.1), the
+        // only evidence of a failed plugin before NCCL 2.28 printed `Failed to initialize NET plugin`.
+        if message.starts_with("NET/OFI") && message.ends_with("initialization failed") {
+            insert_capped(
+                &mut self.plugins.failed,
+                "aws-ofi-nccl (NET/OFI)",
+                &mut self.dropped,
+            );
+        }
         if let Some(&i) = self.warn_index.get(&message) {
             self.warnings[i].count += 1;
         } else if self.warnings.len() < MAX_SET {
             self.warn_index.insert(message.clone(), self.warnings.len());
             self.warnings.push(WarnEntry {
-                message,
+                message: message.clone(),
                 location: line.location().map(clip),
                 count: 1,
                 first_line: line_no,
+                after,
             });
         } else {
             self.dropped += 1;
         }
+        self.last_warn = Some((host, pid, message));
     }
 
     /// Connection lines whose transport family is `family` (`NET`, `SHM`, `P2P`).
@@ -355,5 +508,135 @@ impl LogSummary {
     /// True when the topology says GPUs of a node are joined by NVLink.
     pub fn nvlink(&self) -> bool {
         self.nvlink_in_topology || self.path_types.iter().any(|t| t.starts_with("NVL"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> LogSummary {
+        crate::explain::summarize(text.as_bytes()).unwrap()
+    }
+
+    /// Issue 15: the net plugin lines of every NCCL version.
+    #[test]
+    fn net_plugin_lines_of_every_version() {
+        // src/init.cc:63 at v2.5.6-1; src/net.cc:125 at v2.12.12-1.
+        let s = read(
+            "h:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation\n",
+        );
+        assert_eq!(
+            s.plugins.not_found,
+            BTreeSet::from(["libnccl-net.so".to_string()])
+        );
+        // src/net.cc:180 at v2.18.1-1: no name.
+        let s = read(
+            "h:1:1 [0] NCCL INFO NET/Plugin : No plugin found, using internal implementation\n",
+        );
+        assert_eq!(
+            s.plugins.not_found,
+            BTreeSet::from(["(name not printed)".to_string()])
+        );
+        // src/plugin/plugin_open.cc:107 at v2.28.9-1.
+        let s = read(
+            "h:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net-ofi.so libnccl-net.so. Using internal net plugin.\n",
+        );
+        assert_eq!(
+            s.plugins.not_found,
+            BTreeSet::from([
+                "libnccl-net-ofi.so".to_string(),
+                "libnccl-net.so".to_string()
+            ])
+        );
+        // HPC-X nccl-rdma-sharp-plugins.
+        let s = read(
+            "h:1:2 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so\n\
+             h:1:2 [0] NCCL INFO P2P plugin IBext_v8\n\
+             h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>\n",
+        );
+        assert_eq!(s.plugins.loaded, BTreeSet::from(["IBext_v8".to_string()]));
+        assert_eq!(s.plugins.paths.len(), 1);
+        assert_eq!(s.ib_devices.len(), 1);
+        // aws-ofi-nccl's own failure (src/nccl_ofi_net.cpp:418 at v1.21.1), NCCL 2.18.
+        let s = read(
+            "h:1:2 [0] nccl_net_ofi_init:418 NCCL WARN NET/OFI aws-ofi-nccl initialization failed\n",
+        );
+        assert_eq!(
+            s.plugins.failed,
+            BTreeSet::from(["aws-ofi-nccl (NET/OFI)".to_string()])
+        );
+    }
+
+    #[test]
+    fn aws_ofi_nccl_version_platform_and_forced_protocol() {
+        let s = read(
+            "h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.7.4-aws\n\
+             h:1:1 [0] NCCL INFO NET/OFI Running on p4d.24xlarge platform, Setting NCCL_TOPO_FILE environment variable to /opt/x.xml\n\
+             h:1:1 [0] NCCL INFO NET/OFI Setting NCCL_PROTO to \"simple\"\n\
+             h:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)\n",
+        );
+        assert_eq!(
+            s.ofi.versions,
+            BTreeSet::from(["aws-ofi-nccl 1.7.4-aws".to_string()])
+        );
+        assert_eq!(
+            s.ofi.platforms,
+            BTreeSet::from(["p4d.24xlarge".to_string()])
+        );
+        assert_eq!(s.ofi.providers, BTreeSet::from(["efa".to_string()]));
+        assert!(s.ofi.forced_proto_simple);
+    }
+
+    /// Issue 15: one communicator was listed twice when its `comm 0x... nNodes`
+    /// line came before the line tying the pointer to its commId.
+    #[test]
+    fn communicator_listed_twice_when_nnodes_came_first() {
+        let s = read(
+            "a:5:5 [0] NCCL INFO comm 0x55d0 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n\
+             a:5:5 [0] NCCL INFO ncclCommInitRank comm 0x55d0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xfeed - Init COMPLETE\n\
+             b:6:6 [0] NCCL INFO ncclCommInitRank comm 0x77e0 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xfeed - Init COMPLETE\n",
+        );
+        assert_eq!(s.communicators.len(), 1, "{:?}", s.communicators.keys());
+        let c = &s.communicators["0xfeed"];
+        assert_eq!(
+            (c.nodes, c.ranks_total, c.ranks_seen),
+            (Some(2), Some(2), 2)
+        );
+        assert_eq!(c.ranks[&0].host.as_deref(), Some("a"));
+    }
+
+    /// Issue 15: two processes' output on one line lost the connections on it.
+    #[test]
+    fn two_processes_on_one_line_keep_both_connections() {
+        let s = read(
+            "a:5:5 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPCa:6:6 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via P2P/IPC\n",
+        );
+        assert_eq!((s.lines, s.nccl_lines), (1, 2));
+        assert_eq!(
+            s.transport_counts.get("P2P/IPC"),
+            Some(&2),
+            "{:?}",
+            s.transport_counts
+        );
+        let s = read(
+            "a:5:5 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC a:6:6 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via P2P/IPC\n",
+        );
+        assert_eq!(s.transport_counts.get("P2P/IPC"), Some(&2));
+    }
+
+    #[test]
+    fn ranks_are_sampled_and_counted() {
+        let mut text = String::new();
+        for rank in 0..300u32 {
+            text.push_str(&format!(
+                "h{rank}:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank {rank} nranks 300 cudaDev 0 busId 1000 commId 0xabc - Init START\n"
+            ));
+        }
+        // Rank 5 again, and one beyond the counted range.
+        text.push_str("h5:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 5 nranks 300 cudaDev 0 busId 1000 commId 0xabc - Init START\n");
+        let s = read(&text);
+        let c = &s.communicators["0xabc"];
+        assert_eq!((c.ranks_seen, c.ranks.len()), (300, MAX_RANKS));
     }
 }

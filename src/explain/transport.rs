@@ -4,6 +4,8 @@
 //! proxied. Formats from NVIDIA/nccl src/transport/{p2p,shm,net,coll_net}.cc:
 //! `Ring NN : a -> b via ...` (2.4), `Channel NN : a[bus] -> b[bus] via ...`
 //! (2.5-2.11), `Channel NN/C : a[dev] -> b[dev] via ...` (2.12 on), `CollNet NN/C : ...`.
+//! NCCL 2.3-2.5 named host memory `via direct shared memory` (src/transport/shm.cu:174
+//! at v2.3.7-1, src/transport/shm.cc:78 at v2.5.6-1): that is `SHM/direct`.
 
 /// True for the line kinds that announce a connection.
 fn is_connection(message: &str) -> bool {
@@ -19,11 +21,15 @@ pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
         return None;
     }
     let at = message.find(" via ")?;
-    let raw = message[at + 5..].trim();
+    let raw = transport_text(&message[at + 5..]);
     if raw.is_empty() {
         return None;
     }
     out.clear();
+    if raw == "direct shared memory" {
+        out.push_str("SHM/direct");
+        return Some(false);
+    }
     let mut proxied = false;
     for segment in raw.split('/') {
         let mut seg = segment;
@@ -49,6 +55,19 @@ pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
         out.push_str(seg);
     }
     (!out.is_empty()).then_some(proxied)
+}
+
+/// The transport name alone: what a terminal frame, a table cell or padding put
+/// after it is dropped (`NET/IB/0/GDRDMA<padding>│`, seen in logs copied from k9s).
+/// NCCL's names hold ASCII letters, digits, `/ ( ) [ ] _ - .` and, in 2.3-2.5
+/// (`P2P/direct pointer`, `direct shared memory`), single spaces.
+fn transport_text(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || "/()[]_-. ".contains(c)))
+        .unwrap_or(text.len());
+    let text = &text[..end];
+    let end = text.find("  ").unwrap_or(text.len());
+    text[..end].trim()
 }
 
 /// The transport family: `P2P`, `SHM`, `NET`, `COLLNET`, ...
@@ -139,10 +158,39 @@ mod tests {
                 "COLLNET/SHARP/GDRDMA",
                 false,
             ),
+            // NCCL 2.3-2.5, src/transport/shm.cc:78 at v2.5.6-1.
+            (
+                "Ring 00 : 0[1b000] -> 1[3d000] via direct shared memory",
+                "SHM/direct",
+                false,
+            ),
+            (
+                "Ring 02 : 1[1] -> 0[0] via direct shared memory",
+                "SHM/direct",
+                false,
+            ),
         ];
         for (line, want, proxied) in cases {
             assert_eq!(norm(line), Some((want.to_string(), proxied)), "{line}");
         }
+    }
+
+    #[test]
+    fn terminal_frame_and_padding_after_the_transport_are_dropped() {
+        let framed = format!(
+            "Channel 02/0 : 8[0] -> 0[0] [receive] via NET/IB/3/GDRDMA{}\u{2502}",
+            " ".repeat(230)
+        );
+        assert_eq!(norm(&framed), Some(("NET/IB/GDRDMA".to_string(), false)));
+        assert_eq!(
+            norm("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read   | node-1  |"),
+            Some(("P2P/CUMEM/read".to_string(), false))
+        );
+        assert_eq!(
+            norm("Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\r"),
+            Some(("SHM/direct/direct".to_string(), false))
+        );
+        assert_eq!(norm("Channel 00 : 0 -> 1 via \u{2502}"), None);
     }
 
     #[test]

@@ -1,17 +1,43 @@
 //! explain-log's human view: versions, plugins and networks, communicators,
 //! transports with counts, settings that reached NCCL, then the findings.
+//! Every string taken from the log goes through `visible`: a log can hold
+//! terminal escape sequences, and they must not reach the reader's terminal.
 
 use super::human::{findings, paint};
+use super::visible;
 use crate::explain::Explanation;
+use crate::judge::Finding;
 use std::fmt::Write;
 
-fn list<'a>(items: impl IntoIterator<Item = &'a String>) -> String {
-    let v: Vec<&str> = items.into_iter().map(String::as_str).collect();
+/// The items, shown visibly and joined; `empty` when there are none.
+fn list_or<'a>(items: impl IntoIterator<Item = &'a String>, empty: &str) -> String {
+    let v: Vec<String> = items.into_iter().map(|i| visible(i).into_owned()).collect();
     if v.is_empty() {
-        "none".into()
+        empty.into()
     } else {
         v.join(", ")
     }
+}
+
+fn list<'a>(items: impl IntoIterator<Item = &'a String>) -> String {
+    list_or(items, "none")
+}
+
+/// A finding with its log-derived texts made visible.
+fn visible_finding(f: &Finding) -> Finding {
+    let mut f = f.clone();
+    f.summary = visible(&f.summary).into_owned();
+    for e in &mut f.evidence {
+        *e = visible(e).into_owned();
+    }
+    f.remediation = f.remediation.as_deref().map(|r| {
+        // Keep the line breaks the rule wrote; escape everything else.
+        r.split('\n')
+            .map(|l| visible(l).into_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    f
 }
 
 pub fn render(e: &Explanation, color: bool) -> String {
@@ -19,8 +45,8 @@ pub fn render(e: &Explanation, color: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "nccl-preflight explain-log {}: {} lines, {} from NCCL{}{}\n",
-        e.input,
+        "nccl-preflight explain-log {}: {} lines, {} from NCCL{}{}{}\n",
+        visible(&e.input),
         s.lines,
         s.nccl_lines,
         if s.truncated_lines > 0 {
@@ -33,22 +59,52 @@ pub fn render(e: &Explanation, color: bool) -> String {
         } else {
             String::new()
         },
+        s.encoding
+            .as_deref()
+            .map(|e| format!(", decoded from {e}"))
+            .unwrap_or_default(),
     );
-    let _ = writeln!(out, "NCCL:          {}", list(&s.nccl_versions));
-    let _ = writeln!(out, "CUDA driver:   {}", list(&s.cuda_driver_versions));
-    let _ = writeln!(out, "Network:       {}", list(&s.networks));
+    let absent = "not in the log";
+    let _ = writeln!(out, "NCCL:          {}", list_or(&s.nccl_versions, absent));
     let _ = writeln!(
         out,
-        "Net plugins:   not found: {}; failed: {}; initialized: {}{}",
-        list(&s.plugins.not_found),
-        list(&s.plugins.failed),
-        list(&s.plugins.initialized),
-        if s.plugins.loaded.is_empty() {
-            String::new()
+        "CUDA driver:   {}",
+        list_or(&s.cuda_driver_versions, absent)
+    );
+    let _ = writeln!(out, "Network:       {}", list_or(&s.networks, absent));
+    // Only what the log said: "failed: none" beside a plugin failure misleads.
+    let plugins: Vec<String> = [
+        ("loaded", &s.plugins.loaded),
+        ("from", &s.plugins.paths),
+        ("initialized", &s.plugins.initialized),
+        ("failed", &s.plugins.failed),
+        ("not found", &s.plugins.not_found),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| format!("{k}: {}", list(v)))
+    .collect();
+    let _ = writeln!(
+        out,
+        "Net plugins:   {}",
+        if plugins.is_empty() {
+            absent.to_string()
         } else {
-            format!("; loaded: {}", list(&s.plugins.loaded))
+            plugins.join("; ")
         }
     );
+    if !s.ofi.versions.is_empty() || !s.ofi.platforms.is_empty() {
+        let _ = writeln!(
+            out,
+            "aws-ofi-nccl:  {}{}",
+            list_or(&s.ofi.versions, "version not in the log"),
+            if s.ofi.platforms.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", list(&s.ofi.platforms))
+            }
+        );
+    }
     if !s.ib_devices.is_empty() {
         let _ = writeln!(out, "IB devices:    {}", list(&s.ib_devices));
     }
@@ -60,14 +116,20 @@ pub fn render(e: &Explanation, color: bool) -> String {
             c.ranks.values().filter_map(|r| r.host.as_deref()).collect();
         let _ = writeln!(
             out,
-            "Communicator {id}: {} ranks ({} seen), {} node(s) per NCCL, hosts {}",
+            "Communicator {}: {} ranks ({} seen), {} node(s) per NCCL, hosts {}{}",
+            visible(id),
             c.ranks_total.map_or("?".into(), |n| n.to_string()),
-            c.ranks.len(),
+            c.ranks_seen,
             c.nodes.map_or("?".into(), |n| n.to_string()),
             if hosts.is_empty() {
                 "?".to_string()
             } else {
-                hosts.into_iter().collect::<Vec<_>>().join(", ")
+                visible(&hosts.into_iter().collect::<Vec<_>>().join(", ")).into_owned()
+            },
+            if c.ranks_seen > c.ranks.len() as u64 {
+                format!(" (of the first {} ranks)", c.ranks.len())
+            } else {
+                String::new()
             }
         );
     }
@@ -76,13 +138,20 @@ pub fn render(e: &Explanation, color: bool) -> String {
         for (k, v) in &s.settings {
             let _ = writeln!(
                 out,
-                "  {k}={}",
-                v.iter().cloned().collect::<Vec<_>>().join(" | ")
+                "  {}={}",
+                visible(k),
+                visible(&v.iter().cloned().collect::<Vec<_>>().join(" | "))
             );
         }
     }
     if s.transport_counts.is_empty() {
-        out.push_str("Transports: no connection lines (NCCL_DEBUG=INFO with the INIT subsystem prints them)\n");
+        // A job that failed before connecting prints no connection lines; that
+        // is no logging mistake. Only a log without any WARN hints at one.
+        if s.warnings.is_empty() {
+            out.push_str("Transports:    no connection lines (the job stopped before NCCL connected its ranks, or NCCL_DEBUG_SUBSYS left out INIT)\n");
+        } else {
+            out.push_str("Transports:    none: the log ends before NCCL connected its ranks (see the WARN findings)\n");
+        }
     } else {
         out.push_str("Transports (connection lines):\n");
         let width = s
@@ -92,6 +161,7 @@ pub fn render(e: &Explanation, color: bool) -> String {
             .max()
             .unwrap_or(0);
         for (t, n) in &s.transport_counts {
+            let t = visible(t);
             let _ = writeln!(out, "  {t:width$}  {n}");
         }
         if s.proxied_connections > 0 {
@@ -106,7 +176,8 @@ pub fn render(e: &Explanation, color: bool) -> String {
     if e.findings.is_empty() {
         out.push_str("No problems found.\n");
     } else {
-        findings(&mut out, &e.findings, color);
+        let shown: Vec<Finding> = e.findings.iter().map(visible_finding).collect();
+        findings(&mut out, &shown, color);
     }
     let _ = writeln!(
         out,

@@ -73,9 +73,12 @@ fn synthetic_logs_match_golden_outputs() {
         (
             "nccl-2.12-efa-fallback",
             0,
-            vec!["log-socket-despite-rdma", "log-p2p-read-mode"],
+            // P2P/IPC/read without NCCL_P2P_READ_ENABLE: NCCL's own choice over NVLink (issue 15).
+            vec!["log-socket-despite-rdma"],
         ),
-        ("nccl-2.19-efa-p4d", 0, vec!["log-proto-forced"]),
+        // NCCL_PROTO=simple on EFA (aws-ofi-nccl forces it itself where EFA lacks
+        // in-order delivery, as on p4d): right, not a finding (issue 17).
+        ("nccl-2.19-efa-p4d", 0, vec![]),
         ("nccl-2.21-ib-no-gdr", 0, vec!["log-gdr-off"]),
         (
             "nccl-2.27-warnings",
@@ -92,6 +95,8 @@ fn synthetic_logs_match_golden_outputs() {
         ),
         ("nccl-2.28-read-forced", 0, vec!["log-p2p-read-mode"]),
         ("nccl-2.28-split-pods", 0, vec!["log-split-pods"]),
+        // SHM inside each pod, NET/Socket between them, no RDMA in the log (issue 17).
+        ("nccl-2.28-multi-pod-socket", 0, vec!["log-tcp-fabric"]),
     ];
     let logs = repo().join("tests/logs");
     let mut seen = 0;
@@ -114,7 +119,11 @@ fn synthetic_logs_match_golden_outputs() {
         );
         seen += 1;
     }
-    let on_disk = std::fs::read_dir(&logs).unwrap().count();
+    // Files only: tests/logs/corpus has its own test.
+    let on_disk = std::fs::read_dir(&logs)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_file())
+        .count();
     assert_eq!(
         seen, on_disk,
         "every log in tests/logs has an expectation here"
@@ -229,4 +238,250 @@ fn memory_stays_flat_while_streaming() {
         "peak RSS grew from {peak_after_64m} KiB to {peak_end} KiB"
     );
     assert!(peak_end < 64 * 1024, "peak RSS {peak_end} KiB");
+}
+
+/// Runs explain-log on `input` given on standard input.
+fn explain_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut all = vec!["explain-log"];
+    all.extend_from_slice(args);
+    let mut child = command(&all, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 18: an empty, binary or UTF-16 file passed with exit 0.
+#[test]
+fn empty_or_binary_input_is_nothing_to_judge() {
+    for (input, says) in [
+        (&b""[..], "the input is empty"),
+        (
+            &[
+                0x1f, 0x8b, 0x08, 0x00, 0x93, 0xc3, 0xff, 0x0a, 0xfe, 0x81, 0x0a,
+            ][..],
+            "not UTF-8",
+        ),
+        (
+            &b"Traceback (most recent call last):\n"[..],
+            "none printed by NCCL",
+        ),
+    ] {
+        for format in ["human", "json"] {
+            let out = explain_stdin(&["--format", format], input);
+            assert_eq!(out.status.code(), Some(2), "{says}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains("nothing to judge"),
+                "{}",
+                stderr(&out)
+            );
+            assert!(stderr(&out).contains(says), "{}", stderr(&out));
+            assert!(out.stdout.is_empty(), "nothing half-written");
+        }
+    }
+    // UTF-16 (PowerShell's `>`) is decoded and named, not rejected.
+    let text = "h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\r\nh:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\r\n";
+    let utf16: Vec<u8> = [0xff, 0xfe]
+        .into_iter()
+        .chain(text.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let out = explain_stdin(&["--format", "json"], &utf16);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["encoding"], "UTF-16LE");
+    assert_eq!(v["transport_counts"], serde_json::json!({"P2P/CUMEM": 1}));
+}
+
+/// Issue 18: terminal escape sequences from a log reached the terminal raw.
+#[test]
+fn escape_sequences_from_the_log_are_shown_visibly() {
+    let log = b"h\x1b]0;owned\x07:1:1 [0] NCCL INFO NCCL version 2.28.9\x1b[2J\n\
+                h:1:1 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0\x1b[31m\n\
+                h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1b000 commId 0x\x1b[5m - Init START\n\
+                h:1:1 [0] x.cc:1 NCCL WARN boom \x1b[2J\x9b31m\n";
+    let out = explain_stdin(&[], log);
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\u{9b}'), "{text}");
+    assert!(text.contains("2.28.9\\x1b[2J"), "{text}");
+    assert!(text.contains("eth0\\x1b[31m"), "{text}");
+    assert!(text.contains("boom \\x1b[2J"), "{text}");
+}
+
+/// Issue 18: memory grew with the number of distinct communicators and ranks
+/// (1.27 GB of them reached 1.7 GB RSS, 2.6 GB with --format json).
+#[test]
+fn memory_stays_bounded_with_distinct_communicators_and_ranks() {
+    let mut child = command(&["explain-log", "--format", "json"], &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let (mut written, mut n) = (0usize, 0u64);
+    let mut peak_after_32m = 0;
+    let mut chunk = Vec::with_capacity(1 << 20);
+    while written < 288 << 20 {
+        chunk.clear();
+        // Every line a new communicator, a new rank, a new pointer and host.
+        while chunk.len() < 1 << 20 {
+            let (comm, rank) = (n / 1000, n % 1_000_000 + n / 7);
+            writeln!(chunk, "host-{n}:{n}:{n} [0] NCCL INFO ncclCommInitRankConfig comm 0x{n:x} rank {rank} nranks 2000000 cudaDev 0 nvmlDev 0 busId {n:x} commId 0x{comm:x} - Init START").unwrap();
+            writeln!(chunk, "host-{n}:{n}:{n} [0] NCCL INFO comm 0x{n:x} rank {rank} nRanks 2000000 nNodes 250000 localRanks 8 localRank 0 MNNVL 0").unwrap();
+            n += 1;
+        }
+        stdin.write_all(&chunk).unwrap();
+        written += chunk.len();
+        if peak_after_32m == 0 && written >= 32 << 20 {
+            peak_after_32m = peak_rss_kib(pid);
+        }
+    }
+    stdin.flush().unwrap();
+    let peak_end = peak_rss_kib(pid);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    // The caps (README, explain-log): 1,024 communicators, 64 ranks sampled and
+    // 65,536 counted per communicator.
+    assert!(
+        peak_end <= peak_after_32m + 8 * 1024,
+        "peak RSS grew from {peak_after_32m} KiB to {peak_end} KiB"
+    );
+    assert!(peak_end < 128 * 1024, "peak RSS {peak_end} KiB");
+}
+
+/// Issue 15: a corpus of excerpts from public issue threads (tests/logs/corpus,
+/// each `NAME.log` beside `NAME.json`: the source URL and what a reader finds in
+/// it, labelled by hand before the tool ran). Every key a label holds is checked.
+#[test]
+fn corpus_of_public_logs_matches_hand_labels() {
+    let dir = repo().join("tests/logs/corpus");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "log").then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 30, "{} logs", names.len());
+    let mut wrong = Vec::new();
+    let mut versions = std::collections::BTreeSet::new();
+    for name in &names {
+        let label: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json")))
+                .unwrap_or_else(|e| panic!("{name}.json: {e}")),
+        )
+        .unwrap_or_else(|e| panic!("{name}.json: {e}"));
+        assert!(
+            label["source"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("https://github.com/")),
+            "{name}: a label names its source"
+        );
+        let (code, v) = explain_json(&dir.join(format!("{name}.log")));
+        let mut check = |what: &str, want: &serde_json::Value, got: &serde_json::Value| {
+            if want != got {
+                wrong.push(format!("{name}: {what}: labelled {want}, got {got}"));
+            }
+        };
+        check("exit", &label["exit"], &serde_json::json!(code));
+        for key in [
+            "nccl_versions",
+            "cuda_driver_versions",
+            "networks",
+            "socket_interfaces",
+            "transport_counts",
+        ] {
+            if !label[key].is_null() {
+                check(key, &label[key], &v[key]);
+            }
+        }
+        if let Some(plugins) = label["plugins"].as_object() {
+            for (k, want) in plugins {
+                check(&format!("plugins.{k}"), want, &v["plugins"][k]);
+            }
+        }
+        if let Some(settings) = label["settings"].as_object() {
+            for (k, want) in settings {
+                check(&format!("settings.{k}"), want, &v["settings"][k]);
+            }
+        }
+        if let Some(n) = label["communicators"].as_u64() {
+            let got = v["communicators"].as_object().map_or(0, |m| m.len() as u64);
+            check("communicators", &n.into(), &got.into());
+        }
+        if let Some(ranks) = label["ranks_seen"].as_object() {
+            for (id, want) in ranks {
+                check(
+                    &format!("ranks_seen {id}"),
+                    want,
+                    &v["communicators"][id]["ranks_seen"],
+                );
+            }
+        }
+        if let Some(n) = label["ib_devices"].as_u64() {
+            let got = v["ib_devices"].as_array().map_or(0, |a| a.len() as u64);
+            check("ib_devices", &n.into(), &got.into());
+        }
+        if !label["ofi_versions"].is_null() {
+            check(
+                "ofi.versions",
+                &label["ofi_versions"],
+                &v["ofi"]["versions"],
+            );
+        }
+        if !label["forced_proto_simple"].is_null() {
+            check(
+                "ofi.forced_proto_simple",
+                &label["forced_proto_simple"],
+                &v["ofi"]["forced_proto_simple"],
+            );
+        }
+        let mut want: Vec<String> = label["findings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: a label lists its findings"))
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect();
+        let mut got = finding_ids(&v);
+        want.sort();
+        got.sort();
+        check(
+            "findings",
+            &serde_json::json!(want),
+            &serde_json::json!(got),
+        );
+        for version in v["nccl_versions"].as_array().unwrap() {
+            let version = version.as_str().unwrap();
+            versions.insert(version.split('+').next().unwrap_or(version).to_string());
+        }
+        // The human view renders every log of the corpus.
+        let human = run(
+            &[
+                "explain-log",
+                dir.join(format!("{name}.log")).to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            stdout(&human).contains("Verdict: "),
+            "{name}: {}",
+            stderr(&human)
+        );
+    }
+    eprintln!(
+        "corpus: {} logs; NCCL versions printed: {versions:?}",
+        names.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} label(s) not met:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
