@@ -11,5 +11,6 @@ mod image;
 mod kernel;
 mod outputs;
 mod rdma;
+mod scenarios;
 mod serve;
 mod support;
