@@ -626,6 +626,57 @@ fn agreed() -> Vec<Scenario> {
                 "rdma-ib-ndr",
             )
         },
+        Scenario {
+            edit: |f| {
+                f["stack_limit"] = json!({"value": {"soft": "unlimited", "hard": "unlimited"}});
+            },
+            // glibc gives threads 2 MiB stacks under an unlimited RLIMIT_STACK; NCCL's
+            // recursive topology search overran it (reproduced by NVIDIA with 2.27.5).
+            expect: &[("stack-limit", "warn")],
+            exit: 0,
+            ..row(
+                "stack-limit-unlimited",
+                "https://github.com/NVIDIA/nccl/issues/2186",
+                "a launcher that sets ulimit -s unlimited before starting the ranks",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                // The container runtime did not inject the driver's libraries; sysfs still
+                // lists the node's 8 GPUs.
+                for (key, library) in [("nvml", "libnvidia-ml.so.1"), ("cuda", "libcuda.so.1")] {
+                    let message = format!(
+                        "{library}: cannot open shared object file: No such file or directory"
+                    );
+                    f["gpus"][key] =
+                        json!({"library": library, "state": {"not_found": {"message": message}}});
+                }
+            },
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "runtimeClassName: nvidia")),
+            ..row(
+                "container-started-without-the-nvidia-runtime",
+                "https://github.com/NVIDIA/k8s-device-plugin/issues/60",
+                "a GPU node whose container runtime does not inject the driver: \"could not load NVML library\"",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_IB_DISABLE", "1")],
+            flags: &["--nodes", "16"],
+            // "Running with NCCL_IB_DISABLE=1 works successfully but the throughput is
+            // terrible": a deliberate workaround, slow rather than broken.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "ib-disabled-on-an-infiniband-node",
+                "https://github.com/NVIDIA/nccl/issues/1591",
+                "NCCL_IB_DISABLE=1 left from debugging on a 16-node job with 8 NDR HCAs per node",
+                "rdma-ib-ndr",
+            )
+        },
     ]
 }
 
