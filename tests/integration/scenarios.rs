@@ -677,6 +677,45 @@ fn agreed() -> Vec<Scenario> {
                 "rdma-ib-ndr",
             )
         },
+        Scenario {
+            edit: |f| {
+                let m = &mut f["memlock"];
+                m["limit"] = json!({"value": {"soft": 8388608, "hard": 8388608}});
+                m["euid"] = 1000.into();
+                m["cap_ipc_lock"] = json!({"value": false});
+                m["enforcement_probe"] =
+                    json!({"bytes": 8392704, "refused": "ENOMEM: Cannot allocate memory"});
+            },
+            flags: &["--nodes", "16"],
+            // A non-root process has an empty effective capability set: adding IPC_LOCK in
+            // the pod spec changes nothing, the runtime's limit must rise.
+            expect: &[("memlock", "fail")],
+            exit: 1,
+            remediation: Some(("memlock", "runs as user 1000")),
+            ..row(
+                "memlock-for-a-non-root-trainer",
+                "https://github.com/NVIDIA/nvcf/pull/1354",
+                "8 MiB memlock on an InfiniBand node, the trainer image running as UID 1000",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["rdma"]["nccl"]["library"]["state"]["loaded"]["version"] =
+                    json!({"value": "2.23.4"});
+            },
+            env: &[("NCCL_IB_GID_INDEX", "1")],
+            // GID 1 was a link-local RoCE v2 GID there and timed out; NCCL >= 2.21 picks
+            // a routable RoCE v2 GID itself, so a fixed index only adds risk.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "fixed-gid-index-on-a-nccl-that-picks-its-own",
+                "https://github.com/NVIDIA/nccl/issues/769",
+                "NCCL_IB_GID_INDEX=1 kept from an old recipe on RoCE with NCCL 2.23",
+                "rdma-roce-multus",
+            )
+        },
     ]
 }
 
