@@ -13,5 +13,6 @@ mod kernel;
 mod nccl_vars;
 mod outputs;
 mod rdma;
+mod scenarios;
 mod serve;
 mod support;

@@ -1,0 +1,1051 @@
+//! A matrix of situations users really hit, each from a public issue thread, with the
+//! verdict an expert gives (which check, pass/warn/fail, and why), written down before the
+//! tool ran on it. Each row gathers facts from a fixture through the fake vendor libraries,
+//! edits them into the situation the thread describes, replays them through the real
+//! binary (`check --format json --facts`) and asserts the tool gives that verdict.
+//!
+//! Three tables:
+//! - [`agreed`]: the tool gives the expert's verdict today.
+//! - [`differing`]: the tool's verdict differs from the expert's. Each row asserts the
+//!   tool's verdict of today AND that it still misses the expert's, with what must change
+//!   in the judges; the row fails as soon as the judge is fixed, and then moves to [`agreed`].
+//! - [`not_gathered`]: the verdict needs a fact the tool does not gather yet; the row pins
+//!   that the fact is absent from what the tool gathers.
+//!
+//! Replayed facts are fast: the whole module stays well under a minute on a loaded machine.
+
+use super::support::*;
+use serde_json::{Value, json};
+use std::fs;
+
+/// One situation: where it comes from, the facts that show it, and the expert's verdict.
+struct Scenario {
+    id: &'static str,
+    /// The public thread where users hit it.
+    source: &'static str,
+    situation: &'static str,
+    /// The fixture (tests/fixtures/NAME) whose facts are gathered.
+    fixture: &'static str,
+    /// The pod's environment on top of the fixture's (user NCCL variables, launcher
+    /// variables): gathered, so the tool sorts them as it would in a real pod.
+    env: &'static [(&'static str, &'static str)],
+    /// Turns the fixture's facts into the situation (a device the pod did not get, a port
+    /// that trained slow, ...).
+    edit: fn(&mut Value),
+    /// Flags for `check` (`--nodes 2`, `--require gpus=8`).
+    flags: &'static [&'static str],
+    /// The expert's verdict: (check id, status) pairs...
+    expect: &'static [(&'static str, &'static str)],
+    /// ...and the exit code (0 pass/warn, 1 a check failed).
+    exit: i32,
+    /// (check id, text its remediation must hold): where the fix matters as much as the status.
+    remediation: Option<(&'static str, &'static str)>,
+    /// (setting, value) the tool must write.
+    setting: Option<(&'static str, &'static str)>,
+}
+
+/// No edit: the fixture shows the situation as it is.
+fn as_gathered(_: &mut Value) {}
+
+/// A row with nothing but its name, source, situation and fixture: the rest is filled in.
+fn row(
+    id: &'static str,
+    source: &'static str,
+    situation: &'static str,
+    fixture: &'static str,
+) -> Scenario {
+    Scenario {
+        id,
+        source,
+        situation,
+        fixture,
+        env: &[],
+        edit: as_gathered,
+        flags: &[],
+        expect: &[],
+        exit: 0,
+        remediation: None,
+        setting: None,
+    }
+}
+
+// ---- Fact edits shared by several rows ----
+
+/// NVML's loaded facts.
+fn nvml(f: &mut Value) -> &mut Value {
+    &mut f["gpus"]["nvml"]["state"]["loaded"]
+}
+
+/// CUDA's loaded facts.
+fn cuda(f: &mut Value) -> &mut Value {
+    &mut f["gpus"]["cuda"]["state"]["loaded"]
+}
+
+/// Leaves the device nodes of the first `keep` uverbs entries, as when the pod requested
+/// fewer RDMA devices than the node has (sysfs still lists them all).
+fn keep_device_nodes(f: &mut Value, keep: usize) {
+    for n in f["rdma"]["uverbs"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .skip(keep)
+    {
+        n["open"] = Value::Null;
+    }
+}
+
+/// The RDMA device `name`.
+fn rdma_device<'a>(f: &'a mut Value, name: &str) -> &'a mut Value {
+    f["rdma"]["devices"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no RDMA device {name}"))
+}
+
+/// Adds a copy of RDMA device `like` named `name`, with a device node opened with `refused`
+/// (`None`: it opens).
+fn add_rdma_device(f: &mut Value, like: &str, name: &str, refused: Option<&str>) {
+    let mut d = rdma_device(f, like).clone();
+    d["name"] = name.into();
+    let devices = f["rdma"]["devices"]["value"].as_array_mut().unwrap();
+    devices.push(d);
+    let nodes = f["rdma"]["uverbs"]["value"].as_array_mut().unwrap();
+    let node = format!("uverbs{}", nodes.len());
+    nodes.push(json!({"name": node, "ibdev": name, "open": {"refused": refused}}));
+}
+
+/// Sets every P2P status of every NVML pair to `status` and CUDA peer access to `access`.
+fn set_p2p(f: &mut Value, status: &str, access: bool) {
+    for p in nvml(f)["pairs"].as_array_mut().unwrap() {
+        for k in ["p2p_read", "p2p_write", "p2p_atomics"] {
+            p[k] = json!({ "value": status });
+        }
+    }
+    for p in cuda(f)["peer_access"].as_array_mut().unwrap() {
+        p["can_access"] = json!({ "value": access });
+    }
+}
+
+/// Adds a running interface with one IPv4 address.
+fn add_interface(f: &mut Value, name: &str, address: &str, prefix_len: u8, kind: &str) {
+    let net = &mut f["network"];
+    net["interfaces"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": name, "up": true, "running": true, "loopback": false, "kind": kind}));
+    net["addresses"]["value"].as_array_mut().unwrap().push(
+        json!({"interface": name, "family": "inet", "address": address, "prefix_len": prefix_len}),
+    );
+}
+
+/// Removes an interface and its addresses.
+fn remove_interface(f: &mut Value, name: &str) {
+    let net = &mut f["network"];
+    net["interfaces"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|i| i["name"] != name);
+    net["addresses"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|a| a["interface"] != name);
+}
+
+/// The situations where the tool gives the expert's verdict today.
+fn agreed() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            env: &[],
+            edit: |f| keep_device_nodes(f, 0),
+            flags: &["--nodes", "2"],
+            // NCCL falls back to TCP sockets without an error: the job runs at a
+            // fraction of its speed. The fix is the pod spec's resource, not the image.
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            remediation: Some(("rdma-devices", "vpc.amazonaws.com/efa: 32")),
+            ..row(
+                "efa-not-requested-multi-node",
+                "https://github.com/NVIDIA/aicr/issues/2275",
+                "p5 pod without vpc.amazonaws.com/efa in a 2-node job: training falls back to TCP",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            edit: |f| keep_device_nodes(f, 0),
+            flags: &["--nodes", "1"],
+            // One node: NCCL never touches EFA, so nothing breaks; say so, do not block.
+            expect: &[("rdma-devices", "warn"), ("libfabric", "pass")],
+            exit: 0,
+            ..row(
+                "efa-not-requested-single-node",
+                "https://github.com/NVIDIA/aicr/issues/2275",
+                "the same pod without EFA, in a single-node job",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                // B200 HyperPod: a /dev/infiniband hostPath also exposes mlx5 uverbs the
+                // image cannot open; libfabric's EFA provider opens every device and
+                // gives up on all (fi_info -61), NCCL goes to TCP (ofiwg/libfabric#12708).
+                add_rdma_device(f, "rdmap101s0", "mlx5_0", Some("EACCES: Permission denied"));
+                let d = rdma_device(f, "mlx5_0");
+                d["driver"] = "mlx5_core".into();
+                d["ports"][0]["link_layer"] = "InfiniBand".into();
+            },
+            flags: &["--nodes", "2"],
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "efa-provider-lost-to-an-unopenable-mlx5",
+                "https://github.com/aws-samples/aws-do-eks/pull/63",
+                "EFA node whose pod also sees mlx5 uverbs it cannot open (hostPath /dev/infiniband)",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            edit: |f| rdma_device(f, "mlx5_3")["ports"][0]["rate"] = "40 Gb/sec (4X QDR)".into(),
+            flags: &["--nodes", "16"],
+            // NCCL's rings run at the slowest NIC's speed: one slow HCA slows every node.
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "ib-port-trained-slow",
+                "https://github.com/NVIDIA/nccl/issues/1412",
+                "one HCA's port trained at 40 Gb/s beside its 400 Gb/s peers, multi-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let port = &mut rdma_device(f, "mlx5_1")["ports"][0];
+                port["state"] = "DOWN".into();
+                port["phys_state"] = "Disabled".into();
+            },
+            flags: &["--nodes", "16"],
+            // The GPU paired with mlx5_1 crosses the CPU to reach another rail.
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "ib-port-down",
+                "https://github.com/NVIDIA/nccl/issues/489",
+                "one of eight HCAs with its port DOWN (Disabled), multi-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                rdma_device(f, "mlx5_2")["pcie"] = json!({
+                    "current_speed": "32.0 GT/s PCIe", "max_speed": "32.0 GT/s PCIe",
+                    "current_width": 8, "max_width": 16
+                })
+            },
+            flags: &["--nodes", "16"],
+            // Half the lanes: that NIC moves half as much, and the ring runs at its speed.
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "nic-pcie-link-trained-narrow",
+                "https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/143",
+                "a Mellanox NIC whose PCIe link trained at x8 of its x16 (LnkSta below LnkCap)",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                for g in nvml(f)["gpus"].as_array_mut().unwrap() {
+                    g["mig_mode"] = json!({"value": true});
+                }
+                // NVML and CUDA give no peer access with MIG on (NVIDIA MIG user guide).
+                set_p2p(f, "NS", false);
+            },
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            // The fix is MIG's, not ACS's or the IOMMU's (issue 14).
+            remediation: Some(("gpu-p2p", "disable MIG")),
+            ..row(
+                "mig-gpus-have-no-p2p",
+                "https://github.com/NVIDIA/nccl/issues/1716",
+                "8 H100 with MIG enabled given to one multi-GPU training pod",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| set_p2p(f, "NS", false),
+            // NCCL goes through host memory: sjeaugey, "P2P not being functional is
+            // usually tied to ACS being enabled on the system".
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-p2p", "ACS")),
+            ..row(
+                "p2p-blocked-under-a-pcie-switch",
+                "https://github.com/NVIDIA/nccl/issues/631",
+                "two GPUs under one PCIe switch whose P2P NVML and CUDA report unsupported",
+                "gpu-pcie-switch-pair",
+            )
+        },
+        Scenario {
+            // cuInit returns 802 on every rank: nothing runs.
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
+            ..row(
+                "fabric-manager-down-hopper",
+                "https://github.com/dstackai/dstack/issues/2348",
+                "8x H100 (NVSwitch) with nvidia-fabricmanager not running",
+                "gpu-fabric-manager-down",
+            )
+        },
+        Scenario {
+            // The sidecar and probe skip cuInit: NVML's fabric state still shows it on Hopper.
+            edit: |f| {
+                f["gpus"]["cuda"]["state"] = json!({"skipped": {"reason": "--cuda off"}});
+            },
+            flags: &["--cuda", "off"],
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
+            ..row(
+                "fabric-manager-down-hopper-without-cuinit",
+                "https://github.com/dstackai/dstack/issues/2348",
+                "the same node judged by the serve sidecar, which skips cuInit",
+                "gpu-fabric-manager-down",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let c = cuda(f);
+                c["init_result"] = 802.into();
+                c["init_result_name"] = "CUDA_ERROR_SYSTEM_NOT_READY".into();
+                c["devices"] = json!([]);
+                c["peer_access"] = json!([]);
+            },
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
+            ..row(
+                "fabric-manager-down-a100",
+                "https://github.com/pytorch/pytorch/issues/35710",
+                "A100 NVSwitch node: cuInit fails with 802 \"system not yet initialized\"",
+                "gpu-p4d-a100",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_SOCKET_IFNAME", "eth2")],
+            // NCCL 2.28.9 measured: every rank fails at init, even on one node.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "socket-ifname-names-an-absent-interface",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME=eth2 on a pod that has only eth0",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_SOCKET_IFNAME", "^docker,lo,veth_def_agent,eth")],
+            // The exclusion list removes eth0, the only interface left.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "socket-ifname-excludes-every-interface",
+                "https://github.com/awslabs/awsome-distributed-ai/issues/519",
+                "an exclusion list ending in `eth` on a pod whose only interface is eth0",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_SOCKET_IFNAME", "lo")],
+            flags: &["--nodes", "2"],
+            // sjeaugey: "lo is loopback so you won't be able to use it between two nodes".
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "socket-ifname-loopback-multi-node",
+                "https://github.com/NVIDIA/nccl/issues/286",
+                "NCCL_SOCKET_IFNAME=lo in a 2-node job",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_SOCKET_IFNAME", "lo")],
+            flags: &["--nodes", "1"],
+            // Works on one node (measured 300 GB/s over NVLink): warn, do not block.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "socket-ifname-loopback-single-node",
+                "https://github.com/NVIDIA/nccl/issues/286",
+                "NCCL_SOCKET_IFNAME=lo in a single-node job",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            // A bridge-mode container's veth beside eth0, NCCL_SOCKET_IFNAME unset:
+            // NCCL may pick the veth and hang; the tool pins eth0 instead.
+            edit: |f| add_interface(f, "veth1a2b3c", "172.17.0.2", 16, "veth"),
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            setting: Some(("NCCL_SOCKET_IFNAME", "=eth0")),
+            ..row(
+                "veth-beside-eth0-gets-eth0-pinned",
+                "https://github.com/NVIDIA/nccl/issues/913",
+                "a veth interface beside eth0 and no NCCL_SOCKET_IFNAME: init hangs on the veth",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            // Docker's and Kubernetes' 64 MiB default: NCCL < 2.24 SHM and DataLoader
+            // workers die with "No space left on device" / bus error.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            ..row(
+                "dev-shm-64-mib",
+                "https://github.com/NVIDIA/nccl/issues/525",
+                "Kubeflow pod with the runtime's 64 MiB /dev/shm",
+                "runtime-defaults",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["memlock"]["limit"] = json!({"value": {"soft": 8388608, "hard": 8388608}});
+                f["memlock"]["enforcement_probe"] =
+                    json!({"bytes": 8392704, "refused": "ENOMEM: Cannot allocate memory"});
+            },
+            flags: &["--nodes", "16"],
+            // "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"; ulimit -l was 8192.
+            expect: &[("memlock", "fail")],
+            exit: 1,
+            remediation: Some(("memlock", "IPC_LOCK")),
+            ..row(
+                "memlock-8-mib-with-infiniband",
+                "https://github.com/NVIDIA/nccl-tests/issues/206",
+                "containerd's 8 MiB memlock on an InfiniBand node, multi-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            // 4 pods x 1 GPU on one machine is slower than 1 pod x 4 GPUs: NCCL sees
+            // separate hosts and uses the network. On p4d without EFA the job also has
+            // only TCP between its 8 pods.
+            expect: &[("pod-placement", "warn"), ("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "one-gpu-per-pod",
+                "https://github.com/kubeflow/pytorch-operator/issues/353",
+                "eight one-GPU pods on an 8-GPU p4d node, no EFA requested",
+                "gpu-one-of-eight",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                // Xid 79: the driver lost GPU 7; sysfs still lists all eight functions.
+                let n = nvml(f);
+                n["gpus"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|g| g["index"] != 7);
+                n["pairs"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|p| p["a"] != 7 && p["b"] != 7);
+                let c = cuda(f);
+                c["devices"].as_array_mut().unwrap().truncate(7);
+                c["peer_access"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|p| p["a"] != 7 && p["b"] != 7);
+            },
+            flags: &["--require", "gpus=8"],
+            // Rank 7 dies with "invalid device ordinal"; the node needs draining.
+            expect: &[("gpu-devices", "fail"), ("pod-placement", "fail")],
+            exit: 1,
+            ..row(
+                "gpu-fell-off-the-bus",
+                "https://github.com/NVIDIA/NVSentinel/issues/155",
+                "one of eight GPUs fell off the bus: the driver sees 7, the job starts 8 ranks",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            // nvidia-smi stuck in D state after Xid 45: any NVML call may never return.
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            ..row(
+                "driver-call-hangs",
+                "https://github.com/leptonai/gpud/pull/117",
+                "an NVML call into a hung driver never returns",
+                "gpu-hung-p2p-query",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let h = &mut nvml(f)["gpus"][3]["health"];
+                h["ecc_uncorrected_volatile"] = json!({"value": 2});
+                h["remapped_rows"] = json!({"value": {
+                    "correctable": 0, "uncorrectable": 3, "pending": false, "failure": true
+                }});
+            },
+            // "CUDA error: uncorrectable ECC error encountered" mid-run; a failed remap
+            // means the GPU needs replacing.
+            expect: &[("gpu-health", "fail")],
+            exit: 1,
+            ..row(
+                "row-remapping-failed",
+                "https://github.com/sgl-project/sglang/issues/3204",
+                "a GPU with uncorrectable ECC errors whose row remapping failed",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                nvml(f)["gpus"][3]["health"]["remapped_rows"] = json!({"value": {
+                    "correctable": 0, "uncorrectable": 1, "pending": true, "failure": false
+                }});
+            },
+            // NVIDIA: new work can start; the remap applies at the next reset.
+            expect: &[("gpu-health", "warn")],
+            exit: 0,
+            ..row(
+                "row-remapping-pending",
+                "https://github.com/leptonai/gpud/pull/108",
+                "a GPU whose row remapping waits for the next reset",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_P2P_DISABLE", "1")],
+            // Measured 27 GB/s instead of ~295 on 2x H200: slow, not broken.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "p2p-disabled-on-nvlink",
+                "https://github.com/NVIDIA/nccl/issues/631",
+                "NCCL_P2P_DISABLE=1 left from a PCIe workaround on an NVLink node",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                // The plugin sits under /opt/amazon/ofi-nccl/lib/..., off the search path;
+                // only the probe of the known install directory finds it.
+                let n = &mut f["rdma"]["nccl"];
+                n["net_plugin"] = json!({"value": {
+                    "library": "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
+                    "path": "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
+                    "api": "v9", "name": "Libfabric"
+                }});
+                n["net_plugin_attempts"] = json!([
+                    {"library": "libnccl-net.so",
+                     "error": "libnccl-net.so: cannot open shared object file: No such file or directory"},
+                    {"library": "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so", "error": null}
+                ]);
+            },
+            flags: &["--nodes", "2"],
+            expect: &[("nccl-net-plugin", "fail")],
+            exit: 1,
+            remediation: Some((
+                "nccl-net-plugin",
+                "LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib",
+            )),
+            ..row(
+                "aws-ofi-nccl-off-the-library-path",
+                "https://github.com/awslabs/awsome-distributed-ai/pull/935",
+                "aws-ofi-nccl installed under /opt/amazon/ofi-nccl but not on LD_LIBRARY_PATH",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let l = &mut f["rdma"]["libfabric"]["state"]["loaded"];
+                l["providers"] = json!(["shm", "tcp"]);
+                l["efa_rdm"] = json!({"value": 0});
+            },
+            flags: &["--nodes", "2"],
+            // "NET/OFI No eligible providers were found" -> "Initialized NET plugin Socket".
+            expect: &[("libfabric", "fail")],
+            exit: 1,
+            ..row(
+                "libfabric-without-the-efa-provider",
+                "https://github.com/aws-samples/aws-do-eks/pull/54",
+                "a libfabric with no efa provider on a p5 node: aws-ofi-nccl finds nothing",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            // aws-ofi-nccl refuses to run without GDR on p4d and later.
+            expect: &[("gdr", "fail")],
+            exit: 1,
+            ..row(
+                "no-gpudirect-rdma-on-p4d",
+                "https://github.com/aws/aws-ofi-nccl/pull/286",
+                "p4d EFA node without nvidia-peermem or dma-buf",
+                "rdma-no-gdr",
+            )
+        },
+        Scenario {
+            env: &[("LOCAL_WORLD_SIZE", "16")],
+            // Ranks 8..15 die with "invalid device ordinal".
+            expect: &[("pod-placement", "fail")],
+            exit: 1,
+            ..row(
+                "more-ranks-than-gpus",
+                "https://github.com/NVIDIA/nccl-tests/issues/263",
+                "16 local ranks on a pod with 8 GPUs",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            // A link down makes NCCL route around it or hang.
+            expect: &[("nvlink", "fail")],
+            exit: 1,
+            ..row(
+                "nvlink-down",
+                "https://github.com/NVIDIA/nccl/issues/340",
+                "an NVLink down (a bridge not seated, a link that failed training)",
+                "gpu-nvlink-down",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                add_rdma_device(f, "mlx5_7", "mlx5_10", None);
+                add_rdma_device(f, "mlx5_7", "mlx5_11", None);
+            },
+            env: &[("NCCL_IB_HCA", "mlx5_1")],
+            flags: &["--nodes", "16"],
+            // AddyLaddy: NCCL_IB_HCA=mlx5_1 "will select all NICs with that prefix".
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            remediation: Some(("nccl-env", "NCCL_IB_HCA='=mlx5_1'")),
+            ..row(
+                "ib-hca-prefix-matches-more",
+                "https://github.com/NVIDIA/nccl-tests/issues/263",
+                "NCCL_IB_HCA=mlx5_1 on a node that also has mlx5_10 and mlx5_11",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["stack_limit"] = json!({"value": {"soft": "unlimited", "hard": "unlimited"}});
+            },
+            // glibc gives threads 2 MiB stacks under an unlimited RLIMIT_STACK; NCCL's
+            // recursive topology search overran it (reproduced by NVIDIA with 2.27.5).
+            expect: &[("stack-limit", "warn")],
+            exit: 0,
+            ..row(
+                "stack-limit-unlimited",
+                "https://github.com/NVIDIA/nccl/issues/2186",
+                "a launcher that sets ulimit -s unlimited before starting the ranks",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                // The container runtime did not inject the driver's libraries; sysfs still
+                // lists the node's 8 GPUs.
+                for (key, library) in [("nvml", "libnvidia-ml.so.1"), ("cuda", "libcuda.so.1")] {
+                    let message = format!(
+                        "{library}: cannot open shared object file: No such file or directory"
+                    );
+                    f["gpus"][key] =
+                        json!({"library": library, "state": {"not_found": {"message": message}}});
+                }
+            },
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "runtimeClassName: nvidia")),
+            ..row(
+                "container-started-without-the-nvidia-runtime",
+                "https://github.com/NVIDIA/k8s-device-plugin/issues/60",
+                "a GPU node whose container runtime does not inject the driver: \"could not load NVML library\"",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_IB_DISABLE", "1")],
+            flags: &["--nodes", "16"],
+            // "Running with NCCL_IB_DISABLE=1 works successfully but the throughput is
+            // terrible": a deliberate workaround, slow rather than broken.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "ib-disabled-on-an-infiniband-node",
+                "https://github.com/NVIDIA/nccl/issues/1591",
+                "NCCL_IB_DISABLE=1 left from debugging on a 16-node job with 8 NDR HCAs per node",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let m = &mut f["memlock"];
+                m["limit"] = json!({"value": {"soft": 8388608, "hard": 8388608}});
+                m["euid"] = 1000.into();
+                m["cap_ipc_lock"] = json!({"value": false});
+                m["enforcement_probe"] =
+                    json!({"bytes": 8392704, "refused": "ENOMEM: Cannot allocate memory"});
+            },
+            flags: &["--nodes", "16"],
+            // A non-root process has an empty effective capability set: adding IPC_LOCK in
+            // the pod spec changes nothing, the runtime's limit must rise.
+            expect: &[("memlock", "fail")],
+            exit: 1,
+            remediation: Some(("memlock", "runs as user 1000")),
+            ..row(
+                "memlock-for-a-non-root-trainer",
+                "https://github.com/NVIDIA/nvcf/pull/1354",
+                "8 MiB memlock on an InfiniBand node, the trainer image running as UID 1000",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["rdma"]["nccl"]["library"]["state"]["loaded"]["version"] =
+                    json!({"value": "2.23.4"});
+            },
+            env: &[("NCCL_IB_GID_INDEX", "1")],
+            // GID 1 was a link-local RoCE v2 GID there and timed out; NCCL >= 2.21 picks
+            // a routable RoCE v2 GID itself, so a fixed index only adds risk.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "fixed-gid-index-on-a-nccl-that-picks-its-own",
+                "https://github.com/NVIDIA/nccl/issues/769",
+                "NCCL_IB_GID_INDEX=1 kept from an old recipe on RoCE with NCCL 2.23",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            edit: |f| keep_device_nodes(f, 0),
+            env: &[("NCCL_IB_HCA", "mlx5_1")],
+            flags: &["--nodes", "16"],
+            // The user asked for RDMA; NCCL finds no HCA ("NET/IB : No device found")
+            // and uses TCP between 16 nodes.
+            expect: &[("nccl-env", "fail"), ("rdma-devices", "fail")],
+            exit: 1,
+            ..row(
+                "ib-hca-set-without-rdma-device-multi-node",
+                "https://github.com/NVIDIA/nccl/issues/952",
+                "NCCL_IB_HCA=mlx5_1 in a pod that got no RDMA device, 16-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| keep_device_nodes(f, 0),
+            env: &[("NCCL_IB_HCA", "mlx5_1")],
+            flags: &["--nodes", "1"],
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "ib-hca-set-without-rdma-device-single-node",
+                "https://github.com/NVIDIA/nccl/issues/952",
+                "the same pod in a single-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| remove_interface(f, "net1"),
+            env: &[("NCCL_SOCKET_IFNAME", "net1")],
+            // NCCL fails at init; the missing piece is the Multus attachment, and
+            // pointing NCCL at eth0 would send RoCE traffic's bootstrap over the
+            // cluster network and hide the missing network.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "k8s.v1.cni.cncf.io/networks")),
+            ..row(
+                "multus-interface-absent",
+                "https://github.com/NVIDIA/nccl/issues/1796",
+                "NCCL_SOCKET_IFNAME=net1 on a RoCE pod whose Multus network was not attached",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NET_PLUGIN", "aws-ofi-nccl")],
+            flags: &["--nodes", "2"],
+            // NCCL looks for libnccl-net-aws-ofi-nccl.so; the plugin is installed
+            // as libnccl-net-ofi.so (NCCL_NET_PLUGIN=ofi). The fix is the variable.
+            expect: &[("nccl-net-plugin", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-net-plugin", "NCCL_NET_PLUGIN")),
+            ..row(
+                "net-plugin-name-misspelled",
+                "https://github.com/NVIDIA/nccl/issues/1732",
+                "NCCL_NET_PLUGIN set to a name NCCL turns into a file that does not exist",
+                "rdma-p5-efa",
+            )
+        },
+    ]
+}
+
+/// A row where the tool's verdict differs from the expert's today.
+struct Differs {
+    /// The situation and the expert's verdict.
+    expert: Scenario,
+    /// What the tool says today: (check id, status) pairs and exit code.
+    tool: &'static [(&'static str, &'static str)],
+    tool_exit: i32,
+    /// What must change in the judges for the tool to agree.
+    change: &'static str,
+}
+
+fn differing() -> Vec<Differs> {
+    vec![
+        Differs {
+            expert: Scenario {
+                env: &[("NCCL_IB_HCA", "=mlx5_9")],
+                flags: &["--nodes", "16"],
+                // Every entry names nothing: NCCL has no HCA and goes to TCP across 16 nodes.
+                expect: &[("nccl-env", "fail")],
+                exit: 1,
+                ..row(
+                    "ib-hca-names-only-absent-devices",
+                    "https://github.com/NVIDIA/nccl/issues/799",
+                    "NCCL_IB_HCA naming only a device the node does not have, 16-node job",
+                    "rdma-ib-ndr",
+                )
+            },
+            tool: &[("nccl-env", "warn")],
+            tool_exit: 0,
+            change: "nccl_env lint_ib_hca: when no entry of an include list matches any device, NCCL's IB transport has nothing and falls back to TCP: fail on a multi-node job (as NCCL_SOCKET_IFNAME matching nothing fails), warn on one node",
+        },
+        Differs {
+            expert: Scenario {
+                edit: |f| add_interface(f, "pod-id-link0", "169.254.170.23", 32, "dummy"),
+                env: &[("NCCL_SOCKET_IFNAME", "^lo,docker,veth,eni")],
+                flags: &["--nodes", "2"],
+                // NCCL's socket transport uses every interface the filter leaves,
+                // including EKS Pod Identity's per-node link-local address: connect
+                // refused across nodes, the all-reduce never completes.
+                expect: &[("nccl-env", "fail")],
+                exit: 1,
+                ..row(
+                    "exclusion-list-leaves-a-link-local-interface",
+                    "https://github.com/aws-samples/aws-do-eks/pull/54",
+                    "an exclusion list that leaves EKS Pod Identity's 169.254.170.23 pod-id-link0",
+                    "healthy-pod",
+                )
+            },
+            tool: &[("nccl-env", "pass")],
+            tool_exit: 0,
+            change: "nccl_env lint_socket_ifname: judge every interface NCCL would use, not only the bootstrap one; an interface whose only IPv4 address is link-local (169.254.0.0/16) cannot carry traffic between nodes: fail on a multi-node job, naming the value that excludes it",
+        },
+    ]
+}
+
+/// A situation whose verdict needs a fact the tool does not gather yet.
+struct NotGathered {
+    id: &'static str,
+    source: &'static str,
+    situation: &'static str,
+    expert: &'static str,
+    /// The fact that is missing, and where it would come from.
+    missing: &'static str,
+    fixture: &'static str,
+    /// A JSON pointer to the facts object that would hold it, and a word no key of that
+    /// object may contain while the fact is not gathered.
+    object: &'static str,
+    absent_key: &'static str,
+}
+
+fn not_gathered() -> Vec<NotGathered> {
+    vec![
+        NotGathered {
+            id: "gpu-pcie-link-trained-below-its-maximum",
+            source: "https://github.com/janhq/jan/issues/183",
+            situation: "a GPU whose PCIe link runs at 2.5 GT/s of 16 (LnkSta downgraded), e.g. on a riser",
+            expert: "gpu-devices warn (fail when the GPU feeds a NIC for a multi-node job): host<->GPU and GPU<->NIC traffic at a fraction of the bus",
+            missing: "current PCIe link speed and width of each GPU: sysfs current_link_speed/current_link_width, or nvmlDeviceGetCurrPcieLinkGeneration/Width (read under load: GPUs downtrain at idle to save power)",
+            fixture: "gpu-h100-nv18",
+            object: "/gpus/pci_gpus/value/0",
+            absent_key: "current",
+        },
+        NotGathered {
+            id: "acs-redirects-peer-traffic",
+            source: "https://github.com/NVIDIA/nccl-tests/issues/112",
+            situation: "ACS enabled on the PCIe switches: P2P and GPUDirect RDMA reported as supported but routed through the root complex (bandwidth halved, or hangs as in NVIDIA/nccl#2079)",
+            expert: "gpu-p2p and gdr warn, naming the bridges with ACSCtl SrcValid+/ReqRedir+ and the fix (disable ACS in the BIOS or with setpci)",
+            missing: "ACS control bits of the bridges between GPUs and NICs: the ACS extended capability (id 0x000d) in /sys/bus/pci/devices/*/config, readable by root",
+            fixture: "gpu-pcie-switch-pair",
+            object: "/gpus/pci_gpus/value/0",
+            absent_key: "acs",
+        },
+        NotGathered {
+            id: "driver-older-than-the-image-cuda",
+            source: "https://github.com/NVIDIA/hpc-container-maker/issues/239",
+            situation: "driver 418 (CUDA 10.1) under an image built for CUDA 10.2: \"CUDA driver version is insufficient for CUDA runtime version\"",
+            expert: "gpu-devices fail, naming the driver's CUDA version and the image's",
+            missing: "the CUDA version the image's NCCL or CUDA runtime was built for (libcudart's version, or the +cudaX.Y in NCCL's version string), to compare with cuDriverGetVersion",
+            fixture: "rdma-ib-ndr",
+            object: "/rdma/nccl/library/state/loaded",
+            absent_key: "cuda",
+        },
+    ]
+}
+
+/// Facts gathered from a fixture through the fake vendor libraries, with `env` in the pod.
+fn gather(fixture: &str, env: &[(&str, &str)]) -> Value {
+    let out = fixture_command(fixture, "facts", &[], env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{fixture}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `check --format json --facts` on `facts` with `flags`: (exit code, report). Each row has
+/// its own scratch directory, so rows can run beside other tests.
+fn replay(id: &str, facts: &Value, flags: &[&str]) -> (i32, Value) {
+    let dir = scratch(&format!("scenario-{id}"));
+    let path = dir.join("facts.json");
+    fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
+    let path = path.display().to_string();
+    let mut args = vec!["check", "--format", "json", "--facts", &path];
+    args.extend(flags);
+    let out = run(&args, &[]);
+    fs::remove_dir_all(&dir).unwrap();
+    let code = out
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("{id}: killed: {}", stderr(&out)));
+    (code, report(&out))
+}
+
+/// Runs a scenario's situation through the tool.
+fn run_scenario(s: &Scenario) -> (i32, Value) {
+    let mut facts = gather(s.fixture, s.env);
+    (s.edit)(&mut facts);
+    replay(s.id, &facts, s.flags)
+}
+
+/// Where the report misses the scenario's verdict, one line each; empty when it gives it.
+fn misses(s: &Scenario, code: i32, r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (id, want) in s.expect {
+        let got = &finding(r, id)["status"];
+        if got != want {
+            out.push(format!(
+                "{}: {id} is {got}, expected {want}: {}",
+                s.id,
+                finding(r, id)["summary"]
+            ));
+        }
+    }
+    if code != s.exit {
+        out.push(format!("{}: exit {code}, expected {}", s.id, s.exit));
+    }
+    if let Some((id, text)) = s.remediation {
+        let fix = finding(r, id)["remediation"].as_str().unwrap_or("");
+        if !fix.contains(text) {
+            out.push(format!(
+                "{}: {id}'s remediation lacks {text:?}: {fix:?}",
+                s.id
+            ));
+        }
+    }
+    if let Some((name, value)) = s.setting {
+        let got = setting(r, name).map(|v| v["value"].clone());
+        if got != Some(Value::from(value)) {
+            out.push(format!("{}: {name} is {got:?}, expected {value:?}", s.id));
+        }
+    }
+    out
+}
+
+#[test]
+fn real_incidents_get_the_experts_verdict() {
+    let rows = agreed();
+    let mut failures = Vec::new();
+    for s in &rows {
+        assert!(
+            !s.expect.is_empty(),
+            "{}: a row must assert a verdict",
+            s.id
+        );
+        let (code, r) = run_scenario(s);
+        failures.extend(misses(s, code, &r));
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn incidents_the_tool_still_judges_differently_from_an_expert() {
+    for d in differing() {
+        let s = &d.expert;
+        let (code, r) = run_scenario(s);
+        // What the tool says today, so a change of verdict is seen here first...
+        for (id, want) in d.tool {
+            assert_eq!(
+                finding(&r, id)["status"],
+                *want,
+                "{}: {id} changed: {}",
+                s.id,
+                finding(&r, id)["summary"]
+            );
+        }
+        assert_eq!(code, d.tool_exit, "{}: exit code changed", s.id);
+        // ...and that it is still not the expert's. When this fails, the judge was fixed:
+        // move the row to `agreed`.
+        assert!(
+            !misses(s, code, &r).is_empty(),
+            "{} now gets the expert's verdict (was: {}): move it to agreed()",
+            s.id,
+            d.change
+        );
+    }
+}
+
+#[test]
+fn verdicts_that_need_facts_not_gathered_yet() {
+    for n in not_gathered() {
+        let facts = gather(n.fixture, &[]);
+        let object = facts
+            .pointer(n.object)
+            .and_then(Value::as_object)
+            .unwrap_or_else(|| panic!("{}: no object at {}", n.id, n.object));
+        let found: Vec<&String> = object
+            .keys()
+            .filter(|k| k.to_ascii_lowercase().contains(n.absent_key))
+            .collect();
+        assert!(
+            found.is_empty(),
+            "{} ({}): {found:?} is gathered now: {}; make the row a scenario with the expert's verdict: {} ({})",
+            n.id,
+            n.source,
+            n.missing,
+            n.expert,
+            n.situation
+        );
+    }
+}
+
+#[test]
+fn the_matrix_covers_at_least_twenty_sourced_situations() {
+    let agreed = agreed();
+    let differing = differing();
+    let ids: Vec<&str> = agreed
+        .iter()
+        .map(|s| s.id)
+        .chain(differing.iter().map(|d| d.expert.id))
+        .chain(not_gathered().into_iter().map(|n| n.id))
+        .collect();
+    assert!(ids.len() >= 20, "{} situations", ids.len());
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "duplicate scenario ids");
+    let sources = agreed
+        .iter()
+        .chain(differing.iter().map(|d| &d.expert))
+        .map(|s| (s.id, s.source, s.situation))
+        .chain(
+            not_gathered()
+                .into_iter()
+                .map(|n| (n.id, n.source, n.situation)),
+        );
+    for (id, source, situation) in sources {
+        assert!(
+            source.starts_with("https://github.com/") && !situation.is_empty(),
+            "{id}: every row cites its public thread"
+        );
+    }
+}
