@@ -775,6 +775,19 @@ fn agreed() -> Vec<Scenario> {
                 "rdma-p5-efa",
             )
         },
+        Scenario {
+            env: &[("NCCL_IB_HCA", "=mlx5_9")],
+            flags: &["--nodes", "16"],
+            // Every entry names nothing: NCCL has no HCA and goes to TCP across 16 nodes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "ib-hca-names-only-absent-devices",
+                "https://github.com/NVIDIA/nccl/issues/799",
+                "NCCL_IB_HCA naming only a device the node does not have, 16-node job",
+                "rdma-ib-ndr",
+            )
+        },
     ]
 }
 
@@ -790,47 +803,27 @@ struct Differs {
 }
 
 fn differing() -> Vec<Differs> {
-    vec![
-        Differs {
-            expert: Scenario {
-                env: &[("NCCL_IB_HCA", "=mlx5_9")],
-                flags: &["--nodes", "16"],
-                // Every entry names nothing: NCCL has no HCA and goes to TCP across 16 nodes.
-                expect: &[("nccl-env", "fail")],
-                exit: 1,
-                ..row(
-                    "ib-hca-names-only-absent-devices",
-                    "https://github.com/NVIDIA/nccl/issues/799",
-                    "NCCL_IB_HCA naming only a device the node does not have, 16-node job",
-                    "rdma-ib-ndr",
-                )
-            },
-            tool: &[("nccl-env", "warn")],
-            tool_exit: 0,
-            change: "nccl_env lint_ib_hca: when no entry of an include list matches any device, NCCL's IB transport has nothing and falls back to TCP: fail on a multi-node job (as NCCL_SOCKET_IFNAME matching nothing fails), warn on one node",
+    vec![Differs {
+        expert: Scenario {
+            edit: |f| add_interface(f, "pod-id-link0", "169.254.170.23", 32, "dummy"),
+            env: &[("NCCL_SOCKET_IFNAME", "^lo,docker,veth,eni")],
+            flags: &["--nodes", "2"],
+            // NCCL's socket transport uses every interface the filter leaves,
+            // including EKS Pod Identity's per-node link-local address: connect
+            // refused across nodes, the all-reduce never completes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "exclusion-list-leaves-a-link-local-interface",
+                "https://github.com/aws-samples/aws-do-eks/pull/54",
+                "an exclusion list that leaves EKS Pod Identity's 169.254.170.23 pod-id-link0",
+                "healthy-pod",
+            )
         },
-        Differs {
-            expert: Scenario {
-                edit: |f| add_interface(f, "pod-id-link0", "169.254.170.23", 32, "dummy"),
-                env: &[("NCCL_SOCKET_IFNAME", "^lo,docker,veth,eni")],
-                flags: &["--nodes", "2"],
-                // NCCL's socket transport uses every interface the filter leaves,
-                // including EKS Pod Identity's per-node link-local address: connect
-                // refused across nodes, the all-reduce never completes.
-                expect: &[("nccl-env", "fail")],
-                exit: 1,
-                ..row(
-                    "exclusion-list-leaves-a-link-local-interface",
-                    "https://github.com/aws-samples/aws-do-eks/pull/54",
-                    "an exclusion list that leaves EKS Pod Identity's 169.254.170.23 pod-id-link0",
-                    "healthy-pod",
-                )
-            },
-            tool: &[("nccl-env", "pass")],
-            tool_exit: 0,
-            change: "nccl_env lint_socket_ifname: judge every interface NCCL would use, not only the bootstrap one; an interface whose only IPv4 address is link-local (169.254.0.0/16) cannot carry traffic between nodes: fail on a multi-node job, naming the value that excludes it",
-        },
-    ]
+        tool: &[("nccl-env", "pass")],
+        tool_exit: 0,
+        change: "nccl_env lint_socket_ifname: judge every interface NCCL would use, not only the bootstrap one; an interface whose only IPv4 address is link-local (169.254.0.0/16) cannot carry traffic between nodes: fail on a multi-node job, naming the value that excludes it",
+    }]
 }
 
 /// A situation whose verdict needs a fact the tool does not gather yet.

@@ -16,6 +16,30 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
     }
     let mut out = Vec::new();
     let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    // An include list none of whose entries names a device leaves NCCL's IB transport with
+    // nothing ("NET/IB : No device found"): NCCL falls back to TCP sockets, which fails a
+    // multi-node job's bandwidth, while one node never uses the network.
+    let nothing_matches = !filter.exclude
+        && !filter.entries.is_empty()
+        && filter
+            .entries
+            .iter()
+            .all(|(entry, _)| !names.iter().any(|n| filter.entry_matches(entry, n)));
+    if nothing_matches {
+        let multi = crate::layout::is_multi_node(&facts.launcher);
+        out.push(Problem::new(
+            if multi { Status::Fail } else { Status::Warn },
+            format!(
+                "NCCL_IB_HCA={value:?} names no RDMA device here: NCCL finds no HCA and uses TCP sockets{}",
+                if multi { " between the job's nodes" } else { " (this job runs on one node)" }
+            ),
+            format!(
+                "Name the devices /sys/class/infiniband lists, with '=' and ports, e.g. NCCL_IB_HCA='={}:1', or unset it.",
+                names.first().copied().unwrap_or("mlx5_0")
+            ),
+        ));
+        return out;
+    }
     for (entry, port) in &filter.entries {
         let matched: Vec<&str> = names
             .iter()

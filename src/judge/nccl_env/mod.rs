@@ -278,11 +278,19 @@ mod tests {
             lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1")]).status,
             Status::Pass
         );
+        let none = lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_99")]);
         assert!(
-            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_99")])
-                .summary
-                .contains("names no RDMA device")
+            none.summary.contains("names no RDMA device"),
+            "{}",
+            none.summary
         );
+        assert_eq!(none.status, Status::Warn, "one node, or nothing says");
+        // NVIDIA/nccl#799: across nodes NCCL finds no HCA and uses TCP: a failure.
+        let across = lint_on(
+            crate::judge::test_facts::with_env(ib_node(), &[("PET_NNODES", "16")]),
+            &[("NCCL_IB_HCA", "=mlx5_99")],
+        );
+        assert_eq!(across.status, Status::Fail, "{across:?}");
         assert!(
             lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_2:1")])
                 .summary
