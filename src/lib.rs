@@ -24,3 +24,7 @@ pub mod serve;
 pub mod topology;
 pub mod tune;
 pub mod units;
+
+/// Facts for unit tests: the lent 2x H200 node and variations, shared by every stage's tests.
+#[cfg(test)]
+pub(crate) mod test_facts;

@@ -107,8 +107,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FsUsage;
-    use crate::judge::test_facts::healthy;
     use crate::policy;
+    use crate::test_facts::healthy;
 
     fn sized(size: u64, free: u64) -> Facts {
         let mut f = healthy();

@@ -123,7 +123,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+    use crate::test_facts::{healthy, rdma_device, with_rdma};
 
     /// GPU 0 of the healthy node and a NIC behind the same switch.
     fn close_pair() -> Facts {
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(f.status, Status::Fail);
         assert!(f.remediation.unwrap().contains("efa_nv_peermem"));
         // One node: NCCL sends nothing through the NIC, so a missing GDR only warns.
-        let single = crate::judge::test_facts::with_env(efa_p5(None), &[("PET_NNODES", "1")]);
+        let single = crate::test_facts::with_env(efa_p5(None), &[("PET_NNODES", "1")]);
         assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
     }
 }

@@ -317,8 +317,8 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::gpu::{CudaFacts, LibraryState};
-    use crate::judge::test_facts::{healthy, no_gpus, with_env};
     use crate::policy;
+    use crate::test_facts::{healthy, no_gpus, with_env};
 
     fn cuda(f: &mut Facts) -> &mut CudaFacts {
         match &mut f.gpus.cuda.state {

@@ -172,7 +172,7 @@ mod tests {
     use super::*;
     use crate::facts::gpu::{GpuHealth, LibraryState};
     use crate::facts::{FactError, Observed};
-    use crate::judge::test_facts::healthy;
+    use crate::test_facts::healthy;
 
     /// A healthy node whose GPU 1 health is changed by `f`.
     fn gpu1(f: impl FnOnce(&mut GpuHealth)) -> Finding {

@@ -151,7 +151,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
-    use crate::judge::test_facts::healthy;
+    use crate::test_facts::healthy;
 
     fn nvml(f: &mut Facts) -> &mut NvmlFacts {
         match &mut f.gpus.nvml.state {

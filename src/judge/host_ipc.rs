@@ -52,8 +52,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::test_facts::healthy;
     use crate::policy;
+    use crate::test_facts::healthy;
 
     #[test]
     fn private_namespace_fails_only_when_required() {

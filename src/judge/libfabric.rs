@@ -101,10 +101,10 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::FabricFacts;
-    use crate::judge::test_facts::healthy;
+    use crate::test_facts::healthy;
 
     fn efa() -> Facts {
-        crate::judge::test_facts::with_efa(healthy())
+        crate::test_facts::with_efa(healthy())
     }
 
     #[test]
@@ -144,9 +144,9 @@ mod tests {
         let mut no_resource = efa();
         no_resource.rdma.uverbs = Observed::Value(vec![]);
         assert_eq!(judge(&no_resource, &Policy::default()).status, Status::Pass);
-        let single = crate::judge::test_facts::with_env(efa(), &[("PET_NNODES", "1")]);
+        let single = crate::test_facts::with_env(efa(), &[("PET_NNODES", "1")]);
         assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
-        let multi = crate::judge::test_facts::with_env(efa(), &[("PET_NNODES", "2")]);
+        let multi = crate::test_facts::with_env(efa(), &[("PET_NNODES", "2")]);
         assert_eq!(judge(&multi, &Policy::default()).status, Status::Fail);
     }
 }

@@ -177,8 +177,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::{MlockProbe, Rlimit};
-    use crate::judge::test_facts::healthy;
     use crate::policy;
+    use crate::test_facts::healthy;
 
     fn limited(bytes: u64) -> Facts {
         let mut f = healthy();
@@ -199,7 +199,7 @@ mod tests {
         assert_eq!(f.status, Status::Warn);
         assert!(f.summary.contains("8 MiB"), "{}", f.summary);
         let rdma = limited(8 << 20);
-        let rdma = crate::judge::test_facts::with_efa(rdma);
+        let rdma = crate::test_facts::with_efa(rdma);
         assert_eq!(judge(&rdma, &Policy::default()).status, Status::Fail);
         let explicit = policy::build(&[], &[], None, Some("unlimited")).unwrap();
         let f = judge(&limited(65536), &explicit);
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn rdma_scope_decides_a_low_limit() {
-        use crate::judge::test_facts::{with_efa, with_env};
+        use crate::test_facts::{with_efa, with_env};
         // The node's devices without a device node here: a pod without the RDMA resource.
         let mut no_resource = with_efa(limited(8 << 20));
         no_resource.rdma.uverbs = Observed::Value(vec![]);
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn non_root_fix_does_not_rely_on_ipc_lock() {
-        let mut f = crate::judge::test_facts::with_efa(limited(8 << 20));
+        let mut f = crate::test_facts::with_efa(limited(8 << 20));
         f.memlock.euid = Some(1000);
         let fix = judge(&f, &Policy::default()).remediation.unwrap();
         assert!(fix.contains("user 1000") && fix.contains("56374"), "{fix}");

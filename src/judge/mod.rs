@@ -131,7 +131,7 @@ fn undetermined(explicit: bool) -> Status {
 }
 
 #[cfg(test)]
-pub(crate) mod test_facts;
+use crate::test_facts;
 
 #[cfg(test)]
 mod tests {

@@ -127,10 +127,10 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::rdma::NetPlugin;
-    use crate::judge::test_facts::{healthy, with_env, with_ib};
+    use crate::test_facts::{healthy, with_env, with_ib};
 
     fn efa() -> Facts {
-        crate::judge::test_facts::with_efa(healthy())
+        crate::test_facts::with_efa(healthy())
     }
 
     fn plugin(library: &str) -> Observed<Option<NetPlugin>> {

@@ -116,8 +116,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::gpu::LibraryState;
-    use crate::judge::test_facts::{healthy, no_gpus};
     use crate::policy;
+    use crate::test_facts::{healthy, no_gpus};
 
     #[test]
     fn down_links_fail_and_pcie_nodes_skip() {

@@ -147,7 +147,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::gpu::LibraryState;
-    use crate::judge::test_facts::{healthy, with_env};
+    use crate::test_facts::{healthy, with_env};
 
     /// The pod sees GPU 0 of a 2-GPU NVSwitch node.
     fn one_gpu_pod() -> Facts {
@@ -173,7 +173,7 @@ mod tests {
         assert!(f.summary.contains("3.3 GB/s"));
         assert!(f.remediation.unwrap().contains("nproc_per_node=2"));
         let rdma = one_gpu_pod();
-        let rdma = crate::judge::test_facts::with_efa(rdma);
+        let rdma = crate::test_facts::with_efa(rdma);
         assert!(
             judge(&rdma, &Policy::default())
                 .summary

@@ -415,11 +415,11 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::Openable;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
     use crate::policy;
+    use crate::test_facts::{healthy, rdma_device, with_rdma};
 
     fn efa_node(n: usize) -> Facts {
-        let mut f = crate::judge::test_facts::with_env(healthy(), &[("PET_NNODES", "4")]);
+        let mut f = crate::test_facts::with_env(healthy(), &[("PET_NNODES", "4")]);
         f = with_rdma(
             f,
             (0..n)
@@ -607,7 +607,7 @@ mod tests {
         if let Observed::Value(u) = &mut f.rdma.uverbs {
             u.truncate(usable);
         }
-        crate::judge::test_facts::with_env(f, &[("PET_NNODES", "2")])
+        crate::test_facts::with_env(f, &[("PET_NNODES", "2")])
     }
 
     #[test]

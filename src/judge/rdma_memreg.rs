@@ -70,7 +70,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FactError;
-    use crate::judge::test_facts::{healthy, with_ib};
+    use crate::test_facts::{healthy, with_ib};
 
     #[test]
     fn enomem_is_the_memlock_failure() {

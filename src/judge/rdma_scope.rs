@@ -195,7 +195,7 @@ pub fn required(policy: &Policy) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::test_facts::{healthy, rdma_device, with_env, with_rdma};
+    use crate::test_facts::{healthy, rdma_device, with_env, with_rdma};
 
     #[test]
     fn usable_means_a_device_node_that_opens() {

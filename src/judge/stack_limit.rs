@@ -58,7 +58,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Rlimit;
-    use crate::judge::test_facts::healthy;
+    use crate::test_facts::healthy;
 
     fn with_stack(soft: Limit) -> Facts {
         let mut f = healthy();

@@ -1,8 +1,9 @@
 //! One fixed report for renderer tests: a failing dev-shm, a warning, a pass,
 //! one tuned and one user setting.
 
-use crate::judge::{Finding, Status, test_facts};
+use crate::finding::{Finding, Status};
 use crate::report::Report;
+use crate::test_facts;
 use crate::tune::{Setting, Source};
 
 pub fn report() -> Report {

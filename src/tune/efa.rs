@@ -146,10 +146,10 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::FabricFacts;
-    use crate::judge::test_facts::healthy;
+    use crate::test_facts::healthy;
 
     fn efa(product: &str) -> Facts {
-        let mut f = crate::judge::test_facts::with_efa(healthy());
+        let mut f = crate::test_facts::with_efa(healthy());
         f.platform.product_name = Observed::Value(Some(product.into()));
         f.rdma.libfabric.state = crate::facts::gpu::LibraryState::Loaded(FabricFacts {
             version: "1.22".into(),

@@ -9,7 +9,7 @@
 //! NCCL_IB_GID_INDEX: NCCL >= 2.21 picks the RoCE v2 GID itself (do not set it);
 //! older NCCL gets the RoCE v2 GID index from sysfs, IPv4-mapped first.
 
-use super::{Setting, nccl_version};
+use super::Setting;
 use crate::facts::Facts;
 use crate::facts::rdma::RdmaDevice;
 use crate::topology::affinity;
@@ -105,7 +105,7 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
         })
     });
     if roce
-        && let Some(v) = nccl_version(facts)
+        && let Some(v) = crate::nccl::version(facts)
         && v < (2, 21, 0)
     {
         let gid = chosen.iter().find_map(|(n, port)| {
@@ -135,7 +135,7 @@ mod tests {
     use crate::facts::Observed;
     use crate::facts::gpu::LibraryState;
     use crate::facts::rdma::Gid;
-    use crate::judge::test_facts::{healthy, rdma_device, with_rdma};
+    use crate::test_facts::{healthy, rdma_device, with_rdma};
 
     fn two_nics(second_state: &str) -> Facts {
         with_rdma(

@@ -68,13 +68,6 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
-/// NCCL's version from the facts, as (major, minor, patch).
-pub fn nccl_version(facts: &Facts) -> Option<(u32, u32, u32)> {
-    let v = facts.rdma.nccl.library.loaded()?.version.value()?;
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
-}
-
 /// Runs every rule, then lets the user's own variables win; sorted by name.
 pub fn tune(facts: &Facts) -> Vec<Setting> {
     let mut settings: BTreeMap<String, Setting> = BTreeMap::new();
@@ -115,4 +108,15 @@ pub fn user_setting(facts: &Facts, name: &str) -> Option<Setting> {
         },
         source: Source::User,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_facts::{healthy, with_env};
+
+    #[test]
+    fn nccl_version_from_cuda_images_is_not_a_setting() {
+        let tuned = super::tune(&with_env(healthy(), &[("NCCL_VERSION", "2.21.5-1")]));
+        assert!(tuned.iter().all(|s| s.name != "NCCL_VERSION"));
+    }
 }

@@ -63,7 +63,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     ] {
         lints.extend(lint(facts));
     }
-    let version = crate::tune::nccl_version(facts);
+    let version = crate::nccl::version(facts);
     let settings: Vec<(&String, &crate::facts::EnvValue)> = match Catalog::embedded() {
         Ok(cat) => {
             for lint in [
@@ -118,7 +118,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
-    use crate::judge::test_facts::{healthy, iface, v4, with_env};
+    use crate::test_facts::{healthy, iface, v4, with_env};
 
     fn docker_node() -> Facts {
         let mut f = healthy();
@@ -240,7 +240,7 @@ mod tests {
     // One test per rule, each with the case that must pass and the case that must not.
 
     fn ib_node() -> Facts {
-        use crate::judge::test_facts::{rdma_device, with_rdma};
+        use crate::test_facts::{rdma_device, with_rdma};
         let mut devices: Vec<_> = (0..12)
             .map(|i| {
                 rdma_device(
@@ -258,7 +258,7 @@ mod tests {
     }
 
     fn efa_node() -> Facts {
-        crate::judge::test_facts::with_efa(healthy())
+        crate::test_facts::with_efa(healthy())
     }
 
     fn lint_on(f: Facts, pairs: &[(&str, &str)]) -> Finding {
@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(none.status, Status::Warn, "one node, or nothing says");
         // NVIDIA/nccl#799: across nodes NCCL finds no HCA and uses TCP: a failure.
         let across = lint_on(
-            crate::judge::test_facts::with_env(ib_node(), &[("PET_NNODES", "16")]),
+            crate::test_facts::with_env(ib_node(), &[("PET_NNODES", "16")]),
             &[("NCCL_IB_HCA", "=mlx5_99")],
         );
         assert_eq!(across.status, Status::Fail, "{across:?}");
@@ -333,7 +333,7 @@ mod tests {
             "P2P over NVLink still works"
         );
         let mut pcie = healthy();
-        pcie.gpus = crate::judge::test_facts::no_gpus();
+        pcie.gpus = crate::test_facts::no_gpus();
         assert!(
             lint_on(pcie.clone(), &[("NCCL_PROTO", "LL128")])
                 .summary
@@ -512,8 +512,6 @@ mod tests {
             "no NCCL, libfabric or aws-ofi-nccl variables set"
         );
         assert!(f.evidence.iter().all(|e| !e.contains("NCCL_VERSION")));
-        let tuned = crate::tune::tune(&with_env(healthy(), &[("NCCL_VERSION", "2.21.5-1")]));
-        assert!(tuned.iter().all(|s| s.name != "NCCL_VERSION"));
     }
 
     #[test]

@@ -180,7 +180,7 @@ pub(super) fn lint_net_plugin_name(facts: &Facts) -> Vec<Problem> {
     {
         return Vec::new();
     }
-    let version = crate::tune::nccl_version(facts);
+    let version = crate::nccl::version(facts);
     let names = crate::nccl::net_plugin::library_names(value, version);
     vec![Problem::new(
         Status::Warn,

@@ -9,8 +9,8 @@
 use super::{Problem, Status};
 use crate::facts::{EnvValue, Facts, Observed};
 use crate::layout;
+use crate::nccl::interface::choose_interface;
 use crate::nccl::socket_ifname::{self, IfnameFilter};
-use crate::tune::socket_ifname::choose_interface;
 
 pub(super) fn suggestion(facts: &Facts) -> String {
     match choose_interface(facts) {
