@@ -271,20 +271,41 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         render::nccl_conf::render(&report),
     );
     add("--report", &args.report, render::json::render(&report));
-    output::write_atomically(&outputs)?;
     let termination = match &args.termination_log {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)).filter(|p| p.exists()),
     };
+    // No two outputs may name one file (`--env-file X --report X`), the termination
+    // log included where its directory exists; refused before anything is written.
+    let mut named: Vec<(&str, &Path)> =
+        outputs.iter().map(|o| (o.flag, o.path.as_path())).collect();
+    if let Some(path) = termination.as_deref().filter(|p| output_dir_exists(p)) {
+        named.push(("--termination-log", path));
+    }
+    output::distinct(&named)?;
+    output::write_atomically(&outputs)?;
     if let Some(path) = termination {
-        output::write_in_place(
+        // Best effort: the kubelet only shows this message. Failing here would turn
+        // a verdict (a failed check's exit 1) into exit 2 after the other outputs
+        // were already replaced, and hide the report.
+        if let Err(e) = output::write_in_place(
             "--termination-log",
             &path,
             &render::termination::render(&report),
-        )?;
+        ) {
+            eprintln!("nccl-preflight: warning: termination message not written: {e:#}");
+        }
     }
     print(&report, args.check.format, env);
     Ok(Exit::new(exit_code(&report), hung))
+}
+
+/// Whether the directory an output path names exists (the path's own file need not).
+fn output_dir_exists(path: &Path) -> bool {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.is_dir(),
+        _ => true,
+    }
 }
 
 pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {

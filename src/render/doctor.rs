@@ -377,7 +377,10 @@ mod tests {
         nvml.gpus[1].name = Observed::Value("GPU\x1b[2J".into());
         let text = render(&r, false);
         assert!(text.contains(&"H".repeat(65_535)));
-        assert!(text.contains("GPU\\x1b[2J") && !text.contains('\x1b'), "escaped");
+        assert!(
+            text.contains("GPU\\x1b[2J") && !text.contains('\x1b'),
+            "escaped"
+        );
         // The short name's row still lines up under the long one: the Name column
         // is last, so both rows are as long up to it.
         let rows: Vec<&str> = text
