@@ -178,10 +178,31 @@ pub(crate) fn use_color(env: &[(OsString, OsString)]) -> bool {
     !no_color && std::io::stdout().is_terminal()
 }
 
-fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) {
+/// Writes `text` to standard output. A reader that went away (`check | head`)
+/// is not an error: the rest of the output is dropped quietly and the command
+/// still exits with its verdict's code, as the pipeline's status should say what
+/// the check found. `print!` would panic there (Rust ignores SIGPIPE, so the
+/// write returns EPIPE).
+pub fn emit(text: &str) -> Result<()> {
+    emit_to(&mut std::io::stdout().lock(), text).context("writing to standard output")
+}
+
+/// `emit` for standard error (the report of `exec`, whose standard output is CMD's).
+pub fn emit_err(text: &str) -> Result<()> {
+    emit_to(&mut std::io::stderr().lock(), text).context("writing to standard error")
+}
+
+fn emit_to(out: &mut dyn std::io::Write, text: &str) -> std::io::Result<()> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) -> Result<()> {
     match format {
-        Format::Human => print!("{}", render::human::render(report, use_color(env))),
-        Format::Json => print!("{}", render::json::render(report)),
+        Format::Human => emit(&render::human::render(report, use_color(env))),
+        Format::Json => emit(&render::json::render(report)),
     }
 }
 
@@ -195,7 +216,7 @@ fn exit_code(report: &Report) -> u8 {
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (report, hung) = evaluate(args, env, false)?;
-    print(&report, args.format, env);
+    print(&report, args.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -211,7 +232,7 @@ pub fn probe(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         ..args.clone()
     };
     let (report, hung) = evaluate(&args, env, false)?;
-    println!("{}", probe_line(&report));
+    emit(&format!("{}\n", probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -232,18 +253,21 @@ fn probe_line(report: &Report) -> String {
 pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (report, hung) = evaluate(args, env, true)?;
     match args.format {
-        Format::Human => print!("{}", render::doctor::render(&report, use_color(env))),
+        Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&render::doctor::doctor(&report))
                 .context("serializing the report")?;
             text.push('\n');
-            print!("{text}");
+            emit(&text)?;
         }
     }
     Ok(Exit::new(exit_code(&report), hung))
 }
 
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    if args.bench && args.check.facts.is_some() {
+        bail!("--bench cannot be used with --facts: a bench measures this host, not saved facts");
+    }
     let policy = build_policy(&args.check)?;
     let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
     if args.bench {
@@ -296,7 +320,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             eprintln!("nccl-preflight: warning: termination message not written: {e:#}");
         }
     }
-    print(&report, args.check.format, env);
+    print(&report, args.check.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -313,7 +337,7 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (facts, hung) = gather_facts(args, env, false)?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
-    print!("{text}");
+    emit(&text)?;
     Ok(Exit::new(EXIT_OK, hung))
 }
 
@@ -328,12 +352,12 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
     }
     .with_context(|| format!("explain-log {name}: reading"))?;
     match args.format {
-        Format::Human => print!("{}", render::explain::render(&explanation, use_color(env))),
+        Format::Human => emit(&render::explain::render(&explanation, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&explanation)
                 .context("serializing the explanation")?;
             text.push('\n');
-            print!("{text}");
+            emit(&text)?;
         }
     }
     let code = if explanation.verdict == Status::Fail {
@@ -368,8 +392,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let failed = report.verdict == Status::Fail;
     // The command's standard output is its own: the report goes to standard error.
     let show = |report: &Report| match args.check.format {
-        Format::Human => eprint!("{}", render::human::render(report, false)),
-        Format::Json => eprint!("{}", render::json::render(report)),
+        Format::Human => emit_err(&render::human::render(report, false)),
+        Format::Json => emit_err(&render::json::render(report)),
     };
     let tuned: Vec<&tune::Setting> = report
         .settings
@@ -377,7 +401,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .filter(|s| s.source == tune::Source::Tuned)
         .collect();
     if args.dry_run || failed {
-        show(&report);
+        show(&report)?;
     } else {
         eprintln!(
             "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
@@ -400,16 +424,20 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             if env.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
                 continue;
             }
-            println!("{}={}", s.name, render::env_file::shell_quote(&s.value));
+            emit(&format!(
+                "{}={}\n",
+                s.name,
+                render::env_file::shell_quote(&s.value)
+            ))?;
         }
-        println!(
-            "exec {}",
+        emit(&format!(
+            "exec {}\n",
             args.command
                 .iter()
                 .map(|a| render::env_file::shell_quote(&a.to_string_lossy()))
                 .collect::<Vec<_>>()
                 .join(" ")
-        );
+        ))?;
         return Ok(Exit::new(EXIT_OK, hung));
     }
     if hung.0 {
@@ -463,6 +491,6 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
         contents: bytes,
         mode: 0o755,
     }])?;
-    println!("nccl-preflight: installed {}", target.display());
+    emit(&format!("nccl-preflight: installed {}\n", target.display()))?;
     Ok(Exit::new(EXIT_OK, HungCall(false)))
 }

@@ -126,3 +126,75 @@ fn colour_only_on_a_terminal() {
     let out = in_fixture("runtime-defaults", &[], &[]);
     assert!(!stdout(&out).contains('\x1b'));
 }
+
+#[test]
+fn boolean_variables_accept_1_0_yes_no_on_off() {
+    // Issue 16: NCCL_PREFLIGHT_TRACE=1 (and DRY_RUN, BENCH) exited 2: clap's default
+    // parser for a flag's variable takes only true/false.
+    let dry_run = |value: &str| {
+        fixture_command(
+            "healthy-pod",
+            "exec",
+            &["--", "/bin/true"],
+            &[("NCCL_PREFLIGHT_DRY_RUN", value)],
+        )
+        .output()
+        .unwrap()
+    };
+    for (value, on) in [
+        ("1", true),
+        ("yes", true),
+        ("on", true),
+        ("true", true),
+        ("0", false),
+        ("no", false),
+        ("off", false),
+        ("false", false),
+    ] {
+        let out = dry_run(value);
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
+        // A dry run prints `exec CMD` instead of running it.
+        assert_eq!(stdout(&out).contains("/bin/true"), on, "{value}: {}", stdout(&out));
+    }
+    let out = dry_run("maybe");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--dry-run"), "{}", stderr(&out));
+    for (value, on) in [("yes", true), ("1", true), ("no", false), ("0", false)] {
+        let out = in_fixture("healthy-pod", &[], &[("NCCL_PREFLIGHT_TRACE", value)]);
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
+        assert_eq!(stderr(&out).contains("trace: nvmlInit"), on, "{value}");
+    }
+    // BENCH=0 is "no bench", so it does not conflict with --facts (clap counted a
+    // variable set to false as the flag given); BENCH=1 does.
+    let facts = repo().join("tests/golden/healthy-pod/report.json");
+    for (value, code) in [("0", 0), ("1", 2)] {
+        let out = run(
+            &["init", "--facts", facts.to_str().unwrap()],
+            &[("NCCL_PREFLIGHT_BENCH", value)],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{value}: {err}");
+        assert_eq!(
+            err.contains("--bench") && err.contains("--facts"),
+            code == 2,
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn check_into_a_closed_pipe_ends_quietly_with_the_verdicts_code() {
+    // Issue 16: `nccl-preflight check | head` panicked on the broken pipe and exited 2
+    // "internal error". The read end is closed before the tool writes, so the first
+    // write fails with EPIPE every time.
+    for (fixture, code) in [("healthy-pod", 0), ("runtime-defaults", 1)] {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = fixture_command(fixture, "check", &[], &[])
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{fixture}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{fixture}: nothing on standard error");
+    }
+}
