@@ -400,16 +400,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .iter()
         .filter(|s| s.source == tune::Source::Tuned)
         .collect();
-    if args.dry_run || failed {
+    if args.dry_run || failed || hung.0 {
         show(&report)?;
-    } else {
-        eprintln!(
-            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
-            report.verdict.label(),
-            report.count_text(),
-            args.command[0].to_string_lossy(),
-            tuned.len()
-        );
     }
     if failed {
         eprintln!(
@@ -417,6 +409,30 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             args.command[0].to_string_lossy()
         );
         return Ok(Exit::new(EXIT_FAILED, hung));
+    }
+    if hung.0 && !args.dry_run {
+        // Issue 16: this used to print "starting ..." and exit 1 with no reason. A
+        // driver call is still stuck in a thread of this process (its check was
+        // ignored, so the verdict passed). execve(2) must first end every other
+        // thread, and one blocked inside the driver may never end, so exec could
+        // hang the container for good; and the command would meet the same driver.
+        eprintln!(
+            "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout {:.1} s \
+             (see the gpu checks above) and is still stuck in this process; exec would wait on it. \
+             --ignore lets a failed check pass, not a hung driver: drain the node or fix the driver",
+            args.command[0].to_string_lossy(),
+            args.check.gather.timeout.as_secs_f64()
+        );
+        return Ok(Exit::new(EXIT_FAILED, hung));
+    }
+    if !args.dry_run {
+        eprintln!(
+            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
+            report.verdict.label(),
+            report.count_text(),
+            args.command[0].to_string_lossy(),
+            tuned.len()
+        );
     }
     let environment = exec_environment(env, &report.settings);
     if args.dry_run {
@@ -439,11 +455,6 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
                 .join(" ")
         ))?;
         return Ok(Exit::new(EXIT_OK, hung));
-    }
-    if hung.0 {
-        // A vendor thread is stuck in the driver; exec would inherit nothing of it, but the
-        // check already failed in that case, so this is not reached with a hung thread.
-        return Ok(Exit::new(EXIT_FAILED, hung));
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();

@@ -154,7 +154,12 @@ fn boolean_variables_accept_1_0_yes_no_on_off() {
         let out = dry_run(value);
         assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
         // A dry run prints `exec CMD` instead of running it.
-        assert_eq!(stdout(&out).contains("/bin/true"), on, "{value}: {}", stdout(&out));
+        assert_eq!(
+            stdout(&out).contains("/bin/true"),
+            on,
+            "{value}: {}",
+            stdout(&out)
+        );
     }
     let out = dry_run("maybe");
     assert_eq!(out.status.code(), Some(2));
