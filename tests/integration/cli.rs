@@ -203,3 +203,28 @@ fn check_into_a_closed_pipe_ends_quietly_with_the_verdicts_code() {
         assert_eq!(stderr(&out), "", "{fixture}: nothing on standard error");
     }
 }
+
+#[test]
+fn relative_nccl_topo_file_is_found_in_the_working_directory() {
+    // Issue 16: a relative NCCL_TOPO_FILE was reported missing when it existed; NCCL
+    // opens it with fopen, relative to the working directory.
+    let dir = scratch("relative-topo");
+    std::fs::write(dir.join("topo.xml"), "<system/>").unwrap();
+    let out = command(
+        &["facts", "--cuda", "off"],
+        &[
+            ("NCCL_TOPO_FILE", "topo.xml"),
+            ("NCCL_CONF_FILE", "missing.conf"),
+        ],
+    )
+    .current_dir(&dir)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        facts["named_files"],
+        serde_json::json!({"missing.conf": false, "topo.xml": true})
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
