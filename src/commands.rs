@@ -44,12 +44,12 @@ fn gather_facts(
     env: &[(OsString, OsString)],
     probe_all: bool,
 ) -> Result<(Facts, HungCall)> {
-    let host = Host::new(&args.host_root);
+    // File reads get the vendor calls' deadline: a hung driver can block them too.
+    let host = Host::with_deadline(&args.host_root, args.timeout);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
         None => Box::new(LiveKernel),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--replay-kernel {}", path.display()))?;
+            let text = read_whole(&format!("--replay-kernel {}", path.display()), path)?;
             let recording: replay::Recording = serde_json::from_str(&text).with_context(|| {
                 format!("--replay-kernel {}: not a kernel recording", path.display())
             })?;
@@ -91,11 +91,34 @@ fn gather_facts(
     Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
 }
 
+/// The most a file read whole (`--facts`, `--replay-kernel`) may hold. A facts
+/// document of a 2,000-GPU, 100k-interface machine is under 64 MiB; more is not one
+/// (`--facts /dev/zero` grew to 8.8 GB before anything stopped it).
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+/// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
+/// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
+fn read_whole(flag: &str, path: &Path) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| flag.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| flag.to_string())?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        bail!(
+            "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
+            crate::units::format_bytes(MAX_INPUT_BYTES)
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
+}
+
 /// Loads saved facts: a facts document, or a report (its `facts`). A document
 /// from another schema version is refused rather than misread.
 pub fn load_facts(path: &Path) -> Result<Facts> {
     let flag = format!("--facts {}", path.display());
-    let text = std::fs::read_to_string(path).with_context(|| flag.clone())?;
+    let text = read_whole(&flag, path)?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
     let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");

@@ -228,3 +228,17 @@ fn relative_nccl_topo_file_is_found_in_the_working_directory() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn facts_dev_zero_is_refused_at_the_size_cap() {
+    // Issue 13: `check --facts /dev/zero` grew to 8.8 GB RSS before anything stopped it.
+    for flag in ["--facts", "--replay-kernel"] {
+        let out = run(&["check", flag, "/dev/zero"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{flag} /dev/zero: larger than 64 MiB")),
+            "{flag}: {err}"
+        );
+    }
+}
