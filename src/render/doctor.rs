@@ -170,6 +170,14 @@ fn table(
     extra: &[(&str, Vec<String>)],
 ) {
     let _ = writeln!(out, "{title}");
+    if m.gpus_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "  (the first {} GPUs; {} more left out of the matrices)",
+            m.gpus.len(),
+            m.gpus_left_out
+        );
+    }
     let mut header = vec![String::new()];
     header.extend(m.gpus.iter().map(|g| format!("GPU{g}")));
     header.extend(extra.iter().map(|(h, _)| h.to_string()));

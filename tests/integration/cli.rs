@@ -242,3 +242,49 @@ fn facts_dev_zero_is_refused_at_the_size_cap() {
         );
     }
 }
+
+#[test]
+fn two_thousand_gpus_and_100k_interfaces_replay_with_capped_output() {
+    // Issue 18: 2,000 GPUs in `doctor` took 59 s and 1.85 GB (200 MB printed);
+    // 100k interfaces took over 120 s. Both are now linear, and the matrices capped.
+    let dir = scratch("absurd-sizes");
+    let golden = repo().join("tests/golden/gpu-h100-nv18/report.json");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let mut facts = report["facts"].clone();
+    let nvml = &mut facts["gpus"]["nvml"]["state"]["loaded"];
+    let template = nvml["gpus"][0].clone();
+    nvml["gpus"] = (0..2000)
+        .map(|i| {
+            let mut g = template.clone();
+            g["index"] = i.into();
+            g["pci_bus_id"] =
+                serde_json::json!({"value": format!("0000:{:02x}:{:02x}.0", i / 256, i % 256)});
+            g
+        })
+        .collect();
+    nvml["pairs"] = serde_json::json!([]);
+    let net = &mut facts["network"];
+    let mut interfaces = net["interfaces"]["value"].as_array().unwrap().clone();
+    let mut addresses = net["addresses"]["value"].as_array().unwrap().clone();
+    for i in 0..100_000u32 {
+        let name = format!("veth{i}");
+        interfaces.push(serde_json::json!({"name": name, "up": true, "running": true, "loopback": false, "kind": "veth"}));
+        addresses.push(serde_json::json!({"interface": name, "family": "inet",
+            "address": format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255), "prefix_len": 32}));
+    }
+    net["interfaces"]["value"] = interfaces.into();
+    net["addresses"]["value"] = addresses.into();
+    let path = dir.join("facts.json");
+    std::fs::write(&path, facts.to_string()).unwrap();
+    let out = run(&["doctor", "--facts", path.to_str().unwrap()], &[]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("(the first 128 GPUs; 1872 more left out of the matrices)"),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(text.len() < 4 << 20, "doctor printed {} bytes", text.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
