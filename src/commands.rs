@@ -524,7 +524,139 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
         path: target.clone(),
         contents: bytes,
         mode: 0o755,
+        keep_mode: false,
     }])?;
     emit(&format!("nccl-preflight: installed {}\n", target.display()))?;
     Ok(Exit::new(EXIT_OK, HungCall(false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// xorshift64*: a fixed seed gives the same mutations on every run and machine.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    const HOSTILE_TEXT: &[&str] = &[
+        "",
+        "\u{1b}[2J\u{1b}]0;x\u{7}",
+        "a\"b\\c\nd",
+        "é",
+        "999999999999999999999",
+        "-1",
+        "NaN",
+    ];
+
+    /// Replaces one value somewhere in `v` with a hostile one of any type.
+    fn mutate(v: &mut Value, rng: &mut Rng) {
+        let children = match v {
+            Value::Object(m) => m.len(),
+            Value::Array(a) => a.len(),
+            _ => 0,
+        };
+        if children > 0 && rng.below(4) != 0 {
+            let i = rng.below(children);
+            match v {
+                Value::Object(m) => {
+                    if let Some((_, child)) = m.iter_mut().nth(i) {
+                        return mutate(child, rng);
+                    }
+                }
+                Value::Array(a) => {
+                    if rng.below(8) == 0 {
+                        // Many copies of one element: big inputs, duplicate names.
+                        let copy = a[i].clone();
+                        a.extend(std::iter::repeat_n(copy, 50));
+                        return;
+                    }
+                    return mutate(&mut a[i], rng);
+                }
+                _ => {}
+            }
+        }
+        // Mostly a hostile value of the same type (the loader then takes it and
+        // the judges and renderers meet it); now and then any type at all.
+        *v = match (&*v, rng.below(10)) {
+            (_, 0) => Value::Null,
+            (_, 1) => Value::Array(Vec::new()),
+            (Value::String(_), n) if n % 2 == 0 => Value::from("x".repeat(70_000)),
+            (Value::String(_), _) => Value::from(HOSTILE_TEXT[rng.below(HOSTILE_TEXT.len())]),
+            (Value::Number(_), n) if n % 2 == 0 => Value::from(u64::MAX),
+            (Value::Number(_), _) => Value::from(0),
+            (Value::Bool(b), _) => Value::Bool(!b),
+            (Value::Array(_), _) => Value::Array(Vec::new()),
+            _ => Value::from(HOSTILE_TEXT[rng.below(HOSTILE_TEXT.len())]),
+        };
+    }
+
+    /// A bounded, seeded fuzz of the facts loader and everything downstream of it
+    /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
+    /// renderers): mutated golden reports must load or be refused with an error,
+    /// and never panic.
+    #[test]
+    fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
+        let goldens = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let mut seeds: Vec<Value> = Vec::new();
+        let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
+            .unwrap()
+            .map(|e| e.unwrap().path().join("report.json"))
+            .filter(|p| p.exists())
+            .collect();
+        dirs.sort();
+        for path in dirs {
+            seeds.push(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
+        }
+        assert!(seeds.len() > 10, "the golden reports are the seeds");
+        let dir = std::env::temp_dir().join(format!("fuzz-facts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("facts.json");
+        let policy = policy::build(&[], &[], None, None).unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut loaded, mut refused) = (0, 0);
+        for _ in 0..400 {
+            let mut doc = seeds[rng.below(seeds.len())].clone();
+            for _ in 0..=rng.below(2) {
+                mutate(&mut doc["facts"], &mut rng);
+            }
+            let mut text = doc.to_string();
+            if rng.below(10) == 0 {
+                // Raw byte damage too: truncation.
+                let cut = rng.below(text.len());
+                text = String::from_utf8_lossy(&text.as_bytes()[..cut]).into_owned();
+            }
+            std::fs::write(&path, &text).unwrap();
+            let Ok(facts) = load_facts(&path) else {
+                refused += 1;
+                continue;
+            };
+            loaded += 1;
+            let findings = judge::judge(&facts, &policy);
+            let settings = tune::tune(&facts);
+            let report = Report::new(facts, findings, settings);
+            assert!(!render::human::render(&report, false).is_empty());
+            assert!(!render::doctor::render(&report, false).is_empty());
+            assert!(!render::json::render(&report).is_empty());
+            let _ = render::env_file::render(&report);
+            let _ = render::nccl_conf::render(&report);
+            assert!(render::termination::render(&report).len() <= render::termination::MAX_BYTES);
+        }
+        // Both sides of the loader were exercised.
+        assert!(
+            loaded > 50 && refused > 20,
+            "loaded {loaded}, refused {refused}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

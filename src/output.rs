@@ -12,7 +12,8 @@
 //! can plant one to make this tool (often root) overwrite a file it points to. A
 //! device node, FIFO, socket or directory is refused too (`init --env-file
 //! /dev/null` used to replace the machine's /dev/null). A replaced file keeps its
-//! permission bits; a new one gets the output's mode (0644, 0755 for `install`).
+//! permission bits; a new one gets the output's mode (0644). `install` always
+//! gives 0755.
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
@@ -28,9 +29,11 @@ pub struct Output {
     pub flag: &'static str,
     pub path: PathBuf,
     pub contents: Vec<u8>,
-    /// Permission bits of a new file (0o644 for reports, 0o755 for the binary);
-    /// a file that is replaced keeps its own.
+    /// Permission bits of a new file (0o644 for reports, 0o755 for the binary).
     pub mode: u32,
+    /// A replaced file keeps its own bits (a report someone made 0600 stays so);
+    /// `install` sets `mode` always, since the copy must be executable.
+    pub keep_mode: bool,
 }
 
 impl Output {
@@ -41,6 +44,7 @@ impl Output {
             path,
             contents: contents.into_bytes(),
             mode: 0o644,
+            keep_mode: true,
         }
     }
 }
@@ -77,10 +81,11 @@ fn kind_of(file_type: fs::FileType) -> &'static str {
 }
 
 /// The permission bits to give the output: those of the regular file it
-/// replaces, or `mode` when there is none. Anything else at the path is refused.
-fn destination_mode(flag: &str, path: &Path, mode: u32) -> Result<u32> {
+/// replaces (when `keep`), or `mode`. Anything else at the path is refused.
+fn destination_mode(flag: &str, path: &Path, mode: u32, keep: bool) -> Result<u32> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_file() => Ok(meta.permissions().mode() & 0o777),
+        Ok(meta) if meta.file_type().is_file() && keep => Ok(meta.permissions().mode() & 0o777),
+        Ok(meta) if meta.file_type().is_file() => Ok(mode),
         Ok(meta) if meta.file_type().is_symlink() => bail!(
             "{flag} {}: is a symbolic link; refusing to follow it (name the file it points to instead)",
             path.display()
@@ -178,7 +183,7 @@ fn stage(output: &Output) -> Result<Staged> {
         .ok_or_else(|| anyhow!("{flag} {}: not a file path", target.display()))?
         .to_string_lossy()
         .into_owned();
-    let mode = destination_mode(flag, &target, output.mode)?;
+    let mode = destination_mode(flag, &target, output.mode, output.keep_mode)?;
     let dir = parent_of(&target);
     let meta = fs::metadata(&dir)
         .with_context(|| format!("{flag} {}: directory {}", target.display(), dir.display()))?;
