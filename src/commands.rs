@@ -659,4 +659,38 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A bounded, seeded fuzz of the NCCL_SOCKET_IFNAME and NCCL_IB_HCA parsers and
+    /// everything that reads their result (nccl-env, tuning, the renderers), on a
+    /// node with interfaces and IB devices: random values over the characters those
+    /// grammars use (`^`, `=`, `:`, `,`), hostile ones among them, must not panic.
+    #[test]
+    fn fuzz_socket_ifname_and_ib_hca_values_with_seeded_mutations() {
+        use crate::judge::test_facts;
+        const ALPHABET: &[&str] = &[
+            "^", "=", ":", ",", "eth", "0", "1", "ib", "mlx5_", "lo", "docker", " ", "", "\u{1b}",
+            "é", "\n", "-", "*",
+        ];
+        let policy = policy::build(&[], &[], None, None).unwrap();
+        let base = test_facts::with_ib(test_facts::healthy());
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        for _ in 0..1500 {
+            let mut value = String::new();
+            for _ in 0..rng.below(12) {
+                value.push_str(ALPHABET[rng.below(ALPHABET.len())]);
+            }
+            let name = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_FAMILY"][rng.below(3)];
+            let facts = test_facts::with_env(base.clone(), &[(name, value.as_str())]);
+            let findings = judge::judge(&facts, &policy);
+            assert!(
+                findings.iter().any(|f| f.id == "nccl-env"),
+                "{name}={value:?}"
+            );
+            let settings = tune::tune(&facts);
+            let report = Report::new(facts, findings, settings);
+            assert!(render::human::render(&report, false).contains("Verdict: "));
+            let _ = render::env_file::render(&report);
+            let _ = render::nccl_conf::render(&report);
+        }
+    }
 }
