@@ -1,8 +1,13 @@
 //! Command-line flags. Every flag also reads `NCCL_PREFLIGHT_<FLAG>` so a
 //! manifest can set it under `env:`. Parsing only; validation into a `Policy`
 //! happens in policy.rs.
+//!
+//! Boolean flags read their variable as people write it: 1/0, true/false,
+//! yes/no, on/off (clap's BoolishValueParser; its default takes only true/false,
+//! so `NCCL_PREFLIGHT_TRACE=1` used to exit 2).
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -136,7 +141,7 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub check: CheckArgs,
     /// Print the report, the variables that would be set and the command; run nothing.
-    #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN")]
+    #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub dry_run: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -225,7 +230,7 @@ pub struct GatherArgs {
     #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On)]
     pub cuda: Switch,
     /// Print each NVML and CUDA call with its duration to standard error.
-    #[arg(long, env = "NCCL_PREFLIGHT_TRACE")]
+    #[arg(long, env = "NCCL_PREFLIGHT_TRACE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub trace: bool,
     /// Read the facts no check judges: NVLink CRC data counters, NUMA affinity (not a
     /// flag: `doctor`, `facts` and `serve` read them; the gates leave them out for speed).
@@ -300,7 +305,11 @@ pub struct InitArgs {
     pub termination_log: Option<PathBuf>,
     /// Also measure: run `bench` with the tuned settings in its environment and add
     /// gpu-bandwidth and nccl-allreduce to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs).
-    #[arg(long, env = "NCCL_PREFLIGHT_BENCH", conflicts_with = "facts")]
+    /// Not with --facts.
+    // Checked in `init`, not by clap's conflicts_with, which counts the variable set
+    // to a false value (NCCL_PREFLIGHT_BENCH=0) as the flag given.
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH",
+          action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub bench: bool,
     #[command(flatten)]
     pub bench_limits: BenchLimits,

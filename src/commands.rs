@@ -44,12 +44,12 @@ fn gather_facts(
     env: &[(OsString, OsString)],
     probe_all: bool,
 ) -> Result<(Facts, HungCall)> {
-    let host = Host::new(&args.host_root);
+    // File reads get the vendor calls' deadline: a hung driver can block them too.
+    let host = Host::with_deadline(&args.host_root, args.timeout);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
         None => Box::new(LiveKernel),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--replay-kernel {}", path.display()))?;
+            let text = read_whole(&format!("--replay-kernel {}", path.display()), path)?;
             let recording: replay::Recording = serde_json::from_str(&text).with_context(|| {
                 format!("--replay-kernel {}: not a kernel recording", path.display())
             })?;
@@ -100,11 +100,34 @@ fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
     }
 }
 
+/// The most a file read whole (`--facts`, `--replay-kernel`) may hold. A facts
+/// document of a 2,000-GPU, 100k-interface machine is under 64 MiB; more is not one
+/// (`--facts /dev/zero` grew to 8.8 GB before anything stopped it).
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+
+/// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
+/// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
+fn read_whole(flag: &str, path: &Path) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| flag.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| flag.to_string())?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        bail!(
+            "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
+            crate::units::format_bytes(MAX_INPUT_BYTES)
+        );
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
+}
+
 /// Loads saved facts: a facts document, or a report (its `facts`). A document
 /// from another schema version is refused rather than misread.
 pub fn load_facts(path: &Path) -> Result<Facts> {
     let flag = format!("--facts {}", path.display());
-    let text = std::fs::read_to_string(path).with_context(|| flag.clone())?;
+    let text = read_whole(&flag, path)?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
     let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
@@ -193,10 +216,31 @@ pub(crate) fn use_color(env: &[(OsString, OsString)]) -> bool {
     !no_color && std::io::stdout().is_terminal()
 }
 
-fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) {
+/// Writes `text` to standard output. A reader that went away (`check | head`)
+/// is not an error: the rest of the output is dropped quietly and the command
+/// still exits with its verdict's code, as the pipeline's status should say what
+/// the check found. `print!` would panic there (Rust ignores SIGPIPE, so the
+/// write returns EPIPE).
+pub fn emit(text: &str) -> Result<()> {
+    emit_to(&mut std::io::stdout().lock(), text).context("writing to standard output")
+}
+
+/// `emit` for standard error (the report of `exec`, whose standard output is CMD's).
+pub fn emit_err(text: &str) -> Result<()> {
+    emit_to(&mut std::io::stderr().lock(), text).context("writing to standard error")
+}
+
+fn emit_to(out: &mut dyn std::io::Write, text: &str) -> std::io::Result<()> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) -> Result<()> {
     match format {
-        Format::Human => print!("{}", render::human::render(report, use_color(env))),
-        Format::Json => print!("{}", render::json::render(report)),
+        Format::Human => emit(&render::human::render(report, use_color(env))),
+        Format::Json => emit(&render::json::render(report)),
     }
 }
 
@@ -210,7 +254,7 @@ fn exit_code(report: &Report) -> u8 {
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (report, hung) = evaluate(args, env, false)?;
-    print(&report, args.format, env);
+    print(&report, args.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -225,7 +269,7 @@ pub fn probe(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         ..args.clone()
     };
     let (report, hung) = evaluate(&args, env, false)?;
-    println!("{}", probe_line(&report));
+    emit(&format!("{}\n", probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -260,18 +304,21 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     let (report, hung) = evaluate(args, env, true)?;
     match args.format {
-        Format::Human => print!("{}", render::doctor::render(&report, use_color(env))),
+        Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&render::doctor::doctor(&report))
                 .context("serializing the report")?;
             text.push('\n');
-            print!("{text}");
+            emit(&text)?;
         }
     }
     Ok(Exit::new(exit_code(&report), hung))
 }
 
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    if args.bench && args.check.facts.is_some() {
+        bail!("--bench cannot be used with --facts: a bench measures this host, not saved facts");
+    }
     let policy = build_policy(&args.check)?;
     let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
     if args.bench {
@@ -299,20 +346,41 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         render::nccl_conf::render(&report),
     );
     add("--report", &args.report, render::json::render(&report));
-    output::write_atomically(&outputs)?;
     let termination = match &args.termination_log {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)).filter(|p| p.exists()),
     };
+    // No two outputs may name one file (`--env-file X --report X`), the termination
+    // log included where its directory exists; refused before anything is written.
+    let mut named: Vec<(&str, &Path)> =
+        outputs.iter().map(|o| (o.flag, o.path.as_path())).collect();
+    if let Some(path) = termination.as_deref().filter(|p| output_dir_exists(p)) {
+        named.push(("--termination-log", path));
+    }
+    output::distinct(&named)?;
+    output::write_atomically(&outputs)?;
     if let Some(path) = termination {
-        output::write_in_place(
+        // Best effort: the kubelet only shows this message. Failing here would turn
+        // a verdict (a failed check's exit 1) into exit 2 after the other outputs
+        // were already replaced, and hide the report.
+        if let Err(e) = output::write_in_place(
             "--termination-log",
             &path,
             &render::termination::render(&report),
-        )?;
+        ) {
+            eprintln!("nccl-preflight: warning: termination message not written: {e:#}");
+        }
     }
-    print(&report, args.check.format, env);
+    print(&report, args.check.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
+}
+
+/// Whether the directory an output path names exists (the path's own file need not).
+fn output_dir_exists(path: &Path) -> bool {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.is_dir(),
+        _ => true,
+    }
 }
 
 pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
@@ -320,7 +388,7 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (facts, hung) = gather_facts(&describing(args), env, false)?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
-    print!("{text}");
+    emit(&text)?;
     Ok(Exit::new(EXIT_OK, hung))
 }
 
@@ -342,12 +410,12 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
         );
     }
     match args.format {
-        Format::Human => print!("{}", render::explain::render(&explanation, use_color(env))),
+        Format::Human => emit(&render::explain::render(&explanation, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&explanation)
                 .context("serializing the explanation")?;
             text.push('\n');
-            print!("{text}");
+            emit(&text)?;
         }
     }
     let code = if explanation.verdict == Status::Fail {
@@ -382,24 +450,16 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let failed = report.verdict == Status::Fail;
     // The command's standard output is its own: the report goes to standard error.
     let show = |report: &Report| match args.check.format {
-        Format::Human => eprint!("{}", render::human::render(report, false)),
-        Format::Json => eprint!("{}", render::json::render(report)),
+        Format::Human => emit_err(&render::human::render(report, false)),
+        Format::Json => emit_err(&render::json::render(report)),
     };
     let tuned: Vec<&tune::Setting> = report
         .settings
         .iter()
         .filter(|s| s.source == tune::Source::Tuned)
         .collect();
-    if args.dry_run || failed {
-        show(&report);
-    } else {
-        eprintln!(
-            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
-            report.verdict.label(),
-            report.count_text(),
-            args.command[0].to_string_lossy(),
-            tuned.len()
-        );
+    if args.dry_run || failed || hung.0 {
+        show(&report)?;
     }
     if failed {
         eprintln!(
@@ -408,28 +468,51 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         );
         return Ok(Exit::new(EXIT_FAILED, hung));
     }
+    if hung.0 && !args.dry_run {
+        // Issue 16: this used to print "starting ..." and exit 1 with no reason. A
+        // driver call is still stuck in a thread of this process (its check was
+        // ignored, so the verdict passed). execve(2) must first end every other
+        // thread, and one blocked inside the driver may never end, so exec could
+        // hang the container for good; and the command would meet the same driver.
+        eprintln!(
+            "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout {:.1} s \
+             (see the gpu checks above) and is still stuck in this process; exec would wait on it. \
+             --ignore lets a failed check pass, not a hung driver: drain the node or fix the driver",
+            args.command[0].to_string_lossy(),
+            args.check.gather.timeout.as_secs_f64()
+        );
+        return Ok(Exit::new(EXIT_FAILED, hung));
+    }
+    if !args.dry_run {
+        eprintln!(
+            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
+            report.verdict.label(),
+            report.count_text(),
+            args.command[0].to_string_lossy(),
+            tuned.len()
+        );
+    }
     let environment = exec_environment(env, &report.settings);
     if args.dry_run {
         for s in &tuned {
             if env.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
                 continue;
             }
-            println!("{}={}", s.name, render::env_file::shell_quote(&s.value));
+            emit(&format!(
+                "{}={}\n",
+                s.name,
+                render::env_file::shell_quote(&s.value)
+            ))?;
         }
-        println!(
-            "exec {}",
+        emit(&format!(
+            "exec {}\n",
             args.command
                 .iter()
                 .map(|a| render::env_file::shell_quote(&a.to_string_lossy()))
                 .collect::<Vec<_>>()
                 .join(" ")
-        );
+        ))?;
         return Ok(Exit::new(EXIT_OK, hung));
-    }
-    if hung.0 {
-        // A vendor thread is stuck in the driver; exec would inherit nothing of it, but the
-        // check already failed in that case, so this is not reached with a hung thread.
-        return Ok(Exit::new(EXIT_FAILED, hung));
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -476,7 +559,173 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
         path: target.clone(),
         contents: bytes,
         mode: 0o755,
+        keep_mode: false,
     }])?;
-    println!("nccl-preflight: installed {}", target.display());
+    emit(&format!("nccl-preflight: installed {}\n", target.display()))?;
     Ok(Exit::new(EXIT_OK, HungCall(false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// xorshift64*: a fixed seed gives the same mutations on every run and machine.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    const HOSTILE_TEXT: &[&str] = &[
+        "",
+        "\u{1b}[2J\u{1b}]0;x\u{7}",
+        "a\"b\\c\nd",
+        "é",
+        "999999999999999999999",
+        "-1",
+        "NaN",
+    ];
+
+    /// Replaces one value somewhere in `v` with a hostile one of any type.
+    fn mutate(v: &mut Value, rng: &mut Rng) {
+        let children = match v {
+            Value::Object(m) => m.len(),
+            Value::Array(a) => a.len(),
+            _ => 0,
+        };
+        if children > 0 && rng.below(4) != 0 {
+            let i = rng.below(children);
+            match v {
+                Value::Object(m) => {
+                    if let Some((_, child)) = m.iter_mut().nth(i) {
+                        return mutate(child, rng);
+                    }
+                }
+                Value::Array(a) => {
+                    if rng.below(8) == 0 {
+                        // Many copies of one element: big inputs, duplicate names.
+                        let copy = a[i].clone();
+                        a.extend(std::iter::repeat_n(copy, 50));
+                        return;
+                    }
+                    return mutate(&mut a[i], rng);
+                }
+                _ => {}
+            }
+        }
+        // Mostly a hostile value of the same type (the loader then takes it and
+        // the judges and renderers meet it); now and then any type at all.
+        *v = match (&*v, rng.below(10)) {
+            (_, 0) => Value::Null,
+            (_, 1) => Value::Array(Vec::new()),
+            (Value::String(_), n) if n % 2 == 0 => Value::from("x".repeat(70_000)),
+            (Value::String(_), _) => Value::from(HOSTILE_TEXT[rng.below(HOSTILE_TEXT.len())]),
+            (Value::Number(_), n) if n % 2 == 0 => Value::from(u64::MAX),
+            (Value::Number(_), _) => Value::from(0),
+            (Value::Bool(b), _) => Value::Bool(!b),
+            (Value::Array(_), _) => Value::Array(Vec::new()),
+            _ => Value::from(HOSTILE_TEXT[rng.below(HOSTILE_TEXT.len())]),
+        };
+    }
+
+    /// A bounded, seeded fuzz of the facts loader and everything downstream of it
+    /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
+    /// renderers): mutated golden reports must load or be refused with an error,
+    /// and never panic.
+    #[test]
+    fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
+        let goldens = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let mut seeds: Vec<Value> = Vec::new();
+        let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
+            .unwrap()
+            .map(|e| e.unwrap().path().join("report.json"))
+            .filter(|p| p.exists())
+            .collect();
+        dirs.sort();
+        for path in dirs {
+            seeds.push(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
+        }
+        assert!(seeds.len() > 10, "the golden reports are the seeds");
+        let dir = std::env::temp_dir().join(format!("fuzz-facts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("facts.json");
+        let policy = policy::build(&[], &[], None, None).unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut loaded, mut refused) = (0, 0);
+        for _ in 0..400 {
+            let mut doc = seeds[rng.below(seeds.len())].clone();
+            for _ in 0..=rng.below(2) {
+                mutate(&mut doc["facts"], &mut rng);
+            }
+            let mut text = doc.to_string();
+            if rng.below(10) == 0 {
+                // Raw byte damage too: truncation.
+                let cut = rng.below(text.len());
+                text = String::from_utf8_lossy(&text.as_bytes()[..cut]).into_owned();
+            }
+            std::fs::write(&path, &text).unwrap();
+            let Ok(facts) = load_facts(&path) else {
+                refused += 1;
+                continue;
+            };
+            loaded += 1;
+            let findings = judge::judge(&facts, &policy);
+            let settings = tune::tune(&facts);
+            let report = Report::new(facts, findings, settings);
+            assert!(!render::human::render(&report, false).is_empty());
+            assert!(!render::doctor::render(&report, false).is_empty());
+            assert!(!render::json::render(&report).is_empty());
+            let _ = render::env_file::render(&report);
+            let _ = render::nccl_conf::render(&report);
+            assert!(render::termination::render(&report).len() <= render::termination::MAX_BYTES);
+        }
+        // Both sides of the loader were exercised.
+        assert!(
+            loaded > 50 && refused > 20,
+            "loaded {loaded}, refused {refused}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A bounded, seeded fuzz of the NCCL_SOCKET_IFNAME and NCCL_IB_HCA parsers and
+    /// everything that reads their result (nccl-env, tuning, the renderers), on a
+    /// node with interfaces and IB devices: random values over the characters those
+    /// grammars use (`^`, `=`, `:`, `,`), hostile ones among them, must not panic.
+    #[test]
+    fn fuzz_socket_ifname_and_ib_hca_values_with_seeded_mutations() {
+        use crate::test_facts;
+        const ALPHABET: &[&str] = &[
+            "^", "=", ":", ",", "eth", "0", "1", "ib", "mlx5_", "lo", "docker", " ", "", "\u{1b}",
+            "é", "\n", "-", "*",
+        ];
+        let policy = policy::build(&[], &[], None, None).unwrap();
+        let base = test_facts::with_ib(test_facts::healthy());
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        for _ in 0..1500 {
+            let mut value = String::new();
+            for _ in 0..rng.below(12) {
+                value.push_str(ALPHABET[rng.below(ALPHABET.len())]);
+            }
+            let name = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_FAMILY"][rng.below(3)];
+            let facts = test_facts::with_env(base.clone(), &[(name, value.as_str())]);
+            let findings = judge::judge(&facts, &policy);
+            assert!(
+                findings.iter().any(|f| f.id == "nccl-env"),
+                "{name}={value:?}"
+            );
+            let settings = tune::tune(&facts);
+            let report = Report::new(facts, findings, settings);
+            assert!(render::human::render(&report, false).contains("Verdict: "));
+            let _ = render::env_file::render(&report);
+            let _ = render::nccl_conf::render(&report);
+        }
+    }
 }

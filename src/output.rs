@@ -1,16 +1,26 @@
 //! Writing output files so that a reader sees the old file or the whole new one.
 //!
-//! All files of one run are staged first (a temp file in the target's directory,
-//! written and fsynced), then renamed into place, then the directories are
-//! fsynced. If any staging fails, every staged temp file is removed and nothing
-//! is replaced. The termination message is the exception: /dev/termination-log is
-//! a bind-mounted file, which cannot be renamed over, so it is written in place.
+//! All files of one run are staged first (a temp file with an unpredictable name
+//! in the target's directory, written and fsynced), then renamed into place, then
+//! the directories are fsynced. If any staging fails, every staged temp file is
+//! removed and nothing is replaced. The termination message is the exception:
+//! /dev/termination-log is a bind-mounted file, which cannot be renamed over, so
+//! it is written in place.
+//!
+//! An output path is only ever a regular file or absent. A symbolic link at the
+//! last component is refused, not followed: in a shared emptyDir another container
+//! can plant one to make this tool (often root) overwrite a file it points to. A
+//! device node, FIFO, socket or directory is refused too (`init --env-file
+//! /dev/null` used to replace the machine's /dev/null). A replaced file keeps its
+//! permission bits; a new one gets the output's mode (0644). `install` always
+//! gives 0755.
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// One file to write.
 #[derive(Debug)]
@@ -19,8 +29,11 @@ pub struct Output {
     pub flag: &'static str,
     pub path: PathBuf,
     pub contents: Vec<u8>,
-    /// Permission bits of the new file (0o644 for reports, 0o755 for the binary).
+    /// Permission bits of a new file (0o644 for reports, 0o755 for the binary).
     pub mode: u32,
+    /// A replaced file keeps its own bits (a report someone made 0600 stays so);
+    /// `install` sets `mode` always, since the copy must be executable.
+    pub keep_mode: bool,
 }
 
 impl Output {
@@ -31,25 +44,58 @@ impl Output {
             path,
             contents: contents.into_bytes(),
             mode: 0o644,
+            keep_mode: true,
         }
     }
 }
 
-/// Where the data really goes: the path, or the file a symlink points to.
-fn resolve_target(flag: &str, path: &Path) -> Result<PathBuf> {
+/// Temp names are `.NAME.nccl-preflight-XXXXXX.tmp`: hidden, named after the
+/// output they stage, and random in the middle (tempfile's O_EXCL retry), so a
+/// temp left by a killed run (PID 1 in a pod has the same pid every time) never
+/// blocks the next one.
+const TEMP_INFIX: &str = ".nccl-preflight-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// A temp file of ours older than this is left over from a run that was killed
+/// (staging takes milliseconds); it is removed. Younger ones may belong to a run
+/// going on right now and are left alone.
+const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
+
+/// What kind of thing a path names, for refusals.
+fn kind_of(file_type: fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The permission bits to give the output: those of the regular file it
+/// replaces (when `keep`), or `mode`. Anything else at the path is refused.
+fn destination_mode(flag: &str, path: &Path, mode: u32, keep: bool) -> Result<u32> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => {
-            let target = fs::canonicalize(path).map_err(|e| {
-                anyhow!(
-                    "{flag} {}: a symbolic link whose target cannot be reached ({e})",
-                    path.display()
-                )
-            })?;
-            resolve_target(flag, &target)
-        }
-        Ok(meta) if meta.is_dir() => bail!("{flag} {}: is a directory", path.display()),
-        Ok(_) => Ok(path.to_path_buf()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path.to_path_buf()),
+        Ok(meta) if meta.file_type().is_file() && keep => Ok(meta.permissions().mode() & 0o777),
+        Ok(meta) if meta.file_type().is_file() => Ok(mode),
+        Ok(meta) if meta.file_type().is_symlink() => bail!(
+            "{flag} {}: is a symbolic link; refusing to follow it (name the file it points to instead)",
+            path.display()
+        ),
+        Ok(meta) => bail!(
+            "{flag} {}: is {}, not a regular file; refusing to replace it",
+            path.display(),
+            kind_of(meta.file_type())
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(mode),
         Err(e) => bail!("{flag} {}: {e}", path.display()),
     }
 }
@@ -61,105 +107,177 @@ fn parent_of(path: &Path) -> PathBuf {
     }
 }
 
+/// The file an output path names, spelled one way: its directory resolved
+/// (symbolic links, `.` and `..` in it) and its own name, so two spellings of one
+/// file compare equal.
+fn identity(flag: &str, path: &Path) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{flag} {}: not a file path", path.display()))?;
+    let dir = parent_of(path);
+    let dir = fs::canonicalize(&dir)
+        .with_context(|| format!("{flag} {}: directory {}", path.display(), dir.display()))?;
+    Ok(dir.join(name))
+}
+
+/// Refuses two outputs that name the same file (`--env-file X --nccl-conf X`, or
+/// `X` and `./X`): one would silently replace the other. Checked before anything
+/// is written.
+pub fn distinct(outputs: &[(&str, &Path)]) -> Result<()> {
+    let mut seen: Vec<(&str, &Path, PathBuf)> = Vec::new();
+    for (flag, path) in outputs {
+        let id = identity(flag, path)?;
+        if let Some((other, other_path, _)) = seen.iter().find(|(_, _, s)| *s == id) {
+            bail!(
+                "{flag} {} and {other} {} name the same file ({}); give each output its own path",
+                path.display(),
+                other_path.display(),
+                id.display()
+            );
+        }
+        seen.push((flag, path, id));
+    }
+    Ok(())
+}
+
+/// Removes temp files that a killed run left beside `name` in `dir`. Best
+/// effort: only regular files of ours, only old ones (see `STALE_TEMP_AGE`).
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let prefix = format!(".{name}{TEMP_INFIX}");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(file_name) = file_name.to_str() else {
+            continue;
+        };
+        if !file_name.starts_with(&prefix) || !file_name.ends_with(TEMP_SUFFIX) {
+            continue;
+        }
+        // DirEntry::metadata does not follow symbolic links.
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= STALE_TEMP_AGE);
+        if meta.file_type().is_file() && old {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 struct Staged {
-    temp: PathBuf,
+    temp: tempfile::NamedTempFile,
     target: PathBuf,
 }
 
-fn stage(output: &Output, n: usize) -> Result<Staged> {
-    let target = resolve_target(output.flag, &output.path)?;
-    let dir = parent_of(&target);
-    let meta = fs::metadata(&dir).with_context(|| {
-        format!(
-            "{} {}: directory {}",
-            output.flag,
-            output.path.display(),
-            dir.display()
-        )
-    })?;
-    if !meta.is_dir() {
-        bail!(
-            "{} {}: {} is not a directory",
-            output.flag,
-            output.path.display(),
-            dir.display()
-        );
-    }
+fn stage(output: &Output) -> Result<Staged> {
+    let flag = output.flag;
+    let target = output.path.clone();
     let name = target
         .file_name()
-        .ok_or_else(|| anyhow!("{} {}: not a file path", output.flag, output.path.display()))?;
-    let temp = dir.join(format!(
-        ".{}.nccl-preflight-{}-{n}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(output.mode)
-            .open(&temp)?;
-        file.write_all(&output.contents)?;
-        // The umask may have taken bits away; the file gets exactly the mode asked for.
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(output.mode))?;
-        file.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = fs::remove_file(&temp);
+        .ok_or_else(|| anyhow!("{flag} {}: not a file path", target.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let mode = destination_mode(flag, &target, output.mode, output.keep_mode)?;
+    let dir = parent_of(&target);
+    let meta = fs::metadata(&dir)
+        .with_context(|| format!("{flag} {}: directory {}", target.display(), dir.display()))?;
+    if !meta.is_dir() {
         bail!(
-            "{} {}: cannot write: {e}",
-            output.flag,
-            output.path.display()
+            "{flag} {}: {} is not a directory",
+            target.display(),
+            dir.display()
         );
     }
+    remove_stale_temps(&dir, &name);
+    let write = || -> std::io::Result<tempfile::NamedTempFile> {
+        let mut temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}{TEMP_INFIX}"))
+            .suffix(TEMP_SUFFIX)
+            .permissions(fs::Permissions::from_mode(mode))
+            .tempfile_in(&dir)?;
+        temp.write_all(&output.contents)?;
+        // The umask may have taken bits away; the file gets exactly the mode meant.
+        temp.as_file()
+            .set_permissions(fs::Permissions::from_mode(mode))?;
+        temp.as_file().sync_all()?;
+        Ok(temp)
+    };
+    // A NamedTempFile removes itself when dropped, on every error path below too.
+    let temp = write().map_err(|e| anyhow!("{flag} {}: cannot write: {e}", target.display()))?;
     Ok(Staged { temp, target })
 }
 
 /// Writes every output atomically, or none of them.
 pub fn write_atomically(outputs: &[Output]) -> Result<()> {
+    let names: Vec<(&str, &Path)> = outputs.iter().map(|o| (o.flag, o.path.as_path())).collect();
+    distinct(&names)?;
     let mut staged = Vec::new();
-    for (n, output) in outputs.iter().enumerate() {
-        match stage(output, n) {
-            Ok(s) => staged.push(s),
-            Err(e) => {
-                for s in &staged {
-                    let _ = fs::remove_file(&s.temp);
-                }
-                return Err(e);
-            }
-        }
+    for output in outputs {
+        // On error the temp files staged so far are dropped, which removes them.
+        staged.push(stage(output)?);
     }
-    for (i, s) in staged.iter().enumerate() {
-        if let Err(e) = fs::rename(&s.temp, &s.target) {
-            for rest in &staged[i..] {
-                let _ = fs::remove_file(&rest.temp);
-            }
-            bail!(
-                "{} {}: cannot rename into place: {e}",
-                outputs[i].flag,
-                s.target.display()
-            );
-        }
+    let mut targets = Vec::new();
+    for (s, output) in staged.into_iter().zip(outputs) {
+        // rename(2) replaces the directory entry itself: a symbolic link planted
+        // since the check above is replaced, its target left untouched.
+        s.temp.persist(&s.target).map_err(|e| {
+            anyhow!(
+                "{} {}: cannot rename into place: {}",
+                output.flag,
+                s.target.display(),
+                e.error
+            )
+        })?;
+        targets.push(s.target);
     }
-    for s in &staged {
+    for target in &targets {
         // Persist the renames; a directory that cannot be opened or synced (some
         // filesystems refuse) leaves the files complete, just not yet durable.
-        if let Ok(dir) = fs::File::open(parent_of(&s.target)) {
+        if let Ok(dir) = fs::File::open(parent_of(target)) {
             let _ = dir.sync_all();
         }
     }
     Ok(())
 }
 
-/// Writes the termination message in place (see the module doc for why).
+/// Writes the termination message in place (see the module doc for why): the
+/// file is opened without following a symbolic link and without blocking (a FIFO
+/// would otherwise wait for a reader), and only a regular file is truncated.
 pub fn write_in_place(flag: &str, path: &Path, contents: &str) -> Result<()> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                anyhow!(
+                    "{flag} {}: is a symbolic link; refusing to follow it",
+                    path.display()
+                )
+            } else {
+                anyhow!("{flag} {}: {e}", path.display())
+            }
+        })?;
+    let meta = file
+        .metadata()
         .with_context(|| format!("{flag} {}", path.display()))?;
-    file.write_all(contents.as_bytes())
+    if !meta.file_type().is_file() {
+        bail!(
+            "{flag} {}: is {}, not a regular file; refusing to write it",
+            path.display(),
+            kind_of(meta.file_type())
+        );
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(contents.as_bytes()))
         .with_context(|| format!("{flag} {}", path.display()))
 }
 
@@ -178,27 +296,79 @@ mod tests {
         Output::text(flag, path, text.into())
     }
 
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
     #[test]
-    fn replaces_whole_files_and_follows_symlinks() {
+    fn replaces_whole_files_keeping_their_mode() {
         let dir = scratch("ok");
         fs::write(dir.join("a.env"), "old").unwrap();
-        std::os::unix::fs::symlink(dir.join("real.conf"), dir.join("link.conf")).unwrap();
-        fs::write(dir.join("real.conf"), "old").unwrap();
+        fs::set_permissions(dir.join("a.env"), fs::Permissions::from_mode(0o600)).unwrap();
         write_atomically(&[
             out("--env-file", dir.join("a.env"), "new"),
-            out("--nccl-conf", dir.join("link.conf"), "conf"),
+            out("--nccl-conf", dir.join("new.conf"), "conf"),
         ])
         .unwrap();
         assert_eq!(fs::read_to_string(dir.join("a.env")).unwrap(), "new");
-        assert_eq!(fs::read_to_string(dir.join("real.conf")).unwrap(), "conf");
+        assert_eq!(
+            mode(&dir.join("a.env")),
+            0o600,
+            "a replaced file keeps its mode"
+        );
+        assert_eq!(
+            mode(&dir.join("new.conf")),
+            0o644,
+            "a new file gets the output's"
+        );
+        assert_eq!(names(&dir), ["a.env", "new.conf"], "no temp files left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn symlink_planted_at_an_output_is_refused_and_its_target_untouched() {
+        // Issue 18: a link in a shared emptyDir made the tool clobber its target
+        // (a 0600 file became 0644).
+        let dir = scratch("symlink");
+        fs::write(dir.join("secret"), "keep").unwrap();
+        fs::set_permissions(dir.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(dir.join("secret"), dir.join("nccl.env")).unwrap();
+        let err = write_atomically(&[out("--env-file", dir.join("nccl.env"), "x")]).unwrap_err();
+        assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
+        assert_eq!(fs::read_to_string(dir.join("secret")).unwrap(), "keep");
+        assert_eq!(mode(&dir.join("secret")), 0o600);
+        let err = write_in_place("--termination-log", &dir.join("nccl.env"), "x").unwrap_err();
+        assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
+        assert_eq!(fs::read_to_string(dir.join("secret")).unwrap(), "keep");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn env_file_dev_null_is_not_replaced() {
+        // Issue 18: `init --env-file /dev/null` replaced the machine's /dev/null.
+        let err = write_atomically(&[out("--env-file", "/dev/null".into(), "x")]).unwrap_err();
+        let msg = format!("{err:#}");
         assert!(
-            fs::symlink_metadata(dir.join("link.conf"))
+            msg.contains("/dev/null") && msg.contains("character device"),
+            "{msg}"
+        );
+        assert!(
+            fs::metadata("/dev/null")
                 .unwrap()
                 .file_type()
-                .is_symlink()
+                .is_char_device()
         );
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 3, "no temp files left");
-        fs::remove_dir_all(&dir).unwrap();
+        let err = write_in_place("--termination-log", Path::new("/dev/null"), "x").unwrap_err();
+        assert!(format!("{err:#}").contains("character device"), "{err:#}");
     }
 
     #[test]
@@ -207,9 +377,11 @@ mod tests {
         fs::write(dir.join("a.env"), "old").unwrap();
         fs::create_dir(dir.join("adir")).unwrap();
         std::os::unix::fs::symlink(dir.join("nowhere/x"), dir.join("dangling")).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         for (flag, bad, expect) in [
-            ("--report", dir.join("adir"), "is a directory"),
-            ("--report", dir.join("dangling"), "cannot be reached"),
+            ("--report", dir.join("adir"), "a directory"),
+            ("--report", dir.join("dangling"), "symbolic link"),
+            ("--report", dir.join("fifo"), "a FIFO"),
             ("--report", dir.join("missing/r.json"), "missing"),
         ] {
             let err = write_atomically(&[
@@ -221,11 +393,71 @@ mod tests {
             assert!(msg.contains(flag) && msg.contains(expect), "{msg}");
             assert_eq!(fs::read_to_string(dir.join("a.env")).unwrap(), "old");
         }
-        let names: Vec<_> = fs::read_dir(&dir)
+        assert_eq!(
+            names(&dir),
+            ["a.env", "adir", "dangling", "fifo"],
+            "no temp files left"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn temp_left_by_a_killed_run_neither_blocks_nor_stays() {
+        // Issue 18: a killed `init` (PID 1, the same temp name every time) left a
+        // temp that made the next attempt fail with "File exists".
+        let dir = scratch("stale");
+        let old = dir.join(".nccl.env.nccl-preflight-1-0.tmp");
+        let fresh = dir.join(".nccl.env.nccl-preflight-AbC123.tmp");
+        for path in [&old, &fresh] {
+            fs::write(path, "half").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - 2 * STALE_TEMP_AGE;
+        fs::File::options()
+            .write(true)
+            .open(&old)
             .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names.len(), 3, "no temp files left: {names:?}");
+            .set_modified(long_ago)
+            .unwrap();
+        write_atomically(&[out("--env-file", dir.join("nccl.env"), "new")]).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("nccl.env")).unwrap(), "new");
+        // The old one is removed; a recent one may be a run going on now.
+        assert_eq!(
+            names(&dir),
+            [".nccl.env.nccl-preflight-AbC123.tmp", "nccl.env"]
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn env_file_and_nccl_conf_naming_one_file_are_refused() {
+        // Issue 18: `--env-file X --nccl-conf X` silently lost the env file.
+        let dir = scratch("same");
+        fs::create_dir(dir.join("sub")).unwrap();
+        let spellings = [dir.join("x"), dir.join("sub/../x"), dir.join("./x")];
+        for other in &spellings {
+            let err = write_atomically(&[
+                out("--env-file", dir.join("x"), "env"),
+                out("--nccl-conf", other.clone(), "conf"),
+            ])
+            .unwrap_err();
+            let msg = format!("{err:#}");
+            assert!(msg.contains("name the same file"), "{msg}");
+            assert!(
+                msg.contains("--env-file") && msg.contains("--nccl-conf"),
+                "{msg}"
+            );
+        }
+        assert_eq!(names(&dir), ["sub"], "nothing written");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn termination_log_is_truncated_and_rewritten_in_place() {
+        let dir = scratch("inplace");
+        let path = dir.join("termination-log");
+        fs::write(&path, "a much longer old message").unwrap();
+        write_in_place("--termination-log", &path, "short").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "short");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

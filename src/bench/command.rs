@@ -190,15 +190,15 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         (&settings, started.elapsed()),
     );
     match args.format {
-        Format::Human => print!(
-            "{}",
-            super::render::human(&report, crate::commands::use_color(env))
-        ),
+        Format::Human => crate::commands::emit(&super::render::human(
+            &report,
+            crate::commands::use_color(env),
+        ))?,
         Format::Json => {
             let mut text =
                 serde_json::to_string_pretty(&report).context("serializing the bench report")?;
             text.push('\n');
-            print!("{text}");
+            crate::commands::emit(&text)?;
         }
     }
     Ok(Exit {

@@ -48,11 +48,12 @@ impl Watch {
         *slot = value;
     }
 
-    fn overdue(&self, deadline: Duration) -> Option<(String, Duration)> {
+    /// The call that has run longer than `deadline`, if any.
+    fn overdue(&self, deadline: Duration) -> Option<String> {
         let slot = self.current.lock().unwrap_or_else(|p| p.into_inner());
         slot.as_ref()
             .filter(|(_, started)| started.elapsed() > deadline)
-            .map(|(name, started)| (name.clone(), started.elapsed()))
+            .map(|(name, _)| name.clone())
     }
 }
 
@@ -60,7 +61,10 @@ impl Watch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hung {
     pub call: String,
-    pub waited: Duration,
+    /// The deadline the call overran (zero when the worker never ran). Not the time
+    /// measured: that varies from run to run ("1.0 s", "1.1 s" on a loaded machine)
+    /// and these texts reach reports and golden files.
+    pub deadline: Duration,
 }
 
 impl std::fmt::Display for Hung {
@@ -69,7 +73,7 @@ impl std::fmt::Display for Hung {
             f,
             "{} did not return within {:.1} s",
             self.call,
-            self.waited.as_secs_f64()
+            self.deadline.as_secs_f64()
         )
     }
 }
@@ -96,7 +100,7 @@ pub fn run<T: Send + 'static>(
     if let Err(e) = spawned {
         return Err(Hung {
             call: format!("starting the {name} thread ({e})"),
-            waited: Duration::ZERO,
+            deadline: Duration::ZERO,
         });
     }
     let tick = (deadline / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
@@ -104,8 +108,8 @@ pub fn run<T: Send + 'static>(
         match rx.recv_timeout(tick) {
             Ok(value) => return Ok(value),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Some((call, waited)) = watch.overdue(deadline) {
-                    return Err(Hung { call, waited });
+                if let Some(call) = watch.overdue(deadline) {
+                    return Err(Hung { call, deadline });
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -113,7 +117,7 @@ pub fn run<T: Send + 'static>(
                     call: format!(
                         "the {name} thread (it ended without a result: a panic in a vendor call)"
                     ),
-                    waited: Duration::ZERO,
+                    deadline: Duration::ZERO,
                 });
             }
         }
@@ -125,7 +129,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn returns_results_and_names_the_hung_call() {
+    fn names_the_hung_call_with_the_deadline_not_the_time_measured() {
         let ok = run("t", Duration::from_millis(200), false, |w| {
             w.call("quick", || 1) + w.call("quick too", || 2)
         });
@@ -144,7 +148,12 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert!(hung.to_string().contains("did not return within"));
+        // The deadline, not the time measured, which varies with the machine's load.
+        assert_eq!(hung.deadline, Duration::from_millis(100));
+        assert_eq!(
+            hung.to_string(),
+            "nvmlDeviceGetP2PStatus(0, 1) did not return within 0.1 s"
+        );
     }
 
     #[test]

@@ -21,6 +21,18 @@ pub const LAUNCHER_VARS: &[&str] = &[
 /// Variables that name a file NCCL reads.
 pub const FILE_VARIABLES: &[&str] = &["NCCL_CONF_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_FILE"];
 
+/// The host path a file variable's value names. NCCL opens these with fopen(3)
+/// (NCCL_TOPO_FILE in graph/xml.cc ncclTopoGetXmlFromFile, NCCL_CONF_FILE in
+/// misc/param.cc), so a relative value is relative to the working directory of
+/// the process, which is this one's in `exec` and the trainer's in an
+/// initContainer sharing its workingDir. Absolute values are taken as they are.
+pub fn named_file_path(value: &str, working_dir: &std::path::Path) -> String {
+    if value.starts_with('/') {
+        return value.to_string();
+    }
+    working_dir.join(value).display().to_string()
+}
+
 /// Our own flags' variables; they start with NCCL_ but NCCL never reads them.
 pub const OWN_PREFIX: &str = "NCCL_PREFLIGHT_";
 
@@ -63,6 +75,18 @@ pub fn split(
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn relative_nccl_topo_file_resolves_against_the_working_directory() {
+        // Issue 16: a relative NCCL_TOPO_FILE was looked up under / and reported missing.
+        let cwd = std::path::Path::new("/workspace/job");
+        assert_eq!(
+            named_file_path("topo/h200.xml", cwd),
+            "/workspace/job/topo/h200.xml"
+        );
+        assert_eq!(named_file_path("./t.xml", cwd), "/workspace/job/./t.xml");
+        assert_eq!(named_file_path("/etc/nccl/t.xml", cwd), "/etc/nccl/t.xml");
+    }
 
     #[test]
     fn splits_and_excludes_own_flags() {

@@ -2,12 +2,20 @@
 //!
 //! A missing file is `Ok(None)` (absence is data); any other failure is a
 //! `FactError` naming the full path. Reads are bounded so a hostile or runaway
-//! pseudo-file cannot exhaust memory.
+//! pseudo-file cannot exhaust memory, and cannot block for ever:
+//! - files are opened with O_NONBLOCK and must be regular files (procfs and sysfs
+//!   files are), so a FIFO planted under `--host-root` is refused, not waited on;
+//! - with a deadline (`Host::with_deadline`, the `--timeout` of vendor calls), each
+//!   read runs on a worker thread and gives up when it overruns, naming the path:
+//!   a /proc/driver/nvidia or sysfs attribute can block inside a hung driver.
 
 use crate::facts::{FactError, Observed};
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 /// Upper bound on one file read. /proc/self/mountinfo on a busy node is a few hundred KiB.
 const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -16,11 +24,45 @@ const MAX_FILE_BYTES: u64 = 16 << 20;
 #[derive(Debug, Clone)]
 pub struct Host {
     root: PathBuf,
+    /// How long one file read may block; `None` reads on the calling thread.
+    deadline: Option<Duration>,
+    /// The thread that does the reads under a deadline, started on the first one.
+    /// One thread for all reads (hundreds per run: a thread each cost ~0.3 s); it is
+    /// dropped and replaced when a read overruns and leaves it stuck.
+    reader: Arc<Mutex<Option<Reader>>>,
+}
+
+/// A request to the reading thread: one read, which sends its own outcome back.
+type ReadRequest = Box<dyn FnOnce() + Send>;
+
+#[derive(Debug)]
+struct Reader {
+    requests: mpsc::Sender<ReadRequest>,
+}
+
+/// How one read ended, before it is turned into a fact.
+enum ReadOutcome {
+    Missing,
+    Text(String),
+    Failed(String),
 }
 
 impl Host {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Host { root: root.into() }
+        Host {
+            root: root.into(),
+            deadline: None,
+            reader: Arc::default(),
+        }
+    }
+
+    /// A host whose file reads each give up after `deadline`.
+    pub fn with_deadline(root: impl Into<PathBuf>, deadline: Duration) -> Self {
+        Host {
+            root: root.into(),
+            deadline: Some(deadline),
+            reader: Arc::default(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -36,24 +78,19 @@ impl Host {
         FactError::new(self.path(abs).display().to_string(), err)
     }
 
-    /// Reads a text file. Invalid UTF-8 is an error: every file read here is ASCII on Linux.
+    /// Reads a text file. Invalid UTF-8 is an error: every file read here is ASCII
+    /// on Linux. Anything but a regular file is an error naming what it is.
     pub fn read(&self, abs: &str) -> Result<Option<String>, FactError> {
         let path = self.path(abs);
-        let file = match fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.error(abs, e)),
+        let outcome = match self.deadline {
+            None => read_regular(&path),
+            Some(deadline) => self.read_with_deadline(path, deadline),
         };
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| self.error(abs, e))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(self.error(abs, format!("larger than {MAX_FILE_BYTES} bytes")));
+        match outcome {
+            ReadOutcome::Missing => Ok(None),
+            ReadOutcome::Text(text) => Ok(Some(text)),
+            ReadOutcome::Failed(message) => Err(self.error(abs, message)),
         }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| self.error(abs, "not valid UTF-8"))
     }
 
     /// Reads a file that must exist and parses it; a missing file, a read error or
@@ -125,6 +162,114 @@ impl Host {
     }
 }
 
+/// Opens `path` without blocking, refuses anything but a regular file, and reads
+/// at most `MAX_FILE_BYTES` of it as UTF-8.
+fn read_regular(path: &Path) -> ReadOutcome {
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return ReadOutcome::Missing,
+        Err(e) => return ReadOutcome::Failed(e.to_string()),
+    };
+    match file.metadata() {
+        Ok(meta) if meta.file_type().is_file() => {}
+        Ok(meta) => return ReadOutcome::Failed(format!("{}, not a regular file", kind(&meta))),
+        Err(e) => return ReadOutcome::Failed(e.to_string()),
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
+        return ReadOutcome::Failed(e.to_string());
+    }
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return ReadOutcome::Failed(format!("larger than {MAX_FILE_BYTES} bytes"));
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => ReadOutcome::Text(text),
+        Err(_) => ReadOutcome::Failed("not valid UTF-8".into()),
+    }
+}
+
+fn kind(meta: &fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+impl Host {
+    /// `read_regular` on the reading thread, abandoned when it takes longer than
+    /// `deadline` (a read blocked in a driver cannot be cancelled; that thread stays
+    /// parked in the kernel, and the next read starts a fresh one).
+    fn read_with_deadline(&self, path: PathBuf, deadline: Duration) -> ReadOutcome {
+        let (reply, outcome) = mpsc::channel();
+        let sent = {
+            // A poisoned lock only means another reader panicked; the slot is usable.
+            let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                match start_reader() {
+                    Ok(r) => *slot = Some(r),
+                    Err(e) => {
+                        return ReadOutcome::Failed(format!(
+                            "cannot start the reading thread ({e})"
+                        ));
+                    }
+                }
+            }
+            slot.as_ref().is_some_and(|r| {
+                let read = move || {
+                    let _ = reply.send(read_regular(&path));
+                };
+                r.requests.send(Box::new(read)).is_ok()
+            })
+        };
+        if !sent {
+            return ReadOutcome::Failed("the reading thread is gone".into());
+        }
+        match outcome.recv_timeout(deadline) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // Stuck (or gone): later reads get a thread of their own.
+                *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                match e {
+                    mpsc::RecvTimeoutError::Timeout => ReadOutcome::Failed(format!(
+                        "read did not return within {:.1} s (--timeout): a stuck driver file?",
+                        deadline.as_secs_f64()
+                    )),
+                    mpsc::RecvTimeoutError::Disconnected => {
+                        ReadOutcome::Failed("the reading thread ended without a result".into())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Starts a thread that reads the files it is sent until its sender is dropped.
+fn start_reader() -> io::Result<Reader> {
+    let (requests, incoming) = mpsc::channel::<ReadRequest>();
+    std::thread::Builder::new()
+        .name("host-read".into())
+        .spawn(move || {
+            for read in incoming {
+                read();
+            }
+        })?;
+    Ok(Reader { requests })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +294,38 @@ mod tests {
                 .contains("UTF-8")
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn fifo_under_the_host_root_is_refused_without_waiting() {
+        // Issue 13: a FIFO in place of a file under --host-root hung `check` for ever.
+        let dir = std::env::temp_dir().join(format!("host-fifo-{}", std::process::id()));
+        fs::create_dir_all(dir.join("proc/self")).unwrap();
+        nix::unistd::mkfifo(&dir.join("proc/self/limits"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for host in [
+            Host::new(&dir),
+            Host::with_deadline(&dir, Duration::from_secs(30)),
+        ] {
+            let err = host.read("/proc/self/limits").unwrap_err();
+            assert!(err.source.ends_with("proc/self/limits"), "{err}");
+            assert!(err.message.contains("a FIFO, not a regular file"), "{err}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stuck_read_gives_up_at_the_deadline_and_later_reads_still_work() {
+        // A driver file can block in read(2) for ever; nothing on a test machine
+        // does, so the reading thread is made to hang by a request that sleeps.
+        let host = Host::with_deadline("/", Duration::from_millis(50));
+        let reader = start_reader().unwrap();
+        let hang: ReadRequest = Box::new(|| std::thread::sleep(Duration::from_secs(5)));
+        reader.requests.send(hang).unwrap();
+        *host.reader.lock().unwrap() = Some(reader);
+        let err = host.read("/proc/self/status").unwrap_err();
+        assert!(err.message.contains("did not return within 0.1 s"), "{err}");
+        assert!(err.source.ends_with("proc/self/status"), "{err}");
+        // The stuck thread was replaced: the next read answers.
+        assert!(host.read("/proc/self/status").unwrap().is_some());
     }
 }

@@ -66,10 +66,15 @@ pub fn gather(
         namespaces.hostname.value().map(String::as_str),
     );
     let (launcher, nccl_env) = environment::split(env);
+    // A relative value is relative to the working directory, as NCCL's fopen sees it.
+    let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let named_files = environment::FILE_VARIABLES
         .iter()
         .filter_map(|name| nccl_env.get(*name))
-        .map(|v| (v.value.clone(), host.path(&v.value).is_file()))
+        .map(|v| {
+            let path = environment::named_file_path(&v.value, &working_dir);
+            (v.value.clone(), host.path(&path).is_file())
+        })
         .collect();
     let facts = Facts {
         schema: FACTS_SCHEMA.to_string(),

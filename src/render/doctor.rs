@@ -2,11 +2,13 @@
 //! P2P matrices in nvidia-smi's notation, CPU and NUMA affinity per GPU, the
 //! CUDA view, then the report `check` prints.
 
+use super::{human, visible};
 use crate::facts::gpu::LibraryState;
 use crate::report::Report;
 use crate::topology::affinity;
 use crate::topology::matrix::{self, Matrices};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt::Write;
 
 /// The JSON form: the report plus the matrices.
@@ -39,6 +41,12 @@ fn library_line<T>(
     }
 }
 
+/// One line of text from the host, control characters shown (see `visible`).
+fn host_line(out: &mut String, text: &str) {
+    out.push_str(&visible(text));
+    out.push('\n');
+}
+
 fn rdma_section(out: &mut String, report: &Report) {
     let r = &report.facts.rdma;
     let devices = r.devices.value().cloned().unwrap_or_default();
@@ -61,8 +69,7 @@ fn rdma_section(out: &mut String, report: &Report) {
                 ),
                 None => "not in this container".into(),
             };
-            let _ = writeln!(
-                out,
+            let device = format!(
                 "  {:<12} {:<10} {:<13} NUMA {:<2} {}; netdevs {}",
                 d.name,
                 d.driver.as_deref().unwrap_or("?"),
@@ -75,6 +82,7 @@ fn rdma_section(out: &mut String, report: &Report) {
                     d.netdevs.join(",")
                 }
             );
+            host_line(out, &device);
             for p in &d.ports {
                 let v2: Vec<String> = p
                     .gids
@@ -82,8 +90,7 @@ fn rdma_section(out: &mut String, report: &Report) {
                     .filter(|g| g.kind.as_deref() == Some("RoCE v2"))
                     .map(|g| g.index.to_string())
                     .collect();
-                let _ = writeln!(
-                    out,
+                let port = format!(
                     "    port {}: {} ({}), {}, {}{}",
                     p.port,
                     p.state.as_deref().unwrap_or("?"),
@@ -96,50 +103,47 @@ fn rdma_section(out: &mut String, report: &Report) {
                         format!(", RoCE v2 GID index {}", v2.join(","))
                     }
                 );
+                host_line(out, &port);
             }
         }
     }
-    let _ = writeln!(
+    host_line(
         out,
-        "{}",
-        library_line("libibverbs", &r.verbs, |v| match &v.devices {
+        &library_line("libibverbs", &r.verbs, |v| match &v.devices {
             crate::facts::Observed::Value(d) => format!("{} device(s)", d.len()),
             crate::facts::Observed::Error(e) => e.message.clone(),
-        })
+        }),
     );
-    let _ = writeln!(
+    host_line(
         out,
-        "{}",
-        library_line("libfabric", &r.libfabric, |f| format!(
-            "{} with {}",
-            f.version,
-            f.providers.join(", ")
-        ))
+        &library_line("libfabric", &r.libfabric, |f| {
+            format!("{} with {}", f.version, f.providers.join(", "))
+        }),
     );
-    let _ = writeln!(
+    host_line(
         out,
-        "{}",
-        library_line("NCCL", &r.nccl.library, |n| n
-            .version
-            .value()
-            .cloned()
-            .unwrap_or_else(|| "?".into()))
+        &library_line("NCCL", &r.nccl.library, |n| {
+            n.version.value().cloned().unwrap_or_else(|| "?".into())
+        }),
     );
-    let _ = writeln!(
+    host_line(
         out,
-        "NCCL net plugin: {}\n",
-        match &r.nccl.net_plugin {
-            crate::facts::Observed::Value(Some(p)) => format!(
-                "{} ({} {})",
-                p.path.as_deref().unwrap_or(&p.library),
-                p.name.as_deref().unwrap_or("?"),
-                p.api.as_deref().unwrap_or("?")
-            ),
-            crate::facts::Observed::Value(None) =>
-                "none (NCCL's built-in IB and socket transports)".into(),
-            crate::facts::Observed::Error(e) => format!("broken: {e}"),
-        }
+        &format!(
+            "NCCL net plugin: {}",
+            match &r.nccl.net_plugin {
+                crate::facts::Observed::Value(Some(p)) => format!(
+                    "{} ({} {})",
+                    p.path.as_deref().unwrap_or(&p.library),
+                    p.name.as_deref().unwrap_or("?"),
+                    p.api.as_deref().unwrap_or("?")
+                ),
+                crate::facts::Observed::Value(None) =>
+                    "none (NCCL's built-in IB and socket transports)".into(),
+                crate::facts::Observed::Error(e) => format!("broken: {e}"),
+            }
+        ),
     );
+    out.push('\n');
     if let Some(m) = affinity::matrix(&report.facts) {
         out.push_str("GPU-NIC affinity (PIX/PXB: GPUDirect RDMA distance)\n");
         let mut grid = vec![
@@ -166,6 +170,14 @@ fn table(
     extra: &[(&str, Vec<String>)],
 ) {
     let _ = writeln!(out, "{title}");
+    if m.gpus_left_out > 0 {
+        let _ = writeln!(
+            out,
+            "  (the first {} GPUs; {} more left out of the matrices)",
+            m.gpus.len(),
+            m.gpus_left_out
+        );
+    }
     let mut header = vec![String::new()];
     header.extend(m.gpus.iter().map(|g| format!("GPU{g}")));
     header.extend(extra.iter().map(|(h, _)| h.to_string()));
@@ -180,18 +192,32 @@ fn table(
 }
 
 /// Prints rows of cells in left-aligned columns, indented, then a blank line.
+/// Cells come from the host (GPU names, bus ids), so they are shown through
+/// `visible` and padded by `human::pad`, which has no width limit.
 fn grid_lines(out: &mut String, grid: &[Vec<String>]) {
+    let grid: Vec<Vec<Cow<'_, str>>> = grid
+        .iter()
+        .map(|r| r.iter().map(|c| visible(c)).collect())
+        .collect();
     let columns = grid.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| grid.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .map(|c| {
+            grid.iter()
+                .map(|r| r.get(c).map_or(0, |cell| human::width(cell)))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
-    for r in grid {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+    for r in &grid {
+        let mut line = String::from("  ");
+        for (i, (cell, w)) in r.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            human::pad(&mut line, cell, *w);
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out.push('\n');
 }
@@ -224,17 +250,20 @@ pub fn render(report: &Report, color: bool) -> String {
                 ("Bus", col(&|g| val(g.pci_bus_id.value().cloned()))),
                 ("Name", col(&|g| val(g.name.value().cloned()))),
             ];
-            let _ = writeln!(
-                out,
-                "GPUs: {} (driver {}, CUDA {})\n",
-                nvml.gpus.len(),
-                val(nvml.driver_version.value().cloned()),
-                val(nvml.cuda_driver_version.value().map(|v| format!(
-                    "{}.{}",
-                    v / 1000,
-                    (v % 1000) / 10
-                )))
+            host_line(
+                &mut out,
+                &format!(
+                    "GPUs: {} (driver {}, CUDA {})",
+                    nvml.gpus.len(),
+                    val(nvml.driver_version.value().cloned()),
+                    val(nvml.cuda_driver_version.value().map(|v| format!(
+                        "{}.{}",
+                        v / 1000,
+                        (v % 1000) / 10
+                    )))
+                ),
             );
+            out.push('\n');
             table(
                 &mut out,
                 "Topology (nvidia-smi topo -m)",
@@ -258,60 +287,71 @@ pub fn render(report: &Report, color: bool) -> String {
         }
         LibraryState::Loaded(_) => out.push_str("GPUs: NVML lists none\n\n"),
         LibraryState::NotFound { message } => {
-            let _ = writeln!(out, "GPUs: no NVML ({message})\n");
+            host_line(&mut out, &format!("GPUs: no NVML ({message})"));
+            out.push('\n');
         }
         LibraryState::Failed(e) => {
-            let _ = writeln!(out, "GPUs: NVML failed: {e}\n");
+            host_line(&mut out, &format!("GPUs: NVML failed: {e}"));
+            out.push('\n');
         }
         LibraryState::Skipped { reason } => {
-            let _ = writeln!(out, "GPUs: NVML not probed ({reason})\n");
+            host_line(&mut out, &format!("GPUs: NVML not probed ({reason})"));
+            out.push('\n');
         }
     }
     match &gpus.cuda.state {
         LibraryState::Loaded(c) => {
-            let _ = writeln!(
-                out,
-                "CUDA driver: cuInit {} ({}), {} device(s)",
-                c.init_result_name,
-                c.init_result,
-                c.devices.len()
+            host_line(
+                &mut out,
+                &format!(
+                    "CUDA driver: cuInit {} ({}), {} device(s)",
+                    c.init_result_name,
+                    c.init_result,
+                    c.devices.len()
+                ),
             );
             for d in &c.devices {
-                let _ = writeln!(
-                    out,
-                    "  CUDA {} -> {}",
-                    d.ordinal,
-                    d.pci_bus_id.value().map_or("?", String::as_str)
+                host_line(
+                    &mut out,
+                    &format!(
+                        "  CUDA {} -> {}",
+                        d.ordinal,
+                        d.pci_bus_id.value().map_or("?", String::as_str)
+                    ),
                 );
             }
             out.push('\n');
         }
         LibraryState::NotFound { message } => {
-            let _ = writeln!(out, "CUDA driver: not found ({message})\n");
+            host_line(&mut out, &format!("CUDA driver: not found ({message})"));
+            out.push('\n');
         }
         LibraryState::Failed(e) => {
-            let _ = writeln!(out, "CUDA driver: failed: {e}\n");
+            host_line(&mut out, &format!("CUDA driver: failed: {e}"));
+            out.push('\n');
         }
         LibraryState::Skipped { reason } => {
-            let _ = writeln!(out, "CUDA driver: not probed ({reason})\n");
+            host_line(&mut out, &format!("CUDA driver: not probed ({reason})"));
+            out.push('\n');
         }
     }
     if let Some(pci) = gpus.pci_gpus.value()
         && !pci.is_empty()
     {
-        let _ = writeln!(
-            out,
-            "NVIDIA GPUs on the PCI bus (the whole node): {}",
-            pci.len()
+        host_line(
+            &mut out,
+            &format!("NVIDIA GPUs on the PCI bus (the whole node): {}", pci.len()),
         );
         for g in pci {
-            let _ = writeln!(
-                out,
-                "  {} {} NUMA {} {}",
-                g.bus_id,
-                g.device_id,
-                g.numa_node.map_or("?".into(), |n| n.to_string()),
-                g.sysfs_path.as_deref().unwrap_or("?")
+            host_line(
+                &mut out,
+                &format!(
+                    "  {} {} NUMA {} {}",
+                    g.bus_id,
+                    g.device_id,
+                    g.numa_node.map_or("?".into(), |n| n.to_string()),
+                    g.sysfs_path.as_deref().unwrap_or("?")
+                ),
             );
         }
         out.push('\n');
@@ -319,4 +359,45 @@ pub fn render(report: &Report, color: bool) -> String {
     rdma_section(&mut out, report);
     out.push_str(&super::human::render(report, color));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::facts::gpu::LibraryState;
+    use crate::test_facts;
+
+    fn h200_report() -> Report {
+        let mut facts = test_facts::healthy();
+        facts.gpus = test_facts::h200x2_gpus();
+        Report::new(facts, Vec::new(), Vec::new())
+    }
+
+    #[test]
+    fn gpu_name_of_65535_characters_does_not_panic() {
+        // Issue 18: `doctor --facts` with a 65,535-character GPU name panicked.
+        let mut r = h200_report();
+        let LibraryState::Loaded(nvml) = &mut r.facts.gpus.nvml.state else {
+            panic!("h200x2_gpus loads NVML");
+        };
+        nvml.gpus[0].name = Observed::Value("H".repeat(65_535));
+        nvml.gpus[1].name = Observed::Value("GPU\x1b[2J".into());
+        let text = render(&r, false);
+        assert!(text.contains(&"H".repeat(65_535)));
+        assert!(
+            text.contains("GPU\\x1b[2J") && !text.contains('\x1b'),
+            "escaped"
+        );
+        // The short name's row still lines up under the long one: the Name column
+        // is last, so both rows are as long up to it.
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Topology"))
+            .skip(2)
+            .take(2)
+            .collect();
+        let at = |row: &str, what: &str| row.find(what).unwrap();
+        assert_eq!(at(rows[0], "HHHH"), at(rows[1], "GPU\\x1b"), "{rows:?}");
+    }
 }

@@ -1,7 +1,14 @@
 //! The human report: one aligned line per check, evidence and the fix under
 //! every check that did not pass, the settings, and the verdict. Colour only
 //! when asked (the caller decides: a terminal, and NO_COLOR unset).
+//!
+//! Every string that comes from the host or the user (names, values, hostnames,
+//! evidence) goes through `visible`, and columns are padded by `pad`, never by a
+//! `{:width$}` format: since Rust 1.87 the formatter panics on a width above
+//! u16::MAX (release notes: "limit width and precision in format strings to 16
+//! bits"), and an NCCL_* name or value, or a GPU name, can be that long.
 
+use super::visible;
 use crate::finding::{Finding, Status};
 use crate::report::Report;
 use crate::tune::Source;
@@ -20,15 +27,36 @@ pub fn paint(text: &str, status: Status, color: bool) -> String {
     format!("\x1b[{code}m{text}\x1b[0m")
 }
 
-/// Indents every line of `text` by `pad` spaces.
-fn indent(text: &str, pad: usize) -> String {
-    text.lines().map(|l| format!("{:pad$}{l}\n", "")).collect()
+/// Appends `text` and then spaces up to `width` characters. Any width works:
+/// this is the padding `{:width$}` does, without its u16 limit.
+pub fn pad(out: &mut String, text: &str, width: usize) {
+    out.push_str(text);
+    let used = text.chars().count();
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(used)));
+}
+
+/// The width in characters that `pad` measures.
+pub fn width(text: &str) -> usize {
+    text.chars().count()
+}
+
+/// Indents every line of `text` by `by` spaces.
+fn indent(out: &mut String, text: &str, by: usize) {
+    for line in text.lines() {
+        pad(out, "", by);
+        out.push_str(&visible(line));
+        out.push('\n');
+    }
 }
 
 /// One aligned line per finding; evidence and the fix under each that did not pass.
 pub fn findings(out: &mut String, list: &[Finding], color: bool) {
-    let width = list.iter().map(|c| c.id.len()).max().unwrap_or(0);
-    let detail_pad = 6 + width + 2;
+    let id_width = list
+        .iter()
+        .map(|c| width(&visible(&c.id)))
+        .max()
+        .unwrap_or(0);
+    let detail_pad = 6 + id_width + 2;
     for c in list {
         let label = paint(c.status.label(), c.status, color);
         let ignored = if c.ignored {
@@ -36,16 +64,21 @@ pub fn findings(out: &mut String, list: &[Finding], color: bool) {
         } else {
             ""
         };
-        let _ = writeln!(out, "{label}  {:width$}  {}{ignored}", c.id, c.summary);
+        out.push_str(&label);
+        out.push_str("  ");
+        pad(out, &visible(&c.id), id_width);
+        let _ = writeln!(out, "  {}{ignored}", visible(&c.summary));
         if c.status == Status::Pass || c.status == Status::Skip {
             continue;
         }
         for e in &c.evidence {
-            let _ = writeln!(out, "{:detail_pad$}- {e}", "");
+            pad(out, "", detail_pad);
+            let _ = writeln!(out, "- {}", visible(e));
         }
         if let Some(fix) = &c.remediation {
-            let _ = writeln!(out, "{:detail_pad$}fix:", "");
-            out.push_str(&indent(fix, detail_pad + 2));
+            pad(out, "", detail_pad);
+            out.push_str("fix:\n");
+            indent(out, fix, detail_pad + 2);
         }
     }
 }
@@ -56,36 +89,34 @@ pub fn render(report: &Report, color: bool) -> String {
         out,
         "nccl-preflight {} on {} (host root {})\n",
         report.tool_version,
-        report.hostname(),
-        report.facts.host_root
+        visible(report.hostname()),
+        visible(&report.facts.host_root)
     );
     findings(&mut out, &report.checks, color);
     if !report.settings.is_empty() {
         out.push_str("\nNCCL settings (user values are kept, never overridden):\n");
-        let name_w = report
+        let rows: Vec<(String, String)> = report
             .settings
             .iter()
-            .map(|s| s.name.len())
-            .max()
-            .unwrap_or(0);
-        let value_w = report
-            .settings
-            .iter()
-            .map(|s| s.value.len() + 2)
-            .max()
-            .unwrap_or(0);
-        for s in &report.settings {
+            .map(|s| {
+                (
+                    visible(&s.name).into_owned(),
+                    format!("'{}'", s.value.escape_debug()),
+                )
+            })
+            .collect();
+        let name_w = rows.iter().map(|(n, _)| width(n)).max().unwrap_or(0);
+        let value_w = rows.iter().map(|(_, v)| width(v)).max().unwrap_or(0);
+        for (s, (name, value)) in report.settings.iter().zip(&rows) {
             let source = match s.source {
                 Source::User => "user ",
                 Source::Tuned => "tuned",
             };
-            let _ = writeln!(
-                out,
-                "  {:name_w$}  {:value_w$}  {source}  {}",
-                s.name,
-                format!("'{}'", s.value.escape_debug()),
-                s.reason
-            );
+            out.push_str("  ");
+            pad(&mut out, name, name_w);
+            out.push_str("  ");
+            pad(&mut out, value, value_w);
+            let _ = writeln!(out, "  {source}  {}", visible(&s.reason));
         }
     }
     let verdict = paint(report.verdict.label(), report.verdict, color);
@@ -116,5 +147,40 @@ mod tests {
     #[test]
     fn colour_only_when_asked() {
         assert!(render(&report(), true).contains("\x1b[31;1mFAIL\x1b[0m"));
+    }
+
+    #[test]
+    fn nccl_names_and_values_of_65534_bytes_do_not_panic() {
+        // Issue 18: a 65,534-byte NCCL_* name or value panicked the report.
+        for len in [65_534, 65_535, 70_000] {
+            let mut r = report();
+            r.settings[0].name = format!("NCCL_{}", "X".repeat(len));
+            r.settings[1].value = "v".repeat(len);
+            r.checks[0].id = "i".repeat(len);
+            let text = render(&r, false);
+            assert!(text.contains(&"v".repeat(len)), "value kept whole");
+            let setting = text
+                .lines()
+                .find(|l| l.contains("NCCL_SOCKET_IFNAME"))
+                .unwrap();
+            // The short name is padded to the long one, so the columns still line up.
+            assert!(setting.starts_with(&format!("  NCCL_SOCKET_IFNAME{}", " ".repeat(100))));
+        }
+    }
+
+    #[test]
+    fn control_characters_from_the_host_are_shown_not_sent() {
+        let mut r = report();
+        r.settings[1].value = "eth0\x1b[2J".into();
+        r.settings[0].name = "NCCL_\x1b]0;pwned\x07".into();
+        r.checks[0]
+            .evidence
+            .push("ifname \x1b[31mred\r\nPASS  forged".into());
+        let text = render(&r, false);
+        assert!(!text.contains('\x1b') && !text.contains('\x07') && !text.contains('\r'));
+        assert!(
+            text.contains("\\x1b[31mred\\x0d\\x0aPASS  forged"),
+            "{text}"
+        );
     }
 }

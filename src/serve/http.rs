@@ -1,21 +1,36 @@
 //! A deliberately small HTTP/1.1 server for four GET endpoints: std's sockets and
 //! threads, httparse for the request head, and every bound explicit (no HTTP server
 //! crate offered all of them). One request per connection (`Connection: close`);
-//! the request head may be at most `MAX_HEAD` bytes and `MAX_HEADERS` lines and
-//! must arrive within `REQUEST_TIME`; at most `MAX_CONNECTIONS` are served at
-//! once (more get 503 at once); bodies are never read. Handlers only read
-//! prepared state, so no request waits on a driver call.
+//! the request head may be at most `MAX_HEAD` bytes (more gets 431, then the rest
+//! is read and dropped, up to a bound, so the client sees the answer rather than
+//! a reset) and `MAX_HEADERS` lines, and must arrive within `REQUEST_TIME`;
+//! bodies are never read. Handlers only read prepared state, so no request waits
+//! on a driver call.
+//!
+//! Probes must keep answering while anything that can reach the port opens
+//! connections and sends nothing (or a byte at a time): the kubelet restarts a
+//! sidecar whose /healthz fails. So at most `MAX_CONNECTIONS` are served at once,
+//! and when all are taken the oldest one still waiting for its request head is
+//! closed to make room for the new one (a kubelet probe sends its head at once,
+//! so it is never the oldest waiting for long); only when every slot is answering
+//! does a new connection get 503.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const MAX_HEAD: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 pub const MAX_CONNECTIONS: usize = 32;
+/// The whole request head must arrive within this. A probe sends its head at once;
+/// idle and slow connections do not wait this long for a slot to free, because
+/// they are evicted first when the slots run out.
 pub const REQUEST_TIME: Duration = Duration::from_secs(2);
+/// After a 431, at most this much of the rest of the request is read and dropped
+/// before closing, so the client reads the answer instead of a reset.
+const DRAIN_BYTES: usize = 64 * 1024;
 /// The longest the accept loop waits before looking at the stop flag again.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -63,8 +78,20 @@ fn send(stream: &mut TcpStream, response: &Response, head_only: bool) {
     let _ = stream.flush();
 }
 
+/// Where a request head is read from: a socket, or literal chunks in tests.
+trait HeadSource: Read {
+    /// The next read gives up after `left`.
+    fn set_deadline(&mut self, left: Duration);
+}
+
+impl HeadSource for TcpStream {
+    fn set_deadline(&mut self, left: Duration) {
+        let _ = self.set_read_timeout(Some(left));
+    }
+}
+
 /// The request's method and path, or the response that refuses the request.
-fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
+fn read_request(stream: &mut impl HeadSource) -> Result<(String, String), Response> {
     let started = Instant::now();
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
@@ -72,6 +99,9 @@ fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&head) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(Response::text(431, "request head too large\n"));
+            }
             Ok(httparse::Status::Complete(_)) => {
                 let method = request.method.unwrap_or_default();
                 let target = request.path.unwrap_or_default();
@@ -91,7 +121,7 @@ fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
         if left.is_zero() {
             return Err(Response::text(408, "request took too long\n"));
         }
-        let _ = stream.set_read_timeout(Some(left));
+        stream.set_deadline(left);
         match stream.read(&mut buf) {
             Ok(0) => return Err(Response::text(400, "connection closed mid-request\n")),
             Ok(n) => head.extend_from_slice(&buf[..n]),
@@ -101,11 +131,44 @@ fn read_request(stream: &mut TcpStream) -> Result<(String, String), Response> {
     }
 }
 
-fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync)) {
+/// Closes after a refusal without a TCP reset: closing a socket with unread data
+/// makes the kernel send RST, and the client may then lose the response it was
+/// sent. So: stop sending (FIN after the response), and read and drop what is
+/// still arriving, bounded in bytes and time.
+fn close_gracefully(stream: &mut TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    let mut drained = 0;
+    while drained < DRAIN_BYTES {
+        let left = REQUEST_TIME.saturating_sub(started.elapsed());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+fn handle(
+    mut stream: TcpStream,
+    route: &(dyn Fn(&str) -> Response + Sync),
+    head_read: impl FnOnce(),
+) {
     let _ = stream.set_write_timeout(Some(REQUEST_TIME));
-    let (method, path) = match read_request(&mut stream) {
+    let request = read_request(&mut stream);
+    head_read();
+    let (method, path) = match request {
         Ok(r) => r,
-        Err(refusal) => return send(&mut stream, &refusal, false),
+        Err(refusal) => {
+            send(&mut stream, &refusal, false);
+            if refusal.status == 431 {
+                close_gracefully(&mut stream);
+            }
+            return;
+        }
     };
     let head_only = method == "HEAD";
     let response = if method == "GET" || head_only {
@@ -114,6 +177,68 @@ fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync)) {
         Response::text(405, "only GET and HEAD\n")
     };
     send(&mut stream, &response, head_only);
+}
+
+/// One connection being served.
+struct Slot {
+    id: u64,
+    accepted: Instant,
+    /// Still waiting for the request head (the only state that may be evicted).
+    reading: bool,
+    /// A second handle on the socket, to shut it down from the accept loop.
+    socket: TcpStream,
+}
+
+/// The connections being served, at most `MAX_CONNECTIONS`.
+#[derive(Default)]
+struct Slots {
+    inner: Mutex<(u64, Vec<Slot>)>,
+}
+
+impl Slots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Vec<Slot>)> {
+        // A poisoned lock only means a handler panicked; the table is still whole.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for `stream`, evicting the oldest connection still waiting for its
+    /// request head when all are taken; `None` when every slot is answering.
+    fn admit(&self, stream: &TcpStream) -> Option<u64> {
+        let socket = stream.try_clone().ok()?;
+        let mut guard = self.lock();
+        let (next, slots) = &mut *guard;
+        if slots.len() >= MAX_CONNECTIONS {
+            let oldest = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.reading)
+                .min_by_key(|(_, s)| s.accepted)
+                .map(|(i, _)| i)?;
+            let evicted = slots.swap_remove(oldest);
+            // Its handler's read returns at once; it answers into a closed socket
+            // and ends. Its slot is free now, not when that thread ends.
+            let _ = evicted.socket.shutdown(std::net::Shutdown::Both);
+        }
+        *next += 1;
+        slots.push(Slot {
+            id: *next,
+            accepted: Instant::now(),
+            reading: true,
+            socket,
+        });
+        Some(*next)
+    }
+
+    /// The connection's request head is in: it is answered, not evicted.
+    fn answering(&self, id: u64) {
+        if let Some(s) = self.lock().1.iter_mut().find(|s| s.id == id) {
+            s.reading = false;
+        }
+    }
+
+    fn release(&self, id: u64) {
+        self.lock().1.retain(|s| s.id != id);
+    }
 }
 
 /// Serves until `stop` is set; returns within `POLL` of it (connections in flight
@@ -125,7 +250,7 @@ pub fn serve(
 ) -> std::io::Result<()> {
     use std::os::fd::AsFd;
     listener.set_nonblocking(true)?;
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
     while !stop.load(Ordering::Relaxed) {
         // Wait for a connection without spinning; SIGTERM interrupts the wait (the
         // handler is installed without SA_RESTART), and the timeout bounds it anyway.
@@ -151,8 +276,8 @@ pub fn serve(
             }
         };
         let _ = stream.set_nonblocking(false);
-        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::AcqRel);
+        let Some(id) = slots.admit(&stream) else {
+            // Every slot is answering a request: refuse this one at once.
             let mut s = stream;
             let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
             send(
@@ -161,19 +286,114 @@ pub fn serve(
                 false,
             );
             continue;
-        }
-        let (route, done) = (Arc::clone(&route), Arc::clone(&active));
+        };
+        let (route, slots_for_thread) = (Arc::clone(&route), Arc::clone(&slots));
         let spawned = std::thread::Builder::new()
             .name("http".into())
             .spawn(move || {
-                handle(stream, route.as_ref());
-                done.fetch_sub(1, Ordering::AcqRel);
+                handle(stream, route.as_ref(), || slots_for_thread.answering(id));
+                slots_for_thread.release(id);
             });
         if spawned.is_err() {
             // The closure (and the connection) were dropped unrun.
-            active.fetch_sub(1, Ordering::AcqRel);
+            slots.release(id);
             std::thread::sleep(POLL);
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes arriving in chunks of the given sizes, then the peer closing.
+    struct Chunks {
+        data: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+    }
+
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let size = self.sizes.pop().unwrap_or(usize::MAX).max(1);
+            let n = size.min(buf.len()).min(self.data.len() - self.at);
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    impl HeadSource for Chunks {
+        fn set_deadline(&mut self, _: Duration) {}
+    }
+
+    /// A bounded, seeded fuzz of the request head reader: mutations of real
+    /// requests (byte flips, insertions, cuts, repeated header lines, long lines),
+    /// arriving in random chunk sizes, get a method and path or one of the
+    /// documented refusals (400, 408, 431), never a panic, and heads over 8 KiB are
+    /// never accepted.
+    #[test]
+    fn fuzz_request_heads_with_seeded_mutations() {
+        let seeds: [&[u8]; 4] = [
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"HEAD /metrics?x=1 HTTP/1.0\n\n",
+            b"GET /report HTTP/1.1\r\nAccept: */*\r\nUser-Agent: kube-probe/1.30\r\n\r\n",
+            b"POST /readyz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+        ];
+        let mut state = 0x5eed_u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n.max(1) as u64) as usize
+        };
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..3000 {
+            let mut data = seeds[next(seeds.len())].to_vec();
+            for _ in 0..=next(3) {
+                let at = next(data.len() + 1);
+                match next(6) {
+                    0 if at < data.len() => data[at] = next(256) as u8,
+                    1 => data.insert(at, next(256) as u8),
+                    2 => data.truncate(at),
+                    3 => {
+                        let line = b"X-A: b\r\n".repeat(next(100));
+                        data.splice(at..at, line);
+                    }
+                    4 => {
+                        data.splice(at..at, vec![b'a'; next(20_000)]);
+                    }
+                    _ => {
+                        data.splice(at..at, b"\r\n".to_vec());
+                    }
+                };
+            }
+            let sizes = (0..64).map(|_| 1 + next(2048)).collect();
+            let mut source = Chunks {
+                data: data.clone(),
+                at: 0,
+                sizes,
+            };
+            match read_request(&mut source) {
+                Ok((method, _)) => {
+                    ok += 1;
+                    assert!(!method.is_empty(), "{:?}", String::from_utf8_lossy(&data));
+                    let end = data.windows(2).position(|w| w == b"\n\n" || w == b"\r\n");
+                    assert!(
+                        end.is_some_and(|e| e <= MAX_HEAD),
+                        "an over-long head was accepted"
+                    );
+                }
+                Err(r) => {
+                    refused += 1;
+                    assert!([400, 408, 431].contains(&r.status), "{}", r.status);
+                }
+            }
+        }
+        assert!(
+            ok > 300 && refused > 300,
+            "accepted {ok}, refused {refused}"
+        );
+    }
 }

@@ -45,6 +45,25 @@ struct KindLabels {
     kind: String,
 }
 
+/// A label value escaped as the exposition format requires (backslash, double
+/// quote and line feed as `\\`, `\"`, `\n`: Prometheus text format 0.0.4 and
+/// OpenMetrics 1.0 "Escaping"). prometheus-client 0.23 writes label values as
+/// they are (its issue #151), so an RDMA device or counter name holding `"` and a
+/// newline would forge samples or break the scrape. Every label value that comes
+/// from the host goes through here.
+fn label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 const STATUSES: [Status; 4] = [Status::Pass, Status::Warn, Status::Fail, Status::Skip];
 
 fn float_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
@@ -87,7 +106,7 @@ pub fn render(
             for s in STATUSES {
                 checks
                     .get_or_create(&CheckLabels {
-                        check: c.id.clone(),
+                        check: label_value(&c.id),
                         status: s.label().to_ascii_lowercase(),
                     })
                     .set(i64::from(c.status == s));
@@ -144,7 +163,7 @@ pub fn render(
     for ((gpu, code), n) in &xids.counts {
         events
             .get_or_create(&XidLabels {
-                gpu: gpu.to_string(),
+                gpu: label_value(&gpu.to_string()),
                 xid: code.to_string(),
             })
             .set(i64::try_from(*n).unwrap_or(i64::MAX));
@@ -209,7 +228,7 @@ pub fn render(
                         .get_or_create(&LinkCounterLabels {
                             gpu: g.index.to_string(),
                             link: l.link.to_string(),
-                            counter: counter.clone(),
+                            counter: label_value(counter),
                         })
                         .set(i64::try_from(*value).unwrap_or(i64::MAX));
                 }
@@ -263,9 +282,9 @@ pub fn render(
                 for (counter, value) in &p.error_counters {
                     errors
                         .get_or_create(&PortCounterLabels {
-                            device: d.name.clone(),
+                            device: label_value(&d.name),
                             port: p.port.to_string(),
-                            counter: counter.clone(),
+                            counter: label_value(counter),
                         })
                         .set(i64::try_from(*value).unwrap_or(i64::MAX));
                 }
@@ -281,4 +300,47 @@ pub fn render(
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::Finding;
+    use crate::report::Report;
+    use crate::test_facts;
+
+    #[test]
+    fn rdma_device_name_with_quote_and_newline_cannot_forge_samples() {
+        // Issue 18: label values were not escaped (prometheus-client issue #151).
+        let hostile = "mlx5_0\"} 1\nnccl_preflight_forged{x=\"\\";
+        let mut device = test_facts::rdma_device(
+            hostile,
+            "mlx5_core",
+            "0000:0c:00.0",
+            "/sys/devices/x",
+            "ACTIVE",
+            "InfiniBand",
+        );
+        device.ports[0]
+            .error_counters
+            .insert("symbol_error\"\n".into(), 3);
+        let facts = test_facts::with_rdma(test_facts::healthy(), vec![device]);
+        let snapshot = super::super::Snapshot {
+            report: Some(Report::new(facts, Vec::new(), Vec::new())),
+            ..Default::default()
+        };
+        let xid = Finding::new("gpu-xid", Status::Pass, "none");
+        let text = render(&snapshot, &xid, &Default::default(), true);
+        assert!(
+            !text.lines().any(|l| l.starts_with("nccl_preflight_forged")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"device="mlx5_0\"} 1\nnccl_preflight_forged{x=\"\\",port="1",counter="symbol_error\"\n"} 3"#
+            ),
+            "{text}"
+        );
+        assert_eq!(label_value("a\\b\"c\nd"), r#"a\\b\"c\nd"#);
+    }
 }

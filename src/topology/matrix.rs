@@ -192,11 +192,58 @@ mod tests {
     }
 }
 
+/// The most GPUs a matrix covers. The matrices are square, so their size grows
+/// with the square of the GPU count: 2,000 GPUs in saved facts took 59 s and
+/// 1.85 GB to print 200 MB of `doctor` output. Real nodes have at most 8 or 16
+/// (an NVL72 rack's 72 GPUs are still within this); past it, the first
+/// `MAX_MATRIX_GPUS` are shown and the rest counted in `gpus_left_out`.
+pub const MAX_MATRIX_GPUS: usize = 128;
+
+/// Look-ups by NVML index, built once per set of matrices (a linear search per
+/// cell made the matrices cubic in the GPU count).
+struct Index<'a> {
+    gpus: std::collections::BTreeMap<u32, &'a NvmlGpu>,
+    pairs: std::collections::BTreeMap<(u32, u32), &'a GpuPair>,
+}
+
+impl<'a> Index<'a> {
+    fn new(facts: &'a NvmlFacts) -> Index<'a> {
+        Index {
+            gpus: facts.gpus.iter().map(|g| (g.index, g)).collect(),
+            pairs: facts.pairs.iter().map(|p| ((p.a, p.b), p)).collect(),
+        }
+    }
+
+    fn pair(&self, a: u32, b: u32) -> Option<&'a GpuPair> {
+        self.pairs.get(&(a, b)).copied()
+    }
+
+    /// `link_label` without the linear searches.
+    fn link_label(&self, a: u32, b: u32) -> String {
+        if a == b {
+            return "X".into();
+        }
+        let (Some(ga), Some(gb)) = (self.gpus.get(&a), self.gpus.get(&b)) else {
+            return "?".into();
+        };
+        let n = nvlinks_between(ga, gb);
+        if n > 0 {
+            return format!("NV{n}");
+        }
+        self.pair(a, b)
+            .and_then(|p| p.common_ancestor.value())
+            .map_or("?".into(), |l| pcie_label(l).to_string())
+    }
+}
+
 /// Every matrix `doctor` prints, indexed by NVML GPU index order.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Matrices {
-    /// NVML indices, the order of rows and columns.
+    /// NVML indices, the order of rows and columns (at most `MAX_MATRIX_GPUS`).
     pub gpus: Vec<u32>,
+    /// GPUs past `MAX_MATRIX_GPUS`, not in the matrices.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gpus_left_out: usize,
     /// `nvidia-smi topo -m` notation.
     pub topology: Vec<Vec<String>>,
     /// `nvidia-smi topo -p2p r|w|n|a` notation; `X` on the diagonal.
@@ -208,9 +255,12 @@ pub struct Matrices {
     pub p2p_read_write: Vec<Vec<String>>,
 }
 
-/// One cell per ordered pair of GPUs, in NVML index order.
-fn grid(facts: &NvmlFacts, cell: impl Fn(u32, u32) -> String) -> Vec<Vec<String>> {
-    let order: Vec<u32> = facts.gpus.iter().map(|g| g.index).collect();
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One cell per ordered pair of the shown GPUs, in NVML index order.
+fn grid(order: &[u32], cell: impl Fn(u32, u32) -> String) -> Vec<Vec<String>> {
     order
         .iter()
         .map(|&a| order.iter().map(|&b| cell(a, b)).collect())
@@ -218,12 +268,12 @@ fn grid(facts: &NvmlFacts, cell: impl Fn(u32, u32) -> String) -> Vec<Vec<String>
 }
 
 /// A P2P matrix: X on the diagonal, `cell` of each pair's facts elsewhere.
-fn square(facts: &NvmlFacts, cell: impl Fn(&GpuPair) -> String) -> Vec<Vec<String>> {
-    grid(facts, |a, b| {
+fn square(order: &[u32], index: &Index<'_>, cell: impl Fn(&GpuPair) -> String) -> Vec<Vec<String>> {
+    grid(order, |a, b| {
         if a == b {
             "X".to_string()
         } else {
-            pair(facts, a, b).map_or("?".into(), &cell)
+            index.pair(a, b).map_or("?".into(), &cell)
         }
     })
 }
@@ -233,17 +283,25 @@ fn status(o: &crate::facts::Observed<String>) -> String {
 }
 
 pub fn matrices(facts: &NvmlFacts) -> Matrices {
+    let index = Index::new(facts);
+    let order: Vec<u32> = facts
+        .gpus
+        .iter()
+        .map(|g| g.index)
+        .take(MAX_MATRIX_GPUS)
+        .collect();
     Matrices {
-        gpus: facts.gpus.iter().map(|g| g.index).collect(),
-        topology: grid(facts, |a, b| link_label(facts, a, b)),
-        p2p_read: square(facts, |p| status(&p.p2p_read)),
-        p2p_write: square(facts, |p| status(&p.p2p_write)),
-        p2p_nvlink: square(facts, |p| status(&p.p2p_nvlink)),
-        p2p_atomics: square(facts, |p| status(&p.p2p_atomics)),
-        p2p_read_write: square(facts, |p| {
+        gpus_left_out: facts.gpus.len() - order.len(),
+        topology: grid(&order, |a, b| index.link_label(a, b)),
+        p2p_read: square(&order, &index, |p| status(&p.p2p_read)),
+        p2p_write: square(&order, &index, |p| status(&p.p2p_write)),
+        p2p_nvlink: square(&order, &index, |p| status(&p.p2p_nvlink)),
+        p2p_atomics: square(&order, &index, |p| status(&p.p2p_atomics)),
+        p2p_read_write: square(&order, &index, |p| {
             let (r, w) = (status(&p.p2p_read), status(&p.p2p_write));
             if r != "OK" { r } else { w }
         }),
+        gpus: order,
     }
 }
 
@@ -260,5 +318,25 @@ mod matrix_tests {
         assert_eq!(m.topology, [["X", "NV18"], ["NV18", "X"]]);
         assert_eq!(m.p2p_read_write, [["X", "OK"], ["NS", "X"]]);
         assert_eq!(m.p2p_write[1][0], "NS");
+        assert_eq!(m.gpus_left_out, 0);
+    }
+
+    #[test]
+    fn two_thousand_gpus_make_capped_matrices() {
+        // Issue 18: 2,000 GPUs in `doctor --facts` took 59 s and 1.85 GB.
+        let mut f = h200x2();
+        let template = f.gpus[0].clone();
+        f.gpus = (0..2000)
+            .map(|i| {
+                let mut g = template.clone();
+                g.index = i;
+                g
+            })
+            .collect();
+        let m = matrices(&f);
+        assert_eq!(m.gpus.len(), MAX_MATRIX_GPUS);
+        assert_eq!(m.gpus_left_out, 2000 - MAX_MATRIX_GPUS);
+        assert_eq!(m.topology.len(), MAX_MATRIX_GPUS);
+        assert!(m.topology.iter().all(|r| r.len() == MAX_MATRIX_GPUS));
     }
 }

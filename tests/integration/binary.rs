@@ -79,3 +79,66 @@ fn release_binary_needs_only_glibc_2_17() {
         "no GLIBC version found in {path}: not a glibc binary?"
     );
 }
+
+/// Issue 13: a FIFO in place of a file under --host-root hung `check` for ever.
+/// In a copy of a fixture tree, /proc/self/mountinfo becomes a FIFO nobody writes.
+#[test]
+fn fifo_in_the_host_root_fails_its_fact_instead_of_hanging() {
+    use super::support::*;
+    let fixture = repo().join("tests/fixtures/healthy-pod");
+    let dir = scratch("fifo-root");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture.join("root"))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let mountinfo = dir.join("root/proc/self/mountinfo");
+    std::fs::remove_file(&mountinfo).unwrap();
+    nix::unistd::mkfifo(&mountinfo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let root = dir.join("root");
+    let kernel = fixture.join("kernel.json");
+    let mut env: Vec<(String, String)> = fixture_env("healthy-pod");
+    env.extend(
+        NO_VENDOR_LIBS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut child = command(
+        &[
+            "check",
+            "--format",
+            "json",
+            "--timeout",
+            "2s",
+            "--host-root",
+            root.to_str().unwrap(),
+            "--replay-kernel",
+            kernel.to_str().unwrap(),
+        ],
+        &env,
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Bounded wait: a regression hangs, and the test must fail rather than hang too.
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("check still waits on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let r = report(&out);
+    let text = finding(&r, "dev-shm").to_string();
+    assert!(
+        text.contains("proc/self/mountinfo") && text.contains("a FIFO, not a regular file"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -126,3 +126,165 @@ fn colour_only_on_a_terminal() {
     let out = in_fixture("runtime-defaults", &[], &[]);
     assert!(!stdout(&out).contains('\x1b'));
 }
+
+#[test]
+fn boolean_variables_accept_1_0_yes_no_on_off() {
+    // Issue 16: NCCL_PREFLIGHT_TRACE=1 (and DRY_RUN, BENCH) exited 2: clap's default
+    // parser for a flag's variable takes only true/false.
+    let dry_run = |value: &str| {
+        fixture_command(
+            "healthy-pod",
+            "exec",
+            &["--", "/bin/true"],
+            &[("NCCL_PREFLIGHT_DRY_RUN", value)],
+        )
+        .output()
+        .unwrap()
+    };
+    for (value, on) in [
+        ("1", true),
+        ("yes", true),
+        ("on", true),
+        ("true", true),
+        ("0", false),
+        ("no", false),
+        ("off", false),
+        ("false", false),
+    ] {
+        let out = dry_run(value);
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
+        // A dry run prints `exec CMD` instead of running it.
+        assert_eq!(
+            stdout(&out).contains("/bin/true"),
+            on,
+            "{value}: {}",
+            stdout(&out)
+        );
+    }
+    let out = dry_run("maybe");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--dry-run"), "{}", stderr(&out));
+    for (value, on) in [("yes", true), ("1", true), ("no", false), ("0", false)] {
+        let out = in_fixture("healthy-pod", &[], &[("NCCL_PREFLIGHT_TRACE", value)]);
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
+        assert_eq!(stderr(&out).contains("trace: nvmlInit"), on, "{value}");
+    }
+    // BENCH=0 is "no bench", so it does not conflict with --facts (clap counted a
+    // variable set to false as the flag given); BENCH=1 does.
+    let facts = repo().join("tests/golden/healthy-pod/report.json");
+    for (value, code) in [("0", 0), ("1", 2)] {
+        let out = run(
+            &["init", "--facts", facts.to_str().unwrap()],
+            &[("NCCL_PREFLIGHT_BENCH", value)],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{value}: {err}");
+        assert_eq!(
+            err.contains("--bench") && err.contains("--facts"),
+            code == 2,
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn check_into_a_closed_pipe_ends_quietly_with_the_verdicts_code() {
+    // Issue 16: `nccl-preflight check | head` panicked on the broken pipe and exited 2
+    // "internal error". The read end is closed before the tool writes, so the first
+    // write fails with EPIPE every time.
+    for (fixture, code) in [("healthy-pod", 0), ("runtime-defaults", 1)] {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = fixture_command(fixture, "check", &[], &[])
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{fixture}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{fixture}: nothing on standard error");
+    }
+}
+
+#[test]
+fn relative_nccl_topo_file_is_found_in_the_working_directory() {
+    // Issue 16: a relative NCCL_TOPO_FILE was reported missing when it existed; NCCL
+    // opens it with fopen, relative to the working directory.
+    let dir = scratch("relative-topo");
+    std::fs::write(dir.join("topo.xml"), "<system/>").unwrap();
+    let out = command(
+        &["facts", "--cuda", "off"],
+        &[
+            ("NCCL_TOPO_FILE", "topo.xml"),
+            ("NCCL_CONF_FILE", "missing.conf"),
+        ],
+    )
+    .current_dir(&dir)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        facts["named_files"],
+        serde_json::json!({"missing.conf": false, "topo.xml": true})
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn facts_dev_zero_is_refused_at_the_size_cap() {
+    // Issue 13: `check --facts /dev/zero` grew to 8.8 GB RSS before anything stopped it.
+    for flag in ["--facts", "--replay-kernel"] {
+        let out = run(&["check", flag, "/dev/zero"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{flag} /dev/zero: larger than 64 MiB")),
+            "{flag}: {err}"
+        );
+    }
+}
+
+#[test]
+fn two_thousand_gpus_and_100k_interfaces_replay_with_capped_output() {
+    // Issue 18: 2,000 GPUs in `doctor` took 59 s and 1.85 GB (200 MB printed);
+    // 100k interfaces took over 120 s. Both are now linear, and the matrices capped.
+    let dir = scratch("absurd-sizes");
+    let golden = repo().join("tests/golden/gpu-h100-nv18/report.json");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let mut facts = report["facts"].clone();
+    let nvml = &mut facts["gpus"]["nvml"]["state"]["loaded"];
+    let template = nvml["gpus"][0].clone();
+    nvml["gpus"] = (0..2000)
+        .map(|i| {
+            let mut g = template.clone();
+            g["index"] = i.into();
+            g["pci_bus_id"] =
+                serde_json::json!({"value": format!("0000:{:02x}:{:02x}.0", i / 256, i % 256)});
+            g
+        })
+        .collect();
+    nvml["pairs"] = serde_json::json!([]);
+    let net = &mut facts["network"];
+    let mut interfaces = net["interfaces"]["value"].as_array().unwrap().clone();
+    let mut addresses = net["addresses"]["value"].as_array().unwrap().clone();
+    for i in 0..100_000u32 {
+        let name = format!("veth{i}");
+        interfaces.push(serde_json::json!({"name": name, "up": true, "running": true, "loopback": false, "kind": "veth"}));
+        addresses.push(serde_json::json!({"interface": name, "family": "inet",
+            "address": format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255), "prefix_len": 32}));
+    }
+    net["interfaces"]["value"] = interfaces.into();
+    net["addresses"]["value"] = addresses.into();
+    let path = dir.join("facts.json");
+    std::fs::write(&path, facts.to_string()).unwrap();
+    let out = run(&["doctor", "--facts", path.to_str().unwrap()], &[]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("(the first 128 GPUs; 1872 more left out of the matrices)"),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(text.len() < 4 << 20, "doctor printed {} bytes", text.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -105,3 +105,28 @@ fn dry_run_prints_and_runs_nothing() {
         "{text}"
     );
 }
+
+#[test]
+fn hung_driver_call_that_was_ignored_refuses_exec_and_says_why() {
+    // Issue 16: after a hung driver call the user ignored (--ignore gpu-devices), exec
+    // printed "starting ..." and exited 1 without a reason.
+    let out = exec_in(
+        "gpu-hung-p2p-query",
+        &["/bin/echo", "started"],
+        &[("NCCL_PREFLIGHT_IGNORE", "gpu-devices")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "", "the command did not run");
+    let err = stderr(&out);
+    assert!(!err.contains("; starting"), "{err}");
+    assert!(
+        err.contains(
+            "not starting /bin/echo: a GPU driver call did not return within --timeout 1.0 s"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("Verdict: WARN"),
+        "the report says which call: {err}"
+    );
+}

@@ -92,3 +92,92 @@ fn termination_log_only_when_present_or_named() {
     assert!(text.len() <= 4096);
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn env_file_dev_null_is_refused_not_replaced() {
+    // Issue 18: `init --env-file /dev/null` replaced the machine's /dev/null with a
+    // regular file and exited 0.
+    use std::os::unix::fs::FileTypeExt;
+    let out = init_in_fixture(&["--env-file", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--env-file /dev/null") && err.contains("character device"),
+        "{err}"
+    );
+    assert!(
+        fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+}
+
+#[test]
+fn termination_log_symlink_does_not_truncate_its_target_and_the_verdict_stands() {
+    // Issue 18: `--termination-log` through a planted symlink truncated its target;
+    // and a termination log that cannot be written turned exit 1 into exit 2 with no
+    // report.
+    let dir = scratch("termination-link");
+    let victim = dir.join("victim");
+    fs::write(&victim, "precious").unwrap();
+    let link = dir.join("termination-log");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let report = dir.join("report.json");
+    let out = init_in_fixture(&[
+        "--termination-log",
+        link.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--min-shm",
+        "1TiB",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the failed check's exit code stands"
+    );
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: termination message not written") && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert!(
+        stdout(&out).contains("Verdict: FAIL"),
+        "the report is printed"
+    );
+    assert!(report.exists(), "the other outputs are written");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn outputs_naming_one_file_exit_2_before_writing() {
+    // Issue 18: `--env-file X --nccl-conf X` silently lost the env file.
+    let dir = scratch("same-file");
+    fs::create_dir(dir.join("sub")).unwrap();
+    let x = dir.join("x");
+    let other = dir.join("sub/../x");
+    let out = init_in_fixture(&[
+        "--env-file",
+        x.to_str().unwrap(),
+        "--nccl-conf",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("name the same file"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!x.exists());
+    let out = init_in_fixture(&[
+        "--report",
+        x.to_str().unwrap(),
+        "--termination-log",
+        x.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!x.exists());
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -137,8 +137,12 @@ fn endpoints_answer_from_the_last_run() {
     );
     // Bare LF line ends, as some clients send them, are a request like any other.
     assert_eq!(raw(&server, b"GET /healthz?x=1 HTTP/1.0\n\n").0, 200);
-    let big = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
-    assert_eq!(raw(&server, big.as_bytes()).0, 431);
+    // Issue 18: heads over 8 KiB got a TCP reset instead of the 431: the rest of
+    // the head is now read and dropped (up to 64 KiB) before the connection closes.
+    for size in [9_000, 20_000, 60_000] {
+        let big = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(size));
+        assert_eq!(raw(&server, big.as_bytes()).0, 431, "{size}");
+    }
     let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
     assert_eq!(
         raw(
@@ -155,37 +159,38 @@ fn endpoints_answer_from_the_last_run() {
 }
 
 #[test]
-fn connections_are_bounded_and_sigterm_stops_the_server_at_once() {
+fn healthz_answers_under_a_flood_of_idle_connections_and_sigterm_stops_at_once() {
     let mut server = start("healthy-pod", &["--interval", "60s"]);
-    // 32 idle connections hold every slot; the next is refused at once.
-    let idle: Vec<TcpStream> = (0..32)
+    // Issue 18: 32 idle connections made 98% of /healthz probes answer 503. Now a
+    // flood of idle connections (far more than the 32 slots) evicts the oldest idle
+    // one for each new connection, and every probe answers.
+    let idle: Vec<TcpStream> = (0..256)
         .map(|_| TcpStream::connect(&server.addr).unwrap())
         .collect();
-    // Once the server has accepted all 32 (a loaded machine takes a while), the next
-    // is refused at once; an idle one is cut off after 2 s, so look before that.
-    let connected = Instant::now();
-    loop {
-        let asked = Instant::now();
-        if get(&server, "/healthz").0 == 503 {
-            assert!(asked.elapsed() < Duration::from_secs(1));
-            break;
-        }
-        assert!(
-            connected.elapsed() < Duration::from_millis(1500),
-            "the 33rd connection was never refused"
+    for probe in 0..20 {
+        let (status, _, body) = get(&server, "/healthz");
+        assert_eq!(
+            status, 200,
+            "probe {probe} under 256 idle connections: {body}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Slowloris: connections that send a byte of their head now and then.
+    let mut slow: Vec<TcpStream> = (0..64)
+        .map(|_| {
+            let mut s = TcpStream::connect(&server.addr).unwrap();
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\n");
+            s
+        })
+        .collect();
+    for probe in 0..20 {
+        for s in &mut slow {
+            let _ = s.write_all(b"X");
+        }
+        let (status, _, body) = get(&server, "/healthz");
+        assert_eq!(status, 200, "probe {probe} under slowloris: {body}");
     }
     drop(idle);
-    // Slots come back once the idle connections are gone.
-    let started = Instant::now();
-    while get(&server, "/healthz").0 != 200 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "slots never came back"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    drop(slow);
     let started = Instant::now();
     // SAFETY: sending a signal to our own child process.
     assert_eq!(

@@ -38,7 +38,7 @@ fn hung_fact(h: &Hung) -> FactError {
         h.call.clone(),
         format!(
             "did not return within {:.1} s: the driver or a GPU is hung (check dmesg for Xid errors)",
-            h.waited.as_secs_f64()
+            h.deadline.as_secs_f64()
         ),
     )
 }
@@ -100,7 +100,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             let result = handle.join().unwrap_or_else(|_| {
                 Err(Hung {
                     call: "the CUDA thread (it panicked)".into(),
-                    waited: Duration::ZERO,
+                    deadline: Duration::ZERO,
                 })
             });
             cuda_state(result, &mut hung)
@@ -108,7 +108,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         Some(Err(e)) => cuda_state(
             Err(Hung {
                 call: format!("starting the CUDA thread ({e})"),
-                waited: Duration::ZERO,
+                deadline: Duration::ZERO,
             }),
             &mut hung,
         ),

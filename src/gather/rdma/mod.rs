@@ -201,7 +201,7 @@ pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
         Err(h) => {
             let e = FactError::new(
                 h.call.clone(),
-                format!("did not return within {:.1} s", h.waited.as_secs_f64()),
+                format!("did not return within {:.1} s", h.deadline.as_secs_f64()),
             );
             (assemble(host, options, devices, failed_libraries(e)), true)
         }
