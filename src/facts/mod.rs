@@ -62,6 +62,20 @@ pub struct FactError {
     pub source: String,
     /// The operating system's or parser's message.
     pub message: String,
+    /// What kind of failure it was, where that decides the verdict; `None` for the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<FailureKind>,
+}
+
+/// Failures whose kind, not their text, decides what a check says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// A vendor call or read did not return within `--timeout`: the driver or device is stuck.
+    Timeout,
+    /// This process ran out of its own resources (a thread it could not start, ENOMEM from
+    /// dlopen or mmap under a small `ulimit -v`): the tool's limits, not the node's fault.
+    OwnResources,
 }
 
 impl FactError {
@@ -69,7 +83,21 @@ impl FactError {
         FactError {
             source: source.into(),
             message: message.to_string(),
+            kind: None,
         }
+    }
+
+    /// The same error, marked with its kind.
+    pub fn with_kind(mut self, kind: FailureKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// True when this process's own limits caused it: an errno of ENOMEM or EAGAIN
+    /// in the message of a call that allocates (dlopen maps the library, a thread needs a
+    /// stack), or the kind says so.
+    pub fn is_own_resources(&self) -> bool {
+        self.kind == Some(FailureKind::OwnResources)
     }
 }
 

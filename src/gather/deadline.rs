@@ -65,6 +65,9 @@ pub struct Hung {
     /// measured: that varies from run to run ("1.0 s", "1.1 s" on a loaded machine)
     /// and these texts reach reports and golden files.
     pub deadline: Duration,
+    /// The worker thread could not be started (this process's own thread or address-space
+    /// limit): nothing is stuck in a driver.
+    pub not_started: bool,
 }
 
 impl std::fmt::Display for Hung {
@@ -101,6 +104,7 @@ pub fn run<T: Send + 'static>(
         return Err(Hung {
             call: format!("starting the {name} thread ({e})"),
             deadline: Duration::ZERO,
+            not_started: true,
         });
     }
     let tick = (deadline / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
@@ -109,7 +113,11 @@ pub fn run<T: Send + 'static>(
             Ok(value) => return Ok(value),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if let Some(call) = watch.overdue(deadline) {
-                    return Err(Hung { call, deadline });
+                    return Err(Hung {
+                        call,
+                        deadline,
+                        not_started: false,
+                    });
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -118,6 +126,7 @@ pub fn run<T: Send + 'static>(
                         "the {name} thread (it ended without a result: a panic in a vendor call)"
                     ),
                     deadline: Duration::ZERO,
+                    not_started: false,
                 });
             }
         }

@@ -108,6 +108,10 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
     }
 }
 
+const OWN_RESOURCES_FIX: &str = "\
+Run nccl-preflight with room to load the NVIDIA libraries and start its threads: a larger address-space
+limit (ulimit -v; NVML and libcuda map hundreds of MiB) and thread limit (ulimit -u, the pod's pids limit).";
+
 fn nvml_failure_fix(message: &str) -> &'static str {
     if message.contains("did not return") {
         "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it."
@@ -154,6 +158,17 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         }
         LibraryState::Skipped { reason } => {
             return Finding::new(ID, Status::Skip, format!("NVML not probed ({reason})"));
+        }
+        LibraryState::Failed(e) if e.is_own_resources() => {
+            // Not the node's fault: never ask to drain it for this process's limits.
+            let status = if policy.require.gpus.is_some() {
+                Status::Fail
+            } else {
+                Status::Warn
+            };
+            return Finding::new(ID, status, format!("could not determine the GPUs: {e}"))
+                .evidence(format!("library {}", gpus.nvml.library))
+                .remediation(OWN_RESOURCES_FIX);
         }
         LibraryState::Failed(e) => {
             return Finding::new(ID, Status::Fail, format!("NVML failed: {e}"))
@@ -490,6 +505,34 @@ mod tests {
             .status,
             Status::Pass
         );
+    }
+
+    #[test]
+    fn regression_own_resource_exhaustion_is_not_blamed_on_the_node() {
+        // prlimit --as=8M: no thread could start; --as=128M: dlopen ENOMEM.
+        for e in [
+            crate::facts::FactError::new(
+                "starting the nvml thread (Resource temporarily unavailable (os error 11))",
+                "this process ran out of its own resources",
+            )
+            .with_kind(crate::facts::FailureKind::OwnResources),
+            crate::facts::FactError::new(
+                "dlopen(libnvidia-ml.so.1)",
+                "libnvidia-ml.so.1: cannot open shared object file: Cannot allocate memory",
+            )
+            .with_kind(crate::facts::FailureKind::OwnResources),
+        ] {
+            let mut f = healthy();
+            f.gpus.nvml.state = LibraryState::Failed(e);
+            let finding = judge(&f, &Policy::default());
+            assert_eq!(finding.status, Status::Warn, "{finding:?}");
+            let fix = finding.remediation.unwrap();
+            assert!(
+                !fix.contains("drain") && !fix.contains("do not match"),
+                "{fix}"
+            );
+            assert!(fix.contains("ulimit -v"), "{fix}");
+        }
     }
 
     #[test]

@@ -230,3 +230,34 @@ fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
     assert_eq!(check_status(&r, "nccl-env"), "warn");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 18: under a small address space the tool said "the driver or a GPU is hung ...
+/// drain the node" (no thread could start) or "driver libraries do not match" (dlopen's
+/// ENOMEM). Its own limits are never the node's fault, and nothing panics.
+#[test]
+fn regression_small_address_space_is_not_blamed_on_the_node() {
+    if !require_tools("small_address_space", &["prlimit"]) {
+        return;
+    }
+    for limit in [
+        "--as=8388608",
+        "--as=33554432",
+        "--as=67108864",
+        "--as=134217728",
+    ] {
+        let out = wrapped(&["prlimit", limit], &["check"]);
+        let text = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(
+            matches!(out.status.code(), Some(0..=2)),
+            "{limit}: {:?}\n{text}",
+            out.status
+        );
+        assert!(!text.contains("internal error"), "{limit}: {text}");
+        assert!(!text.contains("drain"), "{limit}: {text}");
+        assert!(!text.contains("is hung"), "{limit}: {text}");
+        assert!(
+            !text.contains("do not match the node's driver"),
+            "{limit}: {text}"
+        );
+    }
+}

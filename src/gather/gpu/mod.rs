@@ -34,6 +34,9 @@ pub struct GpuOptions {
 pub struct HungCall(pub bool);
 
 fn hung_fact(h: &Hung) -> FactError {
+    if h.not_started {
+        return own_resources(&h.call);
+    }
     FactError::new(
         h.call.clone(),
         format!(
@@ -41,6 +44,28 @@ fn hung_fact(h: &Hung) -> FactError {
             h.deadline.as_secs_f64()
         ),
     )
+    .with_kind(crate::facts::FailureKind::Timeout)
+}
+
+/// A library that could not be mapped for lack of memory (dlopen's "Cannot allocate memory"
+/// under a small `ulimit -v`) failed for this process's limits, not because the driver
+/// libraries are wrong.
+fn mark_own_resources(e: FactError) -> FactError {
+    if e.source.starts_with("dlopen") && e.message.contains("Cannot allocate memory") {
+        e.with_kind(crate::facts::FailureKind::OwnResources)
+    } else {
+        e
+    }
+}
+
+/// This process could not start a thread: its own limits, not the node's fault.
+pub fn own_resources(call: &str) -> FactError {
+    FactError::new(
+        call,
+        "this process ran out of its own resources (its address-space or thread limit: ulimit -v / -u, \
+         or the container's pids limit); nothing is known about the GPUs",
+    )
+    .with_kind(crate::facts::FailureKind::OwnResources)
 }
 
 fn nvml_state(
@@ -49,10 +74,10 @@ fn nvml_state(
 ) -> LibraryState<crate::facts::gpu::NvmlFacts> {
     match r {
         Ok(nvml::Outcome::NotFound(message)) => LibraryState::NotFound { message },
-        Ok(nvml::Outcome::Failed(e)) => LibraryState::Failed(e),
+        Ok(nvml::Outcome::Failed(e)) => LibraryState::Failed(mark_own_resources(e)),
         Ok(nvml::Outcome::Loaded(f)) => LibraryState::Loaded(f),
         Err(h) => {
-            *hung = true;
+            *hung |= !h.not_started;
             LibraryState::Failed(hung_fact(&h))
         }
     }
@@ -64,10 +89,10 @@ fn cuda_state(
 ) -> LibraryState<crate::facts::gpu::CudaFacts> {
     match r {
         Ok(cuda::Outcome::NotFound(message)) => LibraryState::NotFound { message },
-        Ok(cuda::Outcome::Failed(e)) => LibraryState::Failed(e),
+        Ok(cuda::Outcome::Failed(e)) => LibraryState::Failed(mark_own_resources(e)),
         Ok(cuda::Outcome::Loaded(f)) => LibraryState::Loaded(f),
         Err(h) => {
-            *hung = true;
+            *hung |= !h.not_started;
             LibraryState::Failed(hung_fact(&h))
         }
     }
@@ -101,6 +126,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
                 Err(Hung {
                     call: "the CUDA thread (it panicked)".into(),
                     deadline: Duration::ZERO,
+                    not_started: false,
                 })
             });
             cuda_state(result, &mut hung)
@@ -109,6 +135,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             Err(Hung {
                 call: format!("starting the CUDA thread ({e})"),
                 deadline: Duration::ZERO,
+                not_started: true,
             }),
             &mut hung,
         ),

@@ -198,11 +198,16 @@ pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
     });
     match result {
         Ok(libs) => (assemble(host, options, devices, libs), false),
+        Err(h) if h.not_started => {
+            let e = crate::gather::gpu::own_resources(&h.call);
+            (assemble(host, options, devices, failed_libraries(e)), false)
+        }
         Err(h) => {
             let e = FactError::new(
                 h.call.clone(),
                 format!("did not return within {:.1} s", h.deadline.as_secs_f64()),
-            );
+            )
+            .with_kind(crate::facts::FailureKind::Timeout);
             (assemble(host, options, devices, failed_libraries(e)), true)
         }
     }
