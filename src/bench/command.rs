@@ -201,8 +201,17 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             crate::commands::emit(&text)?;
         }
     }
+    let code = match report.verdict {
+        Status::Fail => 1,
+        // A bench that measured nothing could not do its job: exit 2, as for any tool error.
+        Status::Skip => {
+            eprintln!("nccl-preflight: bench: nothing was measured (see the skips above)");
+            2
+        }
+        _ => 0,
+    };
     Ok(Exit {
-        code: if report.verdict == Status::Fail { 1 } else { 0 },
+        code,
         hung: hung || nvml_hung.0,
     })
 }

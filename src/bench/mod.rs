@@ -189,7 +189,12 @@ pub fn judge(
     }
     BenchReport {
         schema: SCHEMA,
-        verdict: crate::finding::verdict(&findings),
+        // Nothing measured is not a pass: the verdict says skip, and `bench` exits 2.
+        verdict: if findings.iter().all(|f| f.status == Status::Skip) {
+            Status::Skip
+        } else {
+            crate::finding::verdict(&findings)
+        },
         wall_seconds: wall.as_secs_f64(),
         budget_seconds: settings.budget.as_secs_f64(),
         min_bandwidth_fraction: settings.min_fraction,

@@ -103,6 +103,19 @@ pub fn human(report: &BenchReport, color: bool) -> String {
         out.push('\n');
     }
     crate::render::human::findings(&mut out, &report.findings, color);
+    if report.verdict == crate::finding::Status::Skip {
+        let _ = writeln!(
+            out,
+            "\nNOTHING MEASURED: {}",
+            report
+                .findings
+                .iter()
+                .map(|f| format!("{}: {}", f.id, f.summary))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        return out;
+    }
     let _ = writeln!(
         out,
         "\n{} in {:.2} s (budget {} s, threshold {:.0}% of the link)",

@@ -233,14 +233,21 @@ fn hung_calls_fail_on_time_naming_the_call() {
 
 #[test]
 fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
-    // No libcuda: nothing to measure, both skip, exit 0.
+    // No libcuda: nothing to measure, both skip. Issue 13: that is not a pass (it
+    // printed "PASS in 0.00 s" and exited 0): the verdict is skip and the exit code 2.
     let (out, r) = bench(
         "no-driver",
         TWO_H200,
         &[],
         &[("NCCL_PREFLIGHT_CUDA_LIB", "absent/libcuda.so.1")],
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(r["verdict"], "skip");
+    assert!(
+        stderr(&out).contains("nothing was measured"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(finding(&r, "gpu-bandwidth")["status"], "skip");
     assert_eq!(
         finding(&r, "nccl-allreduce")["summary"],
@@ -248,7 +255,7 @@ fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
     );
     // One visible GPU.
     let (out, r) = bench("one-gpu", TWO_H200, &[], &[("CUDA_VISIBLE_DEVICES", "1")]);
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         finding(&r, "gpu-bandwidth")["summary"],
         "1 GPU visible: nothing to measure between GPUs"
@@ -273,7 +280,7 @@ fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
         &["nccl", "--nccl-sizes", "1MiB"],
         &[("NCCL_PREFLIGHT_NCCL_LIB", "absent/libnccl.so.2")],
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         finding(&r, "nccl-allreduce")["summary"],
         "no NCCL library found"
