@@ -154,15 +154,21 @@ pub fn render(e: &Explanation, color: bool) -> String {
         }
     } else {
         out.push_str("Transports (connection lines):\n");
-        let width = s
+        // Padding by hand: a runtime `{:width$}` above 65,535 panics, and names come from logs.
+        let shown: Vec<(std::borrow::Cow<str>, &u64)> = s
             .transport_counts
-            .keys()
-            .map(String::len)
+            .iter()
+            .map(|(t, n)| (visible(t), n))
+            .collect();
+        let width = shown
+            .iter()
+            .map(|(t, _)| crate::render::human::width(t))
             .max()
             .unwrap_or(0);
-        for (t, n) in &s.transport_counts {
-            let t = visible(t);
-            let _ = writeln!(out, "  {t:width$}  {n}");
+        for (t, n) in &shown {
+            out.push_str("  ");
+            crate::render::human::pad(&mut out, t, width);
+            let _ = writeln!(out, "  {n}");
         }
         if s.proxied_connections > 0 {
             let _ = writeln!(
@@ -185,4 +191,24 @@ pub fn render(e: &Explanation, color: bool) -> String {
         paint(e.verdict.label(), e.verdict, color)
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn regression_a_transport_name_past_65535_characters_does_not_panic() {
+        let mut e = crate::explain::explain(
+            "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n".as_bytes(),
+            "log",
+        )
+        .unwrap();
+        let long = format!("NET/{}", "x".repeat(70_000));
+        e.summary.transport_counts.insert(long.clone(), 3);
+        let text = super::render(&e, false);
+        assert!(
+            text.contains(&format!("{long}  3")),
+            "the long name is printed whole"
+        );
+        assert!(text.contains("P2P/IPC"));
+    }
 }
