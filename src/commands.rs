@@ -2,255 +2,24 @@
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
 use crate::cli::{CheckArgs, ExecArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
-use crate::facts::{FACTS_SCHEMA, Facts};
-use crate::gather::gpu::{GpuOptions, HungCall};
-use crate::gather::rdma::RdmaOptions;
-use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
-use crate::judge::{self, Status};
+use crate::finding::Status;
+use crate::gather::gpu::HungCall;
+use crate::judge;
 use crate::output::{self, Output};
-use crate::policy::{self, Policy};
 use crate::render;
-use crate::report::{REPORT_SCHEMA, Report};
+use crate::report::Report;
+pub use crate::run::{
+    EXIT_FAILED, EXIT_OK, Exit, MAX_INPUT_BYTES, build_policy, emit, emit_err, evaluate,
+    evaluate_under, load_facts, use_color,
+};
+use crate::run::{describing, exit_code, gather_facts, print};
 use crate::tune;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_FAILED: u8 = 1;
 
 /// Where the kubelet mounts the container's termination message file.
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
-
-/// A command's exit: its code, and whether a vendor call hung, in which case the
-/// process must leave with `_exit` rather than run library destructors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit {
-    pub code: u8,
-    pub hung: bool,
-}
-
-impl Exit {
-    fn new(code: u8, hung: HungCall) -> Exit {
-        Exit { code, hung: hung.0 }
-    }
-}
-
-/// `probe_all` loads every vendor library even where no device needs it (`doctor`,
-/// `--require rdma|efa`).
-fn gather_facts(
-    args: &GatherArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-) -> Result<(Facts, HungCall)> {
-    // File reads get the vendor calls' deadline: a hung driver can block them too.
-    let host = Host::with_deadline(&args.host_root, args.timeout);
-    let kernel: Box<dyn Kernel> = match &args.replay_kernel {
-        None => Box::new(LiveKernel),
-        Some(path) => {
-            let text = read_whole(&format!("--replay-kernel {}", path.display()), path)?;
-            let recording: replay::Recording = serde_json::from_str(&text).with_context(|| {
-                format!("--replay-kernel {}: not a kernel recording", path.display())
-            })?;
-            Box::new(replay::ReplayKernel::new(recording, &args.host_root))
-        }
-    };
-    let env_var = |name: &str| {
-        env.iter()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.to_str())
-            .map(String::from)
-    };
-    let vendor = gather::VendorOptions {
-        gpu: GpuOptions {
-            nvml_library: args.nvml_lib.clone(),
-            cuda_library: args.cuda_lib.clone(),
-            call_timeout: args.timeout,
-            trace: args.trace,
-            cuda: args.cuda == Switch::On,
-            unjudged: args.unjudged,
-        },
-        rdma: RdmaOptions {
-            verbs_library: args.verbs_lib.clone(),
-            fabric_libraries: match &args.fabric_lib {
-                Some(l) => vec![l.clone()],
-                None => gather::rdma::fabric::LOCATIONS
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
-            },
-            nccl_libraries: gather::rdma::nccl_locations(args.nccl_lib.as_deref()),
-            net_plugin_env: env_var("NCCL_NET_PLUGIN"),
-            memreg_bytes: args.memreg_size,
-            call_timeout: args.timeout,
-            trace: args.trace,
-            probe_all,
-            own_image: args.image == crate::cli::ImageArg::Own,
-        },
-        image: image_role(args.image),
-    };
-    Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
-}
-
-fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
-    match arg {
-        crate::cli::ImageArg::Trainer => crate::facts::ImageRole::Trainer,
-        crate::cli::ImageArg::Own => crate::facts::ImageRole::Own,
-    }
-}
-
-/// The most a file read whole (`--facts`, `--replay-kernel`) may hold. A facts
-/// document of a 2,000-GPU, 100k-interface machine is under 64 MiB; more is not one
-/// (`--facts /dev/zero` grew to 8.8 GB before anything stopped it).
-pub const MAX_INPUT_BYTES: u64 = 64 << 20;
-
-/// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
-/// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
-fn read_whole(flag: &str, path: &Path) -> Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).with_context(|| flag.to_string())?;
-    let mut bytes = Vec::new();
-    file.take(MAX_INPUT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| flag.to_string())?;
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
-        bail!(
-            "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
-            crate::units::format_bytes(MAX_INPUT_BYTES)
-        );
-    }
-    String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
-}
-
-/// Loads saved facts: a facts document, or a report (its `facts`). A document
-/// from another schema version is refused rather than misread.
-pub fn load_facts(path: &Path) -> Result<Facts> {
-    let flag = format!("--facts {}", path.display());
-    let text = read_whole(&flag, path)?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
-    let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-    let facts = if schema == FACTS_SCHEMA {
-        value
-    } else if schema == REPORT_SCHEMA {
-        value
-            .get("facts")
-            .cloned()
-            .ok_or_else(|| anyhow!("{flag}: report has no facts"))?
-    } else if schema.starts_with("nccl-preflight/") {
-        bail!(
-            "{flag}: schema {schema:?} is not one this version reads ({FACTS_SCHEMA} or {REPORT_SCHEMA}); it was written by another nccl-preflight version"
-        )
-    } else {
-        bail!("{flag}: not an nccl-preflight facts document (no \"schema\": {FACTS_SCHEMA:?})")
-    };
-    let facts: Facts = serde_json::from_value(facts).map_err(|e| anyhow!("{flag}: {e}"))?;
-    if facts.schema != FACTS_SCHEMA {
-        bail!(
-            "{flag}: facts schema {:?} is not {FACTS_SCHEMA}",
-            facts.schema
-        );
-    }
-    Ok(facts)
-}
-
-pub(crate) fn build_policy(args: &CheckArgs) -> Result<Policy> {
-    let policy = policy::build(
-        &args.ignore,
-        &args.require,
-        args.min_shm.as_deref(),
-        args.min_memlock.as_deref(),
-    )
-    .map_err(|e| anyhow!(e))?;
-    for id in &policy.ignore {
-        if !judge::check_ids().any(|known| known == id) {
-            eprintln!(
-                "nccl-preflight: note: --ignore {id}: no check has this id in this version (known: {})",
-                judge::check_ids().collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
-    Ok(policy)
-}
-
-pub(crate) fn evaluate(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-) -> Result<(Report, HungCall)> {
-    // Flags are validated before anything is gathered: a typo costs nothing.
-    let policy = build_policy(args)?;
-    evaluate_under(args, env, probe_all, &policy)
-}
-
-/// `evaluate` with the policy already built from `args`.
-pub(crate) fn evaluate_under(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-    policy: &Policy,
-) -> Result<(Report, HungCall)> {
-    let (mut facts, hung) = match &args.facts {
-        Some(path) => (load_facts(path)?, HungCall(false)),
-        None => gather_facts(&args.gather, env, probe_all || policy.require.any_rdma())?,
-    };
-    // What the command line says about the job wins over what was gathered or saved.
-    if let Some(n) = args.gather.nodes {
-        facts.launcher.insert(
-            crate::layout::NODES_VAR.to_string(),
-            crate::facts::EnvValue::text(n.to_string()),
-        );
-    }
-    if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
-        facts.image = crate::facts::ImageRole::Own;
-    }
-    let findings = judge::judge(&facts, policy);
-    let settings = tune::tune(&facts);
-    Ok((Report::new(facts, findings, settings), hung))
-}
-
-pub(crate) fn use_color(env: &[(OsString, OsString)]) -> bool {
-    // https://no-color.org: any non-empty NO_COLOR disables colour.
-    let no_color = env.iter().any(|(k, v)| k == "NO_COLOR" && !v.is_empty());
-    !no_color && std::io::stdout().is_terminal()
-}
-
-/// Writes `text` to standard output. A reader that went away (`check | head`)
-/// is not an error: the rest of the output is dropped quietly and the command
-/// still exits with its verdict's code, as the pipeline's status should say what
-/// the check found. `print!` would panic there (Rust ignores SIGPIPE, so the
-/// write returns EPIPE).
-pub fn emit(text: &str) -> Result<()> {
-    emit_to(&mut std::io::stdout().lock(), text).context("writing to standard output")
-}
-
-/// `emit` for standard error (the report of `exec`, whose standard output is CMD's).
-pub fn emit_err(text: &str) -> Result<()> {
-    emit_to(&mut std::io::stderr().lock(), text).context("writing to standard error")
-}
-
-fn emit_to(out: &mut dyn std::io::Write, text: &str) -> std::io::Result<()> {
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
-}
-
-fn print(report: &Report, format: Format, env: &[(OsString, OsString)]) -> Result<()> {
-    match format {
-        Format::Human => emit(&render::human::render(report, use_color(env))),
-        Format::Json => emit(&render::json::render(report)),
-    }
-}
-
-fn exit_code(report: &Report) -> u8 {
-    if report.verdict == Status::Fail {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
-    }
-}
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (report, hung) = evaluate(args, env, false)?;
@@ -285,16 +54,6 @@ fn probe_line(report: &Report) -> String {
         return format!("fail: {}", list.join("; "));
     }
     format!("ok: {passed} passed, {warned} warning(s)")
-}
-
-/// `args` with the facts no check judges (NVLink CRC data counters, NUMA affinity):
-/// `doctor`, `facts` and `serve` show them; the gates (`check`, `init`, `exec`,
-/// `probe`) leave out their ~50 ms of per-call NVML reads on a 2x H200.
-pub fn describing(args: &GatherArgs) -> GatherArgs {
-    GatherArgs {
-        unjudged: true,
-        ..args.clone()
-    }
 }
 
 pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
@@ -657,7 +416,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fuzz-facts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("facts.json");
-        let policy = policy::build(&[], &[], None, None).unwrap();
+        let policy = crate::policy::build(&[], &[], None, None).unwrap();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let (mut loaded, mut refused) = (0, 0);
         for _ in 0..400 {
@@ -706,7 +465,7 @@ mod tests {
             "^", "=", ":", ",", "eth", "0", "1", "ib", "mlx5_", "lo", "docker", " ", "", "\u{1b}",
             "é", "\n", "-", "*",
         ];
-        let policy = policy::build(&[], &[], None, None).unwrap();
+        let policy = crate::policy::build(&[], &[], None, None).unwrap();
         let base = test_facts::with_ib(test_facts::healthy());
         let mut rng = Rng(0x0123_4567_89ab_cdef);
         for _ in 0..1500 {

@@ -6,6 +6,17 @@
 use crate::facts::EnvValue;
 use std::collections::BTreeMap;
 
+/// Launcher and container variables that say how ranks and GPUs are laid out.
+pub const LAUNCHER_VARS: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "KUBERNETES_SERVICE_HOST",
+    "LOCAL_WORLD_SIZE",
+    "NVIDIA_VISIBLE_DEVICES",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "WORLD_SIZE",
+];
+
 fn number(env: &BTreeMap<String, EnvValue>, name: &str) -> Option<u64> {
     env.get(name)?.value.trim().parse().ok()
 }

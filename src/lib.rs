@@ -20,6 +20,7 @@ pub mod policy;
 pub mod remediation;
 pub mod render;
 pub mod report;
+pub mod run;
 pub mod serve;
 pub mod topology;
 pub mod tune;

@@ -334,7 +334,7 @@ pub fn with_rdma(mut facts: Facts, devices: Vec<rdma::RdmaDevice>) -> Facts {
 pub fn with_env(mut facts: Facts, pairs: &[(&str, &str)]) -> Facts {
     for (k, v) in pairs {
         let value = EnvValue::text(*v);
-        if crate::gather::environment::LAUNCHER_VARS.contains(k) {
+        if crate::layout::LAUNCHER_VARS.contains(k) {
             facts.launcher.insert(k.to_string(), value);
         } else {
             facts.nccl_env.insert(k.to_string(), value);

@@ -4,7 +4,7 @@
 
 use crate::cli::InitArgs;
 use crate::finding::ids;
-use crate::judge::{Finding, Status};
+use crate::finding::{Finding, Status};
 use std::ffi::OsString;
 use std::io::Read;
 use std::process::{Command, Stdio};

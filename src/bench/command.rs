@@ -4,11 +4,11 @@
 use super::driver::{Driver, Opened};
 use super::{Budget, Measured, Settings, nccl, p2p};
 use crate::cli::{BenchArgs, BenchKind, Format};
-use crate::commands::Exit;
 use crate::finding::Status;
 use crate::gather::deadline::{self, Watch};
 use crate::gather::gpu::{self, GpuOptions};
 use crate::gather::host::Host;
+use crate::run::Exit;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
@@ -190,15 +190,14 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         (&settings, started.elapsed()),
     );
     match args.format {
-        Format::Human => crate::commands::emit(&super::render::human(
-            &report,
-            crate::commands::use_color(env),
-        ))?,
+        Format::Human => {
+            crate::run::emit(&super::render::human(&report, crate::run::use_color(env)))?
+        }
         Format::Json => {
             let mut text =
                 serde_json::to_string_pretty(&report).context("serializing the bench report")?;
             text.push('\n');
-            crate::commands::emit(&text)?;
+            crate::run::emit(&text)?;
         }
     }
     let code = match report.verdict {

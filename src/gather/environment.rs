@@ -7,16 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-/// Launcher and container variables that say how ranks and GPUs are laid out.
-pub const LAUNCHER_VARS: &[&str] = &[
-    "CUDA_VISIBLE_DEVICES",
-    "KUBERNETES_SERVICE_HOST",
-    "LOCAL_WORLD_SIZE",
-    "NVIDIA_VISIBLE_DEVICES",
-    "PET_NNODES",
-    "PET_NPROC_PER_NODE",
-    "WORLD_SIZE",
-];
+pub use crate::layout::LAUNCHER_VARS;
 
 /// Variables that name a file NCCL reads.
 pub const FILE_VARIABLES: &[&str] = &["NCCL_CONF_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_FILE"];

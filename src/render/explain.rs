@@ -6,7 +6,7 @@
 use super::human::{findings, paint};
 use super::visible;
 use crate::explain::Explanation;
-use crate::judge::Finding;
+use crate::finding::Finding;
 use std::fmt::Write;
 
 /// The items, shown visibly and joined; `empty` when there are none.

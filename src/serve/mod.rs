@@ -9,10 +9,10 @@ pub mod metrics;
 pub mod xid;
 
 use crate::cli::ServeArgs;
-use crate::commands::Exit;
 use crate::finding::{Finding, Status};
 use crate::policy::Policy;
 use crate::report::Report;
+use crate::run::Exit;
 use anyhow::{Context, Result};
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -190,7 +190,7 @@ impl Shared {
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
 fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, runs: u64) -> bool {
     let started = Instant::now();
-    let outcome = crate::commands::evaluate_under(&args.check, env, false, &shared.policy);
+    let outcome = crate::run::evaluate_under(&args.check, env, false, &shared.policy);
     let mut next = Snapshot {
         took: started.elapsed(),
         runs,
@@ -235,7 +235,7 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
 /// It reads the facts no check judges too (NVLink error counters for /metrics).
 fn without_cuda(args: &ServeArgs) -> ServeArgs {
     let mut args = args.clone();
-    args.check.gather = crate::commands::describing(&args.check.gather);
+    args.check.gather = crate::run::describing(&args.check.gather);
     args.check.gather.cuda = crate::cli::Switch::Off;
     args
 }
@@ -246,7 +246,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     }
     let args = &without_cuda(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
-    let policy = crate::commands::build_policy(&args.check)?;
+    let policy = crate::run::build_policy(&args.check)?;
     let stale_after = args
         .stale_after
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);

@@ -10,6 +10,7 @@ mod fixtures;
 mod gang_fake;
 mod image;
 mod kernel;
+mod layering;
 mod nccl_vars;
 mod outputs;
 mod rdma;
