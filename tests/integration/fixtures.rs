@@ -826,40 +826,6 @@ fn a_real_h200_reports_no_recovery_action() {
     );
 }
 
-/// Facts gathered from a fixture through the fake vendor libraries, for edits a host tree
-/// cannot easily show (device nodes a pod did not get, a driver's sysfs attribute).
-fn fixture_facts(name: &str) -> serde_json::Value {
-    let out = fixture_command(name, "facts", &[], &[]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
-}
-
-/// `check --format json` on saved facts with extra flags: (exit code, report).
-fn check_facts(facts: &serde_json::Value, flags: &[&str]) -> (i32, serde_json::Value) {
-    // One folder per call: tests run in parallel and each removes its own.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = scratch(&format!("scope-facts-{call}"));
-    let path = dir.join("facts.json");
-    fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
-    let path = path.display().to_string();
-    let mut args = vec!["check", "--format", "json", "--facts", &path];
-    args.extend(flags);
-    let out = run(&args, &[]);
-    let code = out.status.code().unwrap();
-    fs::remove_dir_all(&dir).unwrap();
-    (code, report(&out))
-}
-
-/// Leaves the device nodes of the first `keep` uverbs entries, as when the pod requested fewer
-/// RDMA devices than the node has (sysfs still lists them all).
-fn keep_device_nodes(facts: &mut serde_json::Value, keep: usize) {
-    let nodes = facts["rdma"]["uverbs"]["value"].as_array_mut().unwrap();
-    for n in nodes.iter_mut().skip(keep) {
-        n["open"] = serde_json::Value::Null;
-    }
-}
-
 #[test]
 fn own_image_skips_the_image_checks_on_healthy_efa_roce_and_ib_nodes() {
     // The shipped EKS/RoCE initContainers ran in this image and failed healthy nodes.
@@ -916,15 +882,15 @@ fn own_image_skips_the_image_checks_on_healthy_efa_roce_and_ib_nodes() {
 
 #[test]
 fn pod_without_the_rdma_resource_is_scoped_to_the_job() {
-    let mut facts = fixture_facts("rdma-p5-efa");
+    let mut facts = gathered_facts("rdma-p5-efa", &[]);
     keep_device_nodes(&mut facts, 0);
-    let (code, r) = check_facts(&facts, &["--nodes", "1"]);
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "1"]);
     assert_eq!(code, 0, "one node: warn at most");
     assert_eq!(status(&r, "rdma-devices"), "warn");
     for id in ["libfabric", "nccl-net-plugin", "memlock"] {
         assert_ne!(status(&r, id), "fail", "{id}");
     }
-    let (code, r) = check_facts(&facts, &["--nodes", "16"]);
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "16"]);
     assert_eq!(code, 1);
     let f = finding(&r, "rdma-devices");
     assert_eq!(f["status"], "fail");
@@ -946,9 +912,9 @@ fn pod_without_the_rdma_resource_is_scoped_to_the_job() {
 #[test]
 fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
     // p5: 8 of 32 EFA usable from an 8-GPU pod.
-    let mut facts = fixture_facts("rdma-p5-efa");
+    let mut facts = gathered_facts("rdma-p5-efa", &[]);
     keep_device_nodes(&mut facts, 8);
-    let (code, r) = check_facts(&facts, &["--nodes", "4"]);
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "4"]);
     assert_eq!(code, 1);
     let f = finding(&r, "rdma-devices");
     assert!(
@@ -958,16 +924,16 @@ fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
             .contains("8 of the 32 EFA devices"),
         "{f}"
     );
-    let (code, r) = check_facts(&facts, &["--nodes", "1"]);
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "1"]);
     assert_eq!((code, status(&r, "rdma-devices")), (0, "warn"));
-    let (code, _) = check_facts(&facts, &["--nodes", "1", "--require", "efa"]);
+    let (code, _) = check_saved_facts("fixture", &facts, &["--nodes", "1", "--require", "efa"]);
     assert_eq!(code, 1, "--require efa means enough EFA for these GPUs");
-    let (code, _) = check_facts(&facts, &["--nodes", "1", "--require", "efa=8"]);
+    let (code, _) = check_saved_facts("fixture", &facts, &["--nodes", "1", "--require", "efa=8"]);
     assert_eq!(code, 0);
     // p4d: 1 of 4.
-    let mut facts = fixture_facts("rdma-p4d-efa");
+    let mut facts = gathered_facts("rdma-p4d-efa", &[]);
     keep_device_nodes(&mut facts, 1);
-    let (code, r) = check_facts(&facts, &["--nodes", "2"]);
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "2"]);
     assert_eq!(code, 1);
     assert!(
         finding(&r, "rdma-devices")["summary"]
@@ -979,13 +945,13 @@ fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
 
 #[test]
 fn efa_gdr_through_efas_own_driver_passes_without_nvidia_peermem() {
-    let mut facts = fixture_facts("rdma-no-gdr");
-    let (code, r) = check_facts(&facts, &[]);
+    let mut facts = gathered_facts("rdma-no-gdr", &[]);
+    let (code, r) = check_saved_facts("fixture", &facts, &[]);
     assert_eq!((code, status(&r, "gdr")), (1, "fail"));
     for d in facts["rdma"]["devices"]["value"].as_array_mut().unwrap() {
         d["efa_p2p"] = "NVIDIA".into();
     }
-    let (code, r) = check_facts(&facts, &[]);
+    let (code, r) = check_saved_facts("fixture", &facts, &[]);
     assert_eq!(
         (code, status(&r, "gdr")),
         (0, "pass"),
@@ -1020,11 +986,11 @@ fn more_ranks_than_visible_gpus_fails() {
 #[test]
 fn a_degraded_hca_link_is_named_on_a_multi_node_job() {
     // An NDR HCA that trained at HDR after a bad cable: every ring runs at its speed.
-    let mut facts = fixture_facts("rdma-ib-ndr");
-    let (code, _) = check_facts(&facts, &[]);
+    let mut facts = gathered_facts("rdma-ib-ndr", &[]);
+    let (code, _) = check_saved_facts("fixture", &facts, &[]);
     assert_eq!(code, 0);
     facts["rdma"]["devices"]["value"][3]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)".into();
-    let (code, r) = check_facts(&facts, &[]);
+    let (code, r) = check_saved_facts("fixture", &facts, &[]);
     assert_eq!(code, 1);
     let f = finding(&r, "rdma-devices");
     assert!(

@@ -16,7 +16,6 @@
 
 use super::support::*;
 use serde_json::{Value, json};
-use std::fs;
 
 /// One situation: where it comes from, the facts that show it, and the expert's verdict.
 struct Scenario {
@@ -79,19 +78,6 @@ fn nvml(f: &mut Value) -> &mut Value {
 /// CUDA's loaded facts.
 fn cuda(f: &mut Value) -> &mut Value {
     &mut f["gpus"]["cuda"]["state"]["loaded"]
-}
-
-/// Leaves the device nodes of the first `keep` uverbs entries, as when the pod requested
-/// fewer RDMA devices than the node has (sysfs still lists them all).
-fn keep_device_nodes(f: &mut Value, keep: usize) {
-    for n in f["rdma"]["uverbs"]["value"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .skip(keep)
-    {
-        n["open"] = Value::Null;
-    }
 }
 
 /// The RDMA device `name`.
@@ -876,38 +862,11 @@ fn not_gathered() -> Vec<NotGathered> {
     ]
 }
 
-/// Facts gathered from a fixture through the fake vendor libraries, with `env` in the pod.
-fn gather(fixture: &str, env: &[(&str, &str)]) -> Value {
-    let out = fixture_command(fixture, "facts", &[], env)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{fixture}: {}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// `check --format json --facts` on `facts` with `flags`: (exit code, report). Each row has
-/// its own scratch directory, so rows can run beside other tests.
-fn replay(id: &str, facts: &Value, flags: &[&str]) -> (i32, Value) {
-    let dir = scratch(&format!("scenario-{id}"));
-    let path = dir.join("facts.json");
-    fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
-    let path = path.display().to_string();
-    let mut args = vec!["check", "--format", "json", "--facts", &path];
-    args.extend(flags);
-    let out = run(&args, &[]);
-    fs::remove_dir_all(&dir).unwrap();
-    let code = out
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("{id}: killed: {}", stderr(&out)));
-    (code, report(&out))
-}
-
 /// Runs a scenario's situation through the tool.
 fn run_scenario(s: &Scenario) -> (i32, Value) {
-    let mut facts = gather(s.fixture, s.env);
+    let mut facts = gathered_facts(s.fixture, s.env);
     (s.edit)(&mut facts);
-    replay(s.id, &facts, s.flags)
+    check_saved_facts(s.id, &facts, s.flags)
 }
 
 /// Where the report misses the scenario's verdict, one line each; empty when it gives it.
@@ -990,7 +949,7 @@ fn incidents_the_tool_still_judges_differently_from_an_expert() {
 #[test]
 fn verdicts_that_need_facts_not_gathered_yet() {
     for n in not_gathered() {
-        let facts = gather(n.fixture, &[]);
+        let facts = gathered_facts(n.fixture, &[]);
         let object = facts
             .pointer(n.object)
             .and_then(Value::as_object)

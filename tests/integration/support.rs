@@ -349,3 +349,50 @@ pub fn require_tools(test: &str, tools: &[&str]) -> bool {
         require(test, found, tool)
     })
 }
+
+/// Facts gathered from a fixture through the fake vendor libraries, with `env` in the pod:
+/// for situations a host tree cannot easily show, edited and replayed with `check_saved_facts`.
+pub fn gathered_facts(fixture: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let out = fixture_command(fixture, "facts", &[], env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{fixture}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `check --format json --facts` on `facts` with `flags`: (exit code, report). Each call
+/// has its own scratch folder, so tests running side by side never remove another's file.
+pub fn check_saved_facts(
+    label: &str,
+    facts: &serde_json::Value,
+    flags: &[&str],
+) -> (i32, serde_json::Value) {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("saved-facts-{label}-{call}"));
+    let path = dir.join("facts.json");
+    std::fs::write(&path, serde_json::to_string(facts).unwrap()).unwrap();
+    let path = path.display().to_string();
+    let mut args = vec!["check", "--format", "json", "--facts", &path];
+    args.extend(flags);
+    let out = run(&args, &[]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let code = out
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("{label}: killed: {}", stderr(&out)));
+    (code, report(&out))
+}
+
+/// Leaves the device nodes of the first `keep` uverbs entries, as when the pod requested
+/// fewer RDMA devices than the node has (sysfs still lists them all).
+pub fn keep_device_nodes(facts: &mut serde_json::Value, keep: usize) {
+    for n in facts["rdma"]["uverbs"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .skip(keep)
+    {
+        n["open"] = serde_json::Value::Null;
+    }
+}
