@@ -113,7 +113,7 @@ fn link_problems(devices: &[&RdmaDevice], status: Status) -> Vec<Problem> {
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let scope = Scope::of(facts);
-    let required = rdma_scope::required(policy);
+    let required = policy.require.any_rdma();
     let platform = crate::platform::of(facts);
     let expected_efa = platform.and_then(|p| p.efa_devices);
     let devices = match scope.devices {
@@ -303,9 +303,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     problems.extend(link_problems(&judged, scope.in_use_status(required)));
     let usable = scope.usable.len();
     let usable_efa = scope.usable_efa();
-    let unopenable = problems
-        .iter()
-        .any(|p| p.summary.contains("cannot be opened"));
+    let unopenable = scope.refused_nodes > 0;
     if usable == 0 && scope.nodes_unknown.is_none() && !unopenable {
         // The pod did not get the devices: its spec, not its image, is what to fix.
         problems.push(Problem::new(

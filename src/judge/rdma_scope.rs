@@ -17,7 +17,6 @@ use super::Status;
 use crate::facts::rdma::RdmaDevice;
 use crate::facts::{FactError, Facts, ImageRole, Observed};
 use crate::layout::Span;
-use crate::policy::Policy;
 
 /// The RDMA picture of this container.
 pub struct Scope<'a> {
@@ -30,6 +29,8 @@ pub struct Scope<'a> {
     pub nodes_unknown: Option<&'a FactError>,
     /// Devices whose device node is in this container and opens.
     pub usable: Vec<&'a RdmaDevice>,
+    /// Device nodes in this container that refuse to open (the pod got them, something blocks them).
+    pub refused_nodes: usize,
 }
 
 /// How many RDMA NICs the pod's GPUs need, and why that many.
@@ -64,7 +65,12 @@ impl<'a> Scope<'a> {
                     .collect()
             })
             .unwrap_or_default();
+        let refused_nodes = nodes
+            .iter()
+            .filter(|n| n.open.as_ref().is_some_and(|o| o.refused.is_some()))
+            .count();
         Scope {
+            refused_nodes,
             span: crate::layout::span(&facts.launcher),
             own_image: facts.image == ImageRole::Own,
             devices,
@@ -185,11 +191,6 @@ pub fn nic_need(facts: &Facts) -> Option<NicNeed> {
                 .join(", ")
         ),
     })
-}
-
-/// Whether a requirement asks for RDMA.
-pub fn required(policy: &Policy) -> bool {
-    policy.require.any_rdma()
 }
 
 #[cfg(test)]
