@@ -93,9 +93,8 @@ impl FactError {
         self
     }
 
-    /// True when this process's own limits caused it: an errno of ENOMEM or EAGAIN
-    /// in the message of a call that allocates (dlopen maps the library, a thread needs a
-    /// stack), or the kind says so.
+    /// True when this process's own limits caused it (gather marks those: a thread it could
+    /// not start, dlopen's ENOMEM).
     pub fn is_own_resources(&self) -> bool {
         self.kind == Some(FailureKind::OwnResources)
     }

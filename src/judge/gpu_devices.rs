@@ -238,6 +238,17 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ));
         }
         LibraryState::Skipped { reason } => evidence.push(format!("CUDA driver not probed ({reason})")),
+        // This process's own limits (no thread for the CUDA probe, dlopen's ENOMEM) are not
+        // the driver's fault: the same typed kind as NVML's decides, not the text.
+        LibraryState::Failed(e) if e.is_own_resources() => problems.push(Problem::new(
+            if policy.require.gpus.is_some() {
+                Status::Fail
+            } else {
+                Status::Warn
+            },
+            format!("could not probe the CUDA driver: {e}"),
+            OWN_RESOURCES_FIX,
+        )),
         LibraryState::Failed(e) => problems.push(Problem::new(
             Status::Fail,
             format!("CUDA driver failed: {e}"),
@@ -533,6 +544,21 @@ mod tests {
             );
             assert!(fix.contains("ulimit -v"), "{fix}");
         }
+    }
+
+    #[test]
+    fn regression_a_cuda_probe_without_a_thread_is_not_a_driver_failure() {
+        let mut f = healthy();
+        f.gpus.cuda.state = LibraryState::Failed(
+            crate::facts::FactError::new(
+                "starting the CUDA thread (Resource temporarily unavailable (os error 11))",
+                "this process ran out of its own resources",
+            )
+            .with_kind(crate::facts::FailureKind::OwnResources),
+        );
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Warn, "{finding:?}");
+        assert!(finding.remediation.unwrap().contains("ulimit -v"));
     }
 
     #[test]
