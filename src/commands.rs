@@ -8,9 +8,8 @@ use crate::judge;
 use crate::output::{self, Output};
 use crate::render;
 use crate::report::Report;
-pub use crate::run::{
-    EXIT_FAILED, EXIT_OK, Exit, MAX_INPUT_BYTES, build_policy, emit, emit_err, evaluate,
-    evaluate_under, load_facts, use_color,
+use crate::run::{
+    EXIT_FAILED, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate, evaluate_under, use_color,
 };
 use crate::run::{describing, exit_code, gather_facts, print};
 use crate::tune;
@@ -431,7 +430,7 @@ mod tests {
                 text = String::from_utf8_lossy(&text.as_bytes()[..cut]).into_owned();
             }
             std::fs::write(&path, &text).unwrap();
-            let Ok(facts) = load_facts(&path) else {
+            let Ok(facts) = crate::run::load_facts(&path) else {
                 refused += 1;
                 continue;
             };
