@@ -677,6 +677,29 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         ];
         return run;
     }
+    if !first.done {
+        // Joined, then a peer died or the exchange stalled: nothing to compare.
+        let mut f = finding(
+            ids::GANG_CONSISTENCY,
+            Status::Fail,
+            format!(
+                "the fingerprint exchange did not finish: {}",
+                first.error.clone().unwrap_or_else(|| "no result".into())
+            ),
+        )
+        .remediation("A pod left the gang mid-way (crashed, killed or its network failed): check every pod's state and logs");
+        if let Some(e) = &first.last_error {
+            f.evidence.push(format!("NCCL: {e}"));
+        }
+        f.evidence.push(format!("stopped at: {}", first.stage));
+        run.consistency = Some(strip(first));
+        run.findings = vec![
+            join,
+            f,
+            skip(ids::GANG_BANDWIDTH, "the gang did not finish its exchange"),
+        ];
+        return run;
+    }
     for (i, hex) in first.fingerprints.iter().enumerate() {
         match handle::from_hex(hex)
             .ok_or(fingerprint::DecodeError::NotARecord)

@@ -7,6 +7,7 @@ mod deploy;
 mod exec;
 mod explain;
 mod fixtures;
+mod gang;
 mod gang_fake;
 mod image;
 mod kernel;

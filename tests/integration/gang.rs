@@ -1,0 +1,677 @@
+//! `nccl-preflight gang` end to end on loopback: several processes of the built
+//! binary, one per "node", each with the fake libcuda and NVML
+//! (tests/fakes/fake_cuda.c, fake_nvml.c) and the fake libnccl that bootstraps
+//! and moves data across processes over real TCP (tests/fakes/fake_nccl_gang.c),
+//! loaded through the same dlopen path as the real ones.
+//!
+//! Every run is bounded: a process still running at DEADLINE is killed and the
+//! test fails saying so. No test asserts a time.
+
+use super::support::*;
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest one gang run may take on a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// One H200 per node, or two.
+const ONE_GPU: &str = "driver 580.95.05
+cuda_version 13000
+gpu 0000:1b:00.0 9.0 143771 0 0-47 GPU-aaaa0000-0000-0000-0000-000000000000 NVIDIA H200
+";
+const TWO_GPUS: &str = "driver 580.95.05
+cuda_version 13000
+gpu 0000:1b:00.0 9.0 143771 0 0-47 GPU-aaaa0000-0000-0000-0000-000000000000 NVIDIA H200
+gpu 0000:43:00.0 9.0 143771 0 0-47 GPU-bbbb0000-0000-0000-0000-000000000000 NVIDIA H200
+p2p * * OK OK OK OK OK
+";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A node's own additions to the command line and environment.
+#[derive(Default, Clone)]
+struct Node {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+fn node() -> Node {
+    Node::default()
+}
+
+impl Node {
+    fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+}
+
+/// How one node's process ended.
+struct Ended {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ended {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+/// The environment every node shares: fake GPU libraries, the gang libnccl, no verbs.
+fn base_env(dir: &std::path::Path, scenario: &str) -> Vec<(String, String)> {
+    std::fs::write(dir.join("gpu.scenario"), scenario).unwrap();
+    let libs = fake_libs();
+    vec![
+        (
+            "FAKE_GPU_SCENARIO".into(),
+            dir.join("gpu.scenario").display().to_string(),
+        ),
+        (
+            "LD_LIBRARY_PATH".into(),
+            format!(
+                "{}:{}",
+                libs.join("nvidia").display(),
+                libs.join("nccl-gang").display()
+            ),
+        ),
+        (
+            "NCCL_PREFLIGHT_VERBS_LIB".into(),
+            "absent/libibverbs.so.1".into(),
+        ),
+        ("TMPDIR".into(), dir.display().to_string()),
+    ]
+}
+
+/// Starts `nodes[i]` as node i (ranks without an entry never start) of an
+/// `n`-node gang on 127.0.0.1 with `args`, and waits for all of them.
+fn gang(
+    name: &str,
+    scenario: &str,
+    n: usize,
+    args: &[&str],
+    nodes: Vec<Option<Node>>,
+) -> Vec<Option<Ended>> {
+    let dir = scratch(&format!("gang-{name}"));
+    let port = free_port().to_string();
+    let n_text = n.to_string();
+    let env = base_env(&dir, scenario);
+    let started = Instant::now();
+    let mut children: Vec<Option<Child>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, spec)| {
+            let spec = spec.as_ref()?;
+            let rank = rank.to_string();
+            let mut all: Vec<&str> = vec![
+                "gang",
+                "--gang-rank",
+                &rank,
+                "--gang-nodes",
+                &n_text,
+                "--gang-root",
+                "127.0.0.1",
+                "--gang-port",
+                &port,
+            ];
+            all.extend(args);
+            all.extend(spec.args.iter().map(String::as_str));
+            let mut cmd = command(&all, &[]);
+            cmd.envs(env.iter().map(|(k, v)| (k, v)))
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            Some(cmd.spawn().expect("start nccl-preflight gang"))
+        })
+        .collect();
+    let mut ended: Vec<Option<Ended>> = Vec::new();
+    for child in children.iter_mut() {
+        let Some(child) = child else {
+            ended.push(None);
+            continue;
+        };
+        loop {
+            if let Some(_status) = child.try_wait().unwrap() {
+                break;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child_output(child);
+        ended.push(Some(out));
+    }
+    let timed_out = started.elapsed() > DEADLINE;
+    assert!(
+        !timed_out,
+        "gang {name}: a node was still running after {DEADLINE:?}"
+    );
+    // NCCL's logs went to private files in TMPDIR, removed after each phase.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "gpu.scenario")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    ended
+}
+
+fn child_output(child: &mut Child) -> Ended {
+    use std::io::Read;
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_string(&mut stdout).unwrap();
+    }
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_string(&mut stderr).unwrap();
+    }
+    let status = child.wait().unwrap();
+    Ended {
+        code: status.code(),
+        stdout,
+        stderr,
+    }
+}
+
+fn gang_finding<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["gang"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report:#}"))
+}
+
+fn text(f: &Value) -> String {
+    format!("{} {}", f["summary"], f["evidence"])
+}
+
+#[test]
+fn four_healthy_nodes_join_agree_and_measure_every_link() {
+    let ended = gang(
+        "healthy4",
+        ONE_GPU,
+        4,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB,256KiB",
+            "--gang-iterations",
+            "2",
+        ],
+        vec![Some(node()); 4],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(0), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        assert_eq!(r["schema"], "nccl-preflight/report/v1");
+        assert_eq!(r["verdict"], "pass");
+        for id in ["gang-join", "gang-consistency", "gang-bandwidth"] {
+            assert_eq!(gang_finding(&r, id)["status"], "pass", "{id}: {r:#}");
+            // The gang's checks are in the report's checks too, under --ignore like any.
+            assert!(
+                r["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["id"] == id)
+            );
+        }
+        let g = &r["gang"];
+        assert_eq!(g["identity"]["node_rank"], rank as u64);
+        assert_eq!(g["fingerprints"].as_array().unwrap().len(), 4);
+        assert_eq!(g["fingerprints"][2]["node_rank"], 2);
+        assert_eq!(g["fingerprints"][1]["nccl_version"], "2.28.9");
+        assert!(
+            g["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|row| row["odd"].as_array().unwrap().is_empty())
+        );
+        // Every ordered pair of nodes measured, none with itself.
+        let m = g["matrix"].as_array().unwrap();
+        assert_eq!(m.len(), 4);
+        for (i, row) in m.iter().enumerate() {
+            for (j, v) in row.as_array().unwrap().iter().enumerate() {
+                assert_eq!(v.is_null(), i == j, "matrix[{i}][{j}] = {v}");
+                assert!(i == j || v.as_f64().unwrap() > 0.0);
+            }
+        }
+        let sizes = g["bandwidth"]["allreduce"].as_array().unwrap();
+        assert_eq!(sizes.len(), 2);
+        assert_eq!(sizes[0]["bytes"], 65536);
+        assert!(sizes[1]["busbw_gbps"].as_f64().unwrap() > 0.0);
+        // busbw = algbw x 2(n-1)/n with n = 4 ranks.
+        let (alg, bus) = (
+            sizes[1]["algbw_gbps"].as_f64().unwrap(),
+            sizes[1]["busbw_gbps"].as_f64().unwrap(),
+        );
+        assert!((bus - alg * 1.5).abs() < 1e-9 * bus.max(1.0));
+        assert_eq!(
+            g["transports"]["NET/Socket"].as_u64().map(|n| n > 0),
+            Some(true),
+            "{g:#}"
+        );
+        assert!(g["straggler"].is_null());
+    }
+}
+
+#[test]
+fn two_gpus_per_node_make_nranks_pods_times_gpus_and_rank_0_prints_the_job() {
+    let ended = gang(
+        "twogpu",
+        TWO_GPUS,
+        2,
+        &["--gang-sizes", "64KiB", "--gang-iterations", "1"],
+        vec![Some(node()); 2],
+    );
+    let root = ended[0].as_ref().unwrap();
+    assert_eq!(root.code, Some(0), "{}\n{}", root.stdout, root.stderr);
+    // Rank 0 prints the whole job.
+    for want in [
+        "Gang: 2 node(s) x 2 GPU(s), root 127.0.0.1:",
+        "PASS  gang-join",
+        "Consistency: 2 node(s) agree on",
+        "All-reduce 64 KiB: busbw",
+        "Node x node send/recv, GB/s",
+        "Job verdict: PASS",
+    ] {
+        assert!(
+            root.stdout.contains(want),
+            "{want:?} not in:\n{}",
+            root.stdout
+        );
+    }
+    // Another rank prints its own line and the job verdict.
+    let other = ended[1].as_ref().unwrap();
+    assert_eq!(other.code, Some(0), "{}\n{}", other.stdout, other.stderr);
+    assert!(
+        other.stdout.starts_with("gang: node 1") && other.stdout.contains("job verdict PASS"),
+        "{}",
+        other.stdout
+    );
+    assert_eq!(other.stdout.lines().count(), 1, "{}", other.stdout);
+    // nranks = 2 pods x 2 GPUs in the bandwidth phase; one rank per pod for consistency.
+    let json = gang(
+        "twogpu-json",
+        TWO_GPUS,
+        2,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-iterations",
+            "1",
+        ],
+        vec![Some(node()); 2],
+    );
+    let r = json[1].as_ref().unwrap().json();
+    assert_eq!(r["gang"]["bandwidth"]["nranks"], 4);
+    assert_eq!(r["gang"]["bandwidth"]["local_gpus"], 2);
+    assert_eq!(r["gang"]["consistency"]["nranks"], 2);
+    assert_eq!(r["gang"]["fingerprints"][0]["gpus"], 2);
+}
+
+#[test]
+fn a_different_nccl_version_fails_every_rank_from_nccls_own_check() {
+    let ended = gang(
+        "version",
+        ONE_GPU,
+        3,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-timeout",
+            "20",
+        ],
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_NCCL_VERSION", "22105")),
+            Some(node()),
+        ],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        assert_eq!(r["verdict"], "fail");
+        let join = gang_finding(&r, "gang-join");
+        assert_eq!(join["status"], "fail");
+        assert!(
+            text(join).contains("Mismatched NCCL version detected"),
+            "{join:#}"
+        );
+        let c = gang_finding(&r, "gang-consistency");
+        assert_eq!(c["status"], "fail");
+        assert_eq!(
+            c["summary"],
+            "NCCL could not form a communicator: ranks load different NCCL versions"
+        );
+        // Each rank names a pair it saw: one of them loads 2.21.5, node 1.
+        assert!(
+            text(c).contains("node 1 loads NCCL 2.21.5"),
+            "node {rank}: {c:#}"
+        );
+        assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        // Every rank still prints its own NCCL version.
+        let own = &r["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"];
+        assert_eq!(own, if rank == 1 { "2.21.5" } else { "2.28.9" });
+    }
+}
+
+#[test]
+fn a_different_nccl_algo_fails_consistency_on_every_rank_without_hanging() {
+    let ended = gang(
+        "algo",
+        ONE_GPU,
+        3,
+        &["--format", "json", "--gang-sizes", "64KiB"],
+        vec![
+            Some(node().env("NCCL_ALGO", "Ring")),
+            Some(node().env("NCCL_ALGO", "Ring")),
+            Some(node().env("NCCL_ALGO", "Tree")),
+        ],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
+        let c = gang_finding(&r, "gang-consistency");
+        assert_eq!(c["status"], "fail");
+        assert!(
+            // Nodes are named by their host names where the launcher names none.
+            text(c).contains("NCCL_ALGO differs across pods (node 2 (")
+                && text(c).contains(") against Ring)"),
+            "{c:#}"
+        );
+        let row = r["gang"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["field"] == "env NCCL_ALGO")
+            .unwrap();
+        assert_eq!(row["values"], serde_json::json!(["Ring", "Ring", "Tree"]));
+        assert_eq!(row["odd"], serde_json::json!([2]));
+        // Bandwidth is not measured under tuning the pods disagree on (it could hang).
+        assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        assert!(r["gang"]["bandwidth"].is_null());
+    }
+    // --ignore turns the job's failure into a warning on the rank that asks.
+    let ignored = gang(
+        "algo-ignored",
+        ONE_GPU,
+        2,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--ignore",
+            "gang-consistency",
+        ],
+        vec![Some(node().env("NCCL_ALGO", "Ring")), Some(node())],
+    );
+    for e in ignored.iter().flatten() {
+        assert_eq!(e.code, Some(0), "{}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        let c = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "gang-consistency")
+            .unwrap();
+        assert_eq!(
+            (c["status"].as_str(), c["ignored"].as_bool()),
+            (Some("warn"), Some(true))
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
+    let ended = gang(
+        "missing",
+        ONE_GPU,
+        3,
+        &[
+            "--format",
+            "json",
+            "--gang-timeout",
+            "3",
+            "--gang-wait",
+            "1",
+            "--gang-peers",
+            "127.0.0.1,localhost,pod-that-never-started.invalid",
+        ],
+        vec![Some(node()), Some(node()), None],
+    );
+    for (rank, e) in ended.iter().take(2).enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        let join = gang_finding(&r, "gang-join");
+        assert_eq!(join["status"], "fail");
+        assert!(
+            text(join).contains("not all 3 pod(s) joined within --gang-timeout 3 s"),
+            "{join:#}"
+        );
+        assert!(
+            text(join).contains("node 2 (pod-that-never-started.invalid): no DNS record"),
+            "{join:#}"
+        );
+        assert_eq!(r["gang"]["consistency"]["timed_out"], true);
+        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "skip");
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
+    // Node 1's worker dies (as a SIGKILL'd process reports) at its first collective,
+    // the fingerprint all-gather, after everybody joined.
+    let ended = gang(
+        "killed",
+        ONE_GPU,
+        3,
+        &["--format", "json", "--gang-timeout", "10"],
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_NCCL_DIE_AFTER", "0")),
+            Some(node()),
+        ],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        if rank == 1 {
+            let join = gang_finding(&r, "gang-join");
+            assert_eq!(join["status"], "fail");
+            assert!(text(join).contains("without a result"), "{join:#}");
+            continue;
+        }
+        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
+        let c = gang_finding(&r, "gang-consistency");
+        assert_eq!(c["status"], "fail");
+        assert!(
+            text(c).contains("the fingerprint exchange did not finish"),
+            "{c:#}"
+        );
+        assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+    }
+}
+
+#[test]
+fn no_libnccl_or_no_gpu_exits_2_naming_what_is_missing() {
+    let dir = scratch("gang-nolib");
+    let mut env = base_env(&dir, ONE_GPU);
+    env.push((
+        "NCCL_PREFLIGHT_NCCL_LIB".into(),
+        "absent/libnccl.so.2".into(),
+    ));
+    let flags = [
+        "gang",
+        "--gang-rank",
+        "0",
+        "--gang-nodes",
+        "2",
+        "--gang-root",
+        "127.0.0.1",
+    ];
+    let out = command(&flags, &[])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("gang: cannot run here: no libnccl: absent/libnccl.so.2"),
+        "{}",
+        stderr(&out)
+    );
+    let out = command(&flags, &[NO_GPU_LIBS[0], NO_GPU_LIBS[1]])
+        .env("LD_LIBRARY_PATH", fake_libs().join("nccl-gang"))
+        .env("NCCL_PREFLIGHT_VERBS_LIB", "absent/libibverbs.so.1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no GPU: the CUDA driver is not here"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn elastic_and_missing_identities_are_refused_before_anything_runs() {
+    let out = run(
+        &["gang"],
+        &[
+            ("PET_NNODES", "1:4"),
+            ("PET_NODE_RANK", "0"),
+            ("MASTER_ADDR", "job-master-0"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("PET_NNODES=1:4 is an elastic range"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["gang"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    for var in [
+        "--gang-rank",
+        "PET_NODE_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "JOB_COMPLETION_INDEX",
+    ] {
+        assert!(stderr(&out).contains(var), "{}", stderr(&out));
+    }
+    let out = run(
+        &[
+            "gang",
+            "--gang-nodes",
+            "2",
+            "--nodes",
+            "3",
+            "--gang-rank",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--gang-nodes 2 and --nodes 3 disagree"),
+        "{}",
+        stderr(&out)
+    );
+    // The exec form refuses the same way, and does not start the command.
+    let out = run(&["exec", "--gang", "--", "sh", "-c", "echo started"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stdout(&out).contains("started"));
+}
+
+#[test]
+fn exec_gang_starts_the_command_only_when_the_job_passes() {
+    let run_exec = |name: &str, second: Node| gang_exec(name, vec![node(), second]);
+    let ok = run_exec("exec-ok", node());
+    for e in &ok {
+        assert_eq!(e.code, Some(0), "{}\n{}", e.stdout, e.stderr);
+        assert_eq!(e.stdout, "started\n", "{}", e.stderr);
+    }
+    let bad = run_exec("exec-bad", node().env("NCCL_ALGO", "Tree"));
+    for e in &bad {
+        assert_eq!(e.code, Some(1), "{}\n{}", e.stdout, e.stderr);
+        assert!(e.stdout.is_empty(), "the command ran: {}", e.stdout);
+        assert!(e.stderr.contains("not starting sh"), "{}", e.stderr);
+    }
+}
+
+/// Two nodes of `exec --gang -- sh -c 'echo started'`.
+fn gang_exec(name: &str, nodes: Vec<Node>) -> Vec<Ended> {
+    let dir = scratch(&format!("gang-{name}"));
+    let port = free_port().to_string();
+    let env = base_env(&dir, ONE_GPU);
+    let started = Instant::now();
+    let mut children: Vec<Child> = nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, spec)| {
+            let rank = rank.to_string();
+            let args = [
+                "exec",
+                "--gang",
+                "--gang-rank",
+                &rank,
+                "--gang-nodes",
+                "2",
+                "--gang-root",
+                "127.0.0.1",
+                "--gang-port",
+                &port,
+                "--gang-sizes",
+                "64KiB",
+                "--",
+                "sh",
+                "-c",
+                "echo started",
+            ];
+            let mut cmd = command(&args, &[]);
+            cmd.envs(env.iter().map(|(k, v)| (k, v)))
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let mut out = Vec::new();
+    for child in &mut children {
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                panic!("exec --gang {name}: still running after {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        out.push(child_output(child));
+    }
+    out
+}
