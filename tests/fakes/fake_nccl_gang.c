@@ -79,6 +79,11 @@
  * NCCL_DEBUG=WARN (and INFO) prints WARN lines. Every WARN also becomes
  * ncclGetLastError's answer, as in NCCL.
  *
+ * Interface rule, as NCCL's bootstrapNetInit: with NCCL_COMM_ID set, a process
+ * none of whose interfaces is in NCCL_COMM_ID's subnet (by the local netmask)
+ * fails init with ncclSystemError and "NET/Socket : No usable listening
+ * interface found", and keeps failing (the result is cached per process).
+ *
  * Differences from NCCL: no CUDA (host buffers, synchronous), no topology,
  * one TCP connection per pair of ranks whatever the transport named in the log,
  * no duplicate-GPU check, no ncclCommSplit/ReduceScatter/Reduce/registration,
@@ -633,7 +638,48 @@ out:
     return r;
 }
 
+/* NCCL's bootstrapNetInit (src/bootstrap.cc), once per process with its result
+ * cached: with NCCL_COMM_ID set, the bootstrap interface must hold an address in
+ * the same subnet (by the local netmask, src/misc/socket.cc matchSubnet) as
+ * NCCL_COMM_ID's; with none, every NCCL call fails. So a non-root rank on a pod
+ * network (/32 or per-node /24) given NCCL_COMM_ID fails here, as with NCCL. */
+static int parse_comm_id(const char *env, struct sockaddr_storage *addr);
+static pthread_once_t net_once = PTHREAD_ONCE_INIT;
+static ncclResult_t net_result;
+static void net_init(void) {
+    const char *env = getenv("NCCL_COMM_ID");
+    if (!env || !*env) return;
+    struct sockaddr_storage remote;
+    if (parse_comm_id(env, &remote)) {
+        WARN(0, "Invalid NCCL_COMM_ID, please use format: <ipv4>:<port> or [<ipv6>]:<port> or <hostname>:<port>");
+        net_result = ncclInvalidArgument;
+        return;
+    }
+    struct ifaddrs *all, *i;
+    int found = 0;
+    if (getifaddrs(&all)) { net_result = ncclSystemError; return; }
+    for (i = all; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != remote.ss_family) continue;
+        if (remote.ss_family == AF_INET) {
+            uint32_t l = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr, m = ((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
+            found = (l & m) == (((struct sockaddr_in *)&remote)->sin_addr.s_addr & m);
+        } else {
+            const unsigned char *l = ((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr.s6_addr, *m = ((struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr.s6_addr,
+                                *r = ((struct sockaddr_in6 *)&remote)->sin6_addr.s6_addr;
+            found = 1;
+            for (int k = 0; k < 16; k++) found &= (l[k] & m[k]) == (r[k] & m[k]);
+        }
+    }
+    freeifaddrs(all);
+    if (!found) {
+        WARN(0, "NET/Socket : No usable listening interface found");
+        net_result = ncclSystemError;
+    }
+}
+
 static ncclResult_t do_init(struct ncclComm *c) {
+    pthread_once(&net_once, net_init);
+    if (net_result) return net_result;
     long limit = env_long("FAKE_NCCL_INIT_TIMEOUT_MS", 0);
     c->init_deadline = limit > 0 ? now_ms() + (uint64_t)limit : 0;
     if (env_long("FAKE_NCCL_HANG_INIT", 0) == 1) {
@@ -716,6 +762,28 @@ const char *ncclGetLastError(ncclComm_t comm) {
     return last_error;
 }
 
+/* <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port> (src/misc/socket.cc
+ * ncclSocketGetAddrFromString); 0 on success. */
+static int parse_comm_id(const char *env, struct sockaddr_storage *addr) {
+    char host[256];
+    const char *colon = strrchr(env, ':');
+    size_t hl = colon ? (size_t)(colon - env) : 0;
+    if (hl && env[0] == '[' && env[hl - 1] == ']') { env++; hl -= 2; }
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (!colon || !hl || hl >= sizeof host || !end || *end || port <= 0 || port > 65535) return -1;
+    memcpy(host, env, hl);
+    host[hl] = 0;
+    if (getaddrinfo(host, NULL, &hints, &res) || !res) return -1;
+    memset(addr, 0, sizeof *addr);
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)port);
+    return 0;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return ncclInvalidArgument;
     pthread_once(&log_once, log_setup);
@@ -726,31 +794,16 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
         return ncclInvalidUsage;
     }
     INFO(0, "NCCL_COMM_ID set by environment to %s", env);
-    /* <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port> (src/misc/socket.cc ncclSocketGetAddrFromString). */
-    char host[256];
-    const char *colon = strrchr(env, ':');
-    size_t hl = colon ? (size_t)(colon - env) : 0;
-    if (hl && env[0] == '[' && env[hl - 1] == ']') { env++; hl -= 2; }
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    if (!colon || !hl || hl >= sizeof host || !end || *end || port <= 0 || port > 65535) goto invalid;
-    memcpy(host, env, hl);
-    host[hl] = 0;
-    if (getaddrinfo(host, NULL, &hints, &res) || !res) goto invalid;
-    struct sockaddr_storage addr = {0};
-    memcpy(&addr, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
+    struct sockaddr_storage addr;
+    if (parse_comm_id(env, &addr)) {
+        WARN(0, "Invalid NCCL_COMM_ID, please use format: <ipv4>:<port> or [<ipv6>]:<port> or <hostname>:<port>");
+        return ncclInvalidArgument;
+    }
     uint64_t magic = NCCL_MAGIC;
     memcpy(id->internal, &magic, 8);
     /* A sockaddr_in6 (28 bytes) fits; NCCL's handle is {magic, union ncclSocketAddress}. */
     memcpy(id->internal + 8, &addr, sizeof(struct sockaddr_in6));
     return ncclSuccess;
-invalid:
-    WARN(0, "Invalid NCCL_COMM_ID, please use format: <ipv4>:<port> or [<ipv6>]:<port> or <hostname>:<port>");
-    return ncclInvalidArgument;
 }
 
 /* NCCL's first INFO line (init.cc showVersion). */

@@ -484,6 +484,31 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
 }
 
 #[test]
+fn a_users_nccl_comm_id_never_reaches_a_non_root_rank() {
+    // 198.51.100.1 (TEST-NET-2) is in no local subnet: a non-root rank whose NCCL saw
+    // it would fail init with "No usable listening interface found" (the fake
+    // libnccl models NCCL's bootstrapNetInit rule), as on pod networks.
+    let ended = gang(
+        "comm-id",
+        ONE_GPU,
+        2,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-timeout",
+            "10",
+        ],
+        vec![Some(node().env("NCCL_COMM_ID", "198.51.100.1:1")); 2],
+    );
+    for e in ended.iter().flatten() {
+        assert_eq!(e.code, Some(0), "{}\n{}", e.stdout, e.stderr);
+        assert_eq!(gang_finding(&e.json(), "gang-join")["status"], "pass");
+    }
+}
+
+#[test]
 fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
     // Node 1's worker dies (as a SIGKILL'd process reports) at its first collective,
     // the fingerprint all-gather, after everybody joined.
