@@ -297,6 +297,18 @@ pub fn gang_identity(
     })
 }
 
+/// The first host of an MPI hostfile: Open MPI's `host slots=N` lines, Hydra's
+/// `host:N` (kubeflow/mpi-operator writes one line per worker, launcher first with
+/// runLauncherAsWorker); comments and blank lines skipped.
+pub fn hostfile_root(text: &str) -> Option<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .find(|l| !l.is_empty())
+        .and_then(|l| l.split_whitespace().next())
+        .map(|h| h.split(':').next().unwrap_or(h).to_string())
+        .filter(|h| !h.is_empty())
+}
+
 /// Every pod's name from the rank-0 pod's name, where the launcher's naming is known:
 /// PyTorchJob `<job>-master-0` -> `<job>-worker-<i-1>` (one headless Service per
 /// replica, training-operator v1 pkg/controller.v1/common/service.go); Indexed Job /
@@ -457,6 +469,19 @@ mod tests {
             ("Indexed Job", 1, 4)
         );
         assert_eq!(indexed.peers[3], "job-3.svc");
+    }
+
+    #[test]
+    fn hostfile_first_host() {
+        assert_eq!(
+            hostfile_root(
+                "# workers\n\njob-worker-0.job.ns.svc slots=8\njob-worker-1.job.ns.svc slots=8\n"
+            )
+            .as_deref(),
+            Some("job-worker-0.job.ns.svc")
+        );
+        assert_eq!(hostfile_root("h0:8\nh1:8").as_deref(), Some("h0"));
+        assert_eq!(hostfile_root("\n# only a comment\n"), None);
     }
 
     #[test]

@@ -44,6 +44,23 @@ pub fn identity(
             .and_then(|(_, v)| v.to_str())
             .map(String::from)
     };
+    let mut flags = flags;
+    // An MPI rank with no root named: the hostfile's first host, where this pod has
+    // the hostfile (the launcher; kubeflow/mpi-operator mounts it there only, so
+    // workers get the root with mpirun -x NCCL_PREFLIGHT_GANG_ROOT).
+    let mpi = var("OMPI_COMM_WORLD_RANK").is_some() || var("PMI_RANK").is_some();
+    if mpi && flags.root.is_none() && var("MASTER_ADDR").is_none() {
+        let path = var("OMPI_MCA_orte_default_hostfile")
+            .or_else(|| var("HYDRA_HOST_FILE"))
+            .unwrap_or_else(|| "/etc/mpi/hostfile".to_string());
+        let head = std::fs::File::open(&path).ok().and_then(|f| {
+            use std::io::Read;
+            let mut text = String::new();
+            f.take(1 << 20).read_to_string(&mut text).ok()?;
+            crate::layout::hostfile_root(&text)
+        });
+        flags.root = head;
+    }
     crate::layout::gang_identity(&flags, &var).map_err(|e| anyhow!("gang: {e}"))
 }
 

@@ -456,7 +456,13 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
         gpus.truncate(1);
     }
     let local = gpus.len() as u64;
-    let nranks = plan.nodes * local;
+    let nranks = plan.nodes.saturating_mul(local);
+    if nranks > c_int::MAX as u64 {
+        return fail(format!(
+            "{} pods x {local} GPUs is more ranks than NCCL counts (an int)",
+            plan.nodes
+        ));
+    }
     shared.update(|r| {
         r.local_gpus = local as u32;
         r.nranks = nranks;

@@ -700,3 +700,61 @@ fn gang_exec(name: &str, nodes: Vec<Node>) -> Vec<Ended> {
     }
     out
 }
+
+#[test]
+fn mpi_ranks_take_their_identity_from_open_mpi_and_the_hostfile() {
+    let dir = scratch("gang-mpi");
+    let env = base_env(&dir, ONE_GPU);
+    let hostfile = dir.join("hostfile");
+    std::fs::write(
+        &hostfile,
+        "# kubeflow/mpi-operator\n127.0.0.1 slots=1\nlocalhost slots=1\n",
+    )
+    .unwrap();
+    let port = free_port().to_string();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = command(
+                &[
+                    "gang",
+                    "--format",
+                    "json",
+                    "--gang-sizes",
+                    "64KiB",
+                    "--gang-timeout",
+                    "20",
+                ],
+                &[],
+            );
+            cmd.envs(env.iter().map(|(k, v)| (k, v)))
+                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "2")
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
+                .env("OMPI_MCA_orte_default_hostfile", &hostfile)
+                .env("NCCL_PREFLIGHT_GANG_PORT", &port);
+            std::thread::spawn(move || cmd.output().unwrap())
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let out = h.join().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let id = &r["gang"]["identity"];
+        assert_eq!(
+            (
+                id["launcher"].as_str(),
+                id["node_rank"].as_u64(),
+                id["nodes"].as_u64(),
+                id["root"].as_str()
+            ),
+            (Some("MPI"), Some(rank as u64), Some(2), Some("127.0.0.1"))
+        );
+        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
+    }
+}
