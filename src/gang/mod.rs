@@ -259,11 +259,36 @@ fn wait_for_names(identity: &GangIdentity, limit: Duration) -> Vec<Peer> {
     }
 }
 
+/// Link kinds (rtnetlink) whose sysfs speed is not a wire's.
+const VIRTUAL_KINDS: &[&str] = &[
+    "veth",
+    "bridge",
+    "dummy",
+    "tun",
+    "vxlan",
+    "geneve",
+    "wireguard",
+    "ipip",
+    "gre",
+];
+
 /// The interface NCCL's sockets use and its sysfs speed in Mb/s.
 fn socket_speed(report: &Report, host_root: &Path) -> (Option<String>, Option<u64>) {
     let Some(choice) = crate::nccl::interface::choose_interface(&report.facts) else {
         return (None, None);
     };
+    // A virtual link's speed is made up (veth reports 10000 whatever carries it), so
+    // it gives no figure: a pod's eth0 on most CNIs is one end of a veth pair.
+    let kind = report
+        .facts
+        .network
+        .interfaces
+        .value()
+        .and_then(|l| l.iter().find(|i| i.name == choice.name))
+        .and_then(|i| i.kind.clone());
+    if kind.as_deref().is_some_and(|k| VIRTUAL_KINDS.contains(&k)) {
+        return (Some(choice.name), None);
+    }
     // /sys/class/net/<if>/speed: Mb/s; -1 or EINVAL for virtual interfaces.
     let path = host_root
         .join("sys/class/net")

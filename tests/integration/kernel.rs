@@ -247,6 +247,13 @@ fn regression_small_address_space_is_not_blamed_on_the_node() {
     ] {
         let out = wrapped(&["prlimit", limit], &["check"]);
         let text = format!("{}{}", stdout(&out), stderr(&out));
+        // Below some size the dynamic loader cannot map the test build of the binary
+        // (5.7 MB of text with the gang) and libc at all: exit 127 before any of the
+        // tool's code runs, so there is nothing of ours to judge at that limit.
+        if out.status.code() == Some(127) && text.contains("error while loading shared libraries") {
+            eprintln!("{limit}: the loader could not map the binary; limit skipped");
+            continue;
+        }
         assert!(
             matches!(out.status.code(), Some(0..=2)),
             "{limit}: {:?}\n{text}",
