@@ -61,7 +61,17 @@ pub fn identity(
         });
         flags.root = head;
     }
-    crate::layout::gang_identity(&flags, &var).map_err(|e| anyhow!("gang: {e}"))
+    let from_hostfile = flags.root.is_some() && opts.gang_root.is_none();
+    let mut identity =
+        crate::layout::gang_identity(&flags, &var).map_err(|e| anyhow!("gang: {e}"))?;
+    if from_hostfile {
+        for s in identity.sources.iter_mut() {
+            if s == "root from --gang-root" {
+                *s = "root from the MPI hostfile's first host".to_string();
+            }
+        }
+    }
+    Ok(identity)
 }
 
 /// Runs the gang after the local checks in `report`, adds its findings (settled

@@ -421,6 +421,14 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
         r.library = Some(library);
         r.nccl_version = Some(code);
     });
+    // Before 2.16 the uniqueId is a bare sockaddr at offset 0, with no magic
+    // (v2.14.3-1 src/bootstrap.cc bootstrapGetUniqueId): not the handle built here.
+    if code < 21600 {
+        return fail(format!(
+            "NCCL {} is older than 2.16, whose uniqueId layout the gang builds; the gang needs NCCL 2.16 or later",
+            super::fingerprint::version_text(code)
+        ));
+    }
     stage("opening the CUDA driver");
     let watch = Watch::default();
     let driver = match Driver::open(&watch, &plan.cuda_lib) {

@@ -756,5 +756,34 @@ fn mpi_ranks_take_their_identity_from_open_mpi_and_the_hostfile() {
             (Some("MPI"), Some(rank as u64), Some(2), Some("127.0.0.1"))
         );
         assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
+        assert!(
+            id["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == "root from the MPI hostfile's first host"),
+            "{id:#}"
+        );
+    }
+}
+
+#[test]
+fn an_nccl_older_than_2_16_is_refused_by_name() {
+    let ended = gang(
+        "old-nccl",
+        ONE_GPU,
+        2,
+        &["--format", "json", "--gang-timeout", "10"],
+        vec![Some(node().env("FAKE_NCCL_VERSION", "21405")); 2],
+    );
+    for e in ended.iter().flatten() {
+        assert_eq!(e.code, Some(1), "{}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        let join = gang_finding(&r, "gang-join");
+        assert_eq!(join["status"], "fail");
+        assert!(
+            text(join).contains("NCCL 2.14.5 is older than 2.16"),
+            "{join:#}"
+        );
     }
 }
