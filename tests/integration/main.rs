@@ -12,6 +12,7 @@ mod image;
 mod kernel;
 mod layering;
 mod nccl_vars;
+mod netns;
 mod outputs;
 mod rdma;
 mod scenarios;
