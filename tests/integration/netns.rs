@@ -2,11 +2,14 @@
 //! network namespace with one veth (`eth0`, 10.77.0.(i+1)/24) whose peer is a
 //! port of a bridge in a separate "switch" namespace, so the nodes reach each
 //! other through real sockets, real addresses and real timeouts, and nothing
-//! is added to the host's own namespace. A program runs on node i under
+//! is added to the host's own namespace. The bridge holds 10.77.0.254, each
+//! node's default route, as a pod's default route leaves through its eth0. A program runs on node i under
 //! `ip netns exec NS unshare --uts`, with the node's host name (`node<i>`) set
 //! in its own UTS namespace; every node resolves the others' names through the
 //! `/etc/netns/NS/hosts` file that `ip netns exec` bind-mounts over /etc/hosts
-//! (iproute2 ip/ipnetns.c, bind_etc), as a headless Service's DNS would.
+//! (iproute2 ip/ipnetns.c, bind_etc), as a headless Service's DNS would; its
+//! resolv.conf names a DNS server on the node's loopback, where nobody
+//! listens, so other names fail at once.
 //! `tc` rate-limits one node's link in both directions (tbf on both ends of
 //! its veth).
 //!
@@ -34,6 +37,10 @@ const PREFIX: &str = "npfnet";
 /// nobody (an unreachable host on the nodes' own link).
 pub const SUBNET: [u8; 3] = [10, 77, 0];
 
+/// The bridge's own address, every node's default route (a pod has one; the
+/// interface that holds it is the one NCCL and the gang pick).
+const GATEWAY: &str = "10.77.0.254";
+
 /// N node namespaces joined by a bridge; see the module doc.
 pub struct Net {
     switch: String,
@@ -43,12 +50,19 @@ pub struct Net {
 }
 
 impl Net {
-    /// `n` nodes for test `test`, or None (with a message) when not root and
-    /// not strict; see [`require_root`].
+    /// `n` nodes named `node0`, `node1`, ... for test `test`, or None (with a
+    /// message) when not root and not strict; see [`require_root`].
     pub fn new(test: &str, n: usize) -> Option<Net> {
+        let names: Vec<String> = (0..n).map(|i| format!("node{i}")).collect();
+        Net::with_hosts(test, &names)
+    }
+
+    /// One node per name in `hosts`, each named so (as pods are by their pod name).
+    pub fn with_hosts(test: &str, hosts: &[String]) -> Option<Net> {
         if !require_root(test) {
             return None;
         }
+        let n = hosts.len();
         assert!(
             (1..200).contains(&n),
             "{test}: {n} nodes do not fit the subnet"
@@ -67,13 +81,18 @@ impl Net {
         let net = Net {
             switch: format!("{base}-sw"),
             nodes: (0..n).map(|i| format!("{base}-n{i}")).collect(),
-            hosts: (0..n).map(|i| (format!("node{i}"), node_addr(i))).collect(),
+            hosts: hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.clone(), node_addr(i)))
+                .collect(),
         };
         // From here on Drop cleans up whatever was made, also if a step fails.
         let sw = &net.switch;
         sh(&format!(
             "set -e; ip netns add {sw}; ip -n {sw} link set lo up; \
-             ip -n {sw} link add br0 type bridge; ip -n {sw} link set br0 up"
+             ip -n {sw} link add br0 type bridge; ip -n {sw} link set br0 up; \
+             ip -n {sw} addr add {GATEWAY}/24 dev br0"
         ));
         for (i, ns) in net.nodes.iter().enumerate() {
             let addr = node_addr(i);
@@ -81,7 +100,8 @@ impl Net {
                 "set -e; ip netns add {ns}; ip -n {ns} link set lo up; \
                  ip link add eth0 netns {ns} type veth peer name p{i} netns {sw}; \
                  ip -n {sw} link set p{i} master br0; ip -n {sw} link set p{i} up; \
-                 ip -n {ns} addr add {addr}/24 dev eth0; ip -n {ns} link set eth0 up"
+                 ip -n {ns} addr add {addr}/24 dev eth0; ip -n {ns} link set eth0 up; \
+                 ip -n {ns} route add default via {GATEWAY}"
             ));
         }
         net.write_hosts();
@@ -102,7 +122,7 @@ impl Net {
 
     /// Node i's host name, which every node resolves.
     pub fn host(&self, i: usize) -> String {
-        format!("node{i}")
+        self.hosts[i].0.clone()
     }
 
     /// Makes `name` resolve to `addr` on every node (a pod or Service name).
@@ -155,6 +175,15 @@ impl Net {
             let dir = etc_dir(ns);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("hosts"), &text).unwrap();
+            // No DNS server: a name missing from the hosts file (or an AAAA
+            // lookup of one in it) is refused at once by the node's own
+            // loopback instead of waiting for the host's resolver through a
+            // default route that leads nowhere.
+            std::fs::write(
+                dir.join("resolv.conf"),
+                "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+            )
+            .unwrap();
         }
     }
 }
@@ -377,7 +406,7 @@ fn nodes_have_their_names_resolve_each_other_and_are_removed_after_a_failure() {
                 .command(i, Path::new("sh"))
                 .args([
                     "-c",
-                    "hostname; getent hosts job-master-0 node2; ip -4 -o addr show eth0",
+                    "hostname; getent hosts job-master-0 node2; ip -4 -o addr show eth0; ip route show default",
                 ])
                 .output()
                 .unwrap();
@@ -395,6 +424,10 @@ fn nodes_have_their_names_resolve_each_other_and_are_removed_after_a_failure() {
             );
             assert!(
                 lines[3].contains(&format!("inet {}/24", net.addr(i))),
+                "{text}"
+            );
+            assert!(
+                lines[4].starts_with("default via 10.77.0.254 dev eth0"),
                 "{text}"
             );
         }
