@@ -51,7 +51,8 @@ pub struct Net {
 
 impl Net {
     /// `n` nodes named `node0`, `node1`, ... for test `test`, or None (with a
-    /// message) when not root and not strict; see [`require_root`].
+    /// message) when not root or without ip, tc or unshare, unless strict
+    /// (CI), where that fails the test; see [`require_root`].
     pub fn new(test: &str, n: usize) -> Option<Net> {
         let names: Vec<String> = (0..n).map(|i| format!("node{i}")).collect();
         Net::with_hosts(test, &names)
@@ -59,7 +60,7 @@ impl Net {
 
     /// One node per name in `hosts`, each named so (as pods are by their pod name).
     pub fn with_hosts(test: &str, hosts: &[String]) -> Option<Net> {
-        if !require_root(test) {
+        if !require_root(test) || !require_tools(test, &["ip", "tc", "unshare"]) {
             return None;
         }
         let n = hosts.len();
