@@ -11,7 +11,9 @@
 //! resolv.conf names a DNS server on the node's loopback, where nobody
 //! listens, so other names fail at once.
 //! `tc` rate-limits one node's link in both directions (tbf on both ends of
-//! its veth).
+//! its veth), and a node's NIC can be given the speed it carries (its sysfs
+//! `speed` file, bind-mounted over in the node's mount namespace), so a job
+//! judged against its NICs' rates sees a network that keeps its word.
 //!
 //! Names are unique per test process and per harness (`npfnet-PID-K-...`), so
 //! tests run in parallel; `Drop` deletes the namespaces (which deletes their
@@ -45,6 +47,8 @@ const GATEWAY: &str = "10.77.0.254";
 pub struct Net {
     switch: String,
     nodes: Vec<String>,
+    /// Files that stand in for each node's /sys/class/net/eth0/speed (Mb/s).
+    speeds: Vec<Option<PathBuf>>,
     /// (name, address) lines of every node's /etc/hosts.
     hosts: Vec<(String, Ipv4Addr)>,
 }
@@ -82,6 +86,7 @@ impl Net {
         let net = Net {
             switch: format!("{base}-sw"),
             nodes: (0..n).map(|i| format!("{base}-n{i}")).collect(),
+            speeds: vec![None; n],
             hosts: hosts
                 .iter()
                 .enumerate()
@@ -126,10 +131,14 @@ impl Net {
         self.hosts[i].0.clone()
     }
 
-    /// Makes `name` resolve to `addr` on every node (a pod or Service name).
+    /// Makes `name` resolve to `addr` on every node (a pod or Service name);
+    /// a name the nodes already resolve moves to `addr`.
     pub fn add_host(&mut self, name: &str, addr: &str) {
         let addr: Ipv4Addr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
-        self.hosts.push((name.to_string(), addr));
+        match self.hosts.iter_mut().find(|(h, _)| h == name) {
+            Some(entry) => entry.1 = addr,
+            None => self.hosts.push((name.to_string(), addr)),
+        }
         self.write_hosts();
     }
 
@@ -138,16 +147,48 @@ impl Net {
     pub fn limit(&self, i: usize, rate: &str) {
         let tbf = format!("tbf rate {rate} burst 32kbit latency 50ms");
         sh(&format!(
-            "set -e; ip -n {} link >/dev/null; \
-             ip netns exec {} tc qdisc add dev eth0 root {tbf}; \
+            "set -e; ip netns exec {} tc qdisc add dev eth0 root {tbf}; \
              ip netns exec {} tc qdisc add dev p{i} root {tbf}",
-            self.nodes[i], self.nodes[i], self.switch
+            self.nodes[i], self.switch
         ));
     }
 
+    /// Makes node i's eth0 a `mbit` Mb/s NIC: what its sysfs `speed` says
+    /// (a veth always says 10000) to the programs started after this call,
+    /// which see the file bind-mounted over it. What it carries is `limit`'s.
+    pub fn nic_speed(&mut self, i: usize, mbit: u32) {
+        let file = std::env::temp_dir().join(format!("{}-speed", self.nodes[i]));
+        std::fs::write(&file, format!("{mbit}\n")).unwrap();
+        self.speeds[i] = Some(file);
+    }
+
+    /// A NIC of `mbit` Mb/s on every node, carrying just that.
+    pub fn all_links(&mut self, mbit: u32) {
+        for i in 0..self.nodes.len() {
+            self.limit(i, &format!("{mbit}mbit"));
+            self.nic_speed(i, mbit);
+        }
+    }
+
+    /// Removes `name` from every node's hosts file: a pod that never started
+    /// has no DNS record behind its headless Service.
+    pub fn remove_host(&mut self, name: &str) {
+        self.hosts.retain(|(h, _)| h != name);
+        self.write_hosts();
+    }
+
     /// `program args...` on node i: in its network namespace and a UTS
-    /// namespace of its own named `node<i>`, with an empty environment but PATH.
+    /// namespace of its own named after it, with its NIC speed file in place
+    /// (`ip netns exec` runs it in a mount namespace of its own, with the
+    /// node's sysfs), and an empty environment but PATH.
     pub fn command(&self, i: usize, program: &Path) -> Command {
+        let speed = match &self.speeds[i] {
+            Some(file) => format!(
+                "mount --bind {} /sys/class/net/eth0/speed && ",
+                file.display()
+            ),
+            None => String::new(),
+        };
         let mut cmd = Command::new("ip");
         cmd.args([
             "netns",
@@ -159,7 +200,9 @@ impl Net {
             "-c",
         ])
         // unshare and sh exec: the process the caller waits on is the program.
-        .arg("echo \"$0\" >/proc/sys/kernel/hostname && exec \"$@\"")
+        .arg(format!(
+            "{speed}echo \"$0\" >/proc/sys/kernel/hostname && exec \"$@\""
+        ))
         .arg(self.host(i))
         .arg(program)
         .env_clear()
@@ -193,6 +236,9 @@ impl Drop for Net {
     fn drop(&mut self) {
         for ns in self.nodes.iter().chain([&self.switch]) {
             remove_namespace(ns);
+        }
+        for file in self.speeds.iter().flatten() {
+            let _ = std::fs::remove_file(file);
         }
     }
 }
