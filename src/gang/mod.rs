@@ -656,6 +656,11 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
             "Check that every pod started (kubectl get pods), that pods reach each other on the gang port (NetworkPolicy, security groups), and the NCCL WARN line above",
         );
         f.evidence.extend(missing_text.clone());
+        // Where every rank was to meet: an unreachable root is the commonest cause.
+        if let Some(addr) = &run.root_address {
+            f.evidence
+                .push(format!("the gang's root: {} at {addr}", identity.root));
+        }
         if missing.is_empty() && !run.peers.is_empty() && first.timed_out {
             f.evidence.push(
                 "every peer name resolved: a pod that exists but never reached NCCL (crashed, stuck in an earlier step, or blocked on the network)".into(),

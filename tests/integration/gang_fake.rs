@@ -3,17 +3,19 @@
 //! several driver processes, one per "node", bootstrap at NCCL_COMM_ID over
 //! real TCP, all-gather, all-reduce, broadcast and ring-shift send/recv; a rank
 //! that never joins, one that hangs in init, one killed mid-way, mismatched
-//! NCCL versions; then (as root) two network namespaces joined by a veth pair,
-//! an unreachable NCCL_COMM_ID and a tc rate limit on one side.
+//! NCCL versions; then (as root) nodes in network namespaces joined through a
+//! bridge (tests/integration/netns.rs), an unreachable NCCL_COMM_ID and a tc
+//! rate limit on one node's link.
 //!
 //! Every run is bounded: a process still running at its deadline is killed and
 //! the test fails saying so. No test asserts a time, only that a limited link
 //! is slower than the unlimited one by a wide factor.
 
+use super::netns::*;
 use super::support::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Longest any one gang run may take on a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -53,12 +55,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// One driver process: node `node` of the gang, run under `wrapper` (e.g.
-/// `ip netns exec NS`) with `env` on top of the gang's. A `stuck` node is
-/// expected to outlive the others: it is killed once they have ended.
+/// One driver process: node `node` of the gang, run on `place` (a node of a
+/// [`Net`]; None: this namespace) with `env` on top of the gang's. A `stuck`
+/// node is expected to outlive the others: it is killed once they have ended.
 struct Node {
     node: usize,
-    wrapper: Vec<String>,
+    place: Option<Command>,
     env: Vec<(String, String)>,
     stuck: bool,
 }
@@ -66,7 +68,7 @@ struct Node {
 fn node(n: usize) -> Node {
     Node {
         node: n,
-        wrapper: vec![],
+        place: None,
         env: vec![],
         stuck: false,
     }
@@ -81,47 +83,32 @@ impl Node {
         self.stuck = true;
         self
     }
-    fn netns(mut self, ns: &str) -> Self {
-        self.wrapper = ["ip", "netns", "exec", ns].map(String::from).to_vec();
+    /// Runs on node `i` of `net`.
+    fn on(mut self, net: &Net, i: usize) -> Self {
+        self.place = Some(net.command(i, driver()));
         self
     }
 }
 
-/// How a driver process ended.
-#[derive(Debug)]
-struct Ended {
-    node: usize,
-    /// None: killed (by a signal, or by `gang` as a stuck node).
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ended {
-    fn has(&self, line_start: &str) -> bool {
-        self.stdout.lines().any(|l| l.starts_with(line_start))
-    }
-    /// The `rate` of each `p2p shift K rank R ...` line, as (K, R, bytes per second).
-    fn rates(&self) -> Vec<(usize, usize, f64)> {
-        self.stdout
-            .lines()
-            .filter_map(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                (w.len() == 15 && w[0] == "p2p" && w[13] == "rate").then(|| {
-                    (
-                        w[2].parse().unwrap(),
-                        w[4].parse().unwrap(),
-                        w[14].parse().unwrap(),
-                    )
-                })
+/// The `rate` of each `p2p shift K rank R ...` line, as (K, R, bytes per second).
+fn rates(e: &Ended) -> Vec<(usize, usize, f64)> {
+    e.stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 15 && w[0] == "p2p" && w[13] == "rate").then(|| {
+                (
+                    w[2].parse().unwrap(),
+                    w[4].parse().unwrap(),
+                    w[14].parse().unwrap(),
+                )
             })
-            .collect()
-    }
+        })
+        .collect()
 }
 
-/// Runs `nodes` of an `nnodes` x `local` gang at `comm_id` together and waits
-/// for all but the stuck ones, killing any still running at DEADLINE (a hang
-/// fails the test), then kills the stuck ones.
+/// Runs `nodes` of an `nnodes` x `local` gang at `comm_id` together (see
+/// [`run_together`]: a hang fails the test).
 fn gang(
     name: &str,
     nnodes: usize,
@@ -130,82 +117,30 @@ fn gang(
     env: &[(&str, &str)],
     nodes: Vec<Node>,
 ) -> Vec<Ended> {
-    let dir = scratch(&format!("gang-{name}"));
-    let driver = driver();
     let lib = gang_lib();
-    let started = Instant::now();
-    let mut children: Vec<(usize, Child)> = nodes
-        .iter()
+    let launches = nodes
+        .into_iter()
         .map(|n| {
-            let mut argv: Vec<String> = n.wrapper.clone();
-            argv.push(driver.display().to_string());
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..])
-                .args([n.node.to_string(), nnodes.to_string(), local.to_string()])
+            let mut cmd = n.place.unwrap_or_else(|| Command::new(driver()));
+            cmd.args([n.node.to_string(), nnodes.to_string(), local.to_string()])
                 .env_clear()
                 .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
                 .env("GANG_NCCL_LIB", &lib)
                 .env("NCCL_COMM_ID", comm_id)
                 .envs(env.iter().copied())
-                .envs(n.env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(std::fs::File::create(dir.join(format!("{}.out", n.node))).unwrap())
-                .stderr(std::fs::File::create(dir.join(format!("{}.err", n.node))).unwrap());
-            (n.node, cmd.spawn().unwrap())
+                .envs(n.env.iter().map(|(k, v)| (k, v)));
+            let launch = Launch::new(n.node, cmd);
+            if n.stuck { launch.stuck() } else { launch }
         })
         .collect();
-    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
-    let mut hung = vec![];
-    loop {
-        for (i, (_, child)) in children.iter_mut().enumerate() {
-            if codes[i].is_none()
-                && let Some(status) = child.try_wait().unwrap()
-            {
-                codes[i] = Some(status.code());
-            }
-        }
-        if codes
-            .iter()
-            .zip(&nodes)
-            .all(|(code, n)| code.is_some() || n.stuck)
-        {
-            break;
-        }
-        if started.elapsed() > DEADLINE {
-            for (i, (n, child)) in children.iter_mut().enumerate() {
-                if codes[i].is_none() && !nodes[i].stuck {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    hung.push(*n);
-                    codes[i] = Some(None);
-                }
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let ended = run_together(name, DEADLINE, launches);
+    for e in &ended {
+        assert!(
+            !e.left_behind,
+            "{name}: node {} left processes: {e:#?}",
+            e.node
+        );
     }
-    for (i, (_, child)) in children.iter_mut().enumerate() {
-        if codes[i].is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-            codes[i] = Some(None);
-        }
-    }
-    let ended: Vec<Ended> = children
-        .iter()
-        .zip(codes)
-        .map(|((n, _), code)| Ended {
-            node: *n,
-            code: code.flatten(),
-            stdout: std::fs::read_to_string(dir.join(format!("{n}.out"))).unwrap(),
-            stderr: std::fs::read_to_string(dir.join(format!("{n}.err"))).unwrap(),
-        })
-        .collect();
-    assert!(
-        hung.is_empty(),
-        "{name}: nodes {hung:?} still ran after {DEADLINE:?}: {ended:#?}"
-    );
-    std::fs::remove_dir_all(&dir).unwrap();
     ended
 }
 
@@ -232,7 +167,7 @@ fn assert_healthy(e: &Ended, nranks: usize, local: usize) {
     ] {
         assert!(e.has(line), "{line}: {e:#?}");
     }
-    let rates = e.rates();
+    let rates = rates(e);
     assert_eq!(rates.len(), (nranks - 1) * local, "{e:#?}");
     for k in 1..nranks {
         for l in 0..local {
@@ -515,89 +450,33 @@ fn a_missing_or_malformed_nccl_comm_id_or_config_is_named() {
     );
 }
 
-/// Two network namespaces joined by a veth pair, removed (with the pair) on drop.
-struct TwoNamespaces {
-    names: [String; 2],
-    veths: [String; 2],
-}
-
-impl TwoNamespaces {
-    /// `NAME-a` holds 10.231.0.1/24 on its veth, `NAME-b` 10.231.0.2/24 (test-only addresses).
-    fn new(tag: &str) -> TwoNamespaces {
-        let pid = std::process::id();
-        let t = TwoNamespaces {
-            names: [format!("npf-{tag}-a-{pid}"), format!("npf-{tag}-b-{pid}")],
-            veths: [
-                format!("gva{}", pid % 100_000),
-                format!("gvb{}", pid % 100_000),
-            ],
-        };
-        let [a, b] = &t.names;
-        let [va, vb] = &t.veths;
-        t.sh(&format!(
-            "set -e; ip netns add {a}; ip netns add {b}; \
-             ip link add {va} netns {a} type veth peer name {vb} netns {b}; \
-             ip -n {a} addr add 10.231.0.1/24 dev {va}; ip -n {b} addr add 10.231.0.2/24 dev {vb}; \
-             ip -n {a} link set lo up; ip -n {b} link set lo up; \
-             ip -n {a} link set {va} up; ip -n {b} link set {vb} up"
-        ));
-        t
-    }
-
-    fn sh(&self, script: &str) {
-        let out = Command::new("sh").args(["-c", script]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for TwoNamespaces {
-    fn drop(&mut self) {
-        for ns in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
 /// The slowest ring-shift rate any rank of the gang measured.
 fn slowest_rate(ended: &[Ended]) -> f64 {
-    let rates: Vec<f64> = ended
-        .iter()
-        .flat_map(|e| e.rates())
-        .map(|(_, _, r)| r)
-        .collect();
+    let rates: Vec<f64> = ended.iter().flat_map(rates).map(|(_, _, r)| r).collect();
     assert!(!rates.is_empty(), "{ended:#?}");
     rates.into_iter().fold(f64::INFINITY, f64::min)
 }
 
 #[test]
 fn two_namespaces_over_veth_and_a_rate_limited_link_is_slower() {
-    if !require_root("two_namespaces_over_veth") {
+    let Some(net) = Net::new("two_namespaces_over_veth", 2) else {
         return;
-    }
-    let ns = TwoNamespaces::new("gang");
-    let [a, b] = ns.names.clone();
-    let id = "10.231.0.1:29500";
-    // Two GPUs per node across the veth: every check as on loopback.
-    let nodes = || vec![node(0).netns(&a), node(1).netns(&b)];
-    for e in gang("netns-2x2", 2, 2, id, &[], nodes()) {
+    };
+    let id = format!("{}:29500", net.addr(0));
+    // Two GPUs per node across the bridge: every check as on loopback.
+    let nodes = || vec![node(0).on(&net, 0), node(1).on(&net, 1)];
+    for e in gang("netns-2x2", 2, 2, &id, &[], nodes()) {
         assert_healthy(&e, 4, 2);
     }
-    // One GPU per node, so the one ring-shift round crosses the veth both ways.
+    // One GPU per node, so the one ring-shift round crosses the link both ways.
     let env = [("GANG_P2P_BYTES", "4194304")];
-    let unlimited = gang("netns-unlimited", 2, 1, id, &env, nodes());
+    let unlimited = gang("netns-unlimited", 2, 1, &id, &env, nodes());
     for e in &unlimited {
         assert_healthy(e, 2, 1);
     }
-    // 100 Mbit/s (12.5 MB/s) out of node 0's side.
-    ns.sh(&format!(
-        "ip netns exec {a} tc qdisc add dev {} root tbf rate 100mbit burst 32kbit latency 50ms",
-        ns.veths[0]
-    ));
-    let limited = gang("netns-limited", 2, 1, id, &env, nodes());
+    // 100 Mbit/s (12.5 MB/s) into and out of node 0.
+    net.limit(0, "100mbit");
+    let limited = gang("netns-limited", 2, 1, &id, &env, nodes());
     for e in &limited {
         assert_healthy(e, 2, 1);
     }
@@ -607,10 +486,41 @@ fn two_namespaces_over_veth_and_a_rate_limited_link_is_slower() {
         slow * 4.0 < fast,
         "the limited link ({slow:.0} B/s) should be far slower than the unlimited one ({fast:.0} B/s)"
     );
-    // NCCL_COMM_ID on the veth's subnet where nobody answers: the bounded wait
+    // NCCL_COMM_ID on the nodes' subnet where nobody answers: the bounded wait
     // still ends with ncclCommAbort interrupting the connection attempts.
-    let nodes = vec![node(1).netns(&b)];
+    let nodes = vec![node(1).on(&net, 1)];
     let env = [("GANG_TIMEOUT_MS", "1500")];
-    let ended = gang("netns-unreachable", 2, 1, "10.231.0.99:29500", &env, nodes);
+    let ended = gang("netns-unreachable", 2, 1, "10.77.0.200:29500", &env, nodes);
     assert_gave_up_cleanly(&ended, 2);
+}
+
+#[test]
+fn four_namespaces_through_a_bridge_with_their_own_host_names() {
+    let Some(net) = Net::new("four_namespaces_bridge", 4) else {
+        return;
+    };
+    // The root by name, as a launcher's MASTER_ADDR gives it: each node
+    // resolves it through its own /etc/hosts.
+    let id = format!("{}:29500", net.host(0));
+    let logs = scratch("gang-netns-logs");
+    let file = logs.join("nccl.%h.log");
+    let env = [
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_FILE", file.to_str().unwrap()),
+    ];
+    let nodes = (0..4).map(|i| node(i).on(&net, i)).collect();
+    for e in gang("netns-4", 4, 1, &id, &env, nodes) {
+        assert_healthy(&e, 4, 1);
+    }
+    // %h is each process's host name: four UTS namespaces, four files, and
+    // each node bootstrapped from its own address on the bridge.
+    for i in 0..4 {
+        let text = std::fs::read_to_string(logs.join(format!("nccl.node{i}.log")))
+            .unwrap_or_else(|e| panic!("node{i}'s log: {e}"));
+        assert!(
+            text.contains(&format!("Bootstrap: Using eth0:{}<0>", net.addr(i))),
+            "node{i}: {text}"
+        );
+    }
+    std::fs::remove_dir_all(&logs).unwrap();
 }
