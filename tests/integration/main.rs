@@ -8,6 +8,7 @@ mod exec;
 mod explain;
 mod fixtures;
 mod gang_fake;
+mod gang_script;
 mod image;
 mod kernel;
 mod layering;
