@@ -32,6 +32,13 @@
 # --gpus I,J: the GPU of node0 and of node1 (default 0,1). `--gpus 0,0` runs both
 # nodes on one GPU (a one-GPU machine proves the namespaces, veth, tc and torchrun;
 # NCCL still sees two hosts, by hostname, and uses NET/Socket).
+# On the lent machine (nothing there can be fetched, iproute2 is missing), from the
+# repository root here:
+#   scripts/release.sh                                  # dist/nccl-preflight, glibc 2.17
+#   d=target/gang-gpu; mkdir -p $d && cp dist/nccl-preflight scripts/gang-gpu.sh \
+#     scripts/gang_allreduce.py scripts/gang_gpu_judge.py $d && scripts/gang-gpu.sh --pack-tools $d/tools
+# then run there (kind nvidia-h200-x2, carry target/gang-gpu):
+#   bash target/gang-gpu/gang-gpu.sh --tools target/gang-gpu/tools target/gang-gpu/nccl-preflight "$OUT"
 # Results: OUTDIR/summary.txt (one line per leg: PASS/FAIL and the numbers) and
 # OUTDIR/gang-gpu.tar.gz (every rank's report, stderr, NCCL log). Exit 0 when every
 # leg run passed, 1 otherwise, 2 on a setup error.
@@ -78,7 +85,7 @@ while [ $# -gt 0 ]; do
         --tools) tools=${2:?--tools needs a directory}; shift ;;
         --gpus) gpus=${2:?--gpus needs I,J}; shift ;;
         --pack-tools) pack_tools "${2:?--pack-tools needs a directory}"; exit 0 ;;
-        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) pos+=("$1") ;;
     esac
