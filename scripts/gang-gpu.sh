@@ -154,7 +154,8 @@ else
     sizes=${GANG_SIZES:-64MiB,256MiB}
     timeout_s=${GANG_TIMEOUT:-30}
 fi
-note "sizes: $sizes, --gang-timeout $timeout_s, GPUs: node0 ${gpu[0]}, node1 ${gpu[1]}"
+iters=${GANG_ITERS:-20}
+note "sizes: $sizes, $iters iterations, --gang-timeout $timeout_s, GPUs: node0 ${gpu[0]}, node1 ${gpu[1]}"
 
 # --- the two nodes -------------------------------------------------------------
 # Node i: a process holding new mount, UTS and network namespaces; hostname nodeI,
@@ -276,7 +277,8 @@ gang_leg() {
         start_rank "$i" "$d" "$limit" env ${extra[@]+"${extra[@]}"} \
             NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$d/nccl.rank$i.log" \
             "$bin" gang --gang-root node0 --gang-rank "$i" --gang-nodes 2 --gang-port 29501 \
-            --gang-timeout "$timeout_s" --gang-wait 20 --gang-sizes "$sizes" --format json
+            --gang-peers node0,node1 --gang-timeout "$timeout_s" --gang-wait 20 \
+            --gang-sizes "$sizes" --gang-iterations "$iters" --format json
     done
     wait "${waits[@]}" || true
     elapsed "$t0" "$(now)" > "$d/wall_s"
@@ -293,7 +295,7 @@ if has_leg b; then
 fi
 if has_leg c; then
     gang_leg c 0
-    if line=$(judge join-fail "$d" 0 "$timeout_s" 1 node1); then pass "c: $line (wall $(cat "$d/wall_s") s)"; else fail "c: $line"; fi
+    if line=$(judge join-fail "$d" 0 "$timeout_s" node1 "rank 1"); then pass "c: $line (wall $(cat "$d/wall_s") s)"; else fail "c: $line"; fi
 fi
 if has_leg d; then
     TCn 1 qdisc add dev eth0 root tbf rate 1gbit burst 128kb latency 50ms
@@ -313,7 +315,7 @@ if has_leg e; then
             start_rank "$i" "$d" 300 env NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$d/nccl.rank$i.log" \
                 PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nnodes 2 --nproc-per-node 1 \
                 --node-rank "$i" --master-addr node0 --master-port 29500 \
-                "$here/gang_allreduce.py" --sizes "$sizes" --out "$d/torch.json"
+                "$here/gang_allreduce.py" --sizes "$sizes" --iters "$iters" --out "$d/torch.json"
         done
         wait "${waits[@]}" || true
         elapsed "$t0" "$(now)" > "$d/wall_s"
