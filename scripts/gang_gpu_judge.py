@@ -18,7 +18,9 @@ Modes:
   join-fail DIR R0 TIMEOUT MISSING...  rank R0 exits 1 inside TIMEOUT (+ slack),
                                        gang-join fails naming a MISSING rank/host
   slow-link DIR R0 R1 ADIR NODE        busbw at least 2x below leg a's (ADIR), and
-                                       what the report says about NODE
+                                       whether gang-bandwidth or the straggler names
+                                       NODE (with two nodes the median cannot single
+                                       one out: reported, not required)
   torch DIR [ADIR]                     torchrun's all-reduce ran across the two
                                        namespaces over NET/Socket; with ADIR, its
                                        busbw against the gang's, per size (5%)
@@ -90,8 +92,11 @@ def busbw(rep):
 
 
 def transports(d, ranks):
+    """The transports NCCL chose: the gang's own account (`gang.transports`) and the
+    `via NET/...` lines of an NCCL log the leg kept."""
     seen = set()
     for r in ranks:
+        seen.update(((report(d, r) or {}).get("gang") or {}).get("transports") or {})
         for m in re.finditer(r"via (NET/[\w/]+|P2P/[\w/]+|SHM/[\w/]+)", read(f"{d}/nccl.rank{r}.log", "")):
             seen.add(m.group(1))
     return sorted(seen)
@@ -150,7 +155,8 @@ def main(argv):
         c = check(reps[ranks[0]], "gang-bandwidth")
         common = sorted(set(slow) & set(free))
         ok = bool(common) and all(slow[b] * 2 <= free[b] for b in common)
-        named = node in text_of(c) or node in json.dumps((reps[ranks[0]] or {}).get("gang") or {})
+        straggler = ((reps[ranks[0]] or {}).get("gang") or {}).get("straggler")
+        named = node in text_of(c) or node in json.dumps(straggler)
         print(f"exit {codes}; busbw limited {fmt_bw(slow)} vs free {fmt_bw(free)}; gang-bandwidth "
               f"{(c or {}).get('status', 'absent')}: {(c or {}).get('summary', '')!s}; "
               f"{node} {'named' if named else 'not named'}")
