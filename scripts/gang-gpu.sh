@@ -15,7 +15,9 @@
 #   p  plumbing: hostnames, name resolution and TCP across the veth, a tc rate limit
 #   a  gang joins, consistency passes, bandwidth and transport reported
 #   b  NCCL_ALGO differs on one rank: gang-consistency fails
-#   c  the second rank never starts: rank 0 fails in --gang-timeout naming it
+#   c  the second rank never starts, and (as in a PyTorchJob or MPIJob, whose Services
+#      publish Ready pods only) its name does not resolve: rank 0 fails within
+#      --gang-wait + --gang-timeout naming it
 #   d  tc tbf rate limit on node1's side: low bandwidth / node1 named
 #   e  PyTorch all-reduce under torchrun --nnodes 2 (one process per namespace),
 #      same sizes as the gang, for the busbw comparison (scripts/gang_allreduce.py)
@@ -149,6 +151,7 @@ if [ $dry = 1 ]; then
         FAKE_GPU_SCENARIO="$root/tests/fixtures/gpu-h100-nv18/gpu.scenario")
     sizes=${GANG_SIZES:-1MiB,4MiB}
     timeout_s=${GANG_TIMEOUT:-10}
+    wait_s=${GANG_WAIT:-5}
     iters=${GANG_ITERS:-5}
     # The fake libnccl moves 1-4 MiB over TCP at a few Gbit/s: 100 Mbit/s is far below.
     rate=100mbit
@@ -156,20 +159,19 @@ else
     command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$summary"
     sizes=${GANG_SIZES:-64MiB,256MiB}
     timeout_s=${GANG_TIMEOUT:-30}
+    wait_s=${GANG_WAIT:-20}
     iters=${GANG_ITERS:-20}
     # NET/Socket over the veth carried 3.4 GB/s busbw on 2x H200 and 0.1 under 1 Gbit/s (FACTS.md).
     rate=1gbit
 fi
-note "sizes: $sizes, $iters iterations, --gang-timeout $timeout_s, tc rate $rate, GPUs: node0 ${gpu[0]}, node1 ${gpu[1]}"
+note "sizes: $sizes, $iters iterations, --gang-wait $wait_s, --gang-timeout $timeout_s, tc rate $rate, GPUs: node0 ${gpu[0]}, node1 ${gpu[1]}"
 
 # --- the two nodes -------------------------------------------------------------
 # Node i: a process holding new mount, UTS and network namespaces; hostname nodeI,
 # address 10.10.I.1/32 on eth0, a /32 route to the other node and a default route.
-cat > "$work/hosts" <<EOF
-127.0.0.1 localhost
-10.10.0.1 node0
-10.10.1.1 node1
-EOF
+hosts_all() { printf '127.0.0.1 localhost\n10.10.0.1 node0\n10.10.1.1 node1\n'; }
+hosts_all > "$work/hosts0"
+hosts_all > "$work/hosts1"
 declare -a holder
 for i in 0 1; do
     unshare --mount --uts --net --propagation private sleep 86400 &
@@ -195,7 +197,7 @@ IP link set gv0 netns "${holder[0]}"
 IP link set gv1 netns "${holder[1]}"
 for i in 0 1; do
     j=$((1 - i))
-    inns "$i" sh -c "echo node$i > /proc/sys/kernel/hostname && mount --bind '$work/hosts' /etc/hosts"
+    inns "$i" sh -c "echo node$i > /proc/sys/kernel/hostname && mount --bind '$work/hosts$i' /etc/hosts"
     IPn "$i" link set lo up
     IPn "$i" link set "gv$i" name eth0
     IPn "$i" addr add "10.10.$i.1/32" dev eth0
@@ -273,7 +275,7 @@ fi
 gang_leg() {
     local leg=$1; shift
     d=$work/$leg; mkdir -p "$d"
-    local limit=$((timeout_s + 60)) t0 i
+    local limit=$((wait_s + timeout_s + 60)) t0 i
     waits=()
     t0=$(now)
     for i in "$@"; do
@@ -283,7 +285,7 @@ gang_leg() {
         start_rank "$i" "$d" "$limit" env ${extra[@]+"${extra[@]}"} \
             NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$d/nccl.rank$i.log" \
             "$bin" gang --gang-root node0 --gang-rank "$i" --gang-nodes 2 --gang-port 29501 \
-            --gang-peers node0,node1 --gang-timeout "$timeout_s" --gang-wait 20 \
+            --gang-peers node0,node1 --gang-timeout "$timeout_s" --gang-wait "$wait_s" \
             --gang-sizes "$sizes" --gang-iterations "$iters" --format json
     done
     wait "${waits[@]}" || true
@@ -300,8 +302,11 @@ if has_leg b; then
     if line=$(judge consistency-fail "$d" 0 1 NCCL_ALGO); then pass "b: $line"; else fail "b: $line"; fi
 fi
 if has_leg c; then
+    # Rewritten in place: the bind mount holds the file, not the name.
+    grep -v ' node1$' "$work/hosts0" > "$work/hosts0.new" && cat "$work/hosts0.new" > "$work/hosts0"
     gang_leg c 0
-    if line=$(judge join-fail "$d" 0 "$timeout_s" node1 "rank 1"); then pass "c: $line (wall $(cat "$d/wall_s") s)"; else fail "c: $line"; fi
+    hosts_all > "$work/hosts0"
+    if line=$(judge join-fail "$d" 0 $((wait_s + timeout_s)) node1 "rank 1"); then pass "c: $line (wall $(cat "$d/wall_s") s)"; else fail "c: $line"; fi
 fi
 if has_leg d; then
     TCn 1 qdisc add dev eth0 root tbf rate "$rate" burst 128kb latency 50ms

@@ -15,7 +15,8 @@ Modes:
                                        gang-consistency pass, busbw reported
   consistency-fail DIR R0 R1 VAR       every rank exits 1, gang-consistency fails
                                        naming VAR
-  join-fail DIR R0 TIMEOUT MISSING...  rank R0 exits 1 inside TIMEOUT (+ slack),
+  join-fail DIR R0 BOUND MISSING...    rank R0 exits 1 within BOUND seconds (the
+                                       name wait + the join timeout, + 15 s slack),
                                        gang-join fails naming a MISSING rank/host
   slow-link DIR R0 R1 ADIR NODE        busbw at least 2x below leg a's (ADIR), and
                                        whether gang-bandwidth or the straggler names
@@ -140,11 +141,10 @@ def main(argv):
         c = check(rep, "gang-join")
         wall = float(read(f"{d}/wall_s", "inf"))
         named = [m for m in missing if re.search(rf"\b{re.escape(m)}\b", text_of(c))]
-        # The join timeout starts once the peers' names resolve (/etc/hosts: at once);
         # 15 s of slack for process start and the report.
         ok = code == 1 and (c or {}).get("status") == "fail" and bool(named) and wall <= timeout + 15
         print(f"exit {code}; gang-join {(c or {}).get('status', 'absent')} after {wall:.1f} s "
-              f"(--gang-timeout {timeout:.0f}), names {named or 'none of ' + str(missing)}: "
+              f"(bound {timeout:.0f} s), names {named or 'none of ' + str(missing)}: "
               f"{(c or {}).get('summary', '')!s}")
         return 0 if ok else 1
     if mode == "slow-link":

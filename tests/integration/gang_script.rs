@@ -71,7 +71,7 @@ fn gang_gpu_script_dry_plumbing_gives_two_named_nodes_a_veth_and_a_working_rate_
     let read = |p: &str| std::fs::read_to_string(unpacked.join(p)).unwrap();
     assert!(read("node0-addr.txt").contains("10.10.0.1/32"));
     assert!(read("node1-addr.txt").contains("10.10.1.1/32"));
-    assert!(read("hosts").contains("10.10.1.1 node1"));
+    assert!(read("hosts1").contains("10.10.1.1 node1"));
     let qdisc = read("p/qdisc.txt");
     assert!(
         qdisc.contains("tbf") && qdisc.contains("rate 1Gbit"),
