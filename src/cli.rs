@@ -43,6 +43,13 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run the checks on an interval and serve /healthz, /readyz, /metrics and /report (a sidecar).
     Serve(ServeArgs),
+    /// The whole job across its pods, on NCCL: every pod joins one communicator, the pods'
+    /// stacks are compared, all-reduce and node-to-node bandwidth measured, the slow node named.
+    /// One process per pod; every pod exits with the job's verdict.
+    Gang(GangArgs),
+    /// The gang's NCCL child (internal): reads its plan on standard input.
+    #[command(hide = true)]
+    GangWorker,
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
@@ -88,6 +95,60 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub xid_ignore: Vec<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct GangArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    #[command(flatten)]
+    pub gang: GangOpts,
+}
+
+/// The gang's knobs (`gang`, `exec --gang`, `init --gang`).
+#[derive(Debug, Clone, Args)]
+pub struct GangOpts {
+    /// Time the join, and then every collective phase, may take (seconds, or 500ms, 2m).
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_TIMEOUT", default_value = "30", value_name = "SECS",
+          value_parser = crate::units::parse_duration)]
+    pub gang_timeout: std::time::Duration,
+    /// Bounded wait, before the join, until the root's and the peers' names resolve
+    /// (absorbs pod start and image-pull skew); the join timeout starts after it.
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_WAIT", default_value = "300", value_name = "SECS",
+          value_parser = crate::units::parse_duration)]
+    pub gang_wait: std::time::Duration,
+    /// The port rank 0's NCCL root binds [default: MASTER_PORT or PET_MASTER_PORT + 1, else 29501].
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_PORT", value_name = "PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub gang_port: Option<u16>,
+    /// The rank-0 pod's host name or address [default: MASTER_ADDR, PET_MASTER_ADDR].
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ROOT", value_name = "HOST")]
+    pub gang_root: Option<String>,
+    /// This pod's rank [default: PET_NODE_RANK, RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, JOB_COMPLETION_INDEX].
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_RANK", value_name = "N")]
+    pub gang_rank: Option<u64>,
+    /// How many pods [default: PET_NNODES, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE]; alias of
+    /// --nodes (when both are given they must agree).
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_NODES", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub gang_nodes: Option<u64>,
+    /// Every pod's host name in rank order, where the launcher's naming is not known
+    /// (a missing pod is named from these) [default: derived from the root's name].
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_GANG_PEERS",
+        value_name = "HOST[,HOST...]",
+        value_delimiter = ','
+    )]
+    pub gang_peers: Vec<String>,
+    /// All-reduce sizes (comma list); the smallest is also the node-to-node send size.
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_SIZES", default_value = "64MiB,256MiB",
+          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]
+    pub gang_sizes: Vec<u64>,
+    /// Timed repetitions per measurement, after one warm-up.
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ITERATIONS", default_value_t = 5, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub gang_iterations: u32,
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +204,12 @@ pub struct ExecArgs {
     /// Print the report, the variables that would be set and the command; run nothing.
     #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub dry_run: bool,
+    /// After the local checks, run the gang across the job's pods; CMD starts only if the
+    /// job's verdict allows.
+    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub gang: bool,
+    #[command(flatten)]
+    pub gang_opts: GangOpts,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -313,6 +380,12 @@ pub struct InitArgs {
     pub bench: bool,
     #[command(flatten)]
     pub bench_limits: BenchLimits,
+    /// Also run the gang across the job's pods (JobSet/TrainJob, whose Service publishes
+    /// pods that are still initialising); its findings join the report.
+    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub gang: bool,
+    #[command(flatten)]
+    pub gang_opts: GangOpts,
 }
 
 /// How long a bench may run and what it must reach (`bench`, `init --bench`).

@@ -11,7 +11,7 @@ use crate::report::Report;
 use crate::run::{
     EXIT_FAILED, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate, evaluate_under, use_color,
 };
-use crate::run::{describing, exit_code, gather_facts, print};
+use crate::run::{describing, exec_environment, exit_code, gather_facts, print};
 use crate::tune;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -86,6 +86,25 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .checks
             .extend(measured.into_iter().map(|f| policy.settle(f)));
         report.verdict = judge::verdict(&report.checks);
+    }
+    if args.gang {
+        if hung.0 {
+            bail!(
+                "init --gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
+            );
+        }
+        let identity = crate::gang::command::identity(&args.check, &args.gang_opts, env)?;
+        let run = crate::gang::command::attach(
+            &mut report,
+            &policy,
+            &args.check,
+            &identity,
+            &args.gang_opts,
+            env,
+        )?;
+        if args.check.format == Format::Human {
+            emit_err(&crate::gang::render::job(&run, report.verdict))?;
+        }
     }
     let mut outputs = Vec::new();
     let mut add = |flag, path: &Option<PathBuf>, contents: String| {
@@ -188,23 +207,42 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
 const EXIT_NOT_FOUND: u8 = 127;
 const EXIT_NOT_EXECUTABLE: u8 = 126;
 
-/// The environment CMD gets: this process's, plus every tuned setting whose variable
-/// is not already set (a user's value always wins).
-pub fn exec_environment(
-    env: &[(OsString, OsString)],
-    settings: &[tune::Setting],
-) -> Vec<(OsString, OsString)> {
-    let mut out: Vec<(OsString, OsString)> = env.to_vec();
-    for s in settings.iter().filter(|s| s.source == tune::Source::Tuned) {
-        if !out.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
-            out.push((OsString::from(&s.name), OsString::from(&s.value)));
+pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let policy = build_policy(&args.check)?;
+    // A bad gang identity is refused before anything is gathered.
+    let identity = if args.gang {
+        Some(crate::gang::command::identity(
+            &args.check,
+            &args.gang_opts,
+            env,
+        )?)
+    } else {
+        None
+    };
+    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    if let Some(identity) = &identity {
+        if hung.0 {
+            eprintln!(
+                "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout; the gang cannot run NCCL here",
+                args.command[0].to_string_lossy()
+            );
+            return Ok(Exit::new(crate::gang::command::EXIT_CANNOT_RUN, hung));
+        }
+        // The gang runs NCCL in a child; this process only reads its result, so
+        // nothing of NCCL's survives into CMD.
+        let run = crate::gang::command::attach(
+            &mut report,
+            &policy,
+            &args.check,
+            identity,
+            &args.gang_opts,
+            env,
+        )?;
+        match args.check.format {
+            Format::Human => emit_err(&crate::gang::command::human(&report, &run, false))?,
+            Format::Json => emit_err(&crate::gang::render::json(&report, &run))?,
         }
     }
-    out
-}
-
-pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(&args.check, env, false)?;
     let failed = report.verdict == Status::Fail;
     // The command's standard output is its own: the report goes to standard error.
     let show = |report: &Report| match args.check.format {
@@ -216,7 +254,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .iter()
         .filter(|s| s.source == tune::Source::Tuned)
         .collect();
-    if args.dry_run || failed || hung.0 {
+    // With --gang the report was shown with the gang's rendering above.
+    if (args.dry_run || failed || hung.0) && !args.gang {
         show(&report)?;
     }
     if failed {

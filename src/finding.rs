@@ -185,6 +185,9 @@ pub mod ids {
     pub const GPU_BANDWIDTH: &str = "gpu-bandwidth";
     pub const NCCL_ALLREDUCE: &str = "nccl-allreduce";
     pub const GPU_XID: &str = "gpu-xid";
+    pub const GANG_JOIN: &str = "gang-join";
+    pub const GANG_CONSISTENCY: &str = "gang-consistency";
+    pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
 }
 
 /// Every check, in report order.
@@ -278,6 +281,21 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::GPU_XID,
         title: "GPU XID events seen while serving",
         source: Source::Runtime,
+    },
+    CheckInfo {
+        id: ids::GANG_JOIN,
+        title: "every pod of the job joined one NCCL communicator in time (gang)",
+        source: Source::Measured,
+    },
+    CheckInfo {
+        id: ids::GANG_CONSISTENCY,
+        title: "the pods agree: NCCL version, driver, GPUs, NICs, plugin, NCCL/FI variables, local verdicts (gang)",
+        source: Source::Measured,
+    },
+    CheckInfo {
+        id: ids::GANG_BANDWIDTH,
+        title: "all-reduce busbw across the job, the transport NCCL chose, the node x node matrix and its straggler (gang)",
+        source: Source::Measured,
     },
 ];
 

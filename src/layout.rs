@@ -69,6 +69,264 @@ pub fn is_multi_node(env: &BTreeMap<String, EnvValue>) -> bool {
     nodes(env).is_some_and(|n| n > 1)
 }
 
+/// What the command line says about the gang (`--gang-*` flags and their
+/// NCCL_PREFLIGHT_GANG_* twins); every field left `None` comes from the launcher.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GangFlags {
+    pub rank: Option<u64>,
+    pub nodes: Option<u64>,
+    pub root: Option<String>,
+    pub port: Option<u16>,
+    /// Every pod's host name in node-rank order (`--gang-peers`).
+    pub peers: Vec<String>,
+}
+
+/// Who this pod is in the gang and where the gang's root is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GangIdentity {
+    /// The launcher the identity came from (`PyTorchJob`, `TrainJob/JobSet`, `MPI`,
+    /// `Indexed Job`, `flags`).
+    pub launcher: String,
+    /// This pod's index, 0-based; 0 hosts the root.
+    pub node_rank: u64,
+    /// How many pods the gang has.
+    pub nodes: u64,
+    /// The rank-0 pod's host name or address.
+    pub root: String,
+    /// The port rank 0's NCCL root binds.
+    pub port: u16,
+    /// Every pod's host name in node-rank order, where the launcher's naming is known
+    /// (empty otherwise): the names the gang waits for and names when one is missing.
+    pub peers: Vec<String>,
+    /// Which variable or flag gave each field, for the report.
+    pub sources: Vec<String>,
+}
+
+/// The port when the launcher names none (MPI, Indexed Job): one above torch's default
+/// 29500, below the Linux ephemeral range (32768-60999), so no ephemeral bind takes it.
+pub const DEFAULT_GANG_PORT: u16 = 29501;
+
+/// Why no gang identity could be worked out (exit 2: the gang cannot run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityError(pub String);
+
+impl std::fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+fn parse_count(name: &str, text: &str) -> Result<u64, IdentityError> {
+    text.trim().parse::<u64>().map_err(|_| {
+        IdentityError(format!(
+            "{name}={text:?} is not a whole number (the gang needs a fixed pod count and rank)"
+        ))
+    })
+}
+
+/// The gang identity from flags first, then the launcher's variables (Kubeflow
+/// training-operator v1 pkg/controller.v1/pytorch/envvar.go and master.go; Kubeflow
+/// Trainer v2 pkg/runtime/framework/plugins/torch/torch.go; Open MPI's
+/// OMPI_COMM_WORLD_*; Hydra's PMI_*; the Job controller's JOB_COMPLETION_INDEX).
+/// `var` looks a variable up in the environment the tool runs in.
+pub fn gang_identity(
+    flags: &GangFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<GangIdentity, IdentityError> {
+    let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let mut sources = Vec::new();
+    let mpi = get("OMPI_COMM_WORLD_RANK").is_some() || get("PMI_RANK").is_some();
+    if let Some(local) = get("OMPI_COMM_WORLD_LOCAL_SIZE")
+        && local.trim() != "1"
+    {
+        return Err(IdentityError(format!(
+            "OMPI_COMM_WORLD_LOCAL_SIZE={local}: the gang runs one process per pod, which drives every local GPU; start it with mpirun --map-by ppr:1:node"
+        )));
+    }
+    // PET_NNODES is `N`, or `MIN:MAX` for an elastic job, which has no fixed ranks.
+    if let Some(n) = get("PET_NNODES")
+        && let Some((min, max)) = n.split_once(':')
+        && min.trim() != max.trim()
+    {
+        return Err(IdentityError(format!(
+            "PET_NNODES={n} is an elastic range: an elastic job has no fixed pod count or ranks, so the gang cannot run; use a fixed node count or --gang-nodes/--gang-rank"
+        )));
+    }
+    let rank_vars = [
+        "PET_NODE_RANK",
+        "RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "JOB_COMPLETION_INDEX",
+    ];
+    let node_rank = match flags.rank {
+        Some(r) => {
+            sources.push("rank from --gang-rank".to_string());
+            r
+        }
+        None => {
+            let Some((name, value)) = rank_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
+                return Err(IdentityError(format!(
+                    "no gang rank: set --gang-rank (NCCL_PREFLIGHT_GANG_RANK); none of {} is set",
+                    rank_vars.join(", ")
+                )));
+            };
+            sources.push(format!("rank from {name}"));
+            parse_count(name, &value)?
+        }
+    };
+    let node_vars = [
+        "PET_NNODES",
+        "WORLD_SIZE",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+    ];
+    let nodes = match flags.nodes {
+        Some(n) => {
+            sources.push("nodes from --gang-nodes".to_string());
+            n
+        }
+        None => {
+            let Some((name, value)) = node_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
+                return Err(IdentityError(format!(
+                    "no pod count: set --gang-nodes (NCCL_PREFLIGHT_GANG_NODES) or --nodes; none of {} is set",
+                    node_vars.join(", ")
+                )));
+            };
+            sources.push(format!("nodes from {name}"));
+            // PET_NNODES `N:N` is fixed.
+            let value = value.split(':').next().unwrap_or("").to_string();
+            parse_count(name, &value)?
+        }
+    };
+    if nodes == 0 {
+        return Err(IdentityError("the pod count is 0".to_string()));
+    }
+    if node_rank >= nodes {
+        return Err(IdentityError(format!(
+            "rank {node_rank} is not below the pod count {nodes}"
+        )));
+    }
+    let root_vars = ["MASTER_ADDR", "PET_MASTER_ADDR"];
+    let root = match &flags.root {
+        Some(r) if !r.trim().is_empty() => {
+            sources.push("root from --gang-root".to_string());
+            r.trim().to_string()
+        }
+        _ => {
+            let Some((name, value)) = root_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
+                return Err(IdentityError(format!(
+                    "no root host: set --gang-root (NCCL_PREFLIGHT_GANG_ROOT) to the rank-0 pod's name{}; none of {} is set",
+                    if mpi {
+                        " (for MPI, pass it with mpirun -x NCCL_PREFLIGHT_GANG_ROOT=<first host of the hostfile>)"
+                    } else {
+                        ""
+                    },
+                    root_vars.join(", ")
+                )));
+            };
+            sources.push(format!("root from {name}"));
+            value.trim().to_string()
+        }
+    };
+    let port = match flags.port {
+        Some(p) => {
+            sources.push("port from --gang-port".to_string());
+            p
+        }
+        None => match ["MASTER_PORT", "PET_MASTER_PORT"]
+            .iter()
+            .find_map(|n| get(n).map(|v| (*n, v)))
+        {
+            Some((name, value)) => {
+                let base: u16 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| IdentityError(format!("{name}={value:?} is not a port number")))?;
+                let port = base.checked_add(1).ok_or_else(|| {
+                    IdentityError(format!(
+                        "{name}={value}: no port above it for the gang; set --gang-port"
+                    ))
+                })?;
+                sources.push(format!("port {name} + 1"));
+                port
+            }
+            None => {
+                sources.push(format!("port default {DEFAULT_GANG_PORT}"));
+                DEFAULT_GANG_PORT
+            }
+        },
+    };
+    if port == 0 {
+        return Err(IdentityError("the gang port is 0".to_string()));
+    }
+    let launcher = if flags.rank.is_some() && flags.root.is_some() {
+        "flags"
+    } else if get("PET_NODE_RANK").is_some() && get("MASTER_ADDR").is_some() {
+        "PyTorchJob"
+    } else if get("PET_NODE_RANK").is_some() || get("PET_MASTER_ADDR").is_some() {
+        "TrainJob/JobSet"
+    } else if mpi {
+        "MPI"
+    } else if get("JOB_COMPLETION_INDEX").is_some() {
+        "Indexed Job"
+    } else {
+        "flags"
+    };
+    let peers = if !flags.peers.is_empty() {
+        if flags.peers.len() as u64 != nodes {
+            return Err(IdentityError(format!(
+                "--gang-peers names {} pods, the gang has {nodes}",
+                flags.peers.len()
+            )));
+        }
+        flags.peers.clone()
+    } else {
+        peer_names(&root, nodes)
+    };
+    Ok(GangIdentity {
+        launcher: launcher.to_string(),
+        node_rank,
+        nodes,
+        root,
+        port,
+        peers,
+        sources,
+    })
+}
+
+/// Every pod's name from the rank-0 pod's name, where the launcher's naming is known:
+/// PyTorchJob `<job>-master-0` -> `<job>-worker-<i-1>` (one headless Service per
+/// replica, training-operator v1 pkg/controller.v1/common/service.go); Indexed Job /
+/// JobSet / TrainJob `<name>-0[.<subdomain>]` -> `<name>-<i>[.<subdomain>]` (the Job's
+/// pod hostname is `<job>-<index>`). Empty when the name follows neither (an address).
+pub fn peer_names(root: &str, nodes: u64) -> Vec<String> {
+    let (first, rest) = match root.split_once('.') {
+        Some((f, r)) => (f, format!(".{r}")),
+        None => (root, String::new()),
+    };
+    if root.parse::<std::net::IpAddr>().is_ok() {
+        return Vec::new();
+    }
+    if let Some(job) = first.strip_suffix("-master-0") {
+        return (0..nodes)
+            .map(|i| {
+                if i == 0 {
+                    root.to_string()
+                } else {
+                    format!("{job}-worker-{}{rest}", i - 1)
+                }
+            })
+            .collect();
+    }
+    if let Some(prefix) = first.strip_suffix("-0") {
+        return (0..nodes).map(|i| format!("{prefix}-{i}{rest}")).collect();
+    }
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +361,240 @@ mod tests {
         assert_eq!(span(&env(&[(NODES_VAR, "1")])), Span::Single);
         assert_eq!(span(&env(&[(NODES_VAR, "0")])), Span::Unknown);
         assert_eq!(span(&env(&[])), Span::Unknown);
+    }
+
+    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn gang_identity_from_each_launcher() {
+        let none = GangFlags::default();
+        // PyTorchJob: PET_NODE_RANK, PET_NNODES (not WORLD_SIZE), MASTER_ADDR, MASTER_PORT + 1.
+        let py = gang_identity(
+            &none,
+            &lookup(&[
+                ("MASTER_ADDR", "train-master-0"),
+                ("MASTER_PORT", "23456"),
+                ("PET_NNODES", "3"),
+                ("PET_NODE_RANK", "2"),
+                ("RANK", "2"),
+                ("WORLD_SIZE", "24"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                py.launcher.as_str(),
+                py.node_rank,
+                py.nodes,
+                py.root.as_str(),
+                py.port
+            ),
+            ("PyTorchJob", 2, 3, "train-master-0", 23457)
+        );
+        assert_eq!(
+            py.peers,
+            ["train-master-0", "train-worker-0", "train-worker-1"]
+        );
+        // TrainJob v2: PET_* only.
+        let tj = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_MASTER_ADDR", "tj-node-0-0.tj"),
+                ("PET_MASTER_PORT", "29500"),
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (tj.launcher.as_str(), tj.node_rank, tj.nodes, tj.port),
+            ("TrainJob/JobSet", 1, 2, 29501)
+        );
+        assert_eq!(tj.peers, ["tj-node-0-0.tj", "tj-node-0-1.tj"]);
+        // MPI: ranks from Open MPI, root passed with mpirun -x, default port.
+        let mpi = gang_identity(
+            &none,
+            &lookup(&[
+                ("OMPI_COMM_WORLD_RANK", "3"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+                ("MASTER_ADDR", "job-worker-0.job.ns.svc"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (mpi.launcher.as_str(), mpi.node_rank, mpi.nodes, mpi.port),
+            ("MPI", 3, 4, DEFAULT_GANG_PORT)
+        );
+        let hydra = gang_identity(
+            &GangFlags {
+                root: Some("h0".into()),
+                ..GangFlags::default()
+            },
+            &lookup(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]),
+        )
+        .unwrap();
+        assert_eq!((hydra.node_rank, hydra.nodes), (0, 2));
+        // Indexed Job: the index from the Job controller, the rest from flags.
+        let indexed = gang_identity(
+            &GangFlags {
+                nodes: Some(4),
+                root: Some("job-0.svc".into()),
+                ..GangFlags::default()
+            },
+            &lookup(&[("JOB_COMPLETION_INDEX", "1")]),
+        )
+        .unwrap();
+        assert_eq!(
+            (indexed.launcher.as_str(), indexed.node_rank, indexed.nodes),
+            ("Indexed Job", 1, 4)
+        );
+        assert_eq!(indexed.peers[3], "job-3.svc");
+    }
+
+    #[test]
+    fn gang_flags_override_the_launcher() {
+        let flags = GangFlags {
+            rank: Some(0),
+            nodes: Some(2),
+            root: Some("10.0.0.1".into()),
+            port: Some(31000),
+            peers: vec![],
+        };
+        let id = gang_identity(
+            &flags,
+            &lookup(&[
+                ("PET_NODE_RANK", "1"),
+                ("PET_NNODES", "8"),
+                ("MASTER_ADDR", "x-master-0"),
+                ("MASTER_PORT", "1234"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                id.node_rank,
+                id.nodes,
+                id.root.as_str(),
+                id.port,
+                id.launcher.as_str()
+            ),
+            (0, 2, "10.0.0.1", 31000, "flags")
+        );
+        // An address has no peer naming.
+        assert!(id.peers.is_empty());
+        let peers = GangFlags {
+            peers: vec!["a".into(), "b".into()],
+            ..flags.clone()
+        };
+        assert_eq!(
+            gang_identity(&peers, &lookup(&[])).unwrap().peers,
+            ["a", "b"]
+        );
+        let wrong = GangFlags {
+            peers: vec!["a".into()],
+            ..flags
+        };
+        assert!(gang_identity(&wrong, &lookup(&[])).is_err());
+    }
+
+    #[test]
+    fn gang_identity_refusals_name_what_was_tried() {
+        let none = GangFlags::default();
+        let elastic = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "1:4"),
+                ("PET_NODE_RANK", "0"),
+                ("MASTER_ADDR", "m"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(
+            elastic.0.contains("PET_NNODES=1:4") && elastic.0.contains("elastic"),
+            "{elastic}"
+        );
+        // A fixed range is a count.
+        let fixed = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "2:2"),
+                ("PET_NODE_RANK", "1"),
+                ("MASTER_ADDR", "m"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(fixed.nodes, 2);
+        let missing = gang_identity(&none, &lookup(&[])).unwrap_err();
+        for var in [
+            "--gang-rank",
+            "PET_NODE_RANK",
+            "OMPI_COMM_WORLD_RANK",
+            "PMI_RANK",
+            "JOB_COMPLETION_INDEX",
+        ] {
+            assert!(missing.0.contains(var), "{missing}");
+        }
+        let no_count = gang_identity(&none, &lookup(&[("JOB_COMPLETION_INDEX", "0")])).unwrap_err();
+        assert!(
+            no_count.0.contains("PET_NNODES") && no_count.0.contains("--gang-nodes"),
+            "{no_count}"
+        );
+        let no_root = gang_identity(
+            &none,
+            &lookup(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]),
+        )
+        .unwrap_err();
+        assert!(
+            no_root.0.contains("MASTER_ADDR") && no_root.0.contains("mpirun -x"),
+            "{no_root}"
+        );
+        let local = gang_identity(
+            &none,
+            &lookup(&[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "8"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(local.0.contains("ppr:1:node"), "{local}");
+        let over = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "2"),
+                ("MASTER_ADDR", "m"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(over.0.contains("rank 2"), "{over}");
+        let bad = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "two"),
+                ("PET_NODE_RANK", "0"),
+                ("MASTER_ADDR", "m"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(bad.0.contains("PET_NNODES=\"two\""), "{bad}");
+        let port = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "0"),
+                ("MASTER_ADDR", "m"),
+                ("MASTER_PORT", "65535"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(port.0.contains("--gang-port"), "{port}");
     }
 }

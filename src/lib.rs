@@ -10,6 +10,7 @@ pub mod commands;
 pub mod explain;
 pub mod facts;
 pub mod finding;
+pub mod gang;
 pub mod gather;
 pub mod judge;
 pub mod layout;

@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
         Command::Install(args) => commands::install(args),
+        Command::Gang(args) => nccl_preflight::gang::command::gang(args, &env),
+        Command::GangWorker => nccl_preflight::gang::worker::main(),
         Command::Serve(args) => nccl_preflight::serve::serve(args, &env),
     });
     match result {

@@ -209,6 +209,21 @@ pub fn evaluate_under(
     Ok((Report::new(facts, findings, settings), hung))
 }
 
+/// The environment the trainer gets: this process's, plus every tuned setting whose
+/// variable is not already set (a user's value always wins).
+pub fn exec_environment(
+    env: &[(OsString, OsString)],
+    settings: &[tune::Setting],
+) -> Vec<(OsString, OsString)> {
+    let mut out: Vec<(OsString, OsString)> = env.to_vec();
+    for s in settings.iter().filter(|s| s.source == tune::Source::Tuned) {
+        if !out.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
+            out.push((OsString::from(&s.name), OsString::from(&s.value)));
+        }
+    }
+    out
+}
+
 pub fn use_color(env: &[(OsString, OsString)]) -> bool {
     // https://no-color.org: any non-empty NO_COLOR disables colour.
     let no_color = env.iter().any(|(k, v)| k == "NO_COLOR" && !v.is_empty());

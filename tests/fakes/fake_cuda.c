@@ -110,6 +110,13 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dctx, CUdeviceptr src, void *s
     return 0;
 }
 CUresult cuMemcpyDtoH_v2(void *host, CUdeviceptr src, size_t n) { memcpy(host, (void *)(uintptr_t)src, n); return 0; }
+/* The gang's calls: copies up are synchronous, and every stream's work (copies here,
+ * the fake libnccl's operations) has completed when its call returned. */
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *host, size_t n) { memcpy((void *)(uintptr_t)dst, host, n); return 0; }
+CUresult cuStreamQuery(void *s) {
+    if (injected("cuStreamQuery") >= 0) return injected("cuStreamQuery");
+    (void)s; return 0;
+}
 CUresult cuStreamCreate(void **s, unsigned flags) {
     (void)flags; if (current < 0) return 201;
     struct fake_stream *st = calloc(1, sizeof *st); st->ordinal = current; *s = st; return 0;

@@ -30,8 +30,10 @@
  * device and a listening address on the interface that reaches the root; the
  * root answers everyone with the whole table; ranks then build a full TCP mesh
  * (each connects to every lower rank). Without NCCL_COMM_ID ncclGetUniqueId
- * fails with ncclInvalidUsage: this fake has no out-of-band root, and init
- * refuses (ncclInvalidArgument) an id that does not carry NCCL_MAGIC.
+ * fails with ncclInvalidUsage: this fake has no out-of-band root. Init takes
+ * any non-zero magic (an id built by hand as NCCL lays it out works, as with
+ * NCCL), refuses (ncclInvalidArgument) a zero one, and the root drops a rank
+ * whose id carries another magic and keeps waiting, as NCCL's does.
  *
  * Like NCCL (init.cc, after the first bootstrap all-gather), ranks whose NCCL
  * versions differ all fail init with ncclInvalidUsage and "Mismatched NCCL
@@ -282,6 +284,7 @@ struct op {
 /* What a rank tells the root, and the root tells everyone: one per rank. */
 struct hello {
     uint32_t magic;
+    uint64_t id_magic;            /* the unique id's magic: the root accepts only its own */
     int32_t rank, nranks, version, dev;
     struct sockaddr_storage addr; /* where this rank accepts its peers */
     char host[64];                /* NCCL_HOSTID, else the host name: what counts as a node */
@@ -498,6 +501,16 @@ static ncclResult_t run_root(struct ncclComm *c, int root_fd, struct hello *tabl
         struct hello h;
         if ((r = accept_one(c, root_fd, c->init_deadline, "all ranks to join the bootstrap root", &fd))) break;
         if ((r = io_all(c, fd, &h, sizeof h, 0, c->init_deadline, "a rank's bootstrap hello"))) { close(fd); break; }
+        /* NCCL's root drops a connection whose magic is not the handle's and accepts
+         * again, silently in 2.28 (src/misc/socket.cc socketFinalizeAccept). */
+        uint64_t want;
+        memcpy(&want, c->id.internal, 8);
+        if (h.magic == WIRE_MAGIC && h.id_magic != want) {
+            INFO(c->dev, "fake libnccl: bootstrap root: dropped a connection with magic 0x%llx", (unsigned long long)h.id_magic);
+            close(fd);
+            got--;
+            continue;
+        }
         if (h.magic != WIRE_MAGIC || h.nranks != n || h.rank <= 0 || h.rank >= n || seen[h.rank]) {
             WARN(c->dev, "fake libnccl: bootstrap root: a rank registered as rank %d of %d; expected a new rank of %d",
                  h.rank, h.nranks, n);
@@ -526,7 +539,8 @@ static ncclResult_t bootstrap(struct ncclComm *c) {
     memcpy(&root, c->id.internal + 8, sizeof root);
     struct hello *table = calloc((size_t)n, sizeof *table);
     if (!table) return ncclSystemError;
-    struct hello me = {WIRE_MAGIC, c->rank, n, fake_version(), c->dev, {0}, {0}};
+    struct hello me = {WIRE_MAGIC, 0, c->rank, n, fake_version(), c->dev, {0}, {0}};
+    memcpy(&me.id_magic, c->id.internal, 8);
     /* NCCL's host hash comes from NCCL_HOSTID when set, else the host name and boot id (misc/utils.cc getHostHash). */
     const char *hostid = getenv("NCCL_HOSTID");
     pthread_once(&log_once, log_setup);
@@ -755,10 +769,13 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         WARN(0, "Invalid rank requested : %d/%d", rank, nranks);
         return ncclInvalidArgument;
     }
+    /* NCCL takes any magic the ranks agree on (src/bootstrap.cc: the root listens with
+     * the handle's, every rank connects with BOOTSTRAP_HANDLE(handles,0)->magic); a zero
+     * one here means an id nobody built. */
     uint64_t magic;
     memcpy(&magic, id.internal, 8);
-    if (magic != NCCL_MAGIC) {
-        WARN(0, "fake libnccl: the unique id does not come from ncclGetUniqueId with NCCL_COMM_ID");
+    if (magic == 0) {
+        WARN(0, "fake libnccl: the unique id carries no magic (not from ncclGetUniqueId or a handle built like it)");
         return ncclInvalidArgument;
     }
     /* init.cc parseCommConfig: copy at most the caller's size, then check the magic. */

@@ -33,7 +33,12 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("run", 6, "the pipeline every command shares"),
     ("bench", 7, "measurements"),
     ("serve", 7, "the sidecar"),
-    ("commands", 8, "the subcommands"),
+    (
+        "gang",
+        8,
+        "the job across its pods (reuses bench's CUDA driver wrapper)",
+    ),
+    ("commands", 9, "the subcommands"),
 ];
 
 /// Test-only support that any module's tests may use, and that may use anything below `run`.

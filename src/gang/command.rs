@@ -1,0 +1,128 @@
+//! The `gang` subcommand, and the gang step of `exec --gang` and `init --gang`:
+//! the local checks as `check` runs them, then the gang, whose three findings
+//! join the report under the same `--ignore`.
+
+use super::GangRun;
+use crate::cli::{CheckArgs, Format, GangArgs, GangOpts};
+use crate::layout::{GangFlags, GangIdentity};
+use crate::policy::Policy;
+use crate::report::Report;
+use crate::run::{Exit, build_policy, emit, evaluate_under, exit_code, use_color};
+use anyhow::{Result, anyhow, bail};
+use std::ffi::OsString;
+
+/// Exit code when the gang cannot run here (no libnccl, no GPU, bad identity).
+pub const EXIT_CANNOT_RUN: u8 = 2;
+
+/// The gang identity from the flags and the launcher's variables; exit 2 when none.
+pub fn identity(
+    check: &CheckArgs,
+    opts: &GangOpts,
+    env: &[(OsString, OsString)],
+) -> Result<GangIdentity> {
+    let nodes = match (opts.gang_nodes, check.gather.nodes) {
+        (Some(a), Some(b)) if a != b => {
+            bail!("gang: --gang-nodes {a} and --nodes {b} disagree (one is an alias of the other)")
+        }
+        (a, b) => a.or(b),
+    };
+    let flags = GangFlags {
+        rank: opts.gang_rank,
+        nodes,
+        root: opts.gang_root.clone(),
+        port: opts.gang_port,
+        peers: opts
+            .gang_peers
+            .iter()
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+    };
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.to_str())
+            .map(String::from)
+    };
+    crate::layout::gang_identity(&flags, &var).map_err(|e| anyhow!("gang: {e}"))
+}
+
+/// Runs the gang after the local checks in `report`, adds its findings (settled
+/// under `--ignore`) and recomputes the verdict. An error: the gang cannot run here.
+pub fn attach(
+    report: &mut Report,
+    policy: &Policy,
+    check: &CheckArgs,
+    identity: &GangIdentity,
+    opts: &GangOpts,
+    env: &[(OsString, OsString)],
+) -> Result<GangRun> {
+    if check.facts.is_some() {
+        bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
+    }
+    if let Some(why) = super::unavailable(report) {
+        bail!("gang: cannot run here: {why}");
+    }
+    if opts.gang_sizes.is_empty()
+        || opts
+            .gang_sizes
+            .iter()
+            .any(|s| *s < 4 || !s.is_multiple_of(4))
+    {
+        bail!("--gang-sizes: every size must be a multiple of 4 bytes (float32 elements)");
+    }
+    let settings = super::Settings {
+        opts,
+        cuda_lib: check.gather.cuda_lib.clone(),
+        nccl_candidates: crate::gather::rdma::nccl_locations(check.gather.nccl_lib.as_deref()),
+        host_root: check.gather.host_root.clone(),
+        trainer_env: crate::run::exec_environment(env, &report.settings),
+    };
+    let run = super::run(report, identity, &settings);
+    report
+        .checks
+        .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
+    report.verdict = crate::finding::verdict(&report.checks);
+    Ok(run)
+}
+
+/// What this rank prints in human form: rank 0 the whole job, others their line.
+pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
+    if run.identity.node_rank == 0 {
+        let mut s = crate::render::human::render(report, color);
+        s.push_str(&super::render::job(run, report.verdict));
+        s
+    } else {
+        super::render::own_line(run, report)
+    }
+}
+
+/// `nccl-preflight gang`.
+pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let policy = build_policy(&args.check)?;
+    // A bad identity costs nothing: refused before anything is gathered.
+    let identity = identity(&args.check, &args.gang, env)?;
+    if args.check.facts.is_some() {
+        bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
+    }
+    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    if hung.0 {
+        eprintln!(
+            "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
+        );
+        return Ok(Exit::new(EXIT_CANNOT_RUN, hung));
+    }
+    let run = attach(
+        &mut report,
+        &policy,
+        &args.check,
+        &identity,
+        &args.gang,
+        env,
+    )?;
+    match args.check.format {
+        Format::Human => emit(&human(&report, &run, use_color(env)))?,
+        Format::Json => emit(&super::render::json(&report, &run))?,
+    }
+    Ok(Exit::new(exit_code(&report), hung))
+}

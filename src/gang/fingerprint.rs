@@ -1,0 +1,387 @@
+//! The fingerprint: what one pod tells every other pod, as a fixed-size,
+//! versioned record that NCCL all-gathers (one record per rank).
+//!
+//! Record layout (`FINGERPRINT_BYTES` bytes): `NPGF` | version (u16 LE) |
+//! length of the body (u32 LE) | the body, JSON of [`Fingerprint`] | zeros.
+//! A fixed size is what an all-gather needs (every rank sends the same count);
+//! the version lets a newer tool refuse an older record by name rather than
+//! misread it.
+
+use crate::finding::Status;
+use crate::report::Report;
+use crate::tune::Source;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Bytes of one record: a pod's whole NCCL/FI environment and every check's verdict
+/// fit with room to spare; more is refused when encoding, never cut.
+pub const FINGERPRINT_BYTES: usize = 16384;
+/// The record's version; bumped when a field changes meaning.
+pub const FINGERPRINT_VERSION: u16 = 1;
+const MAGIC: &[u8; 4] = b"NPGF";
+const HEADER: usize = 10;
+
+/// Variables that differ between pods by design, left out of the comparison.
+const PER_POD_VARIABLES: &[&str] = &["NCCL_COMM_ID", "NCCL_DEBUG_FILE", "NCCL_HOSTID"];
+
+/// What one pod tells its peers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub node_rank: u64,
+    /// This pod's host name.
+    pub host: String,
+    /// The libnccl the trainer will load (`2.28.9`).
+    pub nccl_version: Option<String>,
+    /// The CUDA driver version (`12.8`).
+    pub cuda_driver_version: Option<String>,
+    /// The first GPU's model.
+    pub gpu_model: Option<String>,
+    /// GPUs this pod drives.
+    pub gpus: u32,
+    /// The NCCL net plugin NCCL will load, with its API version.
+    pub net_plugin: Option<String>,
+    pub libfabric_version: Option<String>,
+    /// RDMA devices with an ACTIVE port.
+    pub rdma_devices: u32,
+    /// Their ports' sysfs rates, sorted (`400 Gb/sec (4X NDR)`).
+    pub rdma_rates: Vec<String>,
+    /// The interface NCCL's sockets use and its sysfs speed, Mb/s.
+    pub socket_interface: Option<String>,
+    pub socket_speed_mbps: Option<u64>,
+    /// The effective NCCL_*, FI_*, OFI_NCCL_* environment the trainer gets (user + tuned).
+    pub env: BTreeMap<String, String>,
+    /// Every local check's status.
+    pub checks: BTreeMap<String, Status>,
+    /// The local verdict (the same `check` gives).
+    pub local_verdict: Status,
+}
+
+impl Default for Fingerprint {
+    fn default() -> Self {
+        Fingerprint {
+            node_rank: 0,
+            host: String::new(),
+            nccl_version: None,
+            cuda_driver_version: None,
+            gpu_model: None,
+            gpus: 0,
+            net_plugin: None,
+            libfabric_version: None,
+            rdma_devices: 0,
+            rdma_rates: Vec::new(),
+            socket_interface: None,
+            socket_speed_mbps: None,
+            env: BTreeMap::new(),
+            checks: BTreeMap::new(),
+            local_verdict: Status::Pass,
+        }
+    }
+}
+
+/// Why a record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// No record at all (all zeros or foreign bytes).
+    NotARecord,
+    /// A record of another version.
+    Version(u16),
+    /// The body is damaged.
+    Body(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::NotARecord => f.write_str("not a gang fingerprint record"),
+            DecodeError::Version(v) => write!(
+                f,
+                "fingerprint version {v}, this nccl-preflight reads version {FINGERPRINT_VERSION}: run the same nccl-preflight in every pod"
+            ),
+            DecodeError::Body(e) => write!(f, "damaged fingerprint: {e}"),
+        }
+    }
+}
+
+impl Fingerprint {
+    /// The fixed-size record.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let body = serde_json::to_vec(self).map_err(|e| e.to_string())?;
+        if body.len() > FINGERPRINT_BYTES - HEADER {
+            return Err(format!(
+                "the fingerprint takes {} bytes, more than the record's {}: too many NCCL/FI variables set",
+                body.len(),
+                FINGERPRINT_BYTES - HEADER
+            ));
+        }
+        let mut out = vec![0u8; FINGERPRINT_BYTES];
+        out[..4].copy_from_slice(MAGIC);
+        out[4..6].copy_from_slice(&FINGERPRINT_VERSION.to_le_bytes());
+        out[6..10].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        out[HEADER..HEADER + body.len()].copy_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Reads a record.
+    pub fn decode(record: &[u8]) -> Result<Fingerprint, DecodeError> {
+        if record.len() < HEADER || &record[..4] != MAGIC {
+            return Err(DecodeError::NotARecord);
+        }
+        let version = u16::from_le_bytes([record[4], record[5]]);
+        if version != FINGERPRINT_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let len = u32::from_le_bytes([record[6], record[7], record[8], record[9]]) as usize;
+        let body = record
+            .get(HEADER..HEADER.saturating_add(len))
+            .ok_or_else(|| DecodeError::Body(format!("length {len} past the record's end")))?;
+        serde_json::from_slice(body).map_err(|e| DecodeError::Body(e.to_string()))
+    }
+
+    /// The rows compared across pods: (field, value), in a stable order.
+    pub fn fields(&self) -> Vec<(String, String)> {
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".to_string());
+        let mut out = vec![
+            ("nccl version".to_string(), opt(&self.nccl_version)),
+            ("cuda driver".to_string(), opt(&self.cuda_driver_version)),
+            ("gpu model".to_string(), opt(&self.gpu_model)),
+            ("gpus".to_string(), self.gpus.to_string()),
+            ("net plugin".to_string(), opt(&self.net_plugin)),
+            ("libfabric".to_string(), opt(&self.libfabric_version)),
+            ("rdma devices".to_string(), self.rdma_devices.to_string()),
+            (
+                "rdma rates".to_string(),
+                if self.rdma_rates.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.rdma_rates.join(", ")
+                },
+            ),
+            (
+                "socket speed".to_string(),
+                self.socket_speed_mbps
+                    .map_or("unknown".to_string(), |s| format!("{s} Mb/s")),
+            ),
+            (
+                "local verdict".to_string(),
+                self.local_verdict.label().to_lowercase(),
+            ),
+        ];
+        for (k, v) in &self.env {
+            out.push((format!("env {k}"), v.clone()));
+        }
+        for (k, v) in &self.checks {
+            out.push((format!("check {k}"), v.label().to_lowercase()));
+        }
+        out
+    }
+}
+
+/// "2.28.9" from NCCL_VERSION_CODE-style 22809 (src/nccl.h.in: >= 2.9 is
+/// major*10000 + minor*100 + patch, before it major*1000 + minor*100 + patch).
+pub fn version_text(code: i32) -> String {
+    if code >= 10000 {
+        format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100)
+    } else {
+        format!("{}.{}.{}", code / 1000, code / 100 % 10, code % 100)
+    }
+}
+
+/// The effective NCCL_*, FI_*, OFI_NCCL_* environment the trainer gets: the user's
+/// values and every tuned setting the user did not set (user values win, as `exec`
+/// and NCCL's conf file apply them).
+pub fn effective_env(report: &Report) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = report
+        .facts
+        .nccl_env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.value.clone()))
+        .collect();
+    for s in report.settings.iter().filter(|s| s.source == Source::Tuned) {
+        env.entry(s.name.clone()).or_insert_with(|| s.value.clone());
+    }
+    env.retain(|k, _| !PER_POD_VARIABLES.contains(&k.as_str()));
+    env
+}
+
+/// The fingerprint of this pod from its local report. `gpus` is what the CUDA driver
+/// showed the gang; `socket` the interface NCCL's sockets use and its speed.
+pub fn from_report(
+    report: &Report,
+    node_rank: u64,
+    gpus: u32,
+    socket: (Option<String>, Option<u64>),
+) -> Fingerprint {
+    let facts = &report.facts;
+    let nvml = facts.gpus.nvml.loaded();
+    let cuda_driver_version = facts
+        .gpus
+        .cuda
+        .loaded()
+        .and_then(|c| c.driver_version.value().copied())
+        .or_else(|| nvml.and_then(|n| n.cuda_driver_version.value().copied()))
+        .map(|v| format!("{}.{}", v / 1000, v % 1000 / 10));
+    let gpu_model = nvml
+        .and_then(|n| n.gpus.first())
+        .and_then(|g| g.name.value().cloned());
+    let net_plugin = facts
+        .rdma
+        .nccl
+        .net_plugin
+        .value()
+        .and_then(|p| p.as_ref())
+        .map(|p| {
+            let name = p.name.clone().unwrap_or_else(|| p.library.clone());
+            match &p.api {
+                Some(api) => format!("{name} ({api})"),
+                None => name,
+            }
+        });
+    let mut rdma_devices = 0;
+    let mut rdma_rates = Vec::new();
+    for d in facts.rdma.devices.value().into_iter().flatten() {
+        let active: Vec<_> = d
+            .ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .collect();
+        if !active.is_empty() {
+            rdma_devices += 1;
+        }
+        rdma_rates.extend(active.iter().filter_map(|p| p.rate.clone()));
+    }
+    rdma_rates.sort();
+    Fingerprint {
+        node_rank,
+        host: facts
+            .namespaces
+            .hostname
+            .value()
+            .cloned()
+            .unwrap_or_default(),
+        nccl_version: facts
+            .rdma
+            .nccl
+            .library
+            .loaded()
+            .and_then(|l| l.version.value().cloned()),
+        cuda_driver_version,
+        gpu_model,
+        gpus,
+        net_plugin,
+        libfabric_version: facts.rdma.libfabric.loaded().map(|f| f.version.clone()),
+        rdma_devices,
+        rdma_rates,
+        socket_interface: socket.0,
+        socket_speed_mbps: socket.1,
+        env: effective_env(report),
+        checks: report
+            .checks
+            .iter()
+            .map(|c| (c.id.clone(), c.status))
+            .collect(),
+        local_verdict: report.verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Fingerprint {
+        Fingerprint {
+            node_rank: 1,
+            host: "job-worker-0".into(),
+            nccl_version: Some("2.28.9".into()),
+            gpus: 8,
+            rdma_devices: 4,
+            rdma_rates: vec!["400 Gb/sec (4X NDR)".into(); 4],
+            env: [("NCCL_ALGO".to_string(), "Ring".to_string())].into(),
+            checks: [("memlock".to_string(), Status::Pass)].into(),
+            local_verdict: Status::Pass,
+            ..Fingerprint::default()
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip_at_fixed_size() {
+        let f = sample();
+        let rec = f.encode().unwrap();
+        assert_eq!(rec.len(), FINGERPRINT_BYTES);
+        assert_eq!(&rec[..4], b"NPGF");
+        assert_eq!(u16::from_le_bytes([rec[4], rec[5]]), FINGERPRINT_VERSION);
+        assert_eq!(Fingerprint::decode(&rec).unwrap(), f);
+    }
+
+    #[test]
+    fn decode_refuses_other_versions_zeros_and_damage() {
+        let mut rec = sample().encode().unwrap();
+        assert_eq!(
+            Fingerprint::decode(&[0u8; FINGERPRINT_BYTES]),
+            Err(DecodeError::NotARecord)
+        );
+        rec[4] = 2;
+        let e = Fingerprint::decode(&rec).unwrap_err();
+        assert_eq!(e, DecodeError::Version(2));
+        assert!(e.to_string().contains("same nccl-preflight"));
+        rec[4] = 1;
+        rec[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Fingerprint::decode(&rec),
+            Err(DecodeError::Body(_))
+        ));
+        let mut rec = sample().encode().unwrap();
+        rec[HEADER] = b'!';
+        assert!(matches!(
+            Fingerprint::decode(&rec),
+            Err(DecodeError::Body(_))
+        ));
+        assert_eq!(Fingerprint::decode(b"NP"), Err(DecodeError::NotARecord));
+    }
+
+    #[test]
+    fn an_oversized_fingerprint_is_refused_not_cut() {
+        let mut f = sample();
+        f.env.insert("NCCL_X".into(), "x".repeat(FINGERPRINT_BYTES));
+        assert!(f.encode().unwrap_err().contains("more than the record"));
+    }
+
+    #[test]
+    fn versions_and_fields() {
+        assert_eq!(version_text(22809), "2.28.9");
+        assert_eq!(version_text(2803), "2.8.3");
+        let fields = sample().fields();
+        assert!(fields.contains(&("env NCCL_ALGO".to_string(), "Ring".to_string())));
+        assert!(fields.contains(&("check memlock".to_string(), "pass".to_string())));
+        assert!(fields.contains(&("gpus".to_string(), "8".to_string())));
+    }
+
+    #[test]
+    fn effective_env_is_user_plus_tuned_without_per_pod_variables() {
+        let facts = crate::test_facts::with_env(
+            crate::test_facts::healthy(),
+            &[("NCCL_ALGO", "Ring"), ("NCCL_DEBUG_FILE", "/tmp/x.%h")],
+        );
+        let settings = vec![
+            crate::tune::Setting {
+                name: "NCCL_ALGO".into(),
+                value: "Tree".into(),
+                reason: String::new(),
+                source: Source::Tuned,
+            },
+            crate::tune::Setting {
+                name: "NCCL_BUFFSIZE".into(),
+                value: "8388608".into(),
+                reason: String::new(),
+                source: Source::Tuned,
+            },
+        ];
+        let report = Report::new(facts, vec![], settings);
+        let env = effective_env(&report);
+        assert_eq!(env.get("NCCL_ALGO").map(String::as_str), Some("Ring"));
+        assert_eq!(
+            env.get("NCCL_BUFFSIZE").map(String::as_str),
+            Some("8388608")
+        );
+        assert!(!env.contains_key("NCCL_DEBUG_FILE"));
+    }
+}

@@ -1,0 +1,680 @@
+//! Judging what the gang brought back (pure): the consistency table across pods,
+//! the all-reduce bandwidth against the slowest node's network figure, the
+//! node x node matrix and the straggler.
+
+use super::fingerprint::Fingerprint;
+use crate::finding::{Finding, Problem, Status, combine, ids};
+use serde::Serialize;
+
+/// A node is the straggler when every link it sends on, or every link it receives
+/// on, runs below this fraction of the matrix's median while other links do not:
+/// a healthy fabric's pairs differ by a few percent (rail-aligned rings), a link
+/// trained at half rate or a NIC missing from the pod shows as 2x or worse.
+pub const STRAGGLER_FACTOR: f64 = 0.5;
+/// All-reduce busbw below this fraction of the slowest node's figure warns (the
+/// sysfs figure can be off by 2x on EFA: research notes section 6)...
+pub const WARN_FRACTION: f64 = 0.5;
+/// ...and below this one fails (grossly low whatever the sysfs caveat).
+pub const FAIL_FRACTION: f64 = 0.25;
+
+/// One compared field.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub field: String,
+    /// Each node's value, in node-rank order ("missing" where a record was unreadable).
+    pub values: Vec<String>,
+    /// The value most nodes hold.
+    pub majority: String,
+    /// Nodes whose value is not the majority's.
+    pub odd: Vec<usize>,
+}
+
+impl Row {
+    pub fn differs(&self) -> bool {
+        !self.odd.is_empty()
+    }
+}
+
+/// Every field across the nodes' fingerprints; `None` is a node whose record was
+/// not readable. Fields are the union over nodes, in the first record's order.
+pub fn rows(fps: &[Option<Fingerprint>]) -> Vec<Row> {
+    let per_node: Vec<Vec<(String, String)>> = fps
+        .iter()
+        .map(|f| f.as_ref().map(Fingerprint::fields).unwrap_or_default())
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for fields in &per_node {
+        for (k, _) in fields {
+            if !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|field| {
+            let values: Vec<String> = per_node
+                .iter()
+                .zip(fps)
+                .map(|(fields, fp)| match fp {
+                    None => "missing".to_string(),
+                    Some(_) => fields
+                        .iter()
+                        .find(|(k, _)| *k == field)
+                        .map_or("unset".to_string(), |(_, v)| v.clone()),
+                })
+                .collect();
+            let majority = majority(&values);
+            let odd = values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v != majority)
+                .map(|(i, _)| i)
+                .collect();
+            Row {
+                field,
+                values,
+                majority,
+                odd,
+            }
+        })
+        .collect()
+}
+
+/// The most common value; ties go to the value node 0 (or the lowest node) holds.
+fn majority(values: &[String]) -> String {
+    let mut best: Option<(&String, usize)> = None;
+    for v in values {
+        let n = values.iter().filter(|w| *w == v).count();
+        if best.is_none_or(|(_, m)| n > m) {
+            best = Some((v, n));
+        }
+    }
+    best.map(|(v, _)| v.clone()).unwrap_or_default()
+}
+
+/// "node 2 (job-worker-1)" for reports.
+pub fn node_name(i: usize, names: &[String]) -> String {
+    match names.get(i).filter(|n| !n.is_empty()) {
+        Some(n) => format!("node {i} ({n})"),
+        None => format!("node {i}"),
+    }
+}
+
+fn list(nodes: &[usize], names: &[String]) -> String {
+    nodes
+        .iter()
+        .map(|&i| node_name(i, names))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// gang-consistency from the rows: a differing NCCL version or NCCL_* value, a node
+/// with fewer GPUs or usable RDMA devices than its peers, or a node whose own checks
+/// failed, fails; any other difference warns.
+pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
+    let differing: Vec<&Row> = rows.iter().filter(|r| r.differs()).collect();
+    let agree = rows.len() - differing.len();
+    let nodes = rows.first().map_or(0, |r| r.values.len());
+    let evidence = vec![format!(
+        "{nodes} node(s) agree on {agree} of {} fields",
+        rows.len()
+    )];
+    let mut problems = Vec::new();
+    for r in &differing {
+        let shown: Vec<String> = r
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{}={v}", node_name(i, names)))
+            .collect();
+        let mut p = |status, summary: String, fix: &str| {
+            let mut pr = Problem::new(status, summary, fix);
+            pr.evidence
+                .push(format!("{}: {}", r.field, shown.join(", ")));
+            problems.push(pr);
+        };
+        let numeric_min = || -> Vec<usize> {
+            let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
+            let max = nums.iter().flatten().max().copied().unwrap_or(0);
+            nums.iter()
+                .enumerate()
+                .filter(|(_, n)| n.is_none_or(|n| n < max))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        match r.field.as_str() {
+            "nccl version" => p(
+                Status::Fail,
+                format!(
+                    "pods load different NCCL versions: {} differ from {}",
+                    list(&r.odd, names),
+                    r.majority
+                ),
+                "Build every pod from the same image (one libnccl for the whole job); ranks with different NCCL versions fail init or hang",
+            ),
+            "gpus" | "rdma devices" => {
+                let fewer = numeric_min();
+                p(
+                    Status::Fail,
+                    format!(
+                        "{} {} fewer {} than its peers",
+                        list(&fewer, names),
+                        if fewer.len() == 1 { "has" } else { "have" },
+                        if r.field == "gpus" {
+                            "GPUs"
+                        } else {
+                            "usable RDMA devices"
+                        }
+                    ),
+                    "Give every pod the same GPU and RDMA resources (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) and drain the node whose devices are missing or down; the whole job runs at the slowest node's speed",
+                )
+            }
+            "local verdict" => {
+                let failed: Vec<usize> = r
+                    .values
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.as_str() == "fail")
+                    .map(|(i, _)| i)
+                    .collect();
+                if !failed.is_empty() {
+                    p(
+                        Status::Fail,
+                        format!("{} failed its own checks", list(&failed, names)),
+                        "Read that pod's report (its check rows say what failed and how to fix it)",
+                    )
+                }
+            }
+            f if f.starts_with("env NCCL_") => p(
+                Status::Fail,
+                format!(
+                    "{} differs across pods ({} against {})",
+                    &f[4..],
+                    list(&r.odd, names),
+                    r.majority
+                ),
+                "Set NCCL variables the same in every pod (one pod template): ranks that choose different algorithms or protocols hang in the first collective",
+            ),
+            f if f.starts_with("check ") => {}
+            _ => p(
+                Status::Warn,
+                format!("{} differs across pods ({})", r.field, list(&r.odd, names)),
+                "Run every pod from the same image on the same node type",
+            ),
+        }
+    }
+    // A failed check on one pod also shows as "local verdict"; the per-check rows are evidence.
+    let checks: Vec<String> = differing
+        .iter()
+        .filter(|r| r.field.starts_with("check "))
+        .map(|r| format!("{}: {}", r.field, r.values.join(" | ")))
+        .collect();
+    let mut f = combine(
+        ids::GANG_CONSISTENCY,
+        format!("{nodes} node(s) agree on all {} fields", rows.len()),
+        evidence,
+        problems,
+    );
+    f.evidence.extend(checks);
+    f
+}
+
+/// The node x node matrix in GB/s from each node's round times: `seconds[i][k]` is
+/// node i's time to send `bytes` to node (i + k) mod N (k = 1..N-1; index 0 unused).
+pub fn matrix(seconds: &[Vec<f64>], bytes: u64) -> Vec<Vec<Option<f64>>> {
+    let n = seconds.len();
+    let mut m = vec![vec![None; n]; n];
+    for (i, row) in seconds.iter().enumerate() {
+        for k in 1..n {
+            if let Some(&t) = row.get(k)
+                && t > 0.0
+                && t.is_finite()
+            {
+                m[i][(i + k) % n] = Some(bytes as f64 / t / 1e9);
+            }
+        }
+    }
+    m
+}
+
+/// The median of the matrix's measured links.
+pub fn median(m: &[Vec<Option<f64>>]) -> Option<f64> {
+    let mut v: Vec<f64> = m.iter().flatten().flatten().copied().collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    })
+}
+
+/// What the matrix says about one slow node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Straggler {
+    pub node: usize,
+    /// "sends" or "receives": which of its links are all slow.
+    pub direction: String,
+    pub median_gbps: f64,
+    /// Its slow links' mean, GB/s.
+    pub mean_gbps: f64,
+}
+
+/// The one node whose outgoing or incoming links are all below the median x
+/// STRAGGLER_FACTOR while some link not touching it is not. None when no node, or
+/// more than one (2 nodes: a slow link cannot be pinned on either end), qualifies.
+pub fn straggler(m: &[Vec<Option<f64>>]) -> Option<Straggler> {
+    let n = m.len();
+    if n < 2 {
+        return None;
+    }
+    let med = median(m)?;
+    let thr = med * STRAGGLER_FACTOR;
+    let mut found = Vec::new();
+    for i in 0..n {
+        let out: Vec<f64> = (0..n).filter(|&j| j != i).filter_map(|j| m[i][j]).collect();
+        let inc: Vec<f64> = (0..n).filter(|&j| j != i).filter_map(|j| m[j][i]).collect();
+        let others_fine = (0..n).any(|a| {
+            (0..n).any(|b| a != b && a != i && b != i && m[a][b].is_some_and(|v| v >= thr))
+        });
+        let all_slow = |l: &[f64]| l.len() == n - 1 && l.iter().all(|&v| v < thr);
+        let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len().max(1) as f64;
+        if !others_fine {
+            continue;
+        }
+        if all_slow(&out) {
+            found.push(Straggler {
+                node: i,
+                direction: "sends".into(),
+                median_gbps: med,
+                mean_gbps: mean(&out),
+            });
+        } else if all_slow(&inc) {
+            found.push(Straggler {
+                node: i,
+                direction: "receives".into(),
+                median_gbps: med,
+                mean_gbps: mean(&inc),
+            });
+        }
+    }
+    if found.len() == 1 { found.pop() } else { None }
+}
+
+/// One all-reduce size as the gang measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct SizeRow {
+    pub bytes: u64,
+    /// The slowest rank's time per all-reduce, seconds (nccl-tests takes the mean).
+    pub seconds: f64,
+    pub algbw_gbps: f64,
+    /// algbw x 2(n-1)/n, n = every rank of the job (nccl-tests src/all_reduce.cu).
+    pub busbw_gbps: f64,
+}
+
+/// busbw from the slowest rank's time (NVIDIA/nccl-tests src/all_reduce.cu: algBw =
+/// bytes / sec, busBw = algBw x 2(n-1)/n).
+pub fn size_row(bytes: u64, seconds: f64, nranks: u64) -> SizeRow {
+    let algbw = if seconds > 0.0 {
+        bytes as f64 / seconds / 1e9
+    } else {
+        0.0
+    };
+    let n = nranks.max(1) as f64;
+    SizeRow {
+        bytes,
+        seconds,
+        algbw_gbps: algbw,
+        busbw_gbps: algbw * 2.0 * (n - 1.0) / n,
+    }
+}
+
+/// A node's network figure, GB/s, and how it was worked out: the sum of its active
+/// RDMA ports' sysfs rates (the NICs NCCL uses: one per rail), else its socket
+/// interface speed.
+pub fn node_figure(fp: &Fingerprint) -> Option<(f64, String)> {
+    if !fp.rdma_rates.is_empty() {
+        let gbits: f64 = fp
+            .rdma_rates
+            .iter()
+            .filter_map(|r| crate::facts::rdma::rate_gbps(r))
+            .sum();
+        if gbits > 0.0 {
+            return Some((
+                gbits / 8.0,
+                format!("{} RDMA port(s), {gbits} Gb/s in all", fp.rdma_rates.len()),
+            ));
+        }
+    }
+    let mbps = fp.socket_speed_mbps.filter(|&s| s > 0)?;
+    Some((
+        mbps as f64 / 8000.0,
+        format!(
+            "{} at {mbps} Mb/s",
+            fp.socket_interface
+                .as_deref()
+                .unwrap_or("the socket interface")
+        ),
+    ))
+}
+
+/// Everything gang-bandwidth judges.
+pub struct BandwidthInput<'a> {
+    pub sizes: &'a [SizeRow],
+    pub fps: &'a [Option<Fingerprint>],
+    pub names: &'a [String],
+    /// Connections per transport NCCL logged on this pod.
+    pub transports: &'a std::collections::BTreeMap<String, u64>,
+    pub matrix: &'a [Vec<Option<f64>>],
+    pub straggler: Option<&'a Straggler>,
+}
+
+pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
+    let mut evidence = Vec::new();
+    let mut problems = Vec::new();
+    for s in input.sizes {
+        evidence.push(format!(
+            "all-reduce {}: busbw {:.2} GB/s (slowest rank, {:.3} ms)",
+            crate::units::format_bytes(s.bytes),
+            s.busbw_gbps,
+            s.seconds * 1e3
+        ));
+    }
+    let transports: Vec<String> = input
+        .transports
+        .iter()
+        .map(|(t, n)| format!("{t} x{n}"))
+        .collect();
+    if !transports.is_empty() {
+        evidence.push(format!(
+            "transports NCCL chose here: {}",
+            transports.join(", ")
+        ));
+    }
+    let socket = input.transports.keys().any(|t| t.starts_with("NET/Socket"));
+    let rdma_nodes: Vec<usize> = input
+        .fps
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.as_ref().is_some_and(|f| f.rdma_devices > 0))
+        .map(|(i, _)| i)
+        .collect();
+    if socket && !rdma_nodes.is_empty() {
+        problems.push(Problem::new(
+            Status::Fail,
+            format!(
+                "NCCL sends over NET/Socket (TCP) although {} {} RDMA devices",
+                list(&rdma_nodes, input.names),
+                if rdma_nodes.len() == 1 { "has" } else { "have" }
+            ),
+            "Give every pod its RDMA devices and the net plugin (vpc.amazonaws.com/efa or rdma/... resources, aws-ofi-nccl in the image), and check nccl-net-plugin and rdma-devices on each pod",
+        ));
+    }
+    // Judged against the slowest node's figure: the job runs at its speed.
+    let figures: Vec<(usize, f64, String)> = input
+        .fps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.as_ref().and_then(node_figure).map(|(g, b)| (i, g, b)))
+        .collect();
+    let slowest = figures.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    if let (Some((node, gbps, basis)), Some(best)) = (
+        slowest,
+        input
+            .sizes
+            .iter()
+            .map(|s| s.busbw_gbps)
+            .max_by(f64::total_cmp),
+    ) {
+        let fraction = best / gbps;
+        evidence.push(format!(
+            "slowest node's network: {:.2} GB/s ({}: {basis}); best busbw is {:.0}% of it",
+            gbps,
+            node_name(*node, input.names),
+            fraction * 100.0
+        ));
+        let fix = "Check each node's links (ibstat, the rdma rate files, ethtool), the NICs NCCL picks (NCCL_IB_HCA, NCCL_SOCKET_IFNAME) and the transport above";
+        if fraction < FAIL_FRACTION {
+            problems.push(Problem::new(
+                Status::Fail,
+                format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", FAIL_FRACTION * 100.0),
+                fix,
+            ));
+        } else if fraction < WARN_FRACTION {
+            problems.push(Problem::new(
+                Status::Warn,
+                format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", WARN_FRACTION * 100.0),
+                fix,
+            ));
+        }
+    } else if !input.sizes.is_empty() {
+        evidence.push("no node's network figure is known (no RDMA rate, no interface speed): busbw not judged against one".to_string());
+    }
+    if let Some(s) = input.straggler {
+        let facts = input
+            .fps
+            .get(s.node)
+            .and_then(|f| f.as_ref())
+            .map(|f| {
+                format!(
+                    "{} RDMA device(s) [{}], socket {} {}",
+                    f.rdma_devices,
+                    f.rdma_rates.join(", "),
+                    f.socket_interface.as_deref().unwrap_or("?"),
+                    f.socket_speed_mbps
+                        .map_or("speed unknown".to_string(), |m| format!("{m} Mb/s"))
+                )
+            })
+            .unwrap_or_default();
+        let mut p = Problem::new(
+            Status::Fail,
+            format!(
+                "{} is the straggler: every link it {} on runs at {:.2} GB/s, under {:.0}% of the median {:.2} GB/s",
+                node_name(s.node, input.names),
+                if s.direction == "sends" {
+                    "sends"
+                } else {
+                    "receives"
+                },
+                s.mean_gbps,
+                STRAGGLER_FACTOR * 100.0,
+                s.median_gbps
+            ),
+            "Drain that node or fix its links (a NIC trained at a lower rate, a missing NIC, a rate limit), then rerun",
+        );
+        p.evidence.push(format!("its NIC facts: {facts}"));
+        problems.push(p);
+    } else if let Some(m) = median(input.matrix) {
+        evidence.push(format!(
+            "node x node links: median {m:.2} GB/s, no straggler"
+        ));
+    }
+    combine(
+        ids::GANG_BANDWIDTH,
+        match input
+            .sizes
+            .iter()
+            .map(|s| s.busbw_gbps)
+            .max_by(f64::total_cmp)
+        {
+            Some(b) => format!("all-reduce across the job: busbw up to {b:.2} GB/s"),
+            None => "nothing measured".to_string(),
+        },
+        evidence,
+        problems,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(rank: u64, nccl: &str, gpus: u32, algo: &str) -> Option<Fingerprint> {
+        Some(Fingerprint {
+            node_rank: rank,
+            nccl_version: Some(nccl.into()),
+            gpus,
+            env: [("NCCL_ALGO".to_string(), algo.to_string())].into(),
+            checks: [("memlock".to_string(), Status::Pass)].into(),
+            local_verdict: Status::Pass,
+            ..Fingerprint::default()
+        })
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("pod-{i}")).collect()
+    }
+
+    #[test]
+    fn agreeing_pods_pass_with_a_count() {
+        let fps = vec![fp(0, "2.28.9", 8, "Ring"), fp(1, "2.28.9", 8, "Ring")];
+        let r = rows(&fps);
+        assert!(r.iter().all(|r| !r.differs()));
+        let f = consistency(&r, &names(2));
+        assert_eq!(f.status, Status::Pass);
+        assert!(
+            f.summary
+                .contains(&format!("agree on all {} fields", r.len())),
+            "{}",
+            f.summary
+        );
+    }
+
+    #[test]
+    fn differing_version_algo_and_gpu_count_fail_naming_the_odd_pod() {
+        let fps = vec![
+            fp(0, "2.28.9", 8, "Ring"),
+            fp(1, "2.28.9", 8, "Ring"),
+            fp(2, "2.21.5", 4, "Tree"),
+        ];
+        let r = rows(&fps);
+        let v = r.iter().find(|r| r.field == "nccl version").unwrap();
+        assert_eq!((v.majority.as_str(), v.odd.clone()), ("2.28.9", vec![2]));
+        let f = consistency(&r, &names(3));
+        assert_eq!(f.status, Status::Fail);
+        let text = format!("{} {}", f.summary, f.evidence.join("\n"));
+        assert!(text.contains("3 problems"), "{text}");
+        assert!(text.contains("node 2 (pod-2) differ from 2.28.9"), "{text}");
+        assert!(text.contains("NCCL_ALGO differs across pods"), "{text}");
+        assert!(text.contains("node 2 (pod-2) has fewer GPUs"), "{text}");
+    }
+
+    #[test]
+    fn other_differences_warn_and_a_missing_record_is_shown() {
+        let mut b = fp(1, "2.28.9", 8, "Ring");
+        b.as_mut().unwrap().libfabric_version = Some("1.22".into());
+        let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), b]), &names(2));
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        let r = rows(&[fp(0, "2.28.9", 8, "Ring"), None]);
+        assert_eq!(r[0].values[1], "missing");
+        // A pod whose own checks failed fails the job, named.
+        let mut c = fp(1, "2.28.9", 8, "Ring");
+        c.as_mut().unwrap().local_verdict = Status::Fail;
+        c.as_mut()
+            .unwrap()
+            .checks
+            .insert("memlock".into(), Status::Fail);
+        let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), c]), &names(2));
+        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.summary, "node 1 (pod-1) failed its own checks");
+        assert!(
+            f.evidence.iter().any(|e| e == "check memlock: pass | fail"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn matrix_median_and_straggler_maths() {
+        // Node 2 sends at 1 GB/s; everything else at 10 GB/s. 1e9 bytes per round.
+        let secs = vec![
+            vec![0.0, 0.1, 0.1],
+            vec![0.0, 0.1, 0.1],
+            vec![0.0, 1.0, 1.0],
+        ];
+        let m = matrix(&secs, 1_000_000_000);
+        assert_eq!(m[0][1], Some(10.0));
+        assert_eq!(m[2][0], Some(1.0));
+        assert_eq!(m[2][2], None);
+        assert_eq!(median(&m), Some(10.0));
+        let s = straggler(&m).unwrap();
+        assert_eq!((s.node, s.direction.as_str()), (2, "sends"));
+        assert!((s.mean_gbps - 1.0).abs() < 1e-9);
+        // Receiving slowly is named too.
+        let mut r = vec![vec![Some(10.0); 3]; 3];
+        for (i, row) in r.iter_mut().enumerate() {
+            row[i] = None;
+        }
+        r[0][1] = Some(2.0);
+        r[2][1] = Some(2.0);
+        let s = straggler(&r).unwrap();
+        assert_eq!((s.node, s.direction.as_str()), (1, "receives"));
+        // A uniform fabric has none; neither has a 2-node gang (either end could be slow).
+        let even = matrix(
+            &[
+                vec![0.0, 0.1, 0.1],
+                vec![0.0, 0.1, 0.1],
+                vec![0.0, 0.1, 0.12],
+            ],
+            1_000_000_000,
+        );
+        assert!(straggler(&even).is_none());
+        let two = matrix(&[vec![0.0, 0.1], vec![0.0, 1.0]], 1_000_000_000);
+        assert!(straggler(&two).is_none());
+        assert!(median(&matrix(&[vec![0.0]], 1)).is_none());
+    }
+
+    #[test]
+    fn busbw_factor_and_bandwidth_verdicts() {
+        let row = size_row(1_000_000_000, 0.1, 4);
+        assert!((row.algbw_gbps - 10.0).abs() < 1e-9);
+        assert!((row.busbw_gbps - 15.0).abs() < 1e-9);
+        let mut a = fp(0, "2.28.9", 1, "Ring").unwrap();
+        a.rdma_devices = 1;
+        a.rdma_rates = vec!["400 Gb/sec (4X NDR)".into()];
+        let fps = vec![Some(a.clone()), Some(a)];
+        let m = vec![vec![None, Some(40.0)], vec![Some(40.0), None]];
+        let sockets = [("NET/Socket".to_string(), 2u64)].into();
+        let f = bandwidth(&BandwidthInput {
+            sizes: &[size_row(1_000_000_000, 0.1, 2)],
+            fps: &fps,
+            names: &names(2),
+            transports: &sockets,
+            matrix: &m,
+            straggler: None,
+        });
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.evidence.iter().any(|e| e
+                .contains("NET/Socket (TCP) although node 0 (pod-0), node 1 (pod-1) have RDMA")),
+            "{f:?}"
+        );
+        // 10 GB/s of a 50 GB/s figure: 20 %, grossly low.
+        assert!(f.evidence.iter().any(|e| e.contains("under 25%")), "{f:?}");
+        let ib = [("NET/IB".to_string(), 2u64)].into();
+        let ok = bandwidth(&BandwidthInput {
+            sizes: &[size_row(1_000_000_000, 0.025, 2)],
+            fps: &fps,
+            names: &names(2),
+            transports: &ib,
+            matrix: &m,
+            straggler: None,
+        });
+        assert_eq!(ok.status, Status::Pass, "{ok:?}");
+        // No figure: measured, not judged.
+        let plain = vec![fp(0, "2.28.9", 1, "Ring"), fp(1, "2.28.9", 1, "Ring")];
+        let none = bandwidth(&BandwidthInput {
+            sizes: &[size_row(1000, 0.1, 2)],
+            fps: &plain,
+            names: &names(2),
+            transports: &sockets,
+            matrix: &m,
+            straggler: None,
+        });
+        assert_eq!(none.status, Status::Pass);
+        assert!(none.evidence.iter().any(|e| e.contains("not judged")));
+    }
+}
