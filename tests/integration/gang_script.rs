@@ -79,3 +79,36 @@ fn gang_gpu_script_dry_plumbing_gives_two_named_nodes_a_veth_and_a_working_rate_
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gang_gpu_script_dry_legs_join_catch_a_differing_nccl_algo_a_missing_pod_and_a_slow_link() {
+    let test =
+        "gang_gpu_script_dry_legs_join_catch_a_differing_nccl_algo_a_missing_pod_and_a_slow_link";
+    if !require_root(test) {
+        return;
+    }
+    let dir = scratch("gang-script-legs");
+    let out_dir = dir.join("out");
+    let out = script(&["--dry", "--legs", "a,b,c,d", BIN, out_dir.to_str().unwrap()]);
+    let summary = std::fs::read_to_string(out_dir.join("summary.txt")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{summary}\n{}", stderr(&out));
+    // The judge's lines: both ranks ran the binary's gang over the veth with the fake
+    // libnccl, and each leg shows what it must.
+    for line in [
+        "PASS a: exit {'0': 0, '1': 0}; rank 0: gang-join pass, gang-consistency pass, gang-bandwidth pass; busbw 1 MiB ",
+        "transport ['NET/Socket']",
+        "PASS b: exit {'0': 1, '1': 1}; rank 0: gang-consistency fail: ",
+        "PASS c: exit 1; gang-join fail after ",
+        "names ['node1']",
+        "PASS d: exit {'0': ",
+    ] {
+        assert!(summary.contains(line), "{line}\nnot in:\n{summary}");
+    }
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.starts_with("PASS b: ") && l.contains("NCCL_ALGO")),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
