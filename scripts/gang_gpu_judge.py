@@ -104,7 +104,7 @@ def transports(d, ranks):
 
 
 def fmt_bw(bw):
-    return ", ".join(f"{b >> 20} MiB {v:.2f} GB/s" for b, v in sorted(bw.items())) or "none"
+    return ", ".join(f"{b >> 20} MiB {v:.3g} GB/s" for b, v in sorted(bw.items())) or "none"
 
 
 def statuses(rep, ids=("gang-join", "gang-consistency", "gang-bandwidth")):

@@ -74,7 +74,7 @@ fn gang_gpu_script_dry_plumbing_gives_two_named_nodes_a_veth_and_a_working_rate_
     assert!(read("hosts1").contains("10.10.1.1 node1"));
     let qdisc = read("p/qdisc.txt");
     assert!(
-        qdisc.contains("tbf") && qdisc.contains("rate 100Mbit"),
+        qdisc.contains("tbf") && qdisc.contains("rate 20Mbit"),
         "{qdisc}"
     );
     let _ = std::fs::remove_dir_all(&dir);
