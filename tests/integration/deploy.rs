@@ -162,7 +162,7 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     }
     let subcommands: std::collections::BTreeSet<&str> =
         commands.iter().map(|a| a[0].as_str()).collect();
-    for mode in ["init", "install", "exec", "serve"] {
+    for mode in ["init", "install", "exec", "serve", "gang"] {
         assert!(
             subcommands.contains(mode),
             "no manifest runs {mode}: {subcommands:?}"
@@ -409,6 +409,101 @@ fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_cou
     ] {
         assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
     }
+    assert_eq!(errors.len(), 5, "{all}");
+}
+
+#[test]
+fn a_gang_only_where_the_job_kind_lets_it_form() {
+    let test = "a_gang_only_where_the_job_kind_lets_it_form";
+    if !crate::support::repo().join("../shared/data/crds").is_dir() {
+        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+        return;
+    }
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let dir = crate::support::repo().join("examples/manifests");
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    let edit = |text: String, from: &str, to: &str| {
+        assert!(text.contains(from), "{from:?} is gone: update this test");
+        text.replacen(from, to, 1)
+    };
+
+    // The launcher's script is read line by line: the gang under mpirun is found
+    // and parsed like any other command line.
+    let (_, errors, commands) = validate(&python, &dir);
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert!(
+        commands.iter().any(|a| a == &["gang".to_string()]),
+        "{commands:?}"
+    );
+
+    let bad = scratch("gang-placement");
+    // PyTorchJob: a gang in the master's init container, and one without a Master.
+    std::fs::write(
+        bad.join("pytorchjob-init-gang.yaml"),
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: init-gang}\nspec:\n  \
+         pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n      template:\n        spec:\n          \
+         initContainers:\n            - name: gang\n              image: ghcr.io/example/nccl-preflight:0.1.0\n              \
+         args: [init, --gang]\n          containers:\n            - name: pytorch\n              \
+         image: nvcr.io/nvidia/pytorch:24.10-py3\n",
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("pytorchjob-no-master.yaml"),
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: no-master}\nspec:\n  \
+         pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n          \
+         containers:\n            - name: pytorch\n              image: nvcr.io/nvidia/pytorch:24.10-py3\n              \
+         command: [/tools/nccl-preflight, exec, --gang, --, torchrun, train.py]\n",
+    )
+    .unwrap();
+    // MPIJob: the launcher may start before the workers are Ready.
+    std::fs::write(
+        bad.join("mpijob-at-startup.yaml"),
+        edit(
+            read("mpijob-nccl-tests.yaml"),
+            "\n  launcherCreationPolicy: WaitForWorkersReady\n",
+            "\n  launcherCreationPolicy: AtStartup\n",
+        ),
+    )
+    .unwrap();
+    // TrainingRuntime: `init --gang` in an init container forms (the JobSet Service
+    // publishes not-ready addresses by default) unless the runtime turns that off.
+    // The CRD copy in ../shared/data/crds (2025-02) predates `network.publishNotReadyAddresses`
+    // (kubeflow/trainer v2.3.0's CRD declares it), so that file also gets an
+    // undeclared-field error.
+    let gang_init = "                  initContainers:\n\
+                     \x20                   - name: gang\n\
+                     \x20                     image: ghcr.io/example/nccl-preflight:0.1.0\n\
+                     \x20                     args: [init, --gang]\n";
+    let runtime = edit(
+        read("trainjob.yaml"),
+        "                  initContainers:\n",
+        gang_init,
+    );
+    std::fs::write(bad.join("trainjob-init-gang.yaml"), &runtime).unwrap();
+    std::fs::write(
+        bad.join("trainjob-ready-only.yaml"),
+        edit(
+            runtime.replace("name: torch-nccl-preflight", "name: ready-only"),
+            "      replicatedJobs:\n",
+            "      network:\n        publishNotReadyAddresses: false\n      replicatedJobs:\n",
+        ),
+    )
+    .unwrap();
+
+    let (_, errors, _) = validate(&python, &bad);
+    let all = errors.join("\n");
+    for expected in [
+        "pytorchjob-init-gang.yaml PyTorchJob/init-gang: spec.pytorchReplicaSpecs.Master.template: gang: a gang in an init container of a PyTorchJob deadlocks",
+        "pytorchjob-no-master.yaml PyTorchJob/no-master: a gang in a PyTorchJob without a Master replica",
+        "mpijob-at-startup.yaml MPIJob/nccl-tests-allreduce: a gang through mpirun without launcherCreationPolicy: WaitForWorkersReady",
+        "trainjob-ready-only.yaml TrainingRuntime/ready-only: spec.template.spec.replicatedJobs[0].template.spec.template: gang: a gang in an init container of a TrainingRuntime deadlocks",
+        "trainjob-ready-only.yaml TrainingRuntime/ready-only: .spec.template.spec.network.publishNotReadyAddresses: field not declared in the schema",
+    ] {
+        assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
+    }
+    assert!(!all.contains("trainjob-init-gang.yaml"), "{all}");
     assert_eq!(errors.len(), 5, "{all}");
 }
 

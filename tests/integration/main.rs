@@ -10,6 +10,7 @@ mod fixtures;
 mod gang;
 mod gang_fake;
 mod gang_netns;
+mod gang_script;
 mod image;
 mod kernel;
 mod layering;

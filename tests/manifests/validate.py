@@ -15,6 +15,11 @@ An init container that runs the installed binary in the training image (/tools/.
 must ask for the trainer's extended resources, mount /dev/shm and add the trainer's
 capabilities where the trainer does, and state --nodes as the job's GPU pod count.
 
+Command lines are found in a container's command/args, after a launcher word
+(`mpirun ... /tools/nccl-preflight gang`) and in the lines of a `sh -c` / `bash -c`
+script. A job-wide check (`gang`, `--gang`) must sit where the job kind lets it form
+(check_gang_placement).
+
 Usage: validate.py MANIFEST_DIR CRD_DIR  -> JSON on stdout:
   {"documents": N, "errors": ["file: message", ...],
    "commands": [{"file": F, "container": C, "argv": [...]}],
@@ -23,6 +28,7 @@ Usage: validate.py MANIFEST_DIR CRD_DIR  -> JSON on stdout:
 import json
 import pathlib
 import re
+import shlex
 import sys
 
 import jsonschema
@@ -224,16 +230,113 @@ def check_two_step(doc, where, errors):
                               "the check does not")
 
 
+SHELLS = {"sh", "bash", "dash", "ash"}
+OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
+
+
+def shell_commands(script):
+    """The simple commands of a shell script, as argv lists: lines joined at
+    backslash-newlines, then split at ; && || | & ( ). Enough for the manifests'
+    launcher scripts (no here-documents, no control flow spanning lines)."""
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        argv = []
+        for token in lexer:
+            if token in OPERATORS:
+                if argv:
+                    yield argv
+                argv = []
+            else:
+                argv.append(token)
+        if argv:
+            yield argv
+
+
+def preflight_tail(argv):
+    """What follows the first nccl-preflight word of an argv (under mpirun, env, ...)."""
+    for i, word in enumerate(argv):
+        if pathlib.PurePath(word).name == "nccl-preflight":
+            return argv[i + 1:]
+    return None
+
+
+def container_commands(c):
+    """Every nccl-preflight command line a container runs: its command, a command
+    that starts it (mpirun ... nccl-preflight gang), or the lines of a `sh -c` script."""
+    command, args = c.get("command") or [], c.get("args") or []
+    argv = command + args
+    if not command and "nccl-preflight" in c.get("image", ""):
+        # The image's entrypoint is the binary.
+        yield args
+        return
+    if argv and pathlib.PurePath(argv[0]).name in SHELLS:
+        flags = [a for a in argv[1:] if a.startswith("-")]
+        script = next((a for a in argv[1:] if not a.startswith("-")), None)
+        if script is not None and any("c" in f for f in flags):
+            for simple in shell_commands(script):
+                tail = preflight_tail(simple)
+                if tail is not None:
+                    yield tail
+        return
+    tail = preflight_tail(argv)
+    if tail is not None:
+        yield tail
+
+
+def runs_gang(argv):
+    """`gang`, or `--gang` before the `--` that starts a wrapped command."""
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    return bool(own) and (own[0] == "gang" or "--gang" in own)
+
+
 def commands(doc):
     for _, template in pod_templates(doc):
         spec = template["spec"]
         for c in spec.get("initContainers", []) + spec.get("containers", []):
-            command, args = c.get("command") or [], c.get("args") or []
-            if command and pathlib.PurePath(command[0]).name == "nccl-preflight":
-                yield c.get("name"), command[1:] + args
-            elif not command and "nccl-preflight" in c.get("image", ""):
-                # The image's entrypoint is the binary.
-                yield c.get("name"), args
+            for argv in container_commands(c):
+                yield c.get("name"), argv
+
+
+def check_gang_placement(doc, where, errors):
+    """Where a job-wide check can form (README, "Multi-node: gang"; examples/manifests/README.md):
+    not in the init containers of a job whose Service publishes Ready pods only
+    (PyTorchJob: one headless Service per replica without publishNotReadyAddresses,
+    kubeflow/trainer v1.9.4 pkg/controller.v1/common/service.go; MPIJob: unless
+    runLauncherAsWorker, kubeflow/mpi-operator pkg/controller/mpi_job_controller.go
+    newJobService; a JobSet or TrainingRuntime that turns publishNotReadyAddresses off);
+    in a PyTorchJob only with a Master replica (MASTER_ADDR and RANK exist only then,
+    pkg/controller.v1/pytorch/envvar.go); in an MPIJob only once the workers are Ready."""
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    network = (((spec.get("template") or {}).get("spec") or {}).get("network")
+               or spec.get("network") or {})
+    ready_only = (kind == "PyTorchJob"
+                  or (kind == "MPIJob" and not spec.get("runLauncherAsWorker"))
+                  or network.get("publishNotReadyAddresses") is False)
+    gang_anywhere = False
+    for tpath, template in pod_templates(doc):
+        tpath, tspec = tpath.removeprefix("spec."), template["spec"]
+        for c in tspec.get("initContainers") or []:
+            for argv in container_commands(c):
+                if runs_gang(argv):
+                    gang_anywhere = True
+                    if ready_only and c.get("restartPolicy") != "Always":
+                        errors.append(
+                            f"{where}: {tpath}: {c.get('name')}: a gang in an init container of a "
+                            f"{kind} deadlocks: its Service publishes Ready pods only, and no pod "
+                            "is Ready while its init containers run (use exec --gang in the "
+                            "training container, or gang through mpirun)")
+        for c in tspec.get("containers") or []:
+            gang_anywhere |= any(runs_gang(argv) for argv in container_commands(c))
+    if not gang_anywhere:
+        return
+    if kind == "PyTorchJob" and "Master" not in (spec.get("pytorchReplicaSpecs") or {}):
+        errors.append(f"{where}: a gang in a PyTorchJob without a Master replica: the operator "
+                      "sets MASTER_ADDR and RANK only when a Master exists")
+    if kind == "MPIJob" and spec.get("launcherCreationPolicy") != "WaitForWorkersReady":
+        errors.append(f"{where}: a gang through mpirun without launcherCreationPolicy: "
+                      "WaitForWorkersReady: the launcher may start before the workers' names resolve")
 
 
 def is_custom(api_version):
@@ -279,6 +382,7 @@ def validate_file(path, schemas, errors):
             except kubernetes_validate.utils.SchemaNotFoundError as e:
                 errors.append(f"{where}: {e}")
         check_two_step(doc, where, errors)
+        check_gang_placement(doc, where, errors)
         for container, argv in commands(doc):
             found.append({"file": path.name, "container": container, "argv": argv})
     if not found:
