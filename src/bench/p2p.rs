@@ -79,10 +79,10 @@ fn prepare<'d, 'w>(
     Ok(Buffers { src, dst })
 }
 
-/// Times `iterations` copies from -> to on `from`'s stream; returns GB/s.
+/// Times `iterations` copies of `b.src` into `b.dst` on `from`'s stream; returns GB/s.
 fn one_way(
     driver: &Driver<'_>,
-    (from, to): (&Gpu, &Gpu),
+    from: &Gpu,
     b: &Buffers<'_, '_>,
     iterations: u32,
 ) -> Result<f64, FactError> {
@@ -161,8 +161,8 @@ fn measure_pair(
     driver.enable_peer(b, a)?;
     let ab = prepare(driver, a, b, bytes)?;
     let ba = prepare(driver, b, a, bytes)?;
-    result_ab.unidirectional_gbps = Some(one_way(driver, (a, b), &ab, iterations)?);
-    result_ba.unidirectional_gbps = Some(one_way(driver, (b, a), &ba, iterations)?);
+    result_ab.unidirectional_gbps = Some(one_way(driver, a, &ab, iterations)?);
+    result_ba.unidirectional_gbps = Some(one_way(driver, b, &ba, iterations)?);
     let both = both_ways(driver, (a, b), (&ab, &ba), iterations)?;
     result_ab.bidirectional_gbps = Some(both);
     result_ba.bidirectional_gbps = Some(both);
