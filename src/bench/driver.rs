@@ -215,7 +215,7 @@ impl<'w> Driver<'w> {
     pub fn fill(&self, gpu: &Gpu, dst: DeviceSlice<'_>, value: u32) -> Result<(), FactError> {
         let call = format!("cuMemsetD32Async({})", gpu.ordinal);
         dst.on(gpu, &call)?;
-        if dst.bytes % 4 != 0 {
+        if !dst.bytes.is_multiple_of(4) {
             return Err(FactError::new(
                 call,
                 format!("{} bytes is not a whole number of 32-bit words", dst.bytes),
