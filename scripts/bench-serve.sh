@@ -18,7 +18,7 @@ for path in /healthz /metrics; do
   echo "== $path"
   wrk -t2 -c16 -d15s --latency "http://127.0.0.1:$port$path" | grep -E 'Latency|50%|99%|Requests/sec|Non-2xx|errors'
 done
-count() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^nccl_preflight_runs / {print $2}'; }
+count() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^nccl_preflight_runs_total / {print $2}'; }
 echo "RSS after load: $(rss) at run $(count)"
 next=50
 while [ "$(count)" -lt "$runs" ]; do

@@ -47,7 +47,7 @@ python3 "$here/nvml_fields_probe.py" > "$out/nvml-fields.txt" 2>&1
   pid=$!
   for s in $(seq 0 10 "$serve_s"); do
     [ "$s" -gt 0 ] && sleep 10
-    runs_done=$(curl -s http://127.0.0.1:19464/metrics | awk '/^nccl_preflight_runs / {print $2}')
+    runs_done=$(curl -s http://127.0.0.1:19464/metrics | awk '/^nccl_preflight_runs_total / {print $2}')
     echo "$s $(awk '/VmRSS/ {print $2}' /proc/$pid/status) runs=$runs_done"
   done
   grep -c libcuda /proc/$pid/maps | sed 's/^/libcuda mappings: /'

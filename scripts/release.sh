@@ -17,12 +17,6 @@ export PATH="$PWD/$venv/bin:$PATH"
 command -v cargo-zigbuild >/dev/null 2>&1 || cargo install --quiet --locked cargo-zigbuild
 rustup target add "$target" >/dev/null 2>&1 || true
 
-# rdma-sys generates its ibverbs types with bindgen and always adds -I/usr/include;
-# under cargo-zigbuild (-nostdinc plus zig's glibc 2.17 headers) the host's glibc
-# headers then miss their multiarch and compiler-builtin halves. The types do not
-# depend on the glibc version, so the host's headers are handed back to bindgen.
-clang_builtins=$(ls -d /usr/lib/llvm-*/lib/clang/*/include 2>/dev/null | sort -V | tail -1)
-export BINDGEN_EXTRA_CLANG_ARGS="-I/usr/include/$(uname -m)-linux-gnu${clang_builtins:+ -I$clang_builtins}"
 cargo zigbuild --release --quiet --target "$target.2.17"
 mkdir -p dist
 cp "target/$target/release/nccl-preflight" dist/nccl-preflight.tmp

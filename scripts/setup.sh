@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building nccl-preflight needs on Debian or Ubuntu (a C toolchain, the
-# headers rdma-sys reads, Rust with clippy and rustfmt when cargo is missing), and with
+# Installs what building nccl-preflight needs on Debian or Ubuntu (a C toolchain, Rust
+# with clippy and rustfmt when cargo is missing), and with
 # `test` what the tests drive too (ip, unshare, prlimit, setpriv, readelf, the real RDMA
 # libraries, skopeo, umoci, runc, a Python venv for the manifest schemas).
 # Usage: scripts/setup.sh [build|test] (default build). Safe to run again: it installs only what is absent.
@@ -11,10 +11,12 @@ case "$mode" in build | test) ;; *) echo "usage: scripts/setup.sh [build|test]" 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
-# libibverbs-dev, librdmacm-dev and libclang-dev build rdma-sys (ibverbs types only: the
-# binary dlopens libibverbs).
-packages=(build-essential pkg-config ca-certificates curl libibverbs-dev librdmacm-dev libclang-dev)
+packages=(build-essential ca-certificates curl)
 if [ "$mode" = test ]; then
+  # libibverbs-dev: the header the ibverbs layout test compiles against; with pkg-config,
+  # librdmacm-dev and libclang-dev it also builds `--features rdma-sys` (bindgen), which CI
+  # checks too.
+  packages+=(libibverbs-dev pkg-config librdmacm-dev libclang-dev)
   # libfabric1, libfabric-bin and ibverbs-providers are the real libraries the tests load;
   # skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
   packages+=(iproute2 util-linux binutils python3 python3-venv ibverbs-providers libfabric1 libfabric-bin

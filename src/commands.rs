@@ -451,8 +451,11 @@ mod tests {
             seeds.push(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
         }
         assert!(seeds.len() > 10, "the golden reports are the seeds");
-        let dir = std::env::temp_dir().join(format!("fuzz-facts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("fuzz-facts-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         let path = dir.join("facts.json");
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

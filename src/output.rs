@@ -285,11 +285,14 @@ pub fn write_in_place(flag: &str, path: &Path, contents: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("out-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A fresh directory, removed when the returned guard drops (even when the test fails).
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("out-{name}-"))
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
+        (tmp, dir)
     }
 
     fn out(flag: &'static str, path: PathBuf, text: &str) -> Output {
@@ -311,7 +314,7 @@ mod tests {
 
     #[test]
     fn replaces_whole_files_keeping_their_mode() {
-        let dir = scratch("ok");
+        let (_tmp, dir) = scratch("ok");
         fs::write(dir.join("a.env"), "old").unwrap();
         fs::set_permissions(dir.join("a.env"), fs::Permissions::from_mode(0o600)).unwrap();
         write_atomically(&[
@@ -338,7 +341,7 @@ mod tests {
     fn symlink_planted_at_an_output_is_refused_and_its_target_untouched() {
         // Issue 18: a link in a shared emptyDir made the tool clobber its target
         // (a 0600 file became 0644).
-        let dir = scratch("symlink");
+        let (_tmp, dir) = scratch("symlink");
         fs::write(dir.join("secret"), "keep").unwrap();
         fs::set_permissions(dir.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::symlink(dir.join("secret"), dir.join("nccl.env")).unwrap();
@@ -373,7 +376,7 @@ mod tests {
 
     #[test]
     fn one_bad_path_writes_nothing() {
-        let dir = scratch("bad");
+        let (_tmp, dir) = scratch("bad");
         fs::write(dir.join("a.env"), "old").unwrap();
         fs::create_dir(dir.join("adir")).unwrap();
         std::os::unix::fs::symlink(dir.join("nowhere/x"), dir.join("dangling")).unwrap();
@@ -405,7 +408,7 @@ mod tests {
     fn temp_left_by_a_killed_run_neither_blocks_nor_stays() {
         // Issue 18: a killed `init` (PID 1, the same temp name every time) left a
         // temp that made the next attempt fail with "File exists".
-        let dir = scratch("stale");
+        let (_tmp, dir) = scratch("stale");
         let old = dir.join(".nccl.env.nccl-preflight-1-0.tmp");
         let fresh = dir.join(".nccl.env.nccl-preflight-AbC123.tmp");
         for path in [&old, &fresh] {
@@ -431,7 +434,7 @@ mod tests {
     #[test]
     fn env_file_and_nccl_conf_naming_one_file_are_refused() {
         // Issue 18: `--env-file X --nccl-conf X` silently lost the env file.
-        let dir = scratch("same");
+        let (_tmp, dir) = scratch("same");
         fs::create_dir(dir.join("sub")).unwrap();
         let spellings = [dir.join("x"), dir.join("sub/../x"), dir.join("./x")];
         for other in &spellings {
@@ -453,7 +456,7 @@ mod tests {
 
     #[test]
     fn termination_log_is_truncated_and_rewritten_in_place() {
-        let dir = scratch("inplace");
+        let (_tmp, dir) = scratch("inplace");
         let path = dir.join("termination-log");
         fs::write(&path, "a much longer old message").unwrap();
         write_in_place("--termination-log", &path, "short").unwrap();

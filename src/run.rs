@@ -338,10 +338,11 @@ mod host_tree_fuzz {
             "gpu-h100-nv18",
         ] {
             let src = repo.join("tests/fixtures").join(fixture);
-            let dir =
-                std::env::temp_dir().join(format!("fuzz-tree-{fixture}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
+            let tmp = tempfile::Builder::new()
+                .prefix(&format!("fuzz-tree-{fixture}-"))
+                .tempdir()
+                .unwrap();
+            let dir = tmp.path().to_path_buf();
             let copied = std::process::Command::new("cp")
                 .arg("-a")
                 .arg(src.join("root"))

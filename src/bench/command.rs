@@ -11,31 +11,34 @@ use crate::gather::host::Host;
 use crate::run::Exit;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// NCCL writes its INFO log to this file while the bench runs; explain-log's
 /// parser reads the transports back from it.
 struct NcclLog {
-    path: PathBuf,
+    /// Made by tempfile: exclusive (O_EXCL), private (0600), a random name that no
+    /// earlier run's leftover can hold; removed on drop.
+    file: tempfile::NamedTempFile,
 }
 
 impl NcclLog {
     /// Points NCCL's log at a fresh private file. Must run before any thread starts:
     /// it changes this process's environment.
     fn capture() -> Result<NcclLog> {
-        let path =
-            std::env::temp_dir().join(format!("nccl-preflight-bench.{}.log", std::process::id()));
-        let _ = std::fs::remove_file(&path);
         // Created here, exclusively and private, so NCCL writes into our file and
-        // never through a link someone else planted.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("creating NCCL's log file {}", path.display()))?;
+        // never through a link someone else planted. The random part is alphanumeric:
+        // no `%h`/`%p`, which NCCL would expand in NCCL_DEBUG_FILE.
+        let file = tempfile::Builder::new()
+            .prefix("nccl-preflight-bench.")
+            .suffix(".log")
+            .tempfile()
+            .with_context(|| {
+                format!(
+                    "creating NCCL's log file in {}",
+                    std::env::temp_dir().display()
+                )
+            })?;
+        let path = file.path().to_path_buf();
         for (name, value) in [
             ("NCCL_DEBUG", std::ffi::OsStr::new("INFO")),
             ("NCCL_DEBUG_SUBSYS", std::ffi::OsStr::new("INIT,ENV")),
@@ -45,22 +48,16 @@ impl NcclLog {
             // NVML's worker, after this), so nothing reads the environment concurrently.
             unsafe { std::env::set_var(name, value) };
         }
-        Ok(NcclLog { path })
+        Ok(NcclLog { file })
     }
 
     /// Connections per transport NCCL logged.
     fn transports(&self) -> std::collections::BTreeMap<String, u64> {
-        std::fs::File::open(&self.path)
+        std::fs::File::open(self.file.path())
             .ok()
             .and_then(|f| crate::explain::summarize(f).ok())
             .map(|s| s.transport_counts)
             .unwrap_or_default()
-    }
-}
-
-impl Drop for NcclLog {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -7,6 +7,7 @@ use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol};
 use crate::gather::gpu::cuda::result_name;
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+use std::marker::PhantomData;
 
 pub type Context = *mut c_void;
 pub type Stream = *mut c_void;
@@ -97,8 +98,7 @@ impl<'w> Driver<'w> {
             Ok(api) => api,
             Err(e) => return Opened::Failed(e),
         };
-        // The driver is never unloaded: unloading libcuda after cuInit is not supported.
-        std::mem::forget(lib);
+        // `lib` is never unloaded (gather::dl): libcuda after cuInit must not be.
         let driver = Driver { api, watch };
         // SAFETY: `CUresult cuInit(unsigned int)`, flags 0.
         let rc = watch.call("cuInit", || unsafe { (driver.api.init.get())(0) });
@@ -203,49 +203,85 @@ impl<'w> Driver<'w> {
         )?;
         Ok(DeviceBuffer {
             driver: self,
+            ordinal: gpu.ordinal,
             context: gpu.context,
             ptr,
             bytes,
         })
     }
 
-    /// Fills `words` 32-bit words at `ptr` with `value` on `gpu`'s stream.
-    pub fn fill(
-        &self,
-        gpu: &Gpu,
-        ptr: DevicePtr,
-        value: u32,
-        words: usize,
-    ) -> Result<(), FactError> {
-        // SAFETY: the range lies inside a buffer from `alloc` (callers pass offsets within it).
-        self.run(format!("cuMemsetD32Async({})", gpu.ordinal), || unsafe {
-            (self.api.memset_d32.get())(ptr, value, words, gpu.stream)
+    /// Fills `dst` with the 32-bit `value` on `gpu`'s stream; `dst` must be on `gpu`
+    /// and a whole number of words long.
+    pub fn fill(&self, gpu: &Gpu, dst: DeviceSlice<'_>, value: u32) -> Result<(), FactError> {
+        let call = format!("cuMemsetD32Async({})", gpu.ordinal);
+        dst.on(gpu, &call)?;
+        if !dst.bytes.is_multiple_of(4) {
+            return Err(FactError::new(
+                call,
+                format!("{} bytes is not a whole number of 32-bit words", dst.bytes),
+            ));
+        }
+        // SAFETY: `dst` lies inside a live allocation on `gpu` (DeviceSlice's invariant)
+        // and holds `bytes / 4` words; the stream is `gpu`'s.
+        self.run(call, || unsafe {
+            (self.api.memset_d32.get())(dst.ptr, value, dst.bytes / 4, gpu.stream)
         })
     }
 
-    /// Queues a copy of `bytes` from `src` on `from` to `dst` on `to`, on `stream`'s GPU.
+    /// Queues a copy of all of `src` into the start of `dst` on `on`'s stream;
+    /// `dst` must be at least as long as `src`.
     pub fn copy_peer(
         &self,
         on: &Gpu,
-        (dst, to): (DevicePtr, &Gpu),
-        (src, from): (DevicePtr, &Gpu),
-        bytes: usize,
+        dst: DeviceSlice<'_>,
+        src: DeviceSlice<'_>,
     ) -> Result<(), FactError> {
-        // SAFETY: both ranges lie inside buffers from `alloc` of at least `bytes`.
-        self.run(
-            format!("cuMemcpyPeerAsync({} -> {})", from.ordinal, to.ordinal),
-            || unsafe {
-                (self.api.copy_peer.get())(dst, to.context, src, from.context, bytes, on.stream)
-            },
-        )
+        let call = format!("cuMemcpyPeerAsync({} -> {})", src.ordinal, dst.ordinal);
+        if dst.bytes < src.bytes {
+            return Err(FactError::new(
+                call,
+                format!(
+                    "{} bytes do not fit in the {}-byte destination",
+                    src.bytes, dst.bytes
+                ),
+            ));
+        }
+        // SAFETY: both slices lie inside live allocations (DeviceSlice's invariant), in
+        // the contexts they name; `dst` holds at least `src.bytes`.
+        self.run(call, || unsafe {
+            (self.api.copy_peer.get())(
+                dst.ptr,
+                dst.context,
+                src.ptr,
+                src.context,
+                src.bytes,
+                on.stream,
+            )
+        })
     }
 
-    /// Copies device memory back to `out` (synchronous).
-    pub fn read_back(&self, gpu: &Gpu, src: DevicePtr, out: &mut [u8]) -> Result<(), FactError> {
-        self.make_current(gpu)?;
-        // SAFETY: `out` is writable for its length; `src` has at least as many bytes.
-        self.run(format!("cuMemcpyDtoH({})", gpu.ordinal), || unsafe {
-            (self.api.copy_dtoh.get())(out.as_mut_ptr().cast(), src, out.len())
+    /// Copies the start of `src` into all of `out` (synchronous); `src` must hold
+    /// at least `out.len()` bytes.
+    pub fn read_back(&self, src: DeviceSlice<'_>, out: &mut [u8]) -> Result<(), FactError> {
+        let call = format!("cuMemcpyDtoH({})", src.ordinal);
+        if out.len() > src.bytes {
+            return Err(FactError::new(
+                call,
+                format!(
+                    "{} bytes asked of a {}-byte device range",
+                    out.len(),
+                    src.bytes
+                ),
+            ));
+        }
+        // SAFETY: the context is retained (the slice's buffer came from `alloc`).
+        self.run(format!("cuCtxSetCurrent({})", src.ordinal), || unsafe {
+            (self.api.set_current.get())(src.context)
+        })?;
+        // SAFETY: `out` is writable for its length; `src` lies inside a live allocation
+        // and holds at least that many bytes (checked above).
+        self.run(call, || unsafe {
+            (self.api.copy_dtoh.get())(out.as_mut_ptr().cast(), src.ptr, out.len())
         })
     }
 
@@ -296,12 +332,111 @@ impl<'w> Driver<'w> {
     }
 }
 
-/// Device memory, freed on drop.
+/// Device memory on one GPU, freed on drop. The driver calls take it (or a
+/// [`DeviceSlice`] of it) rather than a raw address, so every range they touch
+/// is checked against the allocation.
 pub struct DeviceBuffer<'d, 'w> {
     driver: &'d Driver<'w>,
+    ordinal: u32,
     context: Context,
-    pub ptr: DevicePtr,
-    pub bytes: usize,
+    ptr: DevicePtr,
+    bytes: usize,
+}
+
+impl DeviceBuffer<'_, '_> {
+    /// The allocation's length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the allocation has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// All of the buffer.
+    pub fn all(&self) -> DeviceSlice<'_> {
+        DeviceSlice {
+            ordinal: self.ordinal,
+            context: self.context,
+            ptr: self.ptr,
+            bytes: self.bytes,
+            _buffer: PhantomData,
+        }
+    }
+
+    /// The longest prefix that is a whole number of 32-bit words (what `fill` takes).
+    pub fn words(&self) -> DeviceSlice<'_> {
+        DeviceSlice {
+            bytes: self.bytes / 4 * 4,
+            ..self.all()
+        }
+    }
+
+    /// `bytes` bytes from `offset`; an error when the range leaves the buffer.
+    pub fn slice(&self, offset: usize, bytes: usize) -> Result<DeviceSlice<'_>, FactError> {
+        match sub_range(self.bytes, offset, bytes) {
+            Some(start) => Ok(DeviceSlice {
+                ptr: self.ptr + start,
+                bytes,
+                ..self.all()
+            }),
+            None => Err(FactError::new(
+                format!("device buffer on GPU {}", self.ordinal),
+                format!(
+                    "bytes {offset}..+{bytes} lie outside its {} bytes",
+                    self.bytes
+                ),
+            )),
+        }
+    }
+
+    /// The device address, for a vendor call that takes device memory and its
+    /// length separately (ncclAllReduce): the caller passes at most `len()` bytes.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+}
+
+/// The device offset of `offset..offset + bytes` inside an allocation of `len`
+/// bytes, or None when that range does not lie inside it.
+fn sub_range(len: usize, offset: usize, bytes: usize) -> Option<DevicePtr> {
+    let end = offset.checked_add(bytes)?;
+    (end <= len).then_some(offset as DevicePtr)
+}
+
+/// A checked range of a live [`DeviceBuffer`], borrowed from it.
+#[derive(Clone, Copy)]
+pub struct DeviceSlice<'b> {
+    ordinal: u32,
+    context: Context,
+    ptr: DevicePtr,
+    bytes: usize,
+    _buffer: PhantomData<&'b ()>,
+}
+
+impl DeviceSlice<'_> {
+    /// The range's length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the range has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// An error naming `call` unless this range is on `gpu`.
+    fn on(&self, gpu: &Gpu, call: &str) -> Result<(), FactError> {
+        if self.ordinal == gpu.ordinal {
+            Ok(())
+        } else {
+            Err(FactError::new(
+                call,
+                format!("the device range is on GPU {}", self.ordinal),
+            ))
+        }
+    }
 }
 
 impl Drop for DeviceBuffer<'_, '_> {
@@ -313,5 +448,97 @@ impl Drop for DeviceBuffer<'_, '_> {
             (api.set_current.get())(self.context);
             (api.mem_free.get())(self.ptr)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sub_ranges_stay_inside_the_allocation() {
+        assert_eq!(sub_range(16, 0, 16), Some(0));
+        assert_eq!(sub_range(16, 4, 8), Some(4));
+        assert_eq!(sub_range(16, 16, 0), Some(16));
+        assert_eq!(sub_range(16, 12, 8), None);
+        assert_eq!(sub_range(16, 17, 0), None);
+        assert_eq!(sub_range(16, usize::MAX, 2), None);
+    }
+
+    /// What the driver calls did on the fake libcuda: the bytes read back, then
+    /// each refused call's error.
+    fn exercise(watch: &Watch, library: &str) -> Result<(Vec<u8>, Vec<String>), FactError> {
+        let driver = match Driver::open(watch, library) {
+            Opened::Ready(d) => d,
+            Opened::NotFound(why) => return Err(FactError::new("open", why)),
+            Opened::Failed(e) => return Err(e),
+        };
+        let gpus = driver.gpus()?;
+        let (g0, g1) = (&gpus[0], &gpus[1]);
+        let a = driver.alloc(g0, 16)?;
+        let b = driver.alloc(g1, 8)?;
+        driver.fill(g0, a.all(), 0x0101_0101)?;
+        driver.fill(g0, a.slice(4, 4)?, 0x0202_0202)?;
+        driver.fill(g1, b.all(), 0)?;
+        driver.copy_peer(g0, b.all(), a.slice(4, 8)?)?;
+        driver.sync(g0)?;
+        let mut back = vec![0u8; 8];
+        driver.read_back(b.all(), &mut back)?;
+        let refused = [
+            a.slice(12, 8).map(|_| ()),
+            a.slice(usize::MAX, 2).map(|_| ()),
+            driver.fill(g1, a.all(), 0),
+            a.slice(0, 6).and_then(|s| driver.fill(g0, s, 0)),
+            driver.copy_peer(g0, b.all(), a.all()),
+            b.slice(4, 4)
+                .and_then(|s| driver.read_back(s, &mut [0u8; 8])),
+        ];
+        let errors = refused
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => "accepted".to_string(),
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        Ok((back, errors))
+    }
+
+    #[test]
+    fn device_buffers_check_every_range_against_their_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = dir.path().join("gpu.scenario");
+        std::fs::write(
+            &scenario,
+            "gpu 0000:10:1c.0 9.0 143771 0 0-15 GPU-0a NVIDIA H200\n\
+             gpu 0000:20:1c.0 9.0 143771 0 0-15 GPU-1b NVIDIA H200\n",
+        )
+        .unwrap();
+        let library = dir.path().join("libcuda.so.1");
+        let define = format!("-DFAKE_GPU_SCENARIO_FILE=\"{}\"", scenario.display());
+        crate::gather::dl::build_fake_library("fake_cuda.c", &library, &[&define]);
+        let library = library.to_str().unwrap().to_string();
+        let (back, errors) =
+            crate::gather::deadline::run("t", Duration::from_secs(60), false, move |w| {
+                exercise(w, &library)
+            })
+            .unwrap()
+            .unwrap();
+        // Bytes 4..12 of GPU 0's buffer: one word of 0x02, one of 0x01.
+        assert_eq!(back, [2, 2, 2, 2, 1, 1, 1, 1]);
+        assert_eq!(
+            errors,
+            [
+                "device buffer on GPU 0: bytes 12..+8 lie outside its 16 bytes",
+                &format!(
+                    "device buffer on GPU 0: bytes {}..+2 lie outside its 16 bytes",
+                    usize::MAX
+                ),
+                "cuMemsetD32Async(1): the device range is on GPU 0",
+                "cuMemsetD32Async(0): 6 bytes is not a whole number of 32-bit words",
+                "cuMemcpyPeerAsync(0 -> 1): 16 bytes do not fit in the 8-byte destination",
+                "cuMemcpyDtoH(1): 8 bytes asked of a 4-byte device range",
+            ]
+        );
     }
 }

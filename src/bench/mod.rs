@@ -417,3 +417,163 @@ pub struct Settings {
     pub budget: Duration,
     pub nccl_candidates: Vec<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gigabytes_per_second_are_decimal_and_zero_time_gives_zero() {
+        // 1 GiB in 10 ms: 107.37 GB/s, as nccl-tests counts (10^9 bytes).
+        assert!((gbps(1_073_741_824.0, 10.0) - 107.374_182_4).abs() < 1e-9);
+        assert_eq!(gbps(1e9, 1000.0), 1.0);
+        assert_eq!(gbps(1e9, 0.0), 0.0);
+        assert_eq!(gbps(1e9, -1.0), 0.0);
+    }
+
+    fn pair(src: u32, dst: u32, one: f64, both: f64) -> p2p::PairResult {
+        p2p::PairResult {
+            src,
+            dst,
+            peer_access: true,
+            unidirectional_gbps: Some(one),
+            bidirectional_gbps: Some(both),
+            verified: Some(true),
+            mismatch: None,
+            error: None,
+        }
+    }
+
+    fn row(measured: p2p::PairResult, link_gbps: Option<f64>) -> PairRow {
+        let fraction = |v: Option<f64>, k: f64| Some(v? / (link_gbps? * k));
+        PairRow {
+            unidirectional_fraction: fraction(measured.unidirectional_gbps, 1.0),
+            bidirectional_fraction: fraction(measured.bidirectional_gbps, 2.0),
+            measured,
+            expected_gbps: link_gbps,
+            expected_basis: link_gbps.map(|_| "18 NVLinks x 26.562 GB/s".to_string()),
+        }
+    }
+
+    fn section(pairs: Vec<PairRow>) -> P2pSection {
+        P2pSection {
+            buffer_bytes: 256 << 20,
+            iterations: 20,
+            pairs,
+        }
+    }
+
+    #[test]
+    fn peer_copies_pass_at_the_fraction_and_fail_below_it_or_corrupted() {
+        let link = Some(478.1);
+        let good = section(vec![
+            row(pair(0, 1, 390.0, 740.0), link),
+            row(pair(1, 0, 380.0, 740.0), link),
+        ]);
+        let f = judge_p2p(&good, 0.7);
+        assert_eq!(f.status, Status::Pass);
+        assert_eq!(
+            f.summary,
+            "2 peer directions at 70% of their links or better, data verified"
+        );
+        assert_eq!(
+            f.evidence,
+            [
+                "slowest: GPU1 -> GPU0: 380.0 GB/s one way (79%), 740.0 GB/s both ways (77%); link 18 NVLinks x 26.562 GB/s = 478.1 GB/s"
+            ]
+        );
+        assert!(f.remediation.is_none());
+
+        let mut corrupt = pair(1, 0, 380.0, 740.0);
+        corrupt.mismatch = Some("chunk 3 word 0: 0x0 instead of 0x5a5a".into());
+        let bad = section(vec![row(pair(0, 1, 20.0, 740.0), link), row(corrupt, link)]);
+        let f = judge_p2p(&bad, 0.7);
+        assert_eq!(f.status, Status::Fail);
+        assert_eq!(
+            f.summary,
+            "peer copies below 70% of the link, failed or corrupted"
+        );
+        assert!(f.evidence[0].starts_with("GPU0 -> GPU1: 20.0 GB/s one way (4%)"));
+        assert_eq!(
+            f.evidence[1],
+            "GPU1 -> GPU0: data did not arrive intact: chunk 3 word 0: 0x0 instead of 0x5a5a"
+        );
+        assert_eq!(f.remediation.as_deref(), Some(LINK_FIX));
+
+        let mut no_peer = pair(0, 1, 0.0, 0.0);
+        no_peer.peer_access = false;
+        let f = judge_p2p(&section(vec![row(no_peer, None)]), 0.7);
+        assert_eq!(
+            (f.status, f.summary.as_str()),
+            (Status::Warn, "some GPU pairs have no peer access")
+        );
+        let f = judge_p2p(&section(vec![row(pair(0, 1, 50.0, 90.0), None)]), 0.7);
+        assert_eq!(
+            f.summary,
+            "1 peer directions measured and verified; link speed unknown"
+        );
+    }
+
+    fn size(bytes: u64, busbw: f64, verified: bool) -> nccl::SizeResult {
+        nccl::SizeResult {
+            bytes,
+            iterations: 20,
+            time_us: 1.0,
+            algbw_gbps: busbw,
+            busbw_gbps: busbw,
+            verified,
+        }
+    }
+
+    #[test]
+    fn all_reduce_is_judged_on_the_largest_size_against_the_slowest_link() {
+        let link = expect::LinkFigure {
+            gbps: 478.1,
+            basis: "18 NVLinks x 26.562 GB/s".into(),
+            nvlink: true,
+        };
+        let result = |sizes, transports: &[(&str, u64)]| nccl::NcclResult {
+            library: "libnccl.so.2".into(),
+            version: Some("2.27.3".into()),
+            gpus: 2,
+            sizes,
+            transports: transports
+                .iter()
+                .map(|(t, n)| (t.to_string(), *n))
+                .collect(),
+            error: None,
+        };
+        let fast = result(
+            vec![size(1 << 20, 40.0, true), size(1 << 30, 360.0, true)],
+            &[("P2P/CUMEM", 4)],
+        );
+        let f = judge_nccl(&fast, Some(&link), 0.7);
+        assert_eq!(f.status, Status::Pass);
+        assert_eq!(
+            f.summary,
+            "busbw 360.0 GB/s at 1 GiB, 75% of the slowest link"
+        );
+        let slow = result(vec![size(1 << 30, 100.0, true)], &[("P2P/CUMEM", 4)]);
+        let f = judge_nccl(&slow, Some(&link), 0.7);
+        assert_eq!(f.status, Status::Fail);
+        assert_eq!(
+            f.summary,
+            "busbw 100.0 GB/s at 1 GiB, 21% of the slowest link"
+        );
+        let wrong = result(vec![size(1 << 30, 360.0, false)], &[]);
+        assert_eq!(
+            judge_nccl(&wrong, Some(&link), 0.7).summary,
+            "NCCL all-reduce returned wrong sums"
+        );
+        let unknown = judge_nccl(&fast, None, 0.7);
+        assert_eq!(
+            (unknown.status, unknown.summary.as_str()),
+            (
+                Status::Pass,
+                "busbw 360.0 GB/s at 1 GiB; link speed unknown"
+            )
+        );
+        let empty = judge_nccl(&result(vec![], &[]), Some(&link), 0.7);
+        assert_eq!(empty.status, Status::Skip);
+    }
+}

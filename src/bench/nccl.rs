@@ -187,7 +187,7 @@ fn all_reduces(
     for (rank, gpu) in gpus.iter().enumerate() {
         let send = driver.alloc(gpu, largest)?;
         let recv = driver.alloc(gpu, largest)?;
-        driver.fill(gpu, send.ptr, contribution(rank).to_bits(), largest / 4)?;
+        driver.fill(gpu, send.words(), contribution(rank).to_bits())?;
         driver.sync(gpu)?;
         buffers.push((send, recv));
     }
@@ -226,20 +226,32 @@ fn group(
     buffers: &Buffers<'_, '_>,
     count: usize,
 ) -> Result<(), FactError> {
+    // Checked before the group opens, so an error never leaves one half-queued.
+    let bytes = count.saturating_mul(4);
+    for (rank, (send, recv)) in buffers.iter().enumerate() {
+        let held = send.len().min(recv.len());
+        if bytes > held {
+            return Err(FactError::new(
+                format!("ncclAllReduce({rank}, {bytes} bytes)"),
+                format!("the buffers hold {held} bytes"),
+            ));
+        }
+    }
     // SAFETY: no arguments.
     api.run(watch, "ncclGroupStart", || unsafe {
         (api.group_start.get())()
     })?;
     for (rank, gpu) in gpus.iter().enumerate() {
         let (send, recv) = &buffers[rank];
-        // SAFETY: both buffers hold at least `count` floats on this GPU; the stream is this GPU's.
+        // SAFETY: both buffers hold at least `count` floats on this GPU (checked above); the
+        // stream is this GPU's.
         api.run(
             watch,
-            format!("ncclAllReduce({rank}, {} bytes)", count * 4),
+            format!("ncclAllReduce({rank}, {bytes} bytes)"),
             || unsafe {
                 (api.all_reduce.get())(
-                    send.ptr as *const c_void,
-                    recv.ptr as *mut c_void,
+                    send.device_ptr() as *const c_void,
+                    recv.device_ptr() as *mut c_void,
                     count,
                     NCCL_FLOAT32,
                     NCCL_SUM,
@@ -291,10 +303,10 @@ fn sizes(
             slowest_ms = slowest_ms.max(driver.elapsed_ms(gpu, *start, *end)?);
         }
         let mut verified = true;
-        for (gpu, (_, recv)) in gpus.iter().zip(buffers) {
+        for (_, recv) in buffers {
             let mut word = [0u8; 4];
             for at in [0, count.saturating_sub(1)] {
-                driver.read_back(gpu, recv.ptr + (at * 4) as u64, &mut word)?;
+                driver.read_back(recv.slice(at * 4, 4)?, &mut word)?;
                 verified &= f32::from_ne_bytes(word) == want;
             }
         }

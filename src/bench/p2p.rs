@@ -2,7 +2,7 @@
 //! timed with CUDA events after a warm-up, one direction and both at once, and
 //! checked on the destination.
 
-use super::driver::{DevicePtr, Driver, Gpu};
+use super::driver::{Driver, Gpu};
 use super::{Budget, gbps};
 use crate::facts::FactError;
 use serde::Serialize;
@@ -66,38 +66,36 @@ fn prepare<'d, 'w>(
 ) -> Result<Buffers<'d, 'w>, FactError> {
     let src = driver.alloc(from, bytes)?;
     for chunk in 0..bytes / CHUNK {
-        let ptr = src.ptr + (chunk * CHUNK) as DevicePtr;
         driver.fill(
             from,
-            ptr,
+            src.slice(chunk * CHUNK, CHUNK)?,
             pattern(from.ordinal, to.ordinal, chunk),
-            CHUNK / 4,
         )?;
     }
     let dst = driver.alloc(to, bytes)?;
-    driver.fill(to, dst.ptr, 0, bytes / 4)?;
+    driver.fill(to, dst.words(), 0)?;
     driver.sync(from)?;
     driver.sync(to)?;
     Ok(Buffers { src, dst })
 }
 
-/// Times `iterations` copies from -> to on `from`'s stream; returns GB/s.
+/// Times `iterations` copies of `b.src` into `b.dst` on `from`'s stream; returns GB/s.
 fn one_way(
     driver: &Driver<'_>,
-    (from, to): (&Gpu, &Gpu),
+    from: &Gpu,
     b: &Buffers<'_, '_>,
     iterations: u32,
 ) -> Result<f64, FactError> {
-    let bytes = b.src.bytes;
+    let bytes = b.src.len();
     driver.make_current(from)?;
     for _ in 0..WARMUP {
-        driver.copy_peer(from, (b.dst.ptr, to), (b.src.ptr, from), bytes)?;
+        driver.copy_peer(from, b.dst.all(), b.src.all())?;
     }
     let (start, end) = (driver.event(from)?, driver.event(from)?);
     driver.make_current(from)?;
     driver.record(start, from)?;
     for _ in 0..iterations {
-        driver.copy_peer(from, (b.dst.ptr, to), (b.src.ptr, from), bytes)?;
+        driver.copy_peer(from, b.dst.all(), b.src.all())?;
     }
     driver.record(end, from)?;
     let ms = driver.elapsed_ms(from, start, end)?;
@@ -112,7 +110,7 @@ fn both_ways(
     (ab, ba): (&Buffers<'_, '_>, &Buffers<'_, '_>),
     iterations: u32,
 ) -> Result<f64, FactError> {
-    let bytes = ab.src.bytes;
+    let bytes = ab.src.len();
     let (start, end) = (driver.event(a)?, driver.event(a)?);
     let joined = driver.event(b)?;
     driver.make_current(a)?;
@@ -120,12 +118,12 @@ fn both_ways(
     driver.make_current(b)?;
     driver.wait(b, start)?;
     for _ in 0..iterations {
-        driver.copy_peer(b, (ba.dst.ptr, a), (ba.src.ptr, b), bytes)?;
+        driver.copy_peer(b, ba.dst.all(), ba.src.all())?;
     }
     driver.record(joined, b)?;
     driver.make_current(a)?;
     for _ in 0..iterations {
-        driver.copy_peer(a, (ab.dst.ptr, b), (ab.src.ptr, a), bytes)?;
+        driver.copy_peer(a, ab.dst.all(), ab.src.all())?;
     }
     driver.wait(a, joined)?;
     driver.record(end, a)?;
@@ -142,8 +140,8 @@ fn verify(
     driver.sync(from)?;
     driver.sync(to)?;
     let mut sample = vec![0u8; SAMPLE];
-    for chunk in 0..b.dst.bytes / CHUNK {
-        driver.read_back(to, b.dst.ptr + (chunk * CHUNK) as DevicePtr, &mut sample)?;
+    for chunk in 0..b.dst.len() / CHUNK {
+        driver.read_back(b.dst.slice(chunk * CHUNK, CHUNK)?, &mut sample)?;
         if let Some(m) = first_mismatch(from.ordinal, to.ordinal, chunk, &sample) {
             return Ok(Some(m));
         }
@@ -163,8 +161,8 @@ fn measure_pair(
     driver.enable_peer(b, a)?;
     let ab = prepare(driver, a, b, bytes)?;
     let ba = prepare(driver, b, a, bytes)?;
-    result_ab.unidirectional_gbps = Some(one_way(driver, (a, b), &ab, iterations)?);
-    result_ba.unidirectional_gbps = Some(one_way(driver, (b, a), &ba, iterations)?);
+    result_ab.unidirectional_gbps = Some(one_way(driver, a, &ab, iterations)?);
+    result_ba.unidirectional_gbps = Some(one_way(driver, b, &ba, iterations)?);
     let both = both_ways(driver, (a, b), (&ab, &ba), iterations)?;
     result_ab.bidirectional_gbps = Some(both);
     result_ba.bidirectional_gbps = Some(both);

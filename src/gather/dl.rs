@@ -1,44 +1,44 @@
-//! A minimal dlopen/dlsym wrapper for the vendor libraries this tool calls
-//! directly (libcuda, later libibverbs, libfabric, libnccl). The binary links
-//! no vendor library: their absence is a finding, not a load failure.
+//! Loading the vendor libraries this tool calls directly (libcuda, libibverbs,
+//! libfabric, libnccl and the NCCL net plugin) at run time, through libloading.
+//! The binary links no vendor library: their absence is a finding, not a load
+//! failure.
+//!
+//! A [`Library`] is never unloaded, by its type: dropping it does not dlclose.
+//! Unloading libcuda after cuInit is not supported (its threads keep running),
+//! a net plugin may have started threads of its own, and a symbol handed out
+//! must stay callable for as long as anyone holds it. The process exits soon
+//! after (or, under `serve`, loads the same library again, which only bumps
+//! the loader's reference count), so keeping them costs nothing.
+//!
+//! dlopen flags are RTLD_NOW | RTLD_LOCAL, as NCCL opens its net plugin
+//! (NVIDIA/nccl v2.8.3, src/init.cc: `dlopen("libnccl-net.so", RTLD_NOW | RTLD_LOCAL)`):
+//! NOW so that a library with unresolved symbols fails at load, as a finding,
+//! not mid-call; LOCAL so that one vendor library's symbols never resolve
+//! another's (a test's fake NVML next to the real libcuda, two libnccl copies).
 
 use crate::facts::FactError;
-use std::ffi::{CStr, CString, c_void};
-use std::marker::PhantomData;
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 
-/// An open shared library; closed on drop.
+/// An open shared library, never closed (see the module docs).
 pub struct Library {
-    handle: *mut c_void,
+    /// Never dropped on purpose: dropping a libloading library calls dlclose.
+    inner: ManuallyDrop<libloading::os::unix::Library>,
     name: String,
 }
 
-// SAFETY: a dlopen handle may be used from any thread; glibc's dl* functions are thread-safe.
-unsafe impl Send for Library {}
-
-fn dlerror_text() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc, read immediately.
-    unsafe {
-        let e = libc::dlerror();
-        if e.is_null() {
-            "unknown dlopen error".to_string()
-        } else {
-            CStr::from_ptr(e).to_string_lossy().into_owned()
-        }
-    }
-}
-
-/// A function pointer of type `F` taken from a `Library`.
+/// A function pointer (or, for a data symbol, its address) of type `F` taken
+/// from a `Library`. It stays valid after the `Library` value is dropped,
+/// because libraries are never unloaded.
+#[derive(Clone, Copy)]
 pub struct Symbol<F> {
-    pointer: *mut c_void,
-    _type: PhantomData<F>,
+    value: F,
 }
 
 impl<F: Copy> Symbol<F> {
     /// The function pointer. `F` must be the C signature of the symbol.
     pub fn get(&self) -> F {
-        // SAFETY: `F` is a function pointer type of pointer size (checked in `symbol`),
-        // and the pointer came from dlsym for this symbol.
-        unsafe { std::mem::transmute_copy(&self.pointer) }
+        self.value
     }
 }
 
@@ -67,56 +67,98 @@ pub fn load(watch: &crate::gather::deadline::Watch, name: &str) -> Result<Librar
 }
 
 impl Library {
-    /// dlopen with RTLD_NOW | RTLD_LOCAL: a library with unresolved symbols fails here, not mid-call.
+    /// dlopen with RTLD_NOW | RTLD_LOCAL (see the module docs for why).
     pub fn open(name: &str) -> Result<Library, FactError> {
-        let c = CString::new(name)
-            .map_err(|_| FactError::new(format!("dlopen({name})"), "name contains NUL"))?;
-        // SAFETY: `c` is a valid C string; dlopen has no other preconditions.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(FactError::new(format!("dlopen({name})"), dlerror_text()));
+        if name.contains('\0') {
+            return Err(FactError::new(
+                format!("dlopen({name})"),
+                "name contains NUL",
+            ));
         }
+        let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+        // SAFETY: loading runs the library's initialisers; the libraries named here are
+        // the vendor libraries (or their test fakes) whose initialisers NCCL itself runs,
+        // and their finalisers never run because the library is never unloaded.
+        let inner = unsafe { libloading::os::unix::Library::open(Some(name), flags) }
+            .map_err(|e| FactError::new(format!("dlopen({name})"), e.to_string()))?;
         Ok(Library {
-            handle,
+            inner: ManuallyDrop::new(inner),
             name: name.to_string(),
         })
     }
 
-    /// Looks up `symbol`; `F` must be its C function signature.
+    /// Looks up `symbol`; `F` must be its C function signature (or, for a data
+    /// symbol, a pointer to its type). A symbol whose address is NULL is an error.
     pub fn symbol<F: Copy>(&self, symbol: &str) -> Result<Symbol<F>, FactError> {
-        assert_eq!(
-            std::mem::size_of::<F>(),
-            std::mem::size_of::<*mut c_void>(),
-            "F must be a function pointer"
-        );
-        let c = CString::new(symbol).map_err(|_| FactError::new(symbol, "name contains NUL"))?;
-        // SAFETY: the handle is open; `c` is a valid C string.
-        let pointer = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
-        if pointer.is_null() {
-            return Err(FactError::new(
-                format!("dlsym({}, {symbol})", self.name),
-                dlerror_text(),
-            ));
+        const {
+            assert!(
+                std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>(),
+                "F must be a function or data pointer"
+            )
+        };
+        let call = || format!("dlsym({}, {symbol})", self.name);
+        if symbol.contains('\0') {
+            return Err(FactError::new(call(), "name contains NUL"));
         }
-        Ok(Symbol {
-            pointer,
-            _type: PhantomData,
-        })
+        // SAFETY: the symbol is read as an untyped address, which any symbol is.
+        let raw = unsafe { self.inner.get::<*mut c_void>(symbol.as_bytes()) }
+            .map_err(|e| FactError::new(call(), e.to_string()))?
+            .into_raw();
+        if raw.is_null() {
+            return Err(FactError::new(call(), "the symbol's address is NULL"));
+        }
+        // SAFETY: `F` is pointer-sized (checked at compile time above) and, by this
+        // function's contract, the symbol's C type; `raw` is its non-NULL address, which
+        // stays mapped because the library is never unloaded.
+        let value = unsafe { std::mem::transmute_copy::<*mut c_void, F>(&raw) };
+        Ok(Symbol { value })
     }
 }
 
-impl Drop for Library {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from dlopen and is closed once.
-        unsafe {
-            libc::dlclose(self.handle);
-        }
-    }
+/// Builds the fake vendor library `source` (tests/fakes, the same sources the
+/// integration tests load) into `out`, with `extra` compiler arguments.
+#[cfg(test)]
+pub(crate) fn build_fake_library(source: &str, out: &std::path::Path, extra: &[&str]) {
+    let fakes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(out)
+        .arg(fakes.join(source))
+        .args(extra)
+        .arg("-lpthread")
+        .output()
+        .expect("cc (build-essential) builds the fake vendor libraries");
+    assert!(
+        built.status.success(),
+        "building {source}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::{CString, c_int};
+    use std::path::{Path, PathBuf};
+
+    fn build_fake_cuda(dir: &Path) -> PathBuf {
+        let out = dir.join("libcuda.so.1");
+        build_fake_library("fake_cuda.c", &out, &[]);
+        out
+    }
+
+    /// Whether the loader still has `path` mapped (RTLD_NOLOAD loads nothing new).
+    fn resident(path: &Path) -> bool {
+        let c = CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string; RTLD_NOLOAD only looks the library up.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return false;
+        }
+        // SAFETY: drops the reference RTLD_NOLOAD just took, nothing else.
+        unsafe { libc::dlclose(handle) };
+        true
+    }
 
     #[test]
     fn opens_libc_and_reports_missing_libraries_and_symbols() {
@@ -128,12 +170,44 @@ mod tests {
             .symbol::<unsafe extern "C" fn()>("no_such_symbol_here")
             .err()
             .unwrap();
-        assert!(missing.source.contains("no_such_symbol_here"));
+        assert_eq!(missing.source, "dlsym(libc.so.6, no_such_symbol_here)");
+        assert!(missing.message.contains("no_such_symbol_here"), "{missing}");
         let err = Library::open("libdoes-not-exist.so.9").err().unwrap();
+        assert_eq!(err.source, "dlopen(libdoes-not-exist.so.9)");
         assert!(is_missing("libdoes-not-exist.so.9", &err.message), "{err}");
         assert!(!is_missing(
             "libnccl-net.so",
             "libfabric.so.1: cannot open shared object file: No such file or directory"
         ));
+        let nul = Library::open("lib\0c.so.6").err().unwrap();
+        assert_eq!(nul.message, "name contains NUL");
+        let nul = lib
+            .symbol::<unsafe extern "C" fn()>("get\0pid")
+            .err()
+            .unwrap();
+        assert_eq!(nul.message, "name contains NUL");
+    }
+
+    #[test]
+    fn a_symbol_stays_callable_after_its_library_value_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = build_fake_cuda(dir.path());
+        assert!(!resident(&path));
+        let version: Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> = {
+            let lib = Library::open(path.to_str().unwrap()).unwrap();
+            lib.symbol("cuDriverGetVersion").unwrap()
+        };
+        // The Library value is gone; the library is not.
+        assert!(resident(&path), "dropping a Library unloaded it");
+        let mut v: c_int = 0;
+        // SAFETY: `CUresult cuDriverGetVersion(int*)`; v is a valid out-pointer.
+        let rc = unsafe { (version.get())(&mut v) };
+        // The fake answers CUDA 12.2 when no scenario is set (tests/fakes/scenario.h).
+        assert_eq!((rc, v), (0, 12020));
+        // Opening it again finds the same, still-loaded library.
+        let again = Library::open(path.to_str().unwrap()).unwrap();
+        let same: Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
+            again.symbol("cuDriverGetVersion").unwrap();
+        assert_eq!(same.get() as usize, version.get() as usize);
     }
 }

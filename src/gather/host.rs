@@ -276,7 +276,11 @@ mod tests {
 
     #[test]
     fn missing_file_is_none_and_unreadable_names_the_path() {
-        let dir = std::env::temp_dir().join(format!("host-test-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("host-test-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         fs::create_dir_all(dir.join("proc")).unwrap();
         fs::write(dir.join("proc/x"), "hello\n").unwrap();
         fs::create_dir_all(dir.join("proc/adir")).unwrap();
@@ -299,7 +303,11 @@ mod tests {
     #[test]
     fn fifo_under_the_host_root_is_refused_without_waiting() {
         // Issue 13: a FIFO in place of a file under --host-root hung `check` for ever.
-        let dir = std::env::temp_dir().join(format!("host-fifo-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("host-fifo-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         fs::create_dir_all(dir.join("proc/self")).unwrap();
         nix::unistd::mkfifo(&dir.join("proc/self/limits"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         for host in [

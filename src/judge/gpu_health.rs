@@ -87,7 +87,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     Status::Warn,
                     format!("{summary}; the driver says no recovery is needed (contained)"),
                     "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
-                     watch nccl_preflight_gpu_ecc_uncorrected.",
+                     watch nccl_preflight_gpu_ecc_uncorrected_total.",
                 )),
                 Some(_) => evidence.push(summary),
                 None => problems.push(Problem::new(Status::Fail, summary, RESET)),

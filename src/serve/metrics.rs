@@ -1,8 +1,10 @@
-//! The Prometheus exposition of a report, through prometheus-client.
+//! The Prometheus exposition of a report, through prometheus-client: gauges for
+//! states, counters (`_total`) for cumulative counts.
 
 use crate::finding::Status;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -89,19 +91,46 @@ fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize
     registry.register(name, help, family);
 }
 
+/// Registers a counter `name` (exposed as `name_total`) holding `value`. The
+/// registry is built anew at every scrape from cumulative values kept elsewhere
+/// (the driver's, sysfs's, this server's), so a counter starts at that value.
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(value);
+    registry.register(name, help, c);
+}
+
 /// The metrics text for the last run and the XIDs seen up to now (`xid` their
-/// finding); `ready` is what /readyz answers.
+/// finding); `ready` is what /readyz answers. Gauges for states, counters
+/// (`_total`) for what only ever grows between restarts of this server or of the driver.
 pub fn render(
     snapshot: &super::Snapshot,
     xid: &crate::finding::Finding,
     xids: &super::xid::Xids,
     ready: bool,
 ) -> String {
-    let report = snapshot.report.as_ref();
-    let hung = snapshot.halted.is_some();
     let mut registry = Registry::with_prefix("nccl_preflight");
+    register_run(&mut registry, snapshot, xid, ready);
+    register_xids(&mut registry, xids);
+    if let Some(r) = &snapshot.report {
+        register_gpus(&mut registry, &r.facts);
+        register_rdma(&mut registry, &r.facts);
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &registry);
+    out
+}
+
+/// The checks' statuses, readiness and the runs themselves.
+fn register_run(
+    registry: &mut Registry,
+    snapshot: &super::Snapshot,
+    xid: &crate::finding::Finding,
+    ready: bool,
+) {
     let checks = Family::<CheckLabels, Gauge>::default();
-    if let Some(r) = report {
+    if let Some(r) = &snapshot.report {
         for c in r.checks.iter().chain([xid]) {
             for s in STATUSES {
                 checks
@@ -119,19 +148,19 @@ pub fn render(
         checks,
     );
     int_gauge(
-        &mut registry,
+        registry,
         "ready",
         "1 when /readyz answers ready: no failed check, no XID that needs a reset",
         i64::from(ready),
     );
     float_gauge(
-        &mut registry,
+        registry,
         "last_run_duration_seconds",
         "How long the last run of all checks took",
         snapshot.took.as_secs_f64(),
     );
     float_gauge(
-        &mut registry,
+        registry,
         "last_run_timestamp_seconds",
         "When the last run finished, Unix time",
         snapshot
@@ -141,165 +170,168 @@ pub fn render(
             .unwrap_or_default()
             .as_secs_f64(),
     );
-    int_gauge(
-        &mut registry,
+    counter(
+        registry,
         "runs",
         "Runs of the checks since this server started",
-        i64::try_from(snapshot.runs).unwrap_or(i64::MAX),
+        snapshot.runs,
     );
     int_gauge(
-        &mut registry,
+        registry,
         "driver_hung",
         "1 when a driver call did not return and checks stopped",
-        i64::from(hung),
+        i64::from(snapshot.halted.is_some()),
     );
+}
+
+/// The XID watch and the events it counted.
+fn register_xids(registry: &mut Registry, xids: &super::xid::Xids) {
     int_gauge(
-        &mut registry,
+        registry,
         "xid_watch",
         "1 while NVML's critical XID events are watched",
         i64::from(xids.watching),
     );
-    let events = Family::<XidLabels, Gauge>::default();
+    let events = Family::<XidLabels, Counter>::default();
     for ((gpu, code), n) in &xids.counts {
         events
             .get_or_create(&XidLabels {
                 gpu: label_value(&gpu.to_string()),
                 xid: code.to_string(),
             })
-            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            .inc_by(*n);
     }
     registry.register(
         "gpu_xid_events",
         "Critical XID events NVML reported since this server started, per GPU and XID",
         events,
     );
-    if let Some(r) = report {
-        let f = &r.facts;
-        let gpus = f.gpus.nvml.loaded().map(|n| n.gpus.len()).unwrap_or(0);
-        int_gauge(
-            &mut registry,
-            "gpus",
-            "GPUs NVML lists in this container",
-            gpus as i64,
-        );
-        let gpu_list = f
-            .gpus
-            .nvml
-            .loaded()
-            .map(|n| n.gpus.as_slice())
-            .unwrap_or_default();
-        let links = gpu_list.iter().flat_map(|g| &g.nvlinks);
-        active_present(
-            &mut registry,
-            "nvlinks",
-            "NVLinks over all GPUs, active and present",
-            links.clone().filter(|l| l.active).count(),
-            links.count(),
-        );
-        let ecc = Family::<GpuLabels, Gauge>::default();
-        let remap_pending = Family::<GpuLabels, Gauge>::default();
-        let remap_failure = Family::<GpuLabels, Gauge>::default();
-        let recovery = Family::<GpuLabels, Gauge>::default();
-        let link_errors = Family::<LinkCounterLabels, Gauge>::default();
-        for g in gpu_list {
-            let label = GpuLabels {
-                gpu: g.index.to_string(),
-            };
-            if let Some(h) = &g.health {
-                if let Some(&a) = h.recovery_action.value() {
-                    recovery.get_or_create(&label).set(i64::from(a));
-                }
-                if let Some(n) = h.ecc_uncorrected_volatile.value() {
-                    ecc.get_or_create(&label)
-                        .set(i64::try_from(*n).unwrap_or(i64::MAX));
-                }
-                if let Some(r) = h.remapped_rows.value() {
-                    remap_pending
-                        .get_or_create(&label)
-                        .set(i64::from(r.pending));
-                    remap_failure
-                        .get_or_create(&label)
-                        .set(i64::from(r.failure));
-                }
+}
+
+/// GPUs, NVLinks and the health NVML reports per GPU.
+fn register_gpus(registry: &mut Registry, facts: &crate::facts::Facts) {
+    let gpu_list = facts
+        .gpus
+        .nvml
+        .loaded()
+        .map(|n| n.gpus.as_slice())
+        .unwrap_or_default();
+    int_gauge(
+        registry,
+        "gpus",
+        "GPUs NVML lists in this container",
+        i64::try_from(gpu_list.len()).unwrap_or(i64::MAX),
+    );
+    let links = gpu_list.iter().flat_map(|g| &g.nvlinks);
+    active_present(
+        registry,
+        "nvlinks",
+        "NVLinks over all GPUs, active and present",
+        links.clone().filter(|l| l.active).count(),
+        links.count(),
+    );
+    let ecc = Family::<GpuLabels, Counter>::default();
+    let remap_pending = Family::<GpuLabels, Gauge>::default();
+    let remap_failure = Family::<GpuLabels, Gauge>::default();
+    let recovery = Family::<GpuLabels, Gauge>::default();
+    let link_errors = Family::<LinkCounterLabels, Counter>::default();
+    for g in gpu_list {
+        let label = GpuLabels {
+            gpu: g.index.to_string(),
+        };
+        if let Some(h) = &g.health {
+            if let Some(&a) = h.recovery_action.value() {
+                recovery.get_or_create(&label).set(i64::from(a));
             }
-            for l in &g.nvlinks {
-                for (counter, value) in &l.error_counters {
-                    link_errors
-                        .get_or_create(&LinkCounterLabels {
-                            gpu: g.index.to_string(),
-                            link: l.link.to_string(),
-                            counter: label_value(counter),
-                        })
-                        .set(i64::try_from(*value).unwrap_or(i64::MAX));
-                }
+            if let Some(n) = h.ecc_uncorrected_volatile.value() {
+                ecc.get_or_create(&label).inc_by(*n);
+            }
+            if let Some(r) = h.remapped_rows.value() {
+                remap_pending
+                    .get_or_create(&label)
+                    .set(i64::from(r.pending));
+                remap_failure
+                    .get_or_create(&label)
+                    .set(i64::from(r.failure));
             }
         }
-        registry.register(
-            "gpu_ecc_uncorrected",
-            "Uncorrectable ECC errors since the driver loaded",
-            ecc,
-        );
-        registry.register(
-            "gpu_remap_pending",
-            "1 when a row remapping waits for a GPU reset",
-            remap_pending,
-        );
-        registry.register(
-            "gpu_recovery_action",
-            "The driver's recovery action (NVML field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset",
-            recovery,
-        );
-        registry.register(
-            "gpu_remap_failure",
-            "1 when a row remapping failed",
-            remap_failure,
-        );
-        registry.register(
-            "nvlink_errors",
-            "Non-zero NVLink error counters (replay, recovery, crc_flit, crc_data)",
-            link_errors,
-        );
-        let devices = f
-            .rdma
-            .devices
-            .value()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let ports = devices.iter().flat_map(|d| &d.ports);
-        active_present(
-            &mut registry,
-            "rdma_ports",
-            "RDMA ports over all devices, active and present",
-            ports
-                .clone()
-                .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-                .count(),
-            ports.count(),
-        );
-        let errors = Family::<PortCounterLabels, Gauge>::default();
-        for d in devices {
-            for p in &d.ports {
-                for (counter, value) in &p.error_counters {
-                    errors
-                        .get_or_create(&PortCounterLabels {
-                            device: label_value(&d.name),
-                            port: p.port.to_string(),
-                            counter: label_value(counter),
-                        })
-                        .set(i64::try_from(*value).unwrap_or(i64::MAX));
-                }
+        for l in &g.nvlinks {
+            for (counter, value) in &l.error_counters {
+                link_errors
+                    .get_or_create(&LinkCounterLabels {
+                        gpu: g.index.to_string(),
+                        link: l.link.to_string(),
+                        counter: label_value(counter),
+                    })
+                    .inc_by(*value);
             }
         }
-        registry.register(
-            "rdma_port_errors",
-            "RDMA port error counters from sysfs (cumulative since the driver loaded)",
-            errors,
-        );
     }
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut out, &registry);
-    out
+    registry.register(
+        "gpu_ecc_uncorrected",
+        "Uncorrectable ECC errors since the driver loaded",
+        ecc,
+    );
+    registry.register(
+        "gpu_remap_pending",
+        "1 when a row remapping waits for a GPU reset",
+        remap_pending,
+    );
+    registry.register(
+        "gpu_recovery_action",
+        "The driver's recovery action (NVML field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset",
+        recovery,
+    );
+    registry.register(
+        "gpu_remap_failure",
+        "1 when a row remapping failed",
+        remap_failure,
+    );
+    registry.register(
+        "nvlink_errors",
+        "Non-zero NVLink error counters (replay, recovery, crc_flit, crc_data) since the driver loaded",
+        link_errors,
+    );
+}
+
+/// RDMA ports and their error counters.
+fn register_rdma(registry: &mut Registry, facts: &crate::facts::Facts) {
+    let devices = facts
+        .rdma
+        .devices
+        .value()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let ports = devices.iter().flat_map(|d| &d.ports);
+    active_present(
+        registry,
+        "rdma_ports",
+        "RDMA ports over all devices, active and present",
+        ports
+            .clone()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .count(),
+        ports.count(),
+    );
+    let errors = Family::<PortCounterLabels, Counter>::default();
+    for d in devices {
+        for p in &d.ports {
+            for (counter, value) in &p.error_counters {
+                errors
+                    .get_or_create(&PortCounterLabels {
+                        device: label_value(&d.name),
+                        port: p.port.to_string(),
+                        counter: label_value(counter),
+                    })
+                    .inc_by(*value);
+            }
+        }
+    }
+    registry.register(
+        "rdma_port_errors",
+        "RDMA port error counters from sysfs (cumulative since the driver loaded)",
+        errors,
+    );
 }
 
 #[cfg(test)]
@@ -337,10 +369,63 @@ mod tests {
         );
         assert!(
             text.contains(
-                r#"device="mlx5_0\"} 1\nnccl_preflight_forged{x=\"\\",port="1",counter="symbol_error\"\n"} 3"#
+                r#"nccl_preflight_rdma_port_errors_total{device="mlx5_0\"} 1\nnccl_preflight_forged{x=\"\\",port="1",counter="symbol_error\"\n"} 3"#
             ),
             "{text}"
         );
         assert_eq!(label_value("a\\b\"c\nd"), r#"a\\b\"c\nd"#);
+    }
+
+    #[test]
+    fn cumulative_values_are_counters_and_states_are_gauges() {
+        let mut facts = test_facts::healthy();
+        if let crate::facts::gpu::LibraryState::Loaded(nvml) = &mut facts.gpus.nvml.state
+            && let Some(h) = nvml.gpus[1].health.as_mut()
+        {
+            h.ecc_uncorrected_volatile = crate::facts::Observed::Value(3);
+        }
+        let snapshot = super::super::Snapshot {
+            runs: 7,
+            report: Some(Report::new(facts, Vec::new(), Vec::new())),
+            ..Default::default()
+        };
+        let xids = super::super::xid::Xids {
+            counts: [((0, 13), 4), ((1, 79), 1)].into_iter().collect(),
+            watching: true,
+            ..Default::default()
+        };
+        let xid = Finding::new("gpu-xid", Status::Fail, "GPU 1: XID 79").remediation("reboot");
+        let text = render(&snapshot, &xid, &xids, false);
+        for line in [
+            "# TYPE nccl_preflight_runs counter",
+            "nccl_preflight_runs_total 7",
+            "# TYPE nccl_preflight_gpu_xid_events counter",
+            "nccl_preflight_gpu_xid_events_total{gpu=\"0\",xid=\"13\"} 4",
+            "nccl_preflight_gpu_xid_events_total{gpu=\"1\",xid=\"79\"} 1",
+            "# TYPE nccl_preflight_gpu_ecc_uncorrected counter",
+            "nccl_preflight_gpu_ecc_uncorrected_total{gpu=\"1\"} 3",
+            "# TYPE nccl_preflight_ready gauge",
+            "nccl_preflight_ready 0",
+            "nccl_preflight_driver_hung 0",
+            "nccl_preflight_xid_watch 1",
+            "nccl_preflight_gpus 2",
+            "nccl_preflight_check_status{check=\"gpu-xid\",status=\"fail\"} 1",
+            "nccl_preflight_check_status{check=\"gpu-xid\",status=\"pass\"} 0",
+            "# TYPE nccl_preflight_rdma_port_errors counter",
+            "# TYPE nccl_preflight_nvlink_errors counter",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        // No sample of a counter lacks its `_total`.
+        for counter in ["runs", "gpu_xid_events", "gpu_ecc_uncorrected"] {
+            let bare = format!("nccl_preflight_{counter}");
+            assert!(
+                !text
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{bare} "))
+                        || l.starts_with(&format!("{bare}{{"))),
+                "{counter}"
+            );
+        }
     }
 }

@@ -274,9 +274,10 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     });
     let watcher = {
         let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
+        let deadline = args.check.gather.timeout;
         std::thread::Builder::new()
             .name("xid".into())
-            .spawn(move || xid::watch(&library, &xids, &STOP))
+            .spawn(move || xid::watch(&library, deadline, &xids, &STOP))
             .context("starting the XID thread")?
     };
     let started = Instant::now();
@@ -320,6 +321,66 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit
     // rather than wait for it (or for a check inside a driver call).
-    let hung = !checker.is_finished() || !watcher.is_finished();
+    // A watcher that gave up on a hung NVML call left its worker inside it.
+    let hung = !checker.is_finished() || !watcher.is_finished() || shared.xids().hung.is_some();
     Ok(Exit { code: 0, hung })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(checks: Vec<Finding>) -> Report {
+        Report::new(crate::test_facts::healthy(), checks, Vec::new())
+    }
+
+    #[test]
+    fn readiness_lists_every_failure_and_a_hang_overrides_them() {
+        let pass_xid = Finding::new("gpu-xid", Status::Pass, "none");
+        let first = Snapshot::default();
+        assert_eq!(
+            readiness(&first, &pass_xid),
+            Err("first check running".into())
+        );
+        let ok = Snapshot {
+            report: Some(report(vec![Finding::new("dev-shm", Status::Warn, "small")])),
+            ..Snapshot::default()
+        };
+        assert_eq!(readiness(&ok, &pass_xid), Ok(()));
+        let failing = Snapshot {
+            report: Some(report(vec![
+                Finding::new("dev-shm", Status::Fail, "/dev/shm is 64 MiB")
+                    .remediation("mount a larger /dev/shm"),
+                Finding::new("memlock", Status::Pass, "unlimited"),
+            ])),
+            ..Snapshot::default()
+        };
+        let fatal_xid =
+            Finding::new("gpu-xid", Status::Fail, "GPU 2: XID 79").remediation("reboot");
+        assert_eq!(
+            readiness(&failing, &fatal_xid),
+            Err("gpu-xid: GPU 2: XID 79\ndev-shm: /dev/shm is 64 MiB".into())
+        );
+        // An XID fails readiness before the first run finishes.
+        assert_eq!(
+            readiness(&first, &fatal_xid),
+            Err("gpu-xid: GPU 2: XID 79".into())
+        );
+        let errored = Snapshot {
+            error: Some("nccl-preflight: --facts x.json: no such file".into()),
+            ..Snapshot::default()
+        };
+        assert_eq!(
+            readiness(&errored, &pass_xid),
+            Err("nccl-preflight: --facts x.json: no such file".into())
+        );
+        let halted = Snapshot {
+            halted: Some("a driver call hung; checks stopped (gpu-devices: hung)".into()),
+            ..failing
+        };
+        assert_eq!(
+            readiness(&halted, &fatal_xid),
+            Err("a driver call hung; checks stopped (gpu-devices: hung)".into())
+        );
+    }
 }

@@ -1,6 +1,9 @@
 //! XID events while `serve` runs: NVML's critical XID error events on every GPU,
 //! counted per GPU and XID code. A watcher thread of its own waits on the event set
-//! (1 s at a time), so a request never waits on it.
+//! (1 s at a time), so a request never waits on it. Its NVML calls run under the
+//! same deadline as every other vendor call (gather::deadline, `--timeout`): a wait
+//! that does not come back ends the watch and fails `gpu-xid`, instead of leaving
+//! the watcher stuck while the pod looks healthy.
 //!
 //! Which XIDs fail readiness: those whose immediate action in NVIDIA's Xid catalog
 //! (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Resolution Bucket
@@ -12,6 +15,7 @@
 //! driver's recovery action, ECC, row remapping, NVLink state) is judged within one
 //! run instead of one interval.
 
+use crate::gather::deadline::Watch;
 use crate::judge::{Finding, Status};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -21,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// XIDs whose immediate action in NVIDIA's Xid catalog (revision of October 2025) is
 /// RESET_GPU, RESTART_BM or RESTART_VM: code, the catalog's description, the action.
@@ -61,6 +66,9 @@ impl XidPolicy {
         XidPolicy { not_ready }
     }
 }
+
+/// What to do when an NVML call of the watcher did not return.
+const HUNG_FIX: &str = "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it.";
 
 /// The catalog's words for a code that fails readiness, or the user's flag.
 fn described(code: u64) -> (&'static str, &'static str) {
@@ -111,6 +119,14 @@ pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
         f.evidence = evidence;
         return f;
     }
+    if fatal.is_empty()
+        && let Some(hung) = &xids.hung
+    {
+        let mut f =
+            Finding::new(ID, Status::Fail, format!("XID watch: {hung}")).remediation(HUNG_FIX);
+        f.evidence = evidence;
+        return f;
+    }
     if !xids.watching && events == 0 {
         return Finding::new(
             ID,
@@ -148,42 +164,86 @@ pub struct Xids {
     pub watching: bool,
     /// Why they are not (no NVML, events unsupported, ...).
     pub unavailable: Option<String>,
+    /// The NVML call that did not return within the deadline, which ended the watch.
+    pub hung: Option<String>,
 }
 
-fn register(nvml: &Nvml) -> Result<nvml_wrapper::EventSet<'_>, String> {
-    let mut set = nvml
-        .create_event_set()
+fn register<'n>(w: &Watch, nvml: &'n Nvml) -> Result<nvml_wrapper::EventSet<'n>, String> {
+    let mut set = w
+        .call("nvmlEventSetCreate", || nvml.create_event_set())
         .map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
-    let count = nvml
-        .device_count()
+    let count = w
+        .call("nvmlDeviceGetCount", || nvml.device_count())
         .map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
     for index in 0..count {
-        let device = nvml
-            .device_by_index(index)
+        let device = w
+            .call(format!("nvmlDeviceGetHandleByIndex({index})"), || {
+                nvml.device_by_index(index)
+            })
             .map_err(|e| format!("GPU {index}: {e}"))?;
-        set = device
-            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+        set = w
+            .call(format!("nvmlDeviceRegisterEvents({index})"), || {
+                device.register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            })
             .map_err(|e| format!("nvmlDeviceRegisterEvents(GPU {index}): {}", e.error))?;
     }
     Ok(set)
 }
 
-/// Watches until `stop` is set. Runs on its own thread.
-pub fn watch(library: &str, state: &Arc<Mutex<Xids>>, stop: &AtomicBool) {
+/// How long one event wait lasts: 1 s, or half the deadline when that is shorter,
+/// so a wait that ends on time never looks hung.
+pub fn wait_ms(deadline: Duration) -> u32 {
+    let half = deadline.as_millis() / 2;
+    u32::try_from(half.clamp(1, 1000)).unwrap_or(1000)
+}
+
+/// Watches until `stop` is set. Runs on its own thread; the NVML calls run on a
+/// worker under `deadline` each. When one does not return, the worker is abandoned
+/// (it cannot be cancelled), `hung` names the call, and this returns.
+pub fn watch(
+    library: &str,
+    deadline: Duration,
+    state: &Arc<Mutex<Xids>>,
+    stop: &'static AtomicBool,
+) {
+    let job = {
+        let (library, state) = (library.to_string(), Arc::clone(state));
+        move |w: &Watch| watch_events(w, &library, deadline, &state, stop)
+    };
+    if let Err(hung) = crate::gather::deadline::run("xid-nvml", deadline, false, job) {
+        let mut xids = state.lock().unwrap_or_else(|p| p.into_inner());
+        xids.watching = false;
+        xids.hung = Some(hung.to_string());
+    }
+}
+
+fn watch_events(
+    w: &Watch,
+    library: &str,
+    deadline: Duration,
+    state: &Mutex<Xids>,
+    stop: &AtomicBool,
+) {
     let set_state = |f: &dyn Fn(&mut Xids)| f(&mut state.lock().unwrap_or_else(|p| p.into_inner()));
-    let nvml = match Nvml::builder().lib_path(OsStr::new(library)).init() {
+    let nvml = match w.call("nvmlInit", || {
+        Nvml::builder().lib_path(OsStr::new(library)).init()
+    }) {
         Ok(n) => n,
         Err(e) => return set_state(&|x| x.unavailable = Some(format!("NVML: {e}"))),
     };
-    let set = match register(&nvml) {
+    let set = match register(w, &nvml) {
         Ok(s) => s,
         Err(why) => return set_state(&|x| x.unavailable = Some(why.clone())),
     };
     set_state(&|x| x.watching = true);
+    let timeout = wait_ms(deadline);
+    let call = format!("nvmlEventSetWait({timeout} ms)");
     while !stop.load(Ordering::Relaxed) {
-        match set.wait(1000) {
+        match w.call(call.as_str(), || set.wait(timeout)) {
             Ok(event) => {
-                let gpu = event.device.index().unwrap_or(u32::MAX);
+                let gpu = w
+                    .call("nvmlDeviceGetIndex", || event.device.index())
+                    .unwrap_or(u32::MAX);
                 let code = match event.event_data {
                     Some(XidError::Value(v)) => v,
                     _ => 0,
@@ -211,6 +271,7 @@ mod tests {
             counts: events.iter().map(|&(g, c, n)| ((g, c), n)).collect(),
             watching: true,
             unavailable: None,
+            hung: None,
         }
     }
 
@@ -287,5 +348,36 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_hung_watch_fails_unless_a_fatal_xid_already_says_more() {
+        let hung = Xids {
+            hung: Some("nvmlEventSetWait(1000 ms) did not return within 10.0 s".into()),
+            ..seen(&[(0, 13, 1)])
+        };
+        let f = finding(&hung, &XidPolicy::new(&[], &[]));
+        assert_eq!(f.status, Status::Fail);
+        assert_eq!(
+            f.summary,
+            "XID watch: nvmlEventSetWait(1000 ms) did not return within 10.0 s"
+        );
+        assert_eq!(f.remediation.as_deref(), Some(HUNG_FIX));
+        assert_eq!(f.evidence, ["GPU 0: XID 13 x1, counted, not judged"]);
+        let fatal = Xids {
+            hung: hung.hung.clone(),
+            ..seen(&[(1, 79, 1)])
+        };
+        let f = finding(&fatal, &XidPolicy::new(&[], &[]));
+        assert!(f.summary.starts_with("GPU 1: XID 79"), "{}", f.summary);
+    }
+
+    #[test]
+    fn event_waits_end_well_inside_the_deadline() {
+        assert_eq!(wait_ms(Duration::from_secs(10)), 1000);
+        assert_eq!(wait_ms(Duration::from_secs(2)), 1000);
+        assert_eq!(wait_ms(Duration::from_millis(500)), 250);
+        assert_eq!(wait_ms(Duration::from_millis(1)), 1);
+        assert_eq!(wait_ms(Duration::ZERO), 1);
     }
 }

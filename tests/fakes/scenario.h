@@ -108,6 +108,11 @@ static void load_scenario(void) {
     for (int a = 0; a < MAX_GPUS; a++)
         for (int b = 0; b < MAX_GPUS; b++) { S.peer[a][b] = -1; S.bw[a][b] = 400; S.topo[a][b] = 50; for (int k = 0; k < 5; k++) S.p2p[a][b][k] = 5; }
     const char *path = getenv("FAKE_GPU_SCENARIO");
+#ifdef FAKE_GPU_SCENARIO_FILE
+    /* Unit tests load the fake into their own process, where setting the
+     * environment would race the other test threads: the path is built in. */
+    if (!path) path = FAKE_GPU_SCENARIO_FILE;
+#endif
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) { fprintf(stderr, "fake NVIDIA library: FAKE_GPU_SCENARIO unset or unreadable\n"); S.loaded = 1; return; }
     char line[512];

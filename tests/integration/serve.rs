@@ -97,7 +97,7 @@ fn endpoints_answer_from_the_last_run() {
         "nccl_preflight_ready 1",
         "nccl_preflight_last_run_duration_seconds ",
         "nccl_preflight_last_run_timestamp_seconds ",
-        "nccl_preflight_runs ",
+        "nccl_preflight_runs_total ",
         "nccl_preflight_driver_hung 0",
         "nccl_preflight_rdma_ports{kind=\"active\"}",
         "# EOF",
@@ -111,7 +111,7 @@ fn endpoints_answer_from_the_last_run() {
     // Runs keep coming on the interval.
     let runs = |m: &str| -> u64 {
         m.lines()
-            .find_map(|l| l.strip_prefix("nccl_preflight_runs "))
+            .find_map(|l| l.strip_prefix("nccl_preflight_runs_total "))
             .unwrap()
             .trim()
             .parse()
@@ -280,8 +280,8 @@ fn rdma_port_error_counters_are_exported() {
     ));
     let metrics = get(&server, "/metrics").2;
     for needle in [
-        "nccl_preflight_rdma_port_errors{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 3",
-        "nccl_preflight_rdma_port_errors{device=\"mlx5_0\",port=\"1\",counter=\"symbol_error\"} 12",
+        "nccl_preflight_rdma_port_errors_total{device=\"mlx5_0\",port=\"1\",counter=\"link_downed\"} 3",
+        "nccl_preflight_rdma_port_errors_total{device=\"mlx5_0\",port=\"1\",counter=\"symbol_error\"} 12",
         "nccl_preflight_rdma_ports{kind=\"active\"} 1",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
@@ -332,12 +332,12 @@ fn the_drivers_recovery_action_fails_readiness_and_memory_errors_warn() {
     }
     let metrics = get(&server, "/metrics").2;
     for needle in [
-        "nccl_preflight_gpu_ecc_uncorrected{gpu=\"1\"} 2",
-        "nccl_preflight_gpu_ecc_uncorrected{gpu=\"0\"} 0",
+        "nccl_preflight_gpu_ecc_uncorrected_total{gpu=\"1\"} 2",
+        "nccl_preflight_gpu_ecc_uncorrected_total{gpu=\"0\"} 0",
         "nccl_preflight_gpu_remap_pending{gpu=\"3\"} 1",
         "nccl_preflight_gpu_recovery_action{gpu=\"6\"} 4",
         "nccl_preflight_gpu_recovery_action{gpu=\"0\"} 0",
-        "nccl_preflight_nvlink_errors{gpu=\"5\",link=\"17\",counter=\"crc_data\"} 9",
+        "nccl_preflight_nvlink_errors_total{gpu=\"5\",link=\"17\",counter=\"crc_data\"} 9",
         "nccl_preflight_check_status{check=\"gpu-health\",status=\"fail\"} 1",
         "nccl_preflight_ready 0",
     ] {
@@ -349,7 +349,7 @@ fn the_drivers_recovery_action_fails_readiness_and_memory_errors_warn() {
 fn runs(metrics: &str) -> u64 {
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix("nccl_preflight_runs "))
+        .find_map(|l| l.strip_prefix("nccl_preflight_runs_total "))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
@@ -389,10 +389,10 @@ fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
     );
     // Three events, 300 to 650 ms in: at least two runs after the first.
     let metrics = wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
-        m.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 2") && runs(m) >= 3
+        m.contains("nccl_preflight_gpu_xid_events_total{gpu=\"2\",xid=\"79\"} 2") && runs(m) >= 3
     });
     for needle in [
-        "nccl_preflight_gpu_xid_events{gpu=\"0\",xid=\"13\"} 1",
+        "nccl_preflight_gpu_xid_events_total{gpu=\"0\",xid=\"13\"} 1",
         "nccl_preflight_xid_watch 1",
         "nccl_preflight_ready 0",
     ] {
@@ -414,7 +414,8 @@ fn ignored_xids_are_counted_without_failing_readiness() {
         all.extend(args);
         let server = start_gpu("serve-xid-ignored", "xid 2 79 100\n", &all);
         wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
-            m.contains("nccl_preflight_gpu_xid_events{gpu=\"2\",xid=\"79\"} 1") && runs(m) >= 2
+            m.contains("nccl_preflight_gpu_xid_events_total{gpu=\"2\",xid=\"79\"} 1")
+                && runs(m) >= 2
         });
         assert_eq!(
             get(&server, "/readyz"),
@@ -447,4 +448,51 @@ fn serve_does_not_map_libcuda_and_sees_a_stopped_fabric_manager_on_a100() {
         "NVML not mapped:\n{maps}"
     );
     assert!(!maps.contains("libcuda"), "libcuda mapped:\n{maps}");
+}
+
+#[test]
+fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
+    // The fake NVML never returns from nvmlEventSetWait_v2; every other call answers.
+    let mut server = start_gpu(
+        "serve-xid-hung",
+        "hang nvmlEventSetWait_v2\n",
+        &["--interval", "60s", "--timeout", "500ms"],
+    );
+    let body = wait_for(
+        &server,
+        "/readyz",
+        Duration::from_secs(60),
+        |status, body| status == 503 && body.contains("gpu-xid: XID watch:"),
+    );
+    assert!(
+        body.contains("gpu-xid: XID watch: nvmlEventSetWait(250 ms) did not return within 0.5 s"),
+        "{body}"
+    );
+    assert_eq!(get(&server, "/healthz").0, 200);
+    let metrics = get(&server, "/metrics").2;
+    assert!(metrics.contains("nccl_preflight_xid_watch 0"), "{metrics}");
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    let xid = finding(&report, "gpu-xid");
+    assert_eq!(xid["status"], "fail");
+    assert!(
+        xid["remediation"]
+            .as_str()
+            .is_some_and(|r| r.contains("drain the node")),
+        "{xid}"
+    );
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(waited < 600, "serve did not stop after SIGTERM");
+        waited += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
 }

@@ -267,9 +267,30 @@ pub fn setting<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serd
         .find(|s| s["name"] == name)
 }
 
-/// A fresh empty directory for one test.
+/// This test run's scratch root: a fresh name from tempfile (never a crashed run's
+/// leftovers), removed when the test binary exits.
+static SCRATCH_ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_scratch_root() {
+    if let Some(root) = SCRATCH_ROOT.get() {
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+/// A fresh empty directory for one test, under this run's scratch root.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nccl-preflight-it-{name}-{}", std::process::id()));
+    let root = SCRATCH_ROOT.get_or_init(|| {
+        let root = tempfile::Builder::new()
+            .prefix("nccl-preflight-it-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        // SAFETY: registers a function that takes nothing and only removes files; the
+        // test harness leaves through exit(3), which runs it once.
+        assert_eq!(unsafe { libc::atexit(remove_scratch_root) }, 0);
+        root
+    });
+    let dir = root.join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

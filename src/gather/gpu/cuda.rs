@@ -165,8 +165,6 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
             });
         }
     }
-    // The library stays loaded until the process exits: unloading libcuda after
-    // cuInit is not supported, and its threads may still run.
-    std::mem::forget(lib);
+    // `lib` is never unloaded (gather::dl): libcuda after cuInit must not be.
     Outcome::Loaded(facts)
 }

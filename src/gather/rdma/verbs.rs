@@ -1,4 +1,4 @@
-//! libibverbs, dlopen'ed (rdma-sys supplies the struct layouts only): list the
+//! libibverbs, dlopen'ed (the two structs it reads are declared in `abi`): list the
 //! devices (telling "no kernel RDMA support" (ENOSYS) from "no devices"), open
 //! every one (a single device that cannot be opened can make libfabric's EFA
 //! provider vanish, ofiwg/libfabric#12708), query it and its ports, and
@@ -10,9 +10,110 @@ use crate::facts::rdma::{VerbsDevice, VerbsFacts, VerbsPort};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol};
-use rdma_sys::{ibv_context, ibv_device, ibv_device_attr, ibv_mr, ibv_pd, ibv_port_attr};
+use abi::{ibv_context, ibv_device, ibv_device_attr, ibv_mr, ibv_pd, ibv_port_attr};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io;
+
+/// The ibverbs types this module touches, declared by hand from rdma-core's
+/// `libibverbs/verbs.h` (ABI-stable since IBVERBS_1.1), as NCCL does when it is not
+/// built against rdma-core (NVIDIA/nccl, src/include/ibvcore.h at b0cedcc). The handles
+/// are opaque; the two structs the library fills are declared field for field. A
+/// test checks every offset and the size against the installed headers (Debian's
+/// libibverbs-dev), and, with the `rdma-sys` feature, against rdma-sys's bindgen types.
+#[allow(non_camel_case_types)]
+pub(crate) mod abi {
+    use std::ffi::{c_char, c_int, c_uint};
+
+    /// Declares opaque C types, only ever behind a pointer.
+    macro_rules! opaque {
+        ($($name:ident),*) => {$(
+            #[repr(C)]
+            pub struct $name {
+                _private: [u8; 0],
+            }
+        )*};
+    }
+    opaque!(ibv_device, ibv_context, ibv_pd, ibv_mr);
+
+    /// `struct ibv_device_attr`, what ibv_query_device fills.
+    #[repr(C)]
+    pub struct ibv_device_attr {
+        pub fw_ver: [c_char; 64],
+        pub node_guid: u64,
+        pub sys_image_guid: u64,
+        pub max_mr_size: u64,
+        pub page_size_cap: u64,
+        pub vendor_id: u32,
+        pub vendor_part_id: u32,
+        pub hw_ver: u32,
+        pub max_qp: c_int,
+        pub max_qp_wr: c_int,
+        pub device_cap_flags: c_uint,
+        pub max_sge: c_int,
+        pub max_sge_rd: c_int,
+        pub max_cq: c_int,
+        pub max_cqe: c_int,
+        pub max_mr: c_int,
+        pub max_pd: c_int,
+        pub max_qp_rd_atom: c_int,
+        pub max_ee_rd_atom: c_int,
+        pub max_res_rd_atom: c_int,
+        pub max_qp_init_rd_atom: c_int,
+        pub max_ee_init_rd_atom: c_int,
+        /// `enum ibv_atomic_cap`: a C enum, int-sized on the Linux ABIs.
+        pub atomic_cap: c_uint,
+        pub max_ee: c_int,
+        pub max_rdd: c_int,
+        pub max_mw: c_int,
+        pub max_raw_ipv6_qp: c_int,
+        pub max_raw_ethy_qp: c_int,
+        pub max_mcast_grp: c_int,
+        pub max_mcast_qp_attach: c_int,
+        pub max_total_mcast_qp_attach: c_int,
+        pub max_ah: c_int,
+        pub max_fmr: c_int,
+        pub max_map_per_fmr: c_int,
+        pub max_srq: c_int,
+        pub max_srq_wr: c_int,
+        pub max_srq_sge: c_int,
+        pub max_pkeys: u16,
+        pub local_ca_ack_delay: u8,
+        pub phys_port_cnt: u8,
+    }
+
+    /// `struct ibv_port_attr` as rdma-core 44 (Debian 12) declares it. The exported
+    /// `ibv_query_port` writes only its IBVERBS_1.1 prefix (`struct _compat_ibv_port_attr`
+    /// in verbs.h), which ends before `port_cap_flags2`; rdma-core 47 and later append
+    /// `active_speed_ex`, which this tool neither needs nor lets the library write.
+    #[repr(C)]
+    pub struct ibv_port_attr {
+        /// `enum ibv_port_state`.
+        pub state: c_uint,
+        /// `enum ibv_mtu`.
+        pub max_mtu: c_uint,
+        /// `enum ibv_mtu`: 1..=5 for 256..4096 bytes.
+        pub active_mtu: c_uint,
+        pub gid_tbl_len: c_int,
+        pub port_cap_flags: u32,
+        pub max_msg_sz: u32,
+        pub bad_pkey_cntr: u32,
+        pub qkey_viol_cntr: u32,
+        pub pkey_tbl_len: u16,
+        pub lid: u16,
+        pub sm_lid: u16,
+        pub lmc: u8,
+        pub max_vl_num: u8,
+        pub sm_sl: u8,
+        pub subnet_timeout: u8,
+        pub init_type_reply: u8,
+        pub active_width: u8,
+        pub active_speed: u8,
+        pub phys_state: u8,
+        pub link_layer: u8,
+        pub flags: u8,
+        pub port_cap_flags2: u16,
+    }
+}
 
 type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 type FreeDeviceList = unsafe extern "C" fn(*mut *mut ibv_device);
@@ -305,4 +406,136 @@ pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
         devices,
         memreg_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// `(C expression, value)`: the struct's size and every field's offset, for a
+    /// Rust type declared with C's struct name `$c` and fields.
+    macro_rules! layout {
+        ($c:literal, $t:ty; $($field:ident),*) => {{
+            let mut v = vec![(format!("sizeof(struct {})", $c), size_of::<$t>())];
+            $(v.push((
+                format!("offsetof(struct {}, {})", $c, stringify!($field)),
+                offset_of!($t, $field),
+            ));)*
+            v
+        }};
+    }
+    macro_rules! device_attr {
+        ($t:ty) => {
+            layout!("ibv_device_attr", $t; fw_ver, node_guid, sys_image_guid, max_mr_size,
+                page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr,
+                device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd,
+                max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom,
+                max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp,
+                max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach,
+                max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys,
+                local_ca_ack_delay, phys_port_cnt)
+        };
+    }
+    macro_rules! port_attr {
+        ($t:ty) => {
+            layout!("ibv_port_attr", $t; state, max_mtu, active_mtu, gid_tbl_len,
+                port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid,
+                sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width,
+                active_speed, phys_state, link_layer, flags, port_cap_flags2)
+        };
+    }
+
+    fn declared() -> Vec<(String, usize)> {
+        let mut all = device_attr!(abi::ibv_device_attr);
+        all.extend(port_attr!(abi::ibv_port_attr));
+        all
+    }
+
+    #[test]
+    fn the_declared_structs_match_the_installed_verbs_header() {
+        let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
+        if !header.exists() {
+            assert!(
+                std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_none(),
+                "{} is missing (libibverbs-dev) and NCCL_PREFLIGHT_TEST_STRICT is set",
+                header.display()
+            );
+            eprintln!("skipped: {} is missing (libibverbs-dev)", header.display());
+            return;
+        }
+        let ours = declared();
+        let dir = tempfile::tempdir().unwrap();
+        let mut program = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        );
+        for (expr, _) in &ours {
+            program.push_str(&format!("    printf(\"%zu\\n\", (size_t)({expr}));\n"));
+        }
+        program.push_str("    return 0;\n}\n");
+        std::fs::write(dir.path().join("layout.c"), program).unwrap();
+        let built = std::process::Command::new("cc")
+            .arg("-o")
+            .arg(dir.path().join("layout"))
+            .arg(dir.path().join("layout.c"))
+            .output()
+            .expect("cc (build-essential) compiles the layout probe");
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let run = std::process::Command::new(dir.path().join("layout"))
+            .output()
+            .unwrap();
+        let theirs: Vec<usize> = String::from_utf8_lossy(&run.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let differ: Vec<String> = ours
+            .iter()
+            .zip(&theirs)
+            .filter(|((_, a), b)| a != *b)
+            .map(|((expr, a), b)| format!("{expr}: declared {a}, header {b}"))
+            .collect();
+        assert_eq!(theirs.len(), ours.len());
+        assert!(differ.is_empty(), "{differ:#?}");
+        // The numbers themselves, so a header that changed in step with the
+        // declarations is still noticed: Debian 12's rdma-core 44 on x86_64/aarch64.
+        assert_eq!(size_of::<abi::ibv_device_attr>(), 232);
+        assert_eq!(size_of::<abi::ibv_port_attr>(), 52);
+        assert_eq!(offset_of!(abi::ibv_device_attr, phys_port_cnt), 227);
+        assert_eq!(offset_of!(abi::ibv_port_attr, link_layer), 46);
+    }
+
+    /// rdma-sys generates its types with bindgen from the same headers.
+    #[cfg(feature = "rdma-sys")]
+    #[test]
+    fn the_declared_structs_match_rdma_sys() {
+        let mut theirs = device_attr!(rdma_sys::ibv_device_attr);
+        theirs.extend(port_attr!(rdma_sys::ibv_port_attr));
+        assert_eq!(declared(), theirs);
+    }
+
+    #[test]
+    fn port_states_and_link_layers_read_as_ibstat_prints_them() {
+        let states: Vec<&str> = (0..=6).map(port_state).collect();
+        assert_eq!(
+            states,
+            [
+                "NOP",
+                "DOWN",
+                "INIT",
+                "ARMED",
+                "ACTIVE",
+                "ACTIVE_DEFER",
+                "NOP"
+            ]
+        );
+        let layers: Vec<&str> = (0..=3).map(link_layer).collect();
+        assert_eq!(
+            layers,
+            ["Unspecified", "InfiniBand", "Ethernet", "Unspecified"]
+        );
+    }
 }
