@@ -164,10 +164,10 @@ pub fn build_policy(args: &CheckArgs) -> Result<Policy> {
     .map_err(|e| anyhow!(e))?;
     for id in &policy.ignore {
         if !judge::check_ids().any(|known| known == id) {
-            eprintln!(
+            crate::diagnostic::line(format_args!(
                 "nccl-preflight: note: --ignore {id}: no check has this id in this version (known: {})",
                 judge::check_ids().collect::<Vec<_>>().join(", ")
-            );
+            ));
         }
     }
     Ok(policy)

@@ -254,10 +254,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .with_context(|| format!("serve --listen {}", args.listen))?;
     install_signal_handlers()?;
     // Log lines never panic: stderr may be a closed pipe.
-    let log = |line: String| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{line}");
-    };
+    let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
     log(format!(
         "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
         listener
