@@ -112,6 +112,32 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     ];
     let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let mut problems = Vec::new();
+    // ACS redirection on a switch port above these GPUs: NVML and CUDA still say OK.
+    let buses: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .map(|b| crate::facts::gpu::normalize_bus_id(b))
+        .collect();
+    let acs = crate::topology::acs::above(facts, &buses);
+    if !acs.redirecting.is_empty() {
+        let mut p = Problem::new(
+            Status::Warn,
+            format!(
+                "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs: P2P is reported as supported but goes up through the root complex (lower bandwidth, or hangs)",
+                acs.ports.len()
+            ),
+            crate::topology::acs::fix(&acs.ports),
+        );
+        p.evidence = acs.redirecting.clone();
+        problems.push(p);
+    }
+    if let Some(first) = acs.unreadable.first() {
+        evidence.push(format!(
+            "ACS of {} switch port(s) not read (first: {first})",
+            acs.unreadable.len()
+        ));
+    }
     for (pairs, status, what) in kinds {
         if let Some(first) = pairs.first() {
             let mut p = Problem::new(

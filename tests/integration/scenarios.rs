@@ -137,6 +137,32 @@ fn remove_interface(f: &mut Value, name: &str) {
         .retain(|a| a["interface"] != name);
 }
 
+/// Sets ACS control `control` on the bridge just above every GPU (its switch port),
+/// below a root port, where the GPU's sysfs path has one.
+fn set_switch_acs(f: &mut Value, control: u16) {
+    for g in f["gpus"]["pci_gpus"]["value"].as_array_mut().unwrap() {
+        let path = g["sysfs_path"].as_str().unwrap_or("").to_string();
+        let bridges: Vec<&str> = path
+            .split('/')
+            .filter(|p| p.len() == 12 && p.as_bytes()[4] == b':')
+            .collect();
+        let Some((_gpu, above)) = bridges.split_last() else {
+            continue;
+        };
+        g["upstream_acs"] = Value::Array(
+            above
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let root = i == 0;
+                    json!({"bus_id": b, "root_port": root,
+                           "control": {"value": if root { 0x1d } else { control }}})
+                })
+                .collect(),
+        );
+    }
+}
+
 /// The situations where the tool gives the expert's verdict today.
 fn agreed() -> Vec<Scenario> {
     vec![
@@ -806,6 +832,49 @@ fn agreed() -> Vec<Scenario> {
                 "healthy-pod",
             )
         },
+        Scenario {
+            edit: |f| {
+                f["gpus"]["pci_gpus"]["value"][2]["current_link_width"] = json!(4);
+            },
+            // Four lanes of sixteen: host<->GPU and GPU<->NIC traffic at a quarter of the
+            // bus. The fixture's GPUs also sit at 2.5 of 32 GT/s, as idle H100s do: that
+            // is power saving, not a fault, and must not warn by itself.
+            expect: &[("gpu-devices", "warn")],
+            exit: 0,
+            remediation: Some(("gpu-devices", "LnkSta")),
+            ..row(
+                "gpu-pcie-link-trained-below-its-maximum",
+                "https://github.com/janhq/jan/issues/183",
+                "a GPU whose PCIe link trained at x4 of its x16 (LnkSta below LnkCap), e.g. on a riser",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            // SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ on the switch port above both GPUs.
+            edit: |f| set_switch_acs(f, 0x1d),
+            expect: &[("gpu-p2p", "warn")],
+            exit: 0,
+            remediation: Some(("gpu-p2p", "setpci -s 0000:e0:00.0 ECAP_ACS+0x6.w=0000")),
+            ..row(
+                "acs-redirects-peer-traffic",
+                "https://github.com/NVIDIA/nccl-tests/issues/112",
+                "ACS enabled on the PCIe switch of two GPUs: P2P reported as supported but routed through the root complex (bandwidth halved, or hangs as in NVIDIA/nccl#2079)",
+                "gpu-pcie-switch-pair",
+            )
+        },
+        Scenario {
+            edit: |f| set_switch_acs(f, 0x0c),
+            // GPUDirect RDMA between a GPU and the NIC on its switch is peer traffic too.
+            expect: &[("gdr", "warn"), ("gpu-p2p", "warn")],
+            exit: 0,
+            remediation: Some(("gdr", "ECAP_ACS+0x6.w=0000")),
+            ..row(
+                "acs-redirects-gpudirect-rdma",
+                "https://github.com/NVIDIA/nccl-tests/issues/112",
+                "ACS P2P redirection on the PCIe switches an 8-GPU InfiniBand node shares between GPUs and HCAs",
+                "rdma-ib-ndr",
+            )
+        },
     ]
 }
 
@@ -825,38 +894,16 @@ struct NotGathered {
 }
 
 fn not_gathered() -> Vec<NotGathered> {
-    vec![
-        NotGathered {
-            id: "gpu-pcie-link-trained-below-its-maximum",
-            source: "https://github.com/janhq/jan/issues/183",
-            situation: "a GPU whose PCIe link runs at 2.5 GT/s of 16 (LnkSta downgraded), e.g. on a riser",
-            expert: "gpu-devices warn (fail when the GPU feeds a NIC for a multi-node job): host<->GPU and GPU<->NIC traffic at a fraction of the bus",
-            missing: "current PCIe link speed and width of each GPU: sysfs current_link_speed/current_link_width, or nvmlDeviceGetCurrPcieLinkGeneration/Width (read under load: GPUs downtrain at idle to save power)",
-            fixture: "gpu-h100-nv18",
-            object: "/gpus/pci_gpus/value/0",
-            absent_key: "current",
-        },
-        NotGathered {
-            id: "acs-redirects-peer-traffic",
-            source: "https://github.com/NVIDIA/nccl-tests/issues/112",
-            situation: "ACS enabled on the PCIe switches: P2P and GPUDirect RDMA reported as supported but routed through the root complex (bandwidth halved, or hangs as in NVIDIA/nccl#2079)",
-            expert: "gpu-p2p and gdr warn, naming the bridges with ACSCtl SrcValid+/ReqRedir+ and the fix (disable ACS in the BIOS or with setpci)",
-            missing: "ACS control bits of the bridges between GPUs and NICs: the ACS extended capability (id 0x000d) in /sys/bus/pci/devices/*/config, readable by root",
-            fixture: "gpu-pcie-switch-pair",
-            object: "/gpus/pci_gpus/value/0",
-            absent_key: "acs",
-        },
-        NotGathered {
-            id: "driver-older-than-the-image-cuda",
-            source: "https://github.com/NVIDIA/hpc-container-maker/issues/239",
-            situation: "driver 418 (CUDA 10.1) under an image built for CUDA 10.2: \"CUDA driver version is insufficient for CUDA runtime version\"",
-            expert: "gpu-devices fail, naming the driver's CUDA version and the image's",
-            missing: "the CUDA version the image's NCCL or CUDA runtime was built for (libcudart's version, or the +cudaX.Y in NCCL's version string), to compare with cuDriverGetVersion",
-            fixture: "rdma-ib-ndr",
-            object: "/rdma/nccl/library/state/loaded",
-            absent_key: "cuda",
-        },
-    ]
+    vec![NotGathered {
+        id: "driver-older-than-the-image-cuda",
+        source: "https://github.com/NVIDIA/hpc-container-maker/issues/239",
+        situation: "driver 418 (CUDA 10.1) under an image built for CUDA 10.2: \"CUDA driver version is insufficient for CUDA runtime version\"",
+        expert: "gpu-devices fail, naming the driver's CUDA version and the image's",
+        missing: "the CUDA version the image's NCCL or CUDA runtime was built for (libcudart's version, or the +cudaX.Y in NCCL's version string), to compare with cuDriverGetVersion",
+        fixture: "rdma-ib-ndr",
+        object: "/rdma/nccl/library/state/loaded",
+        absent_key: "cuda",
+    }]
 }
 
 /// Runs a scenario's situation through the tool.
