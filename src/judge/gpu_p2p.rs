@@ -179,6 +179,59 @@ mod tests {
     use crate::facts::Observed;
     use crate::test_facts::healthy;
 
+    /// Puts both GPUs of `healthy()` below switch port 0000:e0:00.0 with ACS `control`.
+    fn behind_switch(f: &mut Facts, control: Observed<Option<u16>>) {
+        use crate::facts::gpu::BridgeAcs;
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            for g in pci.iter_mut() {
+                g.upstream_acs = vec![
+                    BridgeAcs {
+                        bus_id: "0000:00:01.0".into(),
+                        root_port: true,
+                        control: Observed::Value(Some(0x1d)),
+                    },
+                    BridgeAcs {
+                        bus_id: "0000:e0:00.0".into(),
+                        root_port: false,
+                        control: control.clone(),
+                    },
+                ];
+            }
+        }
+    }
+
+    #[test]
+    fn acs_redirection_on_a_switch_port_warns_and_on_a_root_port_does_not() {
+        let mut f = healthy();
+        // Root ports redirect (as Linux sets them); the switch port does not.
+        behind_switch(&mut f, Observed::Value(Some(0)));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        behind_switch(&mut f, Observed::Value(Some(0x0d)));
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Warn, "{j:?}");
+        assert!(j.summary.contains("ACS redirects"), "{}", j.summary);
+        assert!(
+            j.remediation
+                .as_deref()
+                .unwrap()
+                .contains("setpci -s 0000:e0:00.0 ECAP_ACS+0x6.w=0000")
+        );
+        // Unreadable (not root): said in the evidence, no verdict from it.
+        let e = crate::facts::FactError::new(
+            "/sys/devices/pci0000:00/0000:00:01.0/0000:e0:00.0/config",
+            "64 bytes of config space",
+        );
+        behind_switch(&mut f, Observed::Error(e));
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Pass, "{j:?}");
+        assert!(
+            j.evidence
+                .iter()
+                .any(|l| l.starts_with("ACS of 1 switch port(s) not read")),
+            "{j:?}"
+        );
+    }
+
     fn nvml(f: &mut Facts) -> &mut NvmlFacts {
         match &mut f.gpus.nvml.state {
             LibraryState::Loaded(n) => n,
