@@ -145,7 +145,9 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             &path,
             &render::termination::render(&report),
         ) {
-            eprintln!("nccl-preflight: warning: termination message not written: {e:#}");
+            crate::diagnostic::line(format_args!(
+                "nccl-preflight: warning: termination message not written: {e:#}"
+            ));
         }
     }
     print(&report, args.check.format, env)?;
@@ -259,10 +261,10 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         show(&report)?;
     }
     if failed {
-        eprintln!(
+        crate::diagnostic::line(format_args!(
             "nccl-preflight: not starting {}: a check failed (--ignore ID lets it start)",
             args.command[0].to_string_lossy()
-        );
+        ));
         return Ok(Exit::new(EXIT_FAILED, hung));
     }
     if hung.0 && !args.dry_run {
@@ -271,23 +273,23 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         // ignored, so the verdict passed). execve(2) must first end every other
         // thread, and one blocked inside the driver may never end, so exec could
         // hang the container for good; and the command would meet the same driver.
-        eprintln!(
+        crate::diagnostic::line(format_args!(
             "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout {:.1} s \
              (see the gpu checks above) and is still stuck in this process; exec would wait on it. \
              --ignore lets a failed check pass, not a hung driver: drain the node or fix the driver",
             args.command[0].to_string_lossy(),
             args.check.gather.timeout.as_secs_f64()
-        );
+        ));
         return Ok(Exit::new(EXIT_FAILED, hung));
     }
     if !args.dry_run {
-        eprintln!(
+        crate::diagnostic::line(format_args!(
             "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
             report.verdict.label(),
             report.count_text(),
             args.command[0].to_string_lossy(),
             tuned.len()
-        );
+        ));
     }
     let environment = exec_environment(env, &report.settings);
     if args.dry_run {
@@ -321,10 +323,10 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .envs(environment);
     // exec replaces this process: CMD's exit status and signals are the container's.
     let err = std::os::unix::process::CommandExt::exec(&mut command);
-    eprintln!(
+    crate::diagnostic::line(format_args!(
         "nccl-preflight: exec {}: {err}",
         args.command[0].to_string_lossy()
-    );
+    ));
     Ok(Exit::new(
         match err.kind() {
             std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod diagnostic;
 pub mod explain;
 pub mod facts;
 pub mod finding;

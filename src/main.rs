@@ -40,13 +40,13 @@ fn main() -> ExitCode {
         }
         Ok(Ok(exit)) => ExitCode::from(exit.code),
         Ok(Err(e)) => {
-            eprintln!("nccl-preflight: error: {e:#}");
+            nccl_preflight::diagnostic::line(format_args!("nccl-preflight: error: {e:#}"));
             ExitCode::from(EXIT_TOOL_ERROR)
         }
         Err(_) => {
-            eprintln!(
+            nccl_preflight::diagnostic::line(format_args!(
                 "nccl-preflight: internal error (a bug; please report it with the message above)"
-            );
+            ));
             ExitCode::from(EXIT_TOOL_ERROR)
         }
     }

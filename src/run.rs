@@ -43,6 +43,17 @@ pub(crate) fn gather_facts(
     env: &[(OsString, OsString)],
     probe_all: bool,
 ) -> Result<(Facts, HungCall)> {
+    gather_facts_reusing(args, env, probe_all, None)
+}
+
+/// `gather_facts` with the RDMA and NCCL library facts of an earlier run instead of
+/// loading those libraries again (`probed`, see [`gather::rdma::Probed`]).
+fn gather_facts_reusing(
+    args: &GatherArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+    probed: Option<&gather::rdma::Probed>,
+) -> Result<(Facts, HungCall)> {
     // File reads get the vendor calls' deadline: a hung driver can block them too.
     let host = Host::with_deadline(&args.host_root, args.timeout);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
@@ -86,6 +97,7 @@ pub(crate) fn gather_facts(
             trace: args.trace,
             probe_all,
             own_image: args.image == crate::cli::ImageArg::Own,
+            probed: probed.cloned(),
         },
         image: image_role(args.image),
     };
@@ -164,10 +176,10 @@ pub fn build_policy(args: &CheckArgs) -> Result<Policy> {
     .map_err(|e| anyhow!(e))?;
     for id in &policy.ignore {
         if !judge::check_ids().any(|known| known == id) {
-            eprintln!(
+            crate::diagnostic::line(format_args!(
                 "nccl-preflight: note: --ignore {id}: no check has this id in this version (known: {})",
                 judge::check_ids().collect::<Vec<_>>().join(", ")
-            );
+            ));
         }
     }
     Ok(policy)
@@ -190,9 +202,25 @@ pub fn evaluate_under(
     probe_all: bool,
     policy: &Policy,
 ) -> Result<(Report, HungCall)> {
+    evaluate_reusing(args, env, probe_all, policy, None)
+}
+
+/// `evaluate_under` with the library facts of an earlier run (`serve`'s later runs).
+pub fn evaluate_reusing(
+    args: &CheckArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+    policy: &Policy,
+    probed: Option<&gather::rdma::Probed>,
+) -> Result<(Report, HungCall)> {
     let (mut facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
-        None => gather_facts(&args.gather, env, probe_all || policy.require.any_rdma())?,
+        None => gather_facts_reusing(
+            &args.gather,
+            env,
+            probe_all || policy.require.any_rdma(),
+            probed,
+        )?,
     };
     // What the command line says about the job wins over what was gathered or saved.
     if let Some(n) = args.gather.nodes {
@@ -320,6 +348,7 @@ mod host_tree_fuzz {
                 trace: false,
                 probe_all: false,
                 own_image: false,
+                probed: None,
             },
             image: crate::facts::ImageRole::Trainer,
         };

@@ -142,6 +142,9 @@ pub fn h200x2_gpus() -> gpu::GpuFacts {
                     numa_node: None,
                     max_link_speed: Some("32.0 GT/s PCIe".into()),
                     max_link_width: Some(16),
+                    current_link_speed: Some("32.0 GT/s PCIe".into()),
+                    current_link_width: Some(16),
+                    upstream_acs: Vec::new(),
                 })
                 .collect(),
         ),

@@ -201,7 +201,9 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         Status::Fail => 1,
         // A bench that measured nothing could not do its job: exit 2, as for any tool error.
         Status::Skip => {
-            eprintln!("nccl-preflight: bench: nothing was measured (see the skips above)");
+            crate::diagnostic::line(format_args!(
+                "nccl-preflight: bench: nothing was measured (see the skips above)"
+            ));
             2
         }
         _ => 0,

@@ -251,6 +251,63 @@ pub struct PciGpu {
     /// `max_link_speed` as sysfs prints it (`16.0 GT/s PCIe`).
     pub max_link_speed: Option<String>,
     pub max_link_width: Option<u32>,
+    /// `current_link_speed` (LnkSta): an idle GPU trains its link down to 2.5 GT/s to
+    /// save power, so a speed below the maximum is no fault by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_link_speed: Option<String>,
+    /// `current_link_width` in lanes (LnkSta): idle power saving keeps the width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_link_width: Option<u32>,
+    /// The PCIe bridges above the GPU (root port first, the GPU's own downstream port
+    /// last) with their ACS control register; empty for facts saved before it was read.
+    #[serde(default)]
+    pub upstream_acs: Vec<BridgeAcs>,
+}
+
+/// A PCIe bridge above a GPU and its Access Control Services control register.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeAcs {
+    /// `0000:e0:00.0`.
+    pub bus_id: String,
+    /// The root port (the first bridge below the host bridge): peer traffic between
+    /// root ports goes through the root complex whatever ACS says.
+    pub root_port: bool,
+    /// The ACS control register (PCIe extended capability 0x000d, offset 6); `None`
+    /// when the bridge has no ACS capability; an error when the config space could not
+    /// be read far enough (sysfs gives 64 bytes, not the extended space, to non-root).
+    pub control: Observed<Option<u16>>,
+}
+
+/// ACS control bits (Linux include/uapi/linux/pci_regs.h PCI_ACS_*).
+pub mod acs {
+    pub const SOURCE_VALIDATION: u16 = 0x01;
+    pub const REQUEST_REDIRECT: u16 = 0x04;
+    pub const COMPLETION_REDIRECT: u16 = 0x08;
+    pub const UPSTREAM_FORWARDING: u16 = 0x10;
+
+    /// Bits that send peer requests or completions up to the root complex instead of
+    /// across the switch (lspci `ACSCtl: ReqRedir+` / `CmpltRedir+`).
+    pub fn redirects(control: u16) -> bool {
+        control & (REQUEST_REDIRECT | COMPLETION_REDIRECT) != 0
+    }
+
+    /// lspci's names for the bits set, `SrcValid+ ReqRedir+ ...`.
+    pub fn names(control: u16) -> String {
+        let all = [
+            (0x01, "SrcValid"),
+            (0x02, "TransBlk"),
+            (0x04, "ReqRedir"),
+            (0x08, "CmpltRedir"),
+            (0x10, "UpstreamFwd"),
+            (0x20, "EgressCtrl"),
+            (0x40, "DirectTrans"),
+        ];
+        all.iter()
+            .filter(|(bit, _)| control & bit != 0)
+            .map(|(_, n)| format!("{n}+"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// Normalizes a PCI bus id from NVML (`00000000:10:1C.0`), CUDA (`0000:10:1C.0`) or sysfs

@@ -28,10 +28,10 @@ impl Watch {
                 if self.0.trace {
                     let slot = self.0.current.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some((name, started)) = slot.as_ref() {
-                        eprintln!(
+                        crate::diagnostic::line(format_args!(
                             "nccl-preflight: trace: {name}: {:.3} ms",
                             started.elapsed().as_secs_f64() * 1e3
-                        );
+                        ));
                     }
                 }
                 self.0.set(None);

@@ -43,7 +43,7 @@ struct Reader {
 /// How one read ended, before it is turned into a fact.
 enum ReadOutcome {
     Missing,
-    Text(String),
+    Bytes(Vec<u8>),
     Failed(String),
 }
 
@@ -81,6 +81,16 @@ impl Host {
     /// Reads a text file. Invalid UTF-8 is an error: every file read here is ASCII
     /// on Linux. Anything but a regular file is an error naming what it is.
     pub fn read(&self, abs: &str) -> Result<Option<String>, FactError> {
+        match self.read_bytes(abs)? {
+            None => Ok(None),
+            Some(bytes) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| self.error(abs, "not valid UTF-8")),
+        }
+    }
+
+    /// Reads a binary file (a PCI device's `config`), with the same bounds as `read`.
+    pub fn read_bytes(&self, abs: &str) -> Result<Option<Vec<u8>>, FactError> {
         let path = self.path(abs);
         let outcome = match self.deadline {
             None => read_regular(&path),
@@ -88,7 +98,7 @@ impl Host {
         };
         match outcome {
             ReadOutcome::Missing => Ok(None),
-            ReadOutcome::Text(text) => Ok(Some(text)),
+            ReadOutcome::Bytes(bytes) => Ok(Some(bytes)),
             ReadOutcome::Failed(message) => Err(self.error(abs, message)),
         }
     }
@@ -163,7 +173,7 @@ impl Host {
 }
 
 /// Opens `path` without blocking, refuses anything but a regular file, and reads
-/// at most `MAX_FILE_BYTES` of it as UTF-8.
+/// at most `MAX_FILE_BYTES` of it.
 fn read_regular(path: &Path) -> ReadOutcome {
     let file = match fs::OpenOptions::new()
         .read(true)
@@ -186,10 +196,7 @@ fn read_regular(path: &Path) -> ReadOutcome {
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return ReadOutcome::Failed(format!("larger than {MAX_FILE_BYTES} bytes"));
     }
-    match String::from_utf8(bytes) {
-        Ok(text) => ReadOutcome::Text(text),
-        Err(_) => ReadOutcome::Failed("not valid UTF-8".into()),
-    }
+    ReadOutcome::Bytes(bytes)
 }
 
 fn kind(meta: &fs::Metadata) -> &'static str {

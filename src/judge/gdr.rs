@@ -23,10 +23,14 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         return Finding::new(ID, Status::Skip, "no GPU and RDMA device pair on this node");
     };
     let mut close = Vec::new();
+    let mut close_gpus = Vec::new();
     for (i, gpu) in m.gpus.iter().enumerate() {
         for (j, nic) in m.nics.iter().enumerate() {
             if affinity::gdr_close(&m.levels[i][j]) {
                 close.push(format!("GPU {gpu} - {nic}: {}", m.levels[i][j]));
+                if !close_gpus.contains(gpu) {
+                    close_gpus.push(gpu.clone());
+                }
             }
         }
     }
@@ -115,6 +119,30 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             .remediation(FIX)
         }
     };
+    // GPUDirect RDMA between a GPU and a NIC below one switch is peer traffic too: ACS
+    // redirection sends it through the root complex (topology::acs).
+    let acs = crate::topology::acs::above(facts, &close_gpus);
+    if !acs.redirecting.is_empty() {
+        evidence.extend(acs.redirecting.iter().cloned());
+        if f.status == Status::Pass {
+            f = Finding::new(
+                ID,
+                Status::Warn,
+                format!(
+                    "{}, but ACS redirects peer traffic on {} PCIe switch port(s) above those GPUs: GPU-NIC traffic goes up through the root complex",
+                    f.summary,
+                    acs.ports.len()
+                ),
+            )
+            .remediation(crate::topology::acs::fix(&acs.ports));
+        }
+    }
+    if let Some(first) = acs.unreadable.first() {
+        evidence.push(format!(
+            "ACS of {} switch port(s) not read (first: {first})",
+            acs.unreadable.len()
+        ));
+    }
     f.evidence = evidence;
     f
 }

@@ -108,6 +108,69 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
     }
 }
 
+const NARROW_PCIE_FIX: &str = "\
+A GPU's PCIe link trained with fewer lanes than it has: host<->GPU copies, and GPUDirect RDMA to a NIC, run at
+that fraction of the bus. Compare LnkSta with LnkCap in `lspci -vv -s <bus id>` on the node; reseat the GPU or
+its riser/cable, check the slot's BIOS lane setting, and drain the node if it persists after a reboot.";
+
+/// This container's GPUs whose PCIe link runs narrower than its maximum (a warning), and
+/// those below their maximum speed (evidence only). The speed is not judged: NVIDIA GPUs
+/// train their link down to 2.5 GT/s when idle to save power (`nvidia-smi
+/// --help-query-gpu`, pcie.link.gen.current: "may be reduced when the GPU is not in
+/// use"), and this check runs before the job loads them, so a low speed at idle is the
+/// normal state. The width stays at its trained value at idle: fewer lanes is a fault.
+fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>) {
+    let Some(pci) = facts.gpus.pci_gpus.value() else {
+        return (None, Vec::new());
+    };
+    let mut narrow = Vec::new();
+    let mut slow = Vec::new();
+    for g in &nvml.gpus {
+        let Some(bus) = g.pci_bus_id.value() else {
+            continue;
+        };
+        let bus = crate::facts::gpu::normalize_bus_id(bus);
+        let Some(p) = pci.iter().find(|p| p.bus_id == bus) else {
+            continue;
+        };
+        if let (Some(c), Some(m)) = (p.current_link_width, p.max_link_width)
+            && c > 0
+            && c < m
+        {
+            narrow.push(format!("GPU {} ({bus}) x{c} of x{m}", g.index));
+        }
+        if let (Some(c), Some(m)) = (&p.current_link_speed, &p.max_link_speed)
+            && let (Some(cg), Some(mg)) = (
+                crate::facts::rdma::PcieLink::gts(c),
+                crate::facts::rdma::PcieLink::gts(m),
+            )
+            && cg < mg
+        {
+            slow.push(format!("GPU {} at {c} of {m}", g.index));
+        }
+    }
+    let problem = (!narrow.is_empty()).then(|| {
+        Problem::new(
+            Status::Warn,
+            format!(
+                "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
+                narrow.join(", ")
+            ),
+            NARROW_PCIE_FIX,
+        )
+    });
+    let slow = (!slow.is_empty())
+        .then(|| {
+            format!(
+                "PCIe link speed below its maximum now: {} (idle GPUs train down to save power; not judged)",
+                slow.join(", ")
+            )
+        })
+        .into_iter()
+        .collect();
+    (problem, slow)
+}
+
 const OWN_RESOURCES_FIX: &str = "\
 Run nccl-preflight with room to load the NVIDIA libraries and start its threads: a larger address-space
 limit (ulimit -v; NVML and libcuda map hundreds of MiB) and thread limit (ulimit -u, the pod's pids limit).";
@@ -229,6 +292,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     if let Some(p) = dark_nvswitch_links(facts, nvml) {
         problems.push(p);
     }
+    let (narrow, slow) = pcie_links(facts, nvml);
+    evidence.extend(slow);
+    problems.extend(narrow);
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
             evidence.push(message.clone());
@@ -363,6 +429,38 @@ mod tests {
         assert_eq!(judge(&cpu, &Policy::default()).status, Status::Skip);
         let need = policy::build(&[], &["gpus=1".into()], None, None).unwrap();
         assert_eq!(judge(&cpu, &need).status, Status::Fail);
+    }
+
+    fn set_link(f: &mut Facts, gpu: usize, speed: &str, width: u32) {
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            pci[gpu].current_link_speed = Some(speed.into());
+            pci[gpu].current_link_width = Some(width);
+        }
+    }
+
+    #[test]
+    fn a_narrow_pcie_link_warns_and_an_idle_downtrained_speed_does_not() {
+        // Idle: 2.5 of 32 GT/s at full width is power saving, said in the evidence only.
+        let mut f = healthy();
+        set_link(&mut f, 0, "2.5 GT/s PCIe", 16);
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Pass, "{j:?}");
+        assert!(
+            j.evidence
+                .iter()
+                .any(|e| e.contains("2.5 GT/s PCIe of 32.0 GT/s PCIe")),
+            "{j:?}"
+        );
+        // Eight lanes of sixteen: a warning naming the GPU.
+        set_link(&mut f, 1, "32.0 GT/s PCIe", 8);
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Warn, "{j:?}");
+        assert!(j.summary.contains("x8 of x16"), "{}", j.summary);
+        assert!(j.remediation.unwrap().contains("LnkSta"));
+        // A width of 0 (link down or unknown) is not a narrow link.
+        let mut f = healthy();
+        set_link(&mut f, 1, "Unknown", 0);
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
     }
 
     #[test]

@@ -112,6 +112,32 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     ];
     let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let mut problems = Vec::new();
+    // ACS redirection on a switch port above these GPUs: NVML and CUDA still say OK.
+    let buses: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .map(|b| crate::facts::gpu::normalize_bus_id(b))
+        .collect();
+    let acs = crate::topology::acs::above(facts, &buses);
+    if !acs.redirecting.is_empty() {
+        let mut p = Problem::new(
+            Status::Warn,
+            format!(
+                "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs: P2P is reported as supported but goes up through the root complex (lower bandwidth, or hangs)",
+                acs.ports.len()
+            ),
+            crate::topology::acs::fix(&acs.ports),
+        );
+        p.evidence = acs.redirecting.clone();
+        problems.push(p);
+    }
+    if let Some(first) = acs.unreadable.first() {
+        evidence.push(format!(
+            "ACS of {} switch port(s) not read (first: {first})",
+            acs.unreadable.len()
+        ));
+    }
     for (pairs, status, what) in kinds {
         if let Some(first) = pairs.first() {
             let mut p = Problem::new(
@@ -152,6 +178,59 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::test_facts::healthy;
+
+    /// Puts both GPUs of `healthy()` below switch port 0000:e0:00.0 with ACS `control`.
+    fn behind_switch(f: &mut Facts, control: Observed<Option<u16>>) {
+        use crate::facts::gpu::BridgeAcs;
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            for g in pci.iter_mut() {
+                g.upstream_acs = vec![
+                    BridgeAcs {
+                        bus_id: "0000:00:01.0".into(),
+                        root_port: true,
+                        control: Observed::Value(Some(0x1d)),
+                    },
+                    BridgeAcs {
+                        bus_id: "0000:e0:00.0".into(),
+                        root_port: false,
+                        control: control.clone(),
+                    },
+                ];
+            }
+        }
+    }
+
+    #[test]
+    fn acs_redirection_on_a_switch_port_warns_and_on_a_root_port_does_not() {
+        let mut f = healthy();
+        // Root ports redirect (as Linux sets them); the switch port does not.
+        behind_switch(&mut f, Observed::Value(Some(0)));
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        behind_switch(&mut f, Observed::Value(Some(0x0d)));
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Warn, "{j:?}");
+        assert!(j.summary.contains("ACS redirects"), "{}", j.summary);
+        assert!(
+            j.remediation
+                .as_deref()
+                .unwrap()
+                .contains("setpci -s 0000:e0:00.0 ECAP_ACS+0x6.w=0000")
+        );
+        // Unreadable (not root): said in the evidence, no verdict from it.
+        let e = crate::facts::FactError::new(
+            "/sys/devices/pci0000:00/0000:00:01.0/0000:e0:00.0/config",
+            "64 bytes of config space",
+        );
+        behind_switch(&mut f, Observed::Error(e));
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status, Status::Pass, "{j:?}");
+        assert!(
+            j.evidence
+                .iter()
+                .any(|l| l.starts_with("ACS of 1 switch port(s) not read")),
+            "{j:?}"
+        );
+    }
 
     fn nvml(f: &mut Facts) -> &mut NvmlFacts {
         match &mut f.gpus.nvml.state {

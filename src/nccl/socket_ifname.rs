@@ -13,6 +13,43 @@
 
 use crate::facts::{Family, IfAddress, Interface};
 
+/// How many interfaces NCCL's socket transport keeps: NVIDIA/nccl src/include/socket.h
+/// `#define MAX_IFS 16` (2.12 to 2.29), passed by src/transport/net_socket.cc
+/// ncclNetSocketInit to ncclFindInterfaces, which stops at that many. Interfaces
+/// matched past the 16th carry no NCCL traffic.
+pub const MAX_IFS: usize = 16;
+
+/// The interfaces NCCL's socket transport drives, of `selected` (in NCCL's order).
+pub fn socket_transport(selected: &[String]) -> &[String] {
+    &selected[..selected.len().min(MAX_IFS)]
+}
+
+/// The address NCCL binds on `interface`: ncclFindInterfaces keeps the first address
+/// of each interface in getifaddrs order that passes the family filter (and is not
+/// IPv6 loopback), as [`select`] does.
+pub fn used_address<'a>(
+    interface: &str,
+    addresses: &'a [IfAddress],
+    family: Option<Family>,
+) -> Option<&'a IfAddress> {
+    addresses.iter().find(|a| {
+        a.interface == interface
+            && family.is_none_or(|f| f == a.family)
+            && !(a.family == Family::Inet6 && a.address == "::1")
+    })
+}
+
+/// Whether `address` is IPv4 link-local (169.254.0.0/16, RFC 3927): routers do not
+/// forward it, and on EKS (Pod Identity's 169.254.170.23, the metadata endpoint's
+/// 169.254.169.254) every node holds the same address, so another node cannot reach it.
+pub fn is_ipv4_link_local(address: &IfAddress) -> bool {
+    address.family == Family::Inet
+        && address
+            .address
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_link_local())
+}
+
 /// A parsed NCCL_SOCKET_IFNAME value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfnameFilter {
@@ -207,6 +244,22 @@ mod tests {
         assert_eq!(pick("^docker0"), ["lo", "eth0", "net1"]);
         assert_eq!(pick("^docker0,lo"), ["eth0", "net1"]);
         assert_eq!(pick("nonexist0"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_socket_transport_keeps_sixteen_interfaces_and_the_first_address_of_each() {
+        let names: Vec<String> = (0..20).map(|i| format!("eth{i}")).collect();
+        assert_eq!(socket_transport(&names).len(), MAX_IFS);
+        assert_eq!(socket_transport(&names[..3]), &names[..3]);
+        let (_, a) = node();
+        let lo = used_address("lo", &a, None).unwrap();
+        assert_eq!(lo.address, "127.0.0.1");
+        assert_eq!(used_address("net1", &a, Some(Family::Inet)), None);
+        let link_local = addr("pod-id-link0", Family::Inet, "169.254.170.23");
+        assert!(is_ipv4_link_local(&link_local));
+        assert!(!is_ipv4_link_local(&addr("eth0", Family::Inet, "10.0.0.5")));
+        assert!(!is_ipv4_link_local(&addr("x", Family::Inet, "169.254.x")));
+        assert!(!is_ipv4_link_local(&addr("x", Family::Inet6, "fe80::1")));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod xid;
 
 use crate::cli::ServeArgs;
 use crate::finding::{Finding, Status};
+use crate::gather::rdma::Probed;
 use crate::policy::Policy;
 use crate::report::Report;
 use crate::run::Exit;
@@ -188,9 +189,18 @@ impl Shared {
 }
 
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
-fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, runs: u64) -> bool {
+/// The first run that loads the RDMA and NCCL libraries cleanly leaves their facts in
+/// `probed`, and later runs reuse them instead of loading the libraries again.
+fn run_once(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+    shared: &Shared,
+    runs: u64,
+    probed: &mut Option<Probed>,
+) -> bool {
     let started = Instant::now();
-    let outcome = crate::run::evaluate_under(&args.check, env, false, &shared.policy);
+    let outcome =
+        crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref());
     let mut next = Snapshot {
         took: started.elapsed(),
         runs,
@@ -211,6 +221,9 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
                     "a driver call hung; checks stopped ({})",
                     failures.join("; ")
                 ));
+            }
+            if probed.is_none() && !hung {
+                *probed = Probed::settled(&report.facts.rdma);
             }
             next.report = Some(report);
         }
@@ -233,6 +246,13 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
 /// `init` keep the CUDA checks (peer access, CUDA_VISIBLE_DEVICES).
 ///
 /// It reads the facts no check judges too (NVLink error counters for /metrics).
+///
+/// After its first clean run, serve loads no RDMA or NCCL library again (see
+/// `gather::rdma::Probed`): each interval reads NVML, sysfs, procfs and the device
+/// nodes only. What the later runs do not re-check: libibverbs' device opens and
+/// memory registration (memlock cannot change inside a running container), the
+/// libfabric providers, the libnccl version and the net plugin (files of an image
+/// that does not change while the pod lives).
 fn without_cuda(args: &ServeArgs) -> ServeArgs {
     let mut args = args.clone();
     args.check.gather = crate::run::describing(&args.check.gather);
@@ -254,10 +274,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .with_context(|| format!("serve --listen {}", args.listen))?;
     install_signal_handlers()?;
     // Log lines never panic: stderr may be a closed pipe.
-    let log = |line: String| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{line}");
-    };
+    let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
     log(format!(
         "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
         listener
@@ -287,10 +304,11 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .name("checks".into())
             .spawn(move || {
                 let mut runs = 0u64;
+                let mut probed = None;
                 while !STOP.load(Ordering::Relaxed) {
                     runs += 1;
                     let seen = shared.xid_events();
-                    if !run_once(&args, &env, &shared, runs) {
+                    if !run_once(&args, &env, &shared, runs, &mut probed) {
                         return;
                     }
                     let next = Instant::now() + args.interval;

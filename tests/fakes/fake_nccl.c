@@ -9,8 +9,25 @@
  * (default 200). With NCCL_DEBUG=INFO it logs connections via
  * FAKE_NCCL_TRANSPORT (default P2P/CUMEM) to NCCL_DEBUG_FILE, as NCCL does.
  * FAKE_NCCL_FAIL=init|allreduce returns ncclSystemError there;
- * FAKE_NCCL_WRONG=1 makes the sums wrong; FAKE_NCCL_HANG=1 hangs ncclGroupEnd. */
+ * FAKE_NCCL_WRONG=1 makes the sums wrong; FAKE_NCCL_HANG=1 hangs ncclGroupEnd.
+ * With FAKE_NCCL_LOAD_LOG set, each load of either library appends a line
+ * ("libnccl" or "plugin") to that file, so a test can count how often a
+ * process loaded it. */
 #include <stdlib.h>
+#include <stdio.h>
+
+__attribute__((constructor)) static void log_load(void) {
+    const char *path = getenv("FAKE_NCCL_LOAD_LOG");
+    if (!path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+#ifdef FAKE_LIBNCCL
+    fputs("libnccl\n", f);
+#else
+    fputs("plugin\n", f);
+#endif
+    fclose(f);
+}
 
 #ifdef FAKE_LIBNCCL
 #include <dlfcn.h>

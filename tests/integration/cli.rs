@@ -204,6 +204,82 @@ fn check_into_a_closed_pipe_ends_quietly_with_the_verdicts_code() {
     }
 }
 
+/// Regression: `eprintln!` panicked when standard error was a pipe whose reader had gone
+/// (a log collector that died): the panic turned the verdict into "internal error",
+/// exit 2, or Rust's 101 when it happened while reporting an error. Every stderr line
+/// now tolerates EPIPE; a closed descriptor 2 (EBADF) must not change the code either.
+#[test]
+fn a_closed_standard_error_leaves_the_exit_code_unchanged() {
+    let dir = scratch("closed-stderr");
+    let absent = dir.join("absent.json");
+    let absent = absent.to_str().unwrap();
+    // (fixture or none, args, exit code, what it writes to stderr)
+    let cases: [(Option<&str>, Vec<&str>, i32, &str); 3] = [
+        (
+            Some("healthy-pod"),
+            vec!["--ignore", "no-such-check"],
+            0,
+            "no check has this id",
+        ),
+        (
+            Some("runtime-defaults"),
+            vec!["--ignore", "no-such-check"],
+            1,
+            "no check has this id",
+        ),
+        (None, vec!["check", "--facts", absent], 2, "absent.json"),
+    ];
+    let command = |fixture: Option<&str>, args: &[&str]| match fixture {
+        Some(f) => fixture_command(f, "check", args, &[]),
+        None => command(args, &[]),
+    };
+    for (fixture, args, code, says) in &cases {
+        // With a readable stderr: the code, and the line that the closed stderr will lose.
+        let open = command(*fixture, args).output().unwrap();
+        assert_eq!(
+            open.status.code(),
+            Some(*code),
+            "{args:?}: {}",
+            stderr(&open)
+        );
+        assert!(stderr(&open).contains(says), "{args:?}: {}", stderr(&open));
+        // A pipe with no reader: every write to stderr fails with EPIPE.
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = command(*fixture, args)
+            .stderr(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{args:?} with stderr a closed pipe"
+        );
+        assert!(!stdout(&out).contains("internal error"), "{args:?}");
+        // Descriptor 2 closed before exec.
+        let mut closed = command(*fixture, args);
+        // SAFETY: close(2) is async-signal-safe, allocates nothing, and touches only
+        // the child's descriptor table between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut closed, || {
+                libc::close(2);
+                Ok(())
+            });
+        }
+        let out = closed
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{args:?} with stderr closed"
+        );
+        assert!(!stdout(&out).contains("internal error"), "{args:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn relative_nccl_topo_file_is_found_in_the_working_directory() {
     // Issue 16: a relative NCCL_TOPO_FILE was reported missing when it existed; NCCL

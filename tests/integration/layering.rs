@@ -12,6 +12,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("facts", 0, "what gather saw, plain data"),
     ("finding", 0, "finding types and the check-id registry"),
     ("remediation", 0, "fixes shared by checks and explain-log"),
+    (
+        "diagnostic",
+        0,
+        "lines to standard error that a closed stderr cannot break",
+    ),
     ("units", 1, "sizes, limits and durations"),
     ("platform", 1, "known machine types"),
     (

@@ -496,3 +496,40 @@ fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+/// serve loads libnccl and the net plugin (and libibverbs, libfabric) on its first run
+/// only: every later interval reuses what that run found, so a process that lives as
+/// long as the pod does not map those libraries again each second.
+#[test]
+fn serve_loads_the_nccl_libraries_once_not_every_interval() {
+    let dir = crate::support::scratch("serve-loads-once");
+    let log = dir.join("loads");
+    let server = start_command(fixture_command(
+        "rdma-p5-efa",
+        "serve",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1s",
+            "--cuda",
+            "off",
+        ],
+        &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
+    ));
+    wait_for(&server, "/metrics", Duration::from_secs(60), |_, m| {
+        runs(m) >= 3
+    });
+    let loads = std::fs::read_to_string(&log).unwrap();
+    let count = |what: &str| loads.lines().filter(|l| *l == what).count();
+    assert_eq!((count("libnccl"), count("plugin")), (1, 1), "{loads}");
+    // Later runs still report what the first found.
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    assert_eq!(
+        report["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"], "2.28.9",
+        "{}",
+        report["facts"]["rdma"]["nccl"]
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,8 +2,8 @@
 //! container this shows every GPU of the node, which NVML (limited to the
 //! container's devices) does not: the difference is the pod-placement signal.
 
-use crate::facts::Observed;
-use crate::facts::gpu::PciGpu;
+use crate::facts::gpu::{BridgeAcs, PciGpu};
+use crate::facts::{FactError, Observed};
 use crate::gather::host::Host;
 
 const DEVICES: &str = "/sys/bus/pci/devices";
@@ -63,6 +63,10 @@ pub fn gather(host: &Host) -> Observed<Vec<PciGpu>> {
             _ => continue,
         }
         let sysfs_path = host.real_path(&format!("{DEVICES}/{dev}")).ok().flatten();
+        let upstream_acs = sysfs_path
+            .as_deref()
+            .map(|p| upstream_acs(host, p))
+            .unwrap_or_default();
         gpus.push(PciGpu {
             device_id: attr(host, &dev, "device").unwrap_or_default(),
             sysfs_path,
@@ -70,15 +74,176 @@ pub fn gather(host: &Host) -> Observed<Vec<PciGpu>> {
             numa_node: attr(host, &dev, "numa_node").and_then(|n| n.parse().ok()),
             max_link_speed: attr(host, &dev, "max_link_speed"),
             max_link_width: attr(host, &dev, "max_link_width").and_then(|n| n.parse().ok()),
+            current_link_speed: attr(host, &dev, "current_link_speed"),
+            current_link_width: attr(host, &dev, "current_link_width").and_then(|n| n.parse().ok()),
+            upstream_acs,
             bus_id: dev,
         });
     }
     Observed::Value(gpus)
 }
 
+/// PCI Express extended capability id of Access Control Services (PCIe base spec
+/// 7.7.11; Linux include/uapi/linux/pci_regs.h PCI_EXT_CAP_ID_ACS).
+const ACS_CAP_ID: u16 = 0x000d;
+/// The ACS control register's offset in the capability (pci_regs.h PCI_ACS_CTRL).
+const ACS_CTRL: usize = 6;
+/// Extended capabilities start here, after the 256 bytes of conventional space.
+const EXTENDED_START: usize = 0x100;
+
+/// Whether a path component is a PCI function (`0000:e0:00.0`).
+fn is_bus_id(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && name
+            .bytes()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+/// The bridges between the host bridge and the GPU at `sysfs_path`, root port first,
+/// with their ACS control registers.
+fn upstream_acs(host: &Host, sysfs_path: &str) -> Vec<BridgeAcs> {
+    let parts: Vec<&str> = sysfs_path.split('/').collect();
+    let mut out = Vec::new();
+    // The last component is the GPU itself.
+    let functions = parts.len().saturating_sub(1);
+    for (i, part) in parts.iter().enumerate().take(functions) {
+        if !is_bus_id(part) {
+            continue;
+        }
+        let dir = parts[..=i].join("/");
+        let path = format!("{dir}/config");
+        let control = match host.read_bytes(&path) {
+            Ok(Some(config)) => match acs_control(&config) {
+                Ok(c) => Observed::Value(c),
+                Err(why) => {
+                    Observed::Error(FactError::new(host.path(&path).display().to_string(), why))
+                }
+            },
+            Ok(None) => Observed::Error(FactError::new(
+                host.path(&path).display().to_string(),
+                "no config file",
+            )),
+            Err(e) => Observed::Error(e),
+        };
+        out.push(BridgeAcs {
+            bus_id: part.to_string(),
+            root_port: out.is_empty(),
+            control,
+        });
+    }
+    out
+}
+
+/// The ACS control register from a function's config space (`config` in sysfs):
+/// `Ok(None)` when its extended capability list has no ACS. Walks the list as
+/// lspci does (PCIe base spec 7.6.3: a 32-bit header of id, version and the next
+/// offset, a zero header or offset ending it), with a bound on the hops so a
+/// looping list ends. A config space of 256 bytes or less has no extended space to
+/// read: sysfs gives non-root readers only the first 64 bytes.
+pub fn acs_control(config: &[u8]) -> Result<Option<u16>, String> {
+    if config.len() <= EXTENDED_START {
+        return Err(format!(
+            "{} bytes of config space, the extended capabilities start at byte 256 (sysfs gives the whole space to root only)",
+            config.len()
+        ));
+    }
+    let word = |at: usize| -> Option<u32> {
+        let b = config.get(at..at + 4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let mut at = EXTENDED_START;
+    // 4096 bytes hold at most 960 four-byte-aligned headers past 0x100.
+    for _ in 0..960 {
+        let Some(header) = word(at) else {
+            return Err(format!(
+                "extended capability at {at:#x} lies past the {} bytes read",
+                config.len()
+            ));
+        };
+        if header == 0 || header == u32::MAX {
+            return Ok(None);
+        }
+        if header as u16 == ACS_CAP_ID {
+            let b = config
+                .get(at + ACS_CTRL..at + ACS_CTRL + 2)
+                .ok_or_else(|| {
+                    format!("the ACS capability at {at:#x} is cut off by the end of config space")
+                })?;
+            return Ok(Some(u16::from_le_bytes([b[0], b[1]])));
+        }
+        let next = (header >> 20) as usize & !3;
+        if next < EXTENDED_START {
+            return Ok(None);
+        }
+        at = next;
+    }
+    Err("the extended capability list loops".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 4 KiB config space whose extended capabilities are `caps` ((id, control), each
+    /// 16 bytes apart from 0x100).
+    fn config(caps: &[(u16, u16)]) -> Vec<u8> {
+        let mut c = vec![0u8; 4096];
+        for (i, (id, control)) in caps.iter().enumerate() {
+            let at = 0x100 + i * 16;
+            let next = if i + 1 < caps.len() { at + 16 } else { 0 };
+            let header = u32::from(*id) | (1 << 16) | ((next as u32) << 20);
+            c[at..at + 4].copy_from_slice(&header.to_le_bytes());
+            c[at + 6..at + 8].copy_from_slice(&control.to_le_bytes());
+        }
+        c
+    }
+
+    #[test]
+    fn acs_control_is_found_on_the_extended_capability_list() {
+        // AER (0x0001), then ACS with ReqRedir+ CmpltRedir+ SrcValid+.
+        assert_eq!(
+            acs_control(&config(&[(1, 0), (0x0d, 0x0d)])),
+            Ok(Some(0x0d))
+        );
+        assert_eq!(acs_control(&config(&[(1, 0), (0x0b, 0)])), Ok(None));
+        assert_eq!(acs_control(&config(&[])), Ok(None));
+    }
+
+    #[test]
+    fn short_looping_or_cut_config_spaces_say_why() {
+        // What a non-root reader gets from sysfs.
+        let e = acs_control(&[0u8; 64]).unwrap_err();
+        assert!(e.contains("64 bytes") && e.contains("root"), "{e}");
+        assert!(acs_control(&[0u8; 256]).is_err());
+        // A header pointing at itself.
+        let mut looping = vec![0u8; 4096];
+        looping[0x100..0x104].copy_from_slice(&(1u32 | (0x100 << 20)).to_le_bytes());
+        assert_eq!(
+            acs_control(&looping),
+            Err("the extended capability list loops".into())
+        );
+        // ACS header in the last bytes read, its control register cut off.
+        let mut cut = config(&[(0x0d, 0x04)]);
+        cut.truncate(0x104);
+        assert!(acs_control(&cut).unwrap_err().contains("cut off"));
+        // A next pointer past the end of what was read.
+        let mut past = vec![0u8; 0x110];
+        past[0x100..0x104].copy_from_slice(&(1u32 | (0x800 << 20)).to_le_bytes());
+        assert!(acs_control(&past).unwrap_err().contains("past the"));
+        // All ones: a function that vanished (a GPU off the bus reads 0xff...).
+        assert_eq!(acs_control(&vec![0xffu8; 4096]), Ok(None));
+    }
+
+    #[test]
+    fn bus_ids_in_sysfs_paths() {
+        assert!(is_bus_id("0000:e0:00.0") && is_bus_id("0000:00:1c.7"));
+        assert!(!is_bus_id("pci0000:00") && !is_bus_id("devices") && !is_bus_id("0000:zz:00.0"));
+    }
 
     #[test]
     fn gpu_classes() {

@@ -37,6 +37,51 @@ pub struct RdmaOptions {
     /// This is nccl-preflight's own image (`--image own`): its libraries are not the
     /// ones training will load, so none is probed.
     pub own_image: bool,
+    /// What an earlier probe of the libraries found, used instead of loading them
+    /// again (`serve`'s runs after its first: see [`Probed`]).
+    pub probed: Option<Probed>,
+}
+
+/// What the library probe found: libibverbs (its device list, opens and memory
+/// registration), libfabric's providers, libnccl's version and the net plugin.
+/// `serve` probes them once and reuses the answer on every later interval: the
+/// image's libraries do not change while the pod lives, and loading them again
+/// each second mapped libnccl (hundreds of MB of file), libfabric and the plugin
+/// again and again in a process that lives as long as the pod. Device files, ports
+/// and sysfs are still read on every run.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    verbs: LibraryState<VerbsFacts>,
+    fabric: LibraryState<FabricFacts>,
+    fabric_attempts: Vec<LoadAttempt>,
+    nccl: NcclFacts,
+}
+
+impl Probed {
+    /// The library facts of an earlier run, when every library answered (loaded, not
+    /// found or skipped): a failed probe (a timeout, a thread this process could not
+    /// start) is tried again on the next run rather than kept for the pod's life.
+    pub fn settled(rdma: &RdmaFacts) -> Option<Probed> {
+        let failed = matches!(rdma.verbs.state, LibraryState::Failed(_))
+            || matches!(rdma.libfabric.state, LibraryState::Failed(_))
+            || matches!(rdma.nccl.library.state, LibraryState::Failed(_))
+            || rdma.nccl.net_plugin.error().is_some();
+        (!failed).then(|| Probed {
+            verbs: rdma.verbs.state.clone(),
+            fabric: rdma.libfabric.state.clone(),
+            fabric_attempts: rdma.libfabric_attempts.clone(),
+            nccl: rdma.nccl.clone(),
+        })
+    }
+
+    fn libraries(&self) -> Libraries {
+        Libraries {
+            verbs: self.verbs.clone(),
+            fabric: self.fabric.clone(),
+            fabric_attempts: self.fabric_attempts.clone(),
+            nccl: self.nccl.clone(),
+        }
+    }
 }
 
 /// Which libraries to load, from what sysfs shows.
@@ -180,6 +225,7 @@ impl RdmaOptions {
             trace: false,
             probe_all: false,
             own_image: false,
+            probed: None,
         }
     }
 }
@@ -187,6 +233,9 @@ impl RdmaOptions {
 /// Gathers the RDMA facts; the second value says whether a library call hung.
 pub fn gather(host: &Host, options: &RdmaOptions) -> (RdmaFacts, bool) {
     let devices = sysfs::devices(host);
+    if let Some(probed) = &options.probed {
+        return (assemble(host, options, devices, probed.libraries()), false);
+    }
     let plan = plan(
         devices.value().map_or(&[][..], Vec::as_slice),
         options.probe_all,

@@ -189,9 +189,81 @@ mod tests {
                 .unwrap()
                 .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo'")
         );
+        // ^docker0,lo still leaves veth12ab, whose only address is link-local: NCCL's
+        // socket transport would use it too. Harmless on one node.
         assert_eq!(
-            lint(&[("NCCL_SOCKET_IFNAME", "^docker0,lo")]).status,
+            lint(&[("NCCL_SOCKET_IFNAME", "^docker0,lo"), ("PET_NNODES", "1")]).status,
             Status::Pass
+        );
+    }
+
+    #[test]
+    fn a_link_local_interface_left_by_the_filter_warns_or_fails_by_job_size() {
+        let value = ("NCCL_SOCKET_IFNAME", "^docker0,lo");
+        let f = lint(&[value]);
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(
+            f.summary.contains("veth12ab (169.254.1.1)"),
+            "{}",
+            f.summary
+        );
+        assert!(
+            f.remediation
+                .as_deref()
+                .unwrap()
+                .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo,veth12ab'"),
+            "{f:?}"
+        );
+        let f = lint(&[value, ("PET_NNODES", "4")]);
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(f.summary.contains("several nodes"), "{}", f.summary);
+        // An exact name that avoids it passes.
+        assert_eq!(
+            lint(&[("NCCL_SOCKET_IFNAME", "=eth0"), ("PET_NNODES", "4")]).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn a_link_local_interface_past_nccls_sixteenth_carries_nothing() {
+        // NCCL's socket transport keeps 16 interfaces (MAX_IFS): a link-local 17th
+        // is never used.
+        let mut f = healthy();
+        let mut interfaces = vec![iface("lo", None)];
+        let mut addresses = vec![v4("lo", "127.0.0.1")];
+        for i in 0..16 {
+            interfaces.push(iface(&format!("eth{i}"), None));
+            addresses.push(v4(&format!("eth{i}"), &format!("10.0.{i}.5")));
+        }
+        interfaces.push(iface("pod-id-link0", None));
+        addresses.push(v4("pod-id-link0", "169.254.170.23"));
+        f.network.interfaces = Observed::Value(interfaces.clone());
+        f.network.addresses = Observed::Value(addresses.clone());
+        let judged = |f: &Facts| {
+            judge(
+                &with_env(
+                    f.clone(),
+                    &[("NCCL_SOCKET_IFNAME", "^lo"), ("PET_NNODES", "2")],
+                ),
+                &Policy::default(),
+            )
+        };
+        assert!(
+            !judged(&f).summary.contains("link-local"),
+            "{:?}",
+            judged(&f)
+        );
+        // Moved to 16th place, it is used.
+        interfaces.swap(16, 17);
+        addresses.swap(16, 17);
+        f.network.interfaces = Observed::Value(interfaces);
+        f.network.addresses = Observed::Value(addresses);
+        let j = judged(&f);
+        assert_eq!(j.status, Status::Fail, "{j:?}");
+        assert!(
+            j.summary.contains("pod-id-link0 (169.254.170.23)"),
+            "{}",
+            j.summary
         );
     }
 

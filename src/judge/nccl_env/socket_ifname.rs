@@ -4,7 +4,8 @@
 //! matching interface (bootstrap.cc asks for 1), but the socket NET transport
 //! (src/transport/net_socket.cc) asks for up to MAX_IFS = 16 and drives every
 //! match as a separate NIC. A prefix that matches a bridge or a second network
-//! therefore puts NCCL's traffic on it too.
+//! therefore puts NCCL's traffic on it too, and one that cannot reach other nodes
+//! (an IPv4 link-local address) breaks the job even when bootstrap is fine.
 
 use super::{Problem, Status};
 use crate::facts::{EnvValue, Facts, Observed};
@@ -142,6 +143,9 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
             remediation: suggestion(facts),
         });
     }
+    lints.extend(lint_link_local(
+        &shown, &filter, &selected, addresses, family, &evidence, facts,
+    ));
     if !filter.exclude && !filter.exact && selected.len() > 1 {
         // The exact value keeps the interface the tuner would pick when it is
         // among the matches, else the one bootstrap already uses.
@@ -161,6 +165,80 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         });
     }
     lints
+}
+
+/// Interfaces of the socket transport's (the first [`socket_ifname::MAX_IFS`] that
+/// the filter leaves) whose address is IPv4 link-local. NCCL drives each as a NIC
+/// and spreads connections over all of them, so one that other nodes cannot reach
+/// stalls the job ("connect refused" or a hang across nodes, as EKS Pod Identity's
+/// pod-id-link0 did: aws-samples/aws-do-eks PR 54). Fails on a multi-node job, warns
+/// when the launcher does not say, and is harmless on one node.
+fn lint_link_local(
+    shown: &str,
+    filter: &IfnameFilter,
+    selected: &[String],
+    addresses: &[crate::facts::IfAddress],
+    family: Option<crate::facts::Family>,
+    evidence: &[String],
+    facts: &Facts,
+) -> Option<Problem> {
+    let used = socket_ifname::socket_transport(selected);
+    let link_local: Vec<(&str, &str)> = used
+        .iter()
+        .filter_map(|name| {
+            let address = socket_ifname::used_address(name, addresses, family)?;
+            socket_ifname::is_ipv4_link_local(address)
+                .then_some((name.as_str(), address.address.as_str()))
+        })
+        .collect();
+    if link_local.is_empty() {
+        return None;
+    }
+    let multi_node = layout::is_multi_node(&facts.launcher);
+    let status = match layout::nodes(&facts.launcher) {
+        Some(1) => return None,
+        _ if multi_node => Status::Fail,
+        _ => Status::Warn,
+    };
+    let listed = link_local
+        .iter()
+        .map(|(n, a)| format!("{n} ({a})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let names: Vec<&str> = link_local.iter().map(|(n, _)| *n).collect();
+    let reach = if multi_node {
+        "the job spans several nodes, and ranks on other nodes cannot reach a link-local address"
+    } else {
+        "ranks on other nodes could not reach a link-local address (the launcher does not say how many nodes the job spans)"
+    };
+    let mut evidence = evidence.to_vec();
+    if selected.len() > used.len() {
+        evidence.push(format!(
+            "NCCL's socket transport keeps the first {} of the {} matches (MAX_IFS)",
+            used.len(),
+            selected.len()
+        ));
+    }
+    let remediation = if filter.exclude {
+        format!(
+            "NCCL_SOCKET_IFNAME='^{}{},{}' (exclude {} too), or {}",
+            if filter.exact { "=" } else { "" },
+            filter.names.join(","),
+            names.join(","),
+            names.join(", "),
+            suggestion(facts)
+        )
+    } else {
+        suggestion(facts)
+    };
+    Some(Problem {
+        status,
+        summary: format!(
+            "{shown} leaves NCCL's socket transport {listed}, whose only address NCCL uses is IPv4 link-local: {reach}"
+        ),
+        evidence,
+        remediation,
+    })
 }
 
 /// The first interface the filter names exactly or by prefix that looks like

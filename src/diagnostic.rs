@@ -1,0 +1,19 @@
+//! Lines for standard error that cannot break the command writing them.
+//!
+//! `eprintln!` panics when the write fails with anything but EBADF (std treats a
+//! closed descriptor 2 as a sink): a pod whose log collector went away leaves
+//! stderr a pipe with no reader, and Rust ignores SIGPIPE, so the write returns
+//! EPIPE and the panic turns a verdict into "internal error", exit 2. A diagnostic
+//! is worth less than the exit code the command was about to return: a line that
+//! cannot be written is dropped.
+
+use std::io::Write;
+
+/// Writes `args` and a newline to standard error, whole or not at all as far as
+/// one `write` allows; any error (EPIPE, EIO, ENOSPC on a redirected file) is dropped.
+pub fn line(args: std::fmt::Arguments<'_>) {
+    let mut text = args.to_string();
+    text.push('\n');
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
