@@ -69,6 +69,14 @@ pub(crate) fn gather_facts(
             trace: args.trace,
             cuda: args.cuda == Switch::On,
             unjudged: args.unjudged,
+            cudart: if args.image == crate::cli::ImageArg::Own {
+                Err(crate::facts::ImageRole::OWN_REASON.to_string())
+            } else {
+                Ok(gather::gpu::cudart::locations(
+                    args.cudart_lib.as_deref(),
+                    env,
+                ))
+            },
         },
         rdma: RdmaOptions {
             verbs_library: args.verbs_lib.clone(),
@@ -294,6 +302,7 @@ mod host_tree_fuzz {
                 trace: false,
                 cuda: false,
                 unjudged: true,
+                cudart: Ok(vec![]),
             },
             rdma: RdmaOptions {
                 verbs_library: "absent/libibverbs.so.1".into(),

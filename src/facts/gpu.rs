@@ -56,6 +56,66 @@ pub struct GpuFacts {
     pub pci_nvswitches: Observed<Vec<String>>,
     /// The per-call deadline applied to NVML and CUDA, in milliseconds.
     pub call_timeout_ms: u64,
+    /// The CUDA runtime (libcudart) the image holds, to compare with the driver's CUDA
+    /// version; read back as "not in these saved facts" from facts that lack it.
+    #[serde(default = "cuda_runtime_not_saved")]
+    pub cuda_runtime: CudaRuntimeFacts,
+}
+
+/// The CUDA runtimes (libcudart) this image holds, found where a trainer's loader or
+/// PyTorch finds them, and the forward-compatibility libcuda (cuda-compat) if installed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaRuntimeFacts {
+    /// Every libcudart found, in search order; empty when the image has none.
+    pub libraries: Vec<CudaRuntime>,
+    /// Every location tried, with dlopen's answer for those that failed.
+    pub attempts: Vec<String>,
+    /// Files of NVIDIA's forward-compatibility package (`libcuda.so.570.124.06` in
+    /// /usr/local/cuda/compat), sorted; empty when it is not installed.
+    pub compat_libcuda: Vec<String>,
+    /// Why the image was not searched (nccl-preflight's own image, saved facts without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// Where NVIDIA's forward-compatibility package (cuda-compat) puts its libcuda
+/// (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html).
+pub const CUDA_COMPAT_DIR: &str = "/usr/local/cuda/compat";
+
+/// One libcudart found in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaRuntime {
+    /// Where it was found: `LD_LIBRARY_PATH / ld.so.cache` (dlopen by soname, as a program
+    /// linked against it loads it), `python wheel` (nvidia-cuda-runtime under
+    /// site-packages, where PyTorch's libraries find it), or `--cudart-lib`.
+    pub found_by: String,
+    /// The file that loaded (dladdr), or the name tried.
+    pub path: String,
+    /// The CUDA version it implements, as CUDA encodes it (12080 = 12.8):
+    /// cudaRuntimeGetVersion, or the file name's version when the library does not load.
+    pub version: Observed<i32>,
+}
+
+impl CudaRuntimeFacts {
+    /// Nothing looked for, and why.
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        CudaRuntimeFacts {
+            libraries: Vec::new(),
+            attempts: Vec::new(),
+            compat_libcuda: Vec::new(),
+            skipped: Some(reason.into()),
+        }
+    }
+}
+
+fn cuda_runtime_not_saved() -> CudaRuntimeFacts {
+    CudaRuntimeFacts::skipped("not in these saved facts")
+}
+
+/// A CUDA version code as `major.minor` (12080 -> `12.8`), as CUDA encodes it
+/// (1000 * major + 10 * minor).
+pub fn cuda_version_text(code: i32) -> String {
+    format!("{}.{}", code / 1000, (code % 1000) / 10)
 }
 
 /// NVML's view: the GPUs this process may use and how each pair is linked.

@@ -4,6 +4,7 @@
 //! ids never change once released), a title, and a judging function. The runner,
 //! not the checks, applies `--ignore`.
 
+mod cuda_runtime;
 mod dev_shm;
 mod gdr;
 mod gpu_devices;
@@ -67,6 +68,10 @@ pub const CHECKS: &[Check] = &[
     Check {
         id: ids::GPU_HEALTH,
         judge: gpu_health::judge,
+    },
+    Check {
+        id: ids::CUDA_RUNTIME,
+        judge: cuda_runtime::judge,
     },
     Check {
         id: ids::POD_PLACEMENT,

@@ -143,6 +143,25 @@ fn remove_interface(f: &mut Value, name: &str) {
 fn agreed() -> Vec<Scenario> {
     vec![
         Scenario {
+            edit: |f| {
+                // Driver 418 reports CUDA 10.1 (10010) to both libcuda and NVML; the
+                // image's libcudart is 10.2. Before CUDA 11 there is no minor-version
+                // compatibility: cudaErrorInsufficientDriver on the first call.
+                cuda(f)["driver_version"]["value"] = 10010.into();
+                nvml(f)["cuda_driver_version"]["value"] = 10010.into();
+                f["gpus"]["cuda_runtime"]["libraries"][0]["version"]["value"] = 10020.into();
+            },
+            expect: &[("cuda-runtime", "fail")],
+            exit: 1,
+            remediation: Some(("cuda-runtime", "supports CUDA 10.2")),
+            ..row(
+                "driver-older-than-the-image-cuda",
+                "https://github.com/NVIDIA/hpc-container-maker/issues/239",
+                "driver 418 (CUDA 10.1) under an image built for CUDA 10.2: \"CUDA driver version is insufficient for CUDA runtime version\"",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
             env: &[],
             edit: |f| keep_device_nodes(f, 0),
             flags: &["--nodes", "2"],
@@ -848,16 +867,6 @@ fn not_gathered() -> Vec<NotGathered> {
             fixture: "gpu-pcie-switch-pair",
             object: "/gpus/pci_gpus/value/0",
             absent_key: "acs",
-        },
-        NotGathered {
-            id: "driver-older-than-the-image-cuda",
-            source: "https://github.com/NVIDIA/hpc-container-maker/issues/239",
-            situation: "driver 418 (CUDA 10.1) under an image built for CUDA 10.2: \"CUDA driver version is insufficient for CUDA runtime version\"",
-            expert: "gpu-devices fail, naming the driver's CUDA version and the image's",
-            missing: "the CUDA version the image's NCCL or CUDA runtime was built for (libcudart's version, or the +cudaX.Y in NCCL's version string), to compare with cuDriverGetVersion",
-            fixture: "rdma-ib-ndr",
-            object: "/rdma/nccl/library/state/loaded",
-            absent_key: "cuda",
         },
     ]
 }

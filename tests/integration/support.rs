@@ -103,6 +103,11 @@ pub fn fake_libs() -> &'static Path {
         );
         cc("fake_fabric.c", dir.join("fabric/libfabric.so.1"), &[]);
         cc(
+            "fake_cudart.c",
+            dir.join("cudart/libcudart.so.12"),
+            &["-Wl,-soname,libcudart.so.12"],
+        );
+        cc(
             "fake_nccl.c",
             dir.join("nccl-lib/libnccl.so.2"),
             &["-DFAKE_LIBNCCL"],
@@ -192,6 +197,20 @@ pub fn fixture_command(
         }
         None => {
             cmd.env("NCCL_PREFLIGHT_FABRIC_LIB", "absent/libfabric.so.1");
+        }
+    }
+    // cuda.runtime: "version N" puts a fake libcudart.so.12 answering N on the path;
+    // without one, no CUDA runtime is looked for but an absent one.
+    let runtime = scenario("cuda.runtime")
+        .map(|s| std::fs::read_to_string(s).unwrap())
+        .unwrap_or_default();
+    match runtime.lines().find_map(|l| l.strip_prefix("version ")) {
+        Some(v) => {
+            path.push(libs.join("cudart"));
+            cmd.env("FAKE_CUDART_VERSION", v.trim());
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_CUDART_LIB", "absent/libcudart.so.12");
         }
     }
     // nccl.scenario: "version N" puts a fake libnccl.so.2 answering N on the path;

@@ -3,6 +3,7 @@
 //! plus the GPUs sysfs lists.
 
 pub mod cuda;
+pub mod cudart;
 pub mod nvml;
 pub mod pci;
 
@@ -27,6 +28,9 @@ pub struct GpuOptions {
     /// 37 ms for 2 GPUs) and the NUMA affinity doctor prints (~8 ms a GPU). `doctor`,
     /// `facts` and `serve` read them; the gates and `bench` leave them out.
     pub unjudged: bool,
+    /// Where to look for the image's CUDA runtime (`cudart::locations`), or why not
+    /// (nccl-preflight's own image holds no trainer's runtime).
+    pub cudart: Result<Vec<cudart::Candidate>, String>,
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -140,6 +144,25 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             &mut hung,
         ),
     };
+    let cuda_runtime = match &options.cudart {
+        Err(reason) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
+        Ok(candidates) => {
+            let candidates = candidates.clone();
+            match deadline::run("cudart", timeout, trace, move |w| {
+                cudart::gather(w, &candidates)
+            }) {
+                Ok(facts) => facts,
+                Err(h) => {
+                    hung |= !h.not_started;
+                    let mut facts = crate::facts::gpu::CudaRuntimeFacts::skipped(
+                        "the CUDA runtime probe did not finish",
+                    );
+                    facts.attempts.push(hung_fact(&h).to_string());
+                    facts
+                }
+            }
+        }
+    };
     let facts = GpuFacts {
         nvml: Library {
             library: options.nvml_library.clone(),
@@ -152,6 +175,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         pci_gpus: pci::gather(host),
         pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        cuda_runtime,
     };
     (facts, HungCall(hung))
 }

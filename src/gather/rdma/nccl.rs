@@ -10,7 +10,7 @@ use crate::facts::gpu::{Library as LibraryFact, LibraryState};
 use crate::facts::rdma::{LoadAttempt, NcclFacts, NcclLibrary, NetPlugin};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, is_missing};
+use crate::gather::dl::{Library, is_missing, path_of};
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use crate::platform::OFI_NCCL_DIRS;
@@ -33,22 +33,6 @@ pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
         }
     }
     Some(names)
-}
-
-/// The file a symbol was loaded from (dladdr).
-fn path_of(symbol: *const c_void) -> Option<String> {
-    // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: symbol is an address in a loaded library; info is a valid out-pointer.
-    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    Some(
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
 /// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
