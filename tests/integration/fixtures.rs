@@ -544,6 +544,18 @@ fn rdma_scenarios_through_the_fake_vendor_libraries() {
             &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
         ),
         ("rdma-no-gdr", 1, &[("gdr", "fail")]),
+        // aws-ofi-nccl 1.4 exports ncclNetPlugin_v4 only; NCCL 2.23 looks for v8 to v5.
+        (
+            "rdma-plugin-api-too-old",
+            1,
+            &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
+        ),
+        // aws-ofi-nccl 1.14 refuses the efa provider of libfabric 1.21.
+        (
+            "rdma-libfabric-too-old",
+            1,
+            &[("libfabric", "fail"), ("nccl-net-plugin", "pass")],
+        ),
         (
             "rdma-roce-multus",
             0,

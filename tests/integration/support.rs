@@ -124,6 +124,15 @@ pub fn fake_libs() -> &'static Path {
             dir.join("nccl-plugin/libnccl-net.so"),
             &["-DFAKE_NET_PLUGIN"],
         );
+        cc(
+            "fake_nccl.c",
+            dir.join("nccl-plugin-v4/libnccl-net.so"),
+            &[
+                "-DFAKE_NET_PLUGIN",
+                "-DFAKE_NET_V4_ONLY",
+                "-DFAKE_OFI_VERSION=\"1.4.0-aws\"",
+            ],
+        );
         // A plugin that exists but needs a libfabric that is not there, as when
         // aws-ofi-nccl is installed without /opt/amazon/efa/lib on the path.
         let stub = dir.join("stub");
@@ -214,7 +223,8 @@ pub fn fixture_command(
         }
     }
     // nccl.scenario: "version N" puts a fake libnccl.so.2 answering N on the path;
-    // "plugin ok|broken|none" a working, a broken or no libnccl-net.so.
+    // "plugin ok|broken|v4-only|none" a working, a broken, an aws-ofi-nccl 1.4-like
+    // (ncclNetPlugin_v4 only) or no libnccl-net.so.
     let nccl = scenario("nccl.scenario")
         .map(|s| std::fs::read_to_string(s).unwrap())
         .unwrap_or_default();
@@ -235,6 +245,7 @@ pub fn fixture_command(
     match word("plugin ").as_deref() {
         Some("ok") => path.push(libs.join("nccl-plugin")),
         Some("broken") => path.push(libs.join("nccl-plugin-broken")),
+        Some("v4-only") => path.push(libs.join("nccl-plugin-v4")),
         _ => {}
     }
     if !path.is_empty() {
