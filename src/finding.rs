@@ -176,6 +176,7 @@ pub mod ids {
     pub const NVLINK: &str = "nvlink";
     pub const GPU_HEALTH: &str = "gpu-health";
     pub const CUDA_RUNTIME: &str = "cuda-runtime";
+    pub const MNNVL: &str = "mnnvl";
     pub const POD_PLACEMENT: &str = "pod-placement";
     pub const RDMA_DEVICES: &str = "rdma-devices";
     pub const RDMA_MEMREG: &str = "rdma-memreg";
@@ -228,6 +229,11 @@ pub const REGISTRY: &[CheckInfo] = &[
     CheckInfo {
         id: ids::GPU_HEALTH,
         title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
+        source: Source::Node,
+    },
+    CheckInfo {
+        id: ids::MNNVL,
+        title: "multi-node NVLink (GB200 NVL72): fabric state, cluster and clique per GPU, an IMEX channel in the container",
         source: Source::Node,
     },
     CheckInfo {

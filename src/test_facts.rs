@@ -147,6 +147,7 @@ pub fn h200x2_gpus() -> gpu::GpuFacts {
         ),
         pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
+        imex_channels: Observed::Value(None),
         // PyTorch 2.11's wheel: CUDA 12.8 under a CUDA 13.0 driver.
         cuda_runtime: CudaRuntimeFacts {
             libraries: vec![CudaRuntime {
@@ -181,6 +182,7 @@ pub fn no_gpus() -> gpu::GpuFacts {
         pci_gpus: Observed::Value(vec![]),
         pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
+        imex_channels: Observed::Value(None),
         cuda_runtime: CudaRuntimeFacts {
             libraries: Vec::new(),
             attempts: Vec::new(),

@@ -56,6 +56,11 @@ pub struct GpuFacts {
     pub pci_nvswitches: Observed<Vec<String>>,
     /// The per-call deadline applied to NVML and CUDA, in milliseconds.
     pub call_timeout_ms: u64,
+    /// IMEX channel device nodes in this container (/dev/nvidia-caps-imex-channels, e.g.
+    /// `channel0`), sorted: what cross-node NVLink memory sharing needs on MNNVL systems.
+    /// `None` when the directory does not exist; read back as `None` from older facts.
+    #[serde(default = "no_imex_dir")]
+    pub imex_channels: Observed<Option<Vec<String>>>,
     /// The CUDA runtime (libcudart) the image holds, to compare with the driver's CUDA
     /// version; read back as "not in these saved facts" from facts that lack it.
     #[serde(default = "cuda_runtime_not_saved")]
@@ -106,6 +111,10 @@ impl CudaRuntimeFacts {
             skipped: Some(reason.into()),
         }
     }
+}
+
+fn no_imex_dir() -> Observed<Option<Vec<String>>> {
+    Observed::Value(None)
 }
 
 fn cuda_runtime_not_saved() -> CudaRuntimeFacts {
@@ -160,6 +169,11 @@ pub struct NvmlGpu {
     /// `completed`, `in_progress`, `not_started` (the fabric manager has not taken
     /// the GPU in), `not_supported`, or `completed with error N`.
     pub fabric_state: Observed<String>,
+    /// The multi-node NVLink domain the fabric placed the GPU in (nvmlDeviceGetGpuFabricInfo:
+    /// GB200 NVL72 and other MNNVL systems): `None` where the call failed or the GPU has no
+    /// fabric (state not_supported), and in facts from older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_clique: Option<FabricClique>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
     /// How each value NVML can give as a field was read, by fact name (`nvlink_state`,
@@ -172,6 +186,24 @@ pub struct NvmlGpu {
     /// Memory health (absent in facts from older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<GpuHealth>,
+}
+
+/// Where the NVLink fabric placed a GPU. NCCL groups ranks into one MNNVL clique by equal
+/// cluster UUID and clique id, and a zero cluster UUID means "no MNNVL fabric"
+/// (NVIDIA/nccl v2.28.9-1 src/mnnvl.cc ncclMnnvlCheck).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricClique {
+    /// The NVLink cluster's UUID, `8-4-4-4-12` hex; all zeros when the GPU is in none.
+    pub cluster_uuid: String,
+    pub clique_id: u32,
+}
+
+impl FabricClique {
+    pub fn has_cluster(&self) -> bool {
+        self.cluster_uuid
+            .chars()
+            .any(|c| c.is_ascii_hexdigit() && c != '0')
+    }
 }
 
 /// How an NVML value was read (see `NvmlGpu::read_paths`).

@@ -216,6 +216,14 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
             &[("nvlink", "fail"), ("gpu-p2p", "pass")],
         ),
         ("gpu-p2p-read-only", 0, &[("gpu-p2p", "warn")]),
+        // GB200 NVL72 tray: one NVLink cluster and clique, IMEX channel0 in the pod.
+        (
+            "gpu-gb200-nvl72",
+            0,
+            &[("mnnvl", "pass"), ("gpu-devices", "pass")],
+        ),
+        // No IMEX channel, one GPU's fabric in progress, one in another cluster.
+        ("gpu-gb200-nvl72-broken", 1, &[("mnnvl", "fail")]),
         // A CUDA 13.0 PyTorch wheel on a CUDA 12.4 driver: the first CUDA call fails.
         (
             "gpu-cuda-runtime-too-new",

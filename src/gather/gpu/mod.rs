@@ -13,6 +13,11 @@ use crate::gather::deadline::{self, Hung};
 use crate::gather::host::Host;
 use std::time::Duration;
 
+/// Where IMEX channel device nodes live: the NVIDIA driver creates them (nvidia-caps-imex-channels
+/// in /proc/devices), and a container gets the ones its runtime or the DRA driver's ComputeDomain
+/// passes in (NVIDIA IMEX guide, "IMEX channels").
+pub const IMEX_CHANNELS: &str = "/dev/nvidia-caps-imex-channels";
+
 /// Where to load the vendor libraries from, and the per-call deadline.
 #[derive(Debug, Clone)]
 pub struct GpuOptions {
@@ -175,6 +180,17 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         pci_gpus: pci::gather(host),
         pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        imex_channels: host
+            .list_dir(IMEX_CHANNELS)
+            .map(|dir| {
+                dir.map(|names| {
+                    names
+                        .into_iter()
+                        .filter(|n| n.starts_with("channel"))
+                        .collect()
+                })
+            })
+            .into(),
         cuda_runtime,
     };
     (facts, HungCall(hung))
