@@ -287,6 +287,11 @@ pub struct GatherArgs {
     /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
     #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH")]
     pub nccl_lib: Option<String>,
+    /// The CUDA runtime to date against the driver [default: libcudart.so.13/.12/.11.0
+    /// through the loader, then the nvidia-cuda-runtime wheel under PYTHONPATH, the
+    /// virtualenv or conda environment, and the system's Python].
+    #[arg(long, env = "NCCL_PREFLIGHT_CUDART_LIB", value_name = "PATH")]
+    pub cudart_lib: Option<String>,
     /// Memory registered with ibv_reg_mr on each RDMA device to prove memlock and pinning
     /// (default 128MiB: above containerd's 8 MiB and Docker's 64 MiB memlock defaults).
     #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",

@@ -175,6 +175,8 @@ pub mod ids {
     pub const GPU_P2P: &str = "gpu-p2p";
     pub const NVLINK: &str = "nvlink";
     pub const GPU_HEALTH: &str = "gpu-health";
+    pub const CUDA_RUNTIME: &str = "cuda-runtime";
+    pub const MNNVL: &str = "mnnvl";
     pub const POD_PLACEMENT: &str = "pod-placement";
     pub const RDMA_DEVICES: &str = "rdma-devices";
     pub const RDMA_MEMREG: &str = "rdma-memreg";
@@ -231,6 +233,16 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::GPU_HEALTH,
         title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
         source: Source::Node,
+    },
+    CheckInfo {
+        id: ids::MNNVL,
+        title: "multi-node NVLink (GB200 NVL72): fabric state, cluster and clique per GPU, an IMEX channel in the container",
+        source: Source::Node,
+    },
+    CheckInfo {
+        id: ids::CUDA_RUNTIME,
+        title: "the image's CUDA runtime (libcudart) against the driver's CUDA version (minor-version and forward compatibility)",
+        source: Source::Image,
     },
     CheckInfo {
         id: ids::POD_PLACEMENT,

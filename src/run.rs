@@ -80,6 +80,14 @@ fn gather_facts_reusing(
             trace: args.trace,
             cuda: args.cuda == Switch::On,
             unjudged: args.unjudged,
+            cudart: if args.image == crate::cli::ImageArg::Own {
+                Err(crate::facts::ImageRole::OWN_REASON.to_string())
+            } else {
+                Ok(gather::gpu::cudart::locations(
+                    args.cudart_lib.as_deref(),
+                    env,
+                ))
+            },
         },
         rdma: RdmaOptions {
             verbs_library: args.verbs_lib.clone(),
@@ -337,6 +345,7 @@ mod host_tree_fuzz {
                 trace: false,
                 cuda: false,
                 unjudged: true,
+                cudart: Ok(vec![]),
             },
             rdma: RdmaOptions {
                 verbs_library: "absent/libibverbs.so.1".into(),

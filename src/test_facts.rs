@@ -150,6 +150,18 @@ pub fn h200x2_gpus() -> gpu::GpuFacts {
         ),
         pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
+        imex_channels: Observed::Value(None),
+        // PyTorch 2.11's wheel: CUDA 12.8 under a CUDA 13.0 driver.
+        cuda_runtime: CudaRuntimeFacts {
+            libraries: vec![CudaRuntime {
+                found_by: "python wheel".into(),
+                path: "/usr/local/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12".into(),
+                version: Observed::Value(12080),
+            }],
+            attempts: Vec::new(),
+            compat_libcuda: Vec::new(),
+            skipped: None,
+        },
     }
 }
 
@@ -173,6 +185,13 @@ pub fn no_gpus() -> gpu::GpuFacts {
         pci_gpus: Observed::Value(vec![]),
         pci_nvswitches: Observed::Value(vec![]),
         call_timeout_ms: 10_000,
+        imex_channels: Observed::Value(None),
+        cuda_runtime: CudaRuntimeFacts {
+            libraries: Vec::new(),
+            attempts: Vec::new(),
+            compat_libcuda: Vec::new(),
+            skipped: None,
+        },
     }
 }
 

@@ -56,6 +56,75 @@ pub struct GpuFacts {
     pub pci_nvswitches: Observed<Vec<String>>,
     /// The per-call deadline applied to NVML and CUDA, in milliseconds.
     pub call_timeout_ms: u64,
+    /// IMEX channel device nodes in this container (/dev/nvidia-caps-imex-channels, e.g.
+    /// `channel0`), sorted: what cross-node NVLink memory sharing needs on MNNVL systems.
+    /// `None` when the directory does not exist; read back as `None` from older facts.
+    #[serde(default = "no_imex_dir")]
+    pub imex_channels: Observed<Option<Vec<String>>>,
+    /// The CUDA runtime (libcudart) the image holds, to compare with the driver's CUDA
+    /// version; read back as "not in these saved facts" from facts that lack it.
+    #[serde(default = "cuda_runtime_not_saved")]
+    pub cuda_runtime: CudaRuntimeFacts,
+}
+
+/// The CUDA runtimes (libcudart) this image holds, found where a trainer's loader or
+/// PyTorch finds them, and the forward-compatibility libcuda (cuda-compat) if installed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaRuntimeFacts {
+    /// Every libcudart found, in search order; empty when the image has none.
+    pub libraries: Vec<CudaRuntime>,
+    /// Every location tried, with dlopen's answer for those that failed.
+    pub attempts: Vec<String>,
+    /// Files of NVIDIA's forward-compatibility package (`libcuda.so.570.124.06` in
+    /// /usr/local/cuda/compat), sorted; empty when it is not installed.
+    pub compat_libcuda: Vec<String>,
+    /// Why the image was not searched (nccl-preflight's own image, saved facts without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// Where NVIDIA's forward-compatibility package (cuda-compat) puts its libcuda
+/// (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html).
+pub const CUDA_COMPAT_DIR: &str = "/usr/local/cuda/compat";
+
+/// One libcudart found in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaRuntime {
+    /// Where it was found: `LD_LIBRARY_PATH / ld.so.cache` (dlopen by soname, as a program
+    /// linked against it loads it), `python wheel` (nvidia-cuda-runtime under
+    /// site-packages, where PyTorch's libraries find it), or `--cudart-lib`.
+    pub found_by: String,
+    /// The file that loaded (dladdr), or the name tried.
+    pub path: String,
+    /// The CUDA version it implements, as CUDA encodes it (12080 = 12.8):
+    /// cudaRuntimeGetVersion, or the file name's version when the library does not load.
+    pub version: Observed<i32>,
+}
+
+impl CudaRuntimeFacts {
+    /// Nothing looked for, and why.
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        CudaRuntimeFacts {
+            libraries: Vec::new(),
+            attempts: Vec::new(),
+            compat_libcuda: Vec::new(),
+            skipped: Some(reason.into()),
+        }
+    }
+}
+
+fn no_imex_dir() -> Observed<Option<Vec<String>>> {
+    Observed::Value(None)
+}
+
+fn cuda_runtime_not_saved() -> CudaRuntimeFacts {
+    CudaRuntimeFacts::skipped("not in these saved facts")
+}
+
+/// A CUDA version code as `major.minor` (12080 -> `12.8`), as CUDA encodes it
+/// (1000 * major + 10 * minor).
+pub fn cuda_version_text(code: i32) -> String {
+    format!("{}.{}", code / 1000, (code % 1000) / 10)
 }
 
 /// NVML's view: the GPUs this process may use and how each pair is linked.
@@ -100,6 +169,11 @@ pub struct NvmlGpu {
     /// `completed`, `in_progress`, `not_started` (the fabric manager has not taken
     /// the GPU in), `not_supported`, or `completed with error N`.
     pub fabric_state: Observed<String>,
+    /// The multi-node NVLink domain the fabric placed the GPU in (nvmlDeviceGetGpuFabricInfo:
+    /// GB200 NVL72 and other MNNVL systems): `None` where the call failed or the GPU has no
+    /// fabric (state not_supported), and in facts from older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_clique: Option<FabricClique>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
     /// How each value NVML can give as a field was read, by fact name (`nvlink_state`,
@@ -112,6 +186,24 @@ pub struct NvmlGpu {
     /// Memory health (absent in facts from older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<GpuHealth>,
+}
+
+/// Where the NVLink fabric placed a GPU. NCCL groups ranks into one MNNVL clique by equal
+/// cluster UUID and clique id, and a zero cluster UUID means "no MNNVL fabric"
+/// (NVIDIA/nccl v2.28.9-1 src/mnnvl.cc ncclMnnvlCheck).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricClique {
+    /// The NVLink cluster's UUID, `8-4-4-4-12` hex; all zeros when the GPU is in none.
+    pub cluster_uuid: String,
+    pub clique_id: u32,
+}
+
+impl FabricClique {
+    pub fn has_cluster(&self) -> bool {
+        self.cluster_uuid
+            .chars()
+            .any(|c| c.is_ascii_hexdigit() && c != '0')
+    }
 }
 
 /// How an NVML value was read (see `NvmlGpu::read_paths`).

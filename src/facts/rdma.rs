@@ -268,6 +268,14 @@ pub struct NetPlugin {
     pub path: Option<String>,
     /// The newest ncclNetPlugin_vN symbol it exports (`v9`).
     pub api: Option<String>,
+    /// Every N of the ncclNetPlugin_vN symbols it exports (v2 to v16), oldest first; empty in
+    /// facts from older versions, which recorded only `api`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apis: Vec<u32>,
+    /// aws-ofi-nccl's own version (`1.13.2-aws`), from the `aws-ofi-nccl <version>` string
+    /// its init log line is built from; `None` for other plugins or when not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ofi_nccl_version: Option<String>,
     /// The name the plugin gives itself (the struct's first field: `Libfabric`, `AWS Libfabric`, `IB`).
     pub name: Option<String>,
 }

@@ -49,6 +49,22 @@ pub fn is_missing(name: &str, message: &str) -> bool {
     message.starts_with(&format!("{name}:")) && message.contains("No such file or directory")
 }
 
+/// The file an address (a symbol) was loaded from (dladdr).
+pub(crate) fn path_of(symbol: *const c_void) -> Option<String> {
+    // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: symbol is an address in a loaded library; info is a valid out-pointer.
+    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
 /// Why a watched dlopen gave no library.
 pub enum LoadError {
     /// The library itself is not installed (dlopen's message).

@@ -48,6 +48,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 }
                 crate::facts::Observed::Error(e) => format!("fi_getinfo(efa, FI_EP_RDM): {e}"),
             });
+            if let Some(p) = too_old_for_the_plugin(facts, &f.version) {
+                problems.push(Problem {
+                    status: if needed { status } else { Status::Warn },
+                    ..p
+                });
+            }
             if needed && rdm.unwrap_or(0) == 0 {
                 problems.push(Problem::new(
                     status,
@@ -96,6 +102,30 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     }
 }
 
+/// aws-ofi-nccl refuses the efa provider below its minimum libfabric
+/// (`crate::nccl::net_plugin::ofi_nccl_min_libfabric`): NCCL then has no EFA transport.
+fn too_old_for_the_plugin(facts: &Facts, libfabric: &str) -> Option<Problem> {
+    use crate::nccl::net_plugin::{libfabric_version, ofi_nccl_min_libfabric};
+    let plugin = facts.rdma.nccl.net_plugin.value()?.as_ref()?;
+    let ofi = plugin.ofi_nccl_version.as_deref()?;
+    let (want_major, want_minor) = ofi_nccl_min_libfabric(ofi)?;
+    let have = libfabric_version(libfabric)?;
+    if have >= (want_major, want_minor) {
+        return None;
+    }
+    Some(Problem::new(
+        Status::Fail,
+        format!(
+            "aws-ofi-nccl {ofi} needs libfabric {want_major}.{want_minor} or newer for EFA, this is {libfabric}: \
+             the plugin refuses the efa provider (\"EFA provider requires at least libfabric version {want_major}.{want_minor}.0\") and NCCL falls back to TCP"
+        ),
+        format!(
+            "Use the libfabric the EFA installer of the same release ships (/opt/amazon/efa/lib, first on LD_LIBRARY_PATH), \
+             or an aws-ofi-nccl release that accepts libfabric {libfabric}.\n{INSTALL}"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +166,36 @@ mod tests {
             message: "none".into(),
         };
         assert_eq!(judge(&absent, &Policy::default()).status, Status::Skip);
+    }
+
+    #[test]
+    fn a_libfabric_older_than_aws_ofi_nccl_accepts_fails() {
+        let mut f = efa();
+        f.rdma.libfabric.state = LibraryState::Loaded(FabricFacts {
+            version: "1.21".into(),
+            providers: vec!["efa".into()],
+            efa_rdm: Observed::Value(4),
+        });
+        f.rdma.nccl.net_plugin = Observed::Value(Some(crate::facts::rdma::NetPlugin {
+            library: "libnccl-net.so".into(),
+            path: Some("/opt/amazon/ofi-nccl/lib/libnccl-net.so".into()),
+            api: Some("v8".into()),
+            apis: vec![2, 3, 4, 5, 6, 7, 8],
+            name: Some("Libfabric".into()),
+            ofi_nccl_version: Some("1.13.2-aws".into()),
+        }));
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert!(
+            finding
+                .summary
+                .contains("aws-ofi-nccl 1.13.2-aws needs libfabric 1.22")
+        );
+        // The same libfabric suits aws-ofi-nccl 1.12 (1.18 and later).
+        if let Observed::Value(Some(p)) = &mut f.rdma.nccl.net_plugin {
+            p.ofi_nccl_version = Some("1.12.1-aws".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
     }
 
     #[test]

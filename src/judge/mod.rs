@@ -4,6 +4,7 @@
 //! ids never change once released), a title, and a judging function. The runner,
 //! not the checks, applies `--ignore`.
 
+mod cuda_runtime;
 mod dev_shm;
 mod gdr;
 mod gpu_devices;
@@ -12,6 +13,7 @@ mod gpu_p2p;
 mod host_ipc;
 mod libfabric;
 mod memlock;
+mod mnnvl;
 mod nccl_env;
 mod nccl_net_plugin;
 mod nvlink;
@@ -67,6 +69,14 @@ pub const CHECKS: &[Check] = &[
     Check {
         id: ids::GPU_HEALTH,
         judge: gpu_health::judge,
+    },
+    Check {
+        id: ids::MNNVL,
+        judge: mnnvl::judge,
+    },
+    Check {
+        id: ids::CUDA_RUNTIME,
+        judge: cuda_runtime::judge,
     },
     Check {
         id: ids::POD_PLACEMENT,
@@ -162,8 +172,9 @@ mod tests {
     fn healthy_node_passes_every_check() {
         let findings = judge(&test_facts::healthy(), &Policy::default());
         assert_eq!(findings.len(), CHECKS.len());
-        // The healthy node is a 2x H200 without RDMA: the RDMA checks have nothing to look at.
-        let rdma = ["rdma-devices", "rdma-memreg", "nccl-net-plugin", "gdr"];
+        // The healthy node is a 2x H200 without RDMA: the RDMA checks have nothing to look at,
+        // and an HGX node is in no multi-node NVLink cluster.
+        let rdma = ["rdma-devices", "rdma-memreg", "nccl-net-plugin", "gdr", "mnnvl"];
         for f in &findings {
             let want = if rdma.contains(&f.id.as_str()) {
                 Status::Skip

@@ -81,6 +81,17 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     format!("Add its directory to the search path: LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH", p.library.rsplit_once('/').map_or("", |(d, _)| d)),
                 ));
             }
+            if let Some(v) = &p.ofi_nccl_version {
+                evidence.push(format!("aws-ofi-nccl {v}"));
+            }
+            if let Some(problem) = api_mismatch(
+                facts,
+                p,
+                &mut evidence,
+                if needed { fail } else { Status::Warn },
+            ) {
+                problems.push(problem);
+            }
             format!(
                 "NCCL loads {} ({} {})",
                 p.path.as_deref().unwrap_or(&p.library),
@@ -123,6 +134,105 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     super::combine(ID, summary, evidence, problems)
 }
 
+/// "v4, v5" for the API versions `apis`.
+fn api_list(apis: &[u32]) -> String {
+    apis.iter()
+        .map(|v| format!("v{v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The NCCL releases (2.minor) that look for ncclNet API `api`.
+fn nccl_with(api: u32) -> Vec<u32> {
+    (12..=30)
+        .filter(|minor| {
+            crate::nccl::net_plugin::accepted_apis((2, *minor, 0))
+                .is_some_and(|(lo, hi)| lo <= api && api <= hi)
+        })
+        .collect()
+}
+
+/// The plugin's ncclNetPlugin_vN symbols against the versions this libnccl looks for: with
+/// none in common NCCL drops the plugin with an INFO line and uses its built-in transports
+/// (NVIDIA/nccl v2.28.9-1 src/plugin/net.cc, `crate::nccl::net_plugin::accepted_apis`).
+fn api_mismatch(
+    facts: &Facts,
+    p: &crate::facts::rdma::NetPlugin,
+    evidence: &mut Vec<String>,
+    status: Status,
+) -> Option<Problem> {
+    use crate::nccl::net_plugin::{accepted_apis, newer_than_known};
+    let version = crate::nccl::version(facts)?;
+    let (lo, hi) = accepted_apis(version)?;
+    let apis: Vec<u32> = if p.apis.is_empty() {
+        // Facts from older versions recorded only the newest symbol.
+        p.api
+            .as_deref()?
+            .strip_prefix('v')?
+            .parse()
+            .ok()
+            .into_iter()
+            .collect()
+    } else {
+        p.apis.clone()
+    };
+    let shown = crate::nccl::catalog::show(version);
+    let newer = newer_than_known(version);
+    let used = apis
+        .iter()
+        .rev()
+        .find(|a| (lo..=hi).contains(*a) || (newer && **a > hi));
+    evidence.push(format!(
+        "NCCL {shown} looks for ncclNetPlugin_v{hi} down to v{lo}{}; the plugin exports {}",
+        if newer { " (or newer)" } else { "" },
+        api_list(&apis)
+    ));
+    if let Some(v) = used {
+        evidence.push(format!("NCCL uses the plugin's ncclNet v{v}"));
+        return None;
+    }
+    let library = p.path.as_deref().unwrap_or(&p.library);
+    let fallback = if facts
+        .rdma
+        .devices
+        .value()
+        .is_some_and(|d| d.iter().any(|d| d.is_efa()))
+    {
+        "TCP sockets"
+    } else {
+        "its built-in IB or socket transport"
+    };
+    let oldest = apis.first().copied().unwrap_or(0);
+    let newest = apis.last().copied().unwrap_or(0);
+    let fix = if newest < lo {
+        format!(
+            "Install a plugin built for NCCL {shown}: one that exports ncclNetPlugin_v{lo} to v{hi} (aws-ofi-nccl 1.5.0 and later export v2 to v6, \
+             and each later release adds NCCL's newer versions), or use an NCCL release that still looks for v{newest}{}.",
+            match nccl_with(newest).as_slice() {
+                [first, .., last] => format!(" (2.{first} to 2.{last})"),
+                [only] => format!(" (2.{only})"),
+                [] => String::new(),
+            }
+        )
+    } else {
+        format!(
+            "The plugin was built for a newer NCCL than {shown}: upgrade libnccl in the image to {} or later, or install a plugin \
+             release that still exports ncclNetPlugin_v{hi} or older.",
+            nccl_with(oldest)
+                .first()
+                .map_or_else(|| "a newer release".to_string(), |m| format!("2.{m}"))
+        )
+    };
+    Some(Problem::new(
+        status,
+        format!(
+            "NCCL {shown} finds no ncclNet API it knows in {library} (it exports {}, NCCL looks for v{lo} to v{hi}): NCCL silently skips the plugin and uses {fallback}",
+            api_list(&apis)
+        ),
+        fix,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +248,9 @@ mod tests {
             library: library.into(),
             path: Some(library.into()),
             api: Some("v9".into()),
+            apis: vec![5, 6, 7, 8, 9],
             name: Some("Libfabric".into()),
+            ofi_nccl_version: Some("1.14.0".into()),
         }))
     }
 
@@ -167,5 +279,61 @@ mod tests {
         );
         let ib = with_ib(healthy());
         assert_eq!(judge(&ib, &Policy::default()).status, Status::Pass);
+    }
+
+    fn nccl(mut facts: Facts, version: &str) -> Facts {
+        facts.rdma.nccl.library.state = LibraryState::Loaded(crate::facts::rdma::NcclLibrary {
+            path: Some("/usr/lib/x86_64-linux-gnu/libnccl.so.2".into()),
+            version: Observed::Value(version.into()),
+        });
+        facts
+    }
+
+    #[test]
+    fn a_plugin_without_an_api_this_nccl_knows_is_skipped_by_nccl() {
+        // aws-ofi-nccl up to 1.4 exported one symbol, that of the NCCL headers it was built
+        // with: v4 for NCCL 2.9 to 2.11. NCCL 2.19 and later look for v5 and up.
+        let mut old = nccl(efa(), "2.23.4");
+        old.rdma.nccl.net_plugin = plugin("libnccl-net.so");
+        if let Observed::Value(Some(p)) = &mut old.rdma.nccl.net_plugin {
+            p.apis = vec![4];
+            p.api = Some("v4".into());
+        }
+        let f = judge(&old, &Policy::default());
+        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert!(
+            f.summary
+                .contains("silently skips the plugin and uses TCP sockets"),
+            "{}",
+            f.summary
+        );
+        let fix = f.remediation.unwrap();
+        assert!(fix.contains("exports ncclNetPlugin_v5 to v8"), "{fix}");
+        assert!(fix.contains("still looks for v4 (2.12 to 2.18)"), "{fix}");
+        // A plugin built only for a newer NCCL: the fix names the first release that takes it.
+        let mut new = nccl(with_ib(healthy()), "2.18.5");
+        new.rdma.nccl.net_plugin = plugin("libnccl-net.so");
+        if let Observed::Value(Some(p)) = &mut new.rdma.nccl.net_plugin {
+            p.apis = vec![10, 11];
+        }
+        let f = judge(&new, &Policy::default());
+        assert_eq!(f.status, Status::Warn, "IB works without the plugin: {f:?}");
+        assert!(
+            f.remediation
+                .unwrap()
+                .contains("upgrade libnccl in the image to 2.26")
+        );
+        // In range: passes and says which version NCCL takes.
+        let mut ok = nccl(efa(), "2.28.9");
+        ok.rdma.nccl.net_plugin = plugin("libnccl-net.so");
+        let f = judge(&ok, &Policy::default());
+        assert_eq!(f.status, Status::Pass);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e == "NCCL uses the plugin's ncclNet v9"),
+            "{:?}",
+            f.evidence
+        );
     }
 }

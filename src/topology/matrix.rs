@@ -97,6 +97,7 @@ pub(crate) mod fixtures {
             pcie_max_generation: Observed::Value(5),
             pcie_max_width: Observed::Value(16),
             fabric_state: Observed::Value("completed".into()),
+            fabric_clique: None,
             nvlinks: links,
             read_paths: Default::default(),
             health: Some(GpuHealth {

@@ -1,7 +1,9 @@
 /* Fakes for tests, one source: built with -DFAKE_LIBNCCL it is libnccl.so.2
  * (ncclGetVersion answers FAKE_NCCL_VERSION, default 22809); built with
  * -DFAKE_NET_PLUGIN it is an NCCL net plugin exporting ncclNetPlugin_v9 named
- * "Libfabric", as aws-ofi-nccl does; nothing initialises the plugin.
+ * "Libfabric" and the version string of aws-ofi-nccl FAKE_OFI_VERSION (default
+ * 1.14.0), as aws-ofi-nccl does; -DFAKE_NET_V4_ONLY exports ncclNetPlugin_v4 alone,
+ * as aws-ofi-nccl 1.4 did. Nothing initialises the plugin.
  *
  * For `bench nccl` the fake libnccl runs single-process all-reduces over the
  * fake libcuda's host-memory "devices": ncclGroupEnd sums the queued float
@@ -111,5 +113,16 @@ int ncclGroupEnd(void) {
 
 #ifdef FAKE_NET_PLUGIN
 struct fake_net { const char *name; void *init; };
+#ifdef FAKE_NET_V4_ONLY
+/* aws-ofi-nccl up to 1.4 exported only the symbol of the NCCL headers it was built
+ * with: ncclNetPlugin_v4 for NCCL 2.9 to 2.11 (aws/aws-ofi-nccl v1.4.0-aws). */
+const struct fake_net ncclNetPlugin_v4 = { "AWS Libfabric", 0 };
+#else
 const struct fake_net ncclNetPlugin_v9 = { "Libfabric", 0 };
+#endif
+/* aws-ofi-nccl's PACKAGE_STRING, which its init log line is built from. */
+#ifndef FAKE_OFI_VERSION
+#define FAKE_OFI_VERSION "1.14.0"
+#endif
+__attribute__((used)) const char fake_ofi_package[] = "Initializing aws-ofi-nccl " FAKE_OFI_VERSION;
 #endif

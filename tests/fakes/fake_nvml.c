@@ -190,6 +190,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *inf
     memset(info, 0, sizeof *info);
     info->state = (unsigned char)d->fabric_state;
     info->status = d->fabric_status;
+    memcpy(info->clusterUuid, d->cluster_uuid, 16);
+    info->cliqueId = d->clique;
     return 0;
 }
 

@@ -20,7 +20,10 @@
  *   refuse_field FIELD                nvmlDeviceGetFieldValues answers NOT_SUPPORTED for that
  *                                     field id (as older drivers do), so the per-call path runs
  *   hang SYMBOL                       that function never returns
- *   fabric GPU|* STATE STATUS         nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED)
+ *   fabric GPU|* STATE STATUS [UUID CLIQUE]
+ *                                     nvmlDeviceGetGpuFabricInfo (STATE 0-3; default: NOT_SUPPORTED);
+ *                                     UUID: the NVLink cluster's (32 hex digits, dashes ignored;
+ *                                     default all zero), CLIQUE: the clique id (default 0)
  *   ecc GPU|* N                       uncorrectable volatile ECC errors (default 0)
  *   remap GPU|* CORR UNC PENDING FAIL remapped rows (default 0 0 0 0)
  *   recovery GPU|* ACTION             field 230 GPU_RECOVERY_ACTION (default: NOT_SUPPORTED)
@@ -55,6 +58,8 @@ struct fake_link {
 struct fake_gpu {
     char bus[32], uuid[96], name[96], cpus[128];
     int cc_major, cc_minor, numa, speed, pcie_gen, pcie_width, fabric_state, fabric_status, recovery;
+    unsigned char cluster_uuid[16];
+    unsigned clique;
     unsigned long long ecc;
     unsigned remap[4];
     unsigned long long nvlink_errors[3];
@@ -159,7 +164,17 @@ static void load_scenario(void) {
         else if (!strcmp(w[0], "xid") && S.nxid < MAX_RULES) {
             S.xid_gpu[S.nxid] = atoi(w[1]); S.xid_code[S.nxid] = strtoull(w[2], NULL, 10); S.xid_ms[S.nxid++] = atoi(w[3]);
         }
-        else if (!strcmp(w[0], "fabric")) { EACH(w[1], i, { S.gpus[i].fabric_state = atoi(w[2]); S.gpus[i].fabric_status = code_of(w[3]); }); }
+        else if (!strcmp(w[0], "fabric")) {
+            unsigned char uuid[16] = {0}; int k = 0;
+            for (const char *c = w[4]; *c && k < 32; c++) {
+                int v = (*c >= '0' && *c <= '9') ? *c - '0' : (*c >= 'a' && *c <= 'f') ? *c - 'a' + 10 : -1;
+                if (v < 0) continue;
+                uuid[k / 2] |= (unsigned char)(k % 2 ? v : v << 4); k++;
+            }
+            unsigned clique = (unsigned)strtoul(w[5], NULL, 0);
+            EACH(w[1], i, { S.gpus[i].fabric_state = atoi(w[2]); S.gpus[i].fabric_status = code_of(w[3]);
+                            memcpy(S.gpus[i].cluster_uuid, uuid, 16); S.gpus[i].clique = clique; });
+        }
         else if (!strcmp(w[0], "pcie")) { EACH(w[1], i, { S.gpus[i].pcie_gen = atoi(w[2]); S.gpus[i].pcie_width = atoi(w[3]); }); }
         else if (!strcmp(w[0], "p2p")) {
             EACH(w[1], a, EACH(w[2], b, { if (a != b) for (int k = 0; k < 5; k++) S.p2p[a][b][k] = code_of(w[3 + k]); }));

@@ -193,6 +193,7 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
                 ("gpu-devices", "pass"),
                 ("gpu-p2p", "pass"),
                 ("nvlink", "pass"),
+                ("cuda-runtime", "pass"),
             ],
         ),
         (
@@ -215,6 +216,20 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
             &[("nvlink", "fail"), ("gpu-p2p", "pass")],
         ),
         ("gpu-p2p-read-only", 0, &[("gpu-p2p", "warn")]),
+        // GB200 NVL72 tray: one NVLink cluster and clique, IMEX channel0 in the pod.
+        (
+            "gpu-gb200-nvl72",
+            0,
+            &[("mnnvl", "pass"), ("gpu-devices", "pass")],
+        ),
+        // No IMEX channel, one GPU's fabric in progress, one in another cluster.
+        ("gpu-gb200-nvl72-broken", 1, &[("mnnvl", "fail")]),
+        // A CUDA 13.0 PyTorch wheel on a CUDA 12.4 driver: the first CUDA call fails.
+        (
+            "gpu-cuda-runtime-too-new",
+            1,
+            &[("cuda-runtime", "fail"), ("gpu-devices", "pass")],
+        ),
         (
             "gpu-one-of-eight",
             1,
@@ -537,6 +552,18 @@ fn rdma_scenarios_through_the_fake_vendor_libraries() {
             &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
         ),
         ("rdma-no-gdr", 1, &[("gdr", "fail")]),
+        // aws-ofi-nccl 1.4 exports ncclNetPlugin_v4 only; NCCL 2.23 looks for v8 to v5.
+        (
+            "rdma-plugin-api-too-old",
+            1,
+            &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
+        ),
+        // aws-ofi-nccl 1.14 refuses the efa provider of libfabric 1.21.
+        (
+            "rdma-libfabric-too-old",
+            1,
+            &[("libfabric", "fail"), ("nccl-net-plugin", "pass")],
+        ),
         (
             "rdma-roce-multus",
             0,
@@ -1056,5 +1083,53 @@ fn ifname_prefix_matching_a_bridge_warns_with_the_exact_value() {
             .as_str()
             .unwrap()
             .starts_with("NCCL_SOCKET_IFNAME='=eth")
+    );
+}
+
+/// PyTorch's wheels bring their CUDA runtime as the nvidia-cuda-runtime wheel under
+/// site-packages, off the loader's path: it is found there (here through PYTHONPATH), dated
+/// by its own cudaRuntimeGetVersion, and a 12.8 runtime on a 12.4 driver runs only under
+/// minor-version compatibility.
+#[test]
+fn cuda_runtime_in_a_python_wheel_is_found_and_dated() {
+    let site = scratch("cudart-wheel").join("site-packages");
+    let lib = site.join("nvidia/cuda_runtime/lib");
+    fs::create_dir_all(&lib).unwrap();
+    fs::copy(
+        fake_libs().join("cudart/libcudart.so.12"),
+        lib.join("libcudart.so.12"),
+    )
+    .unwrap();
+    let site_text = site.display().to_string();
+    let mut cmd = fixture_command(
+        "gpu-g6e-l40s-pcie",
+        "check",
+        &["--format", "json"],
+        &[
+            ("PYTHONPATH", site_text.as_str()),
+            ("FAKE_CUDART_VERSION", "12080"),
+        ],
+    );
+    cmd.env_remove("NCCL_PREFLIGHT_CUDART_LIB");
+    let out = cmd.output().unwrap();
+    let r = report(&out);
+    fs::remove_dir_all(site.parent().unwrap()).unwrap();
+    let runtimes = r["facts"]["gpus"]["cuda_runtime"]["libraries"]
+        .as_array()
+        .unwrap();
+    let wheel = runtimes
+        .iter()
+        .find(|l| l["found_by"] == "python wheel")
+        .unwrap_or_else(|| panic!("{runtimes:?}"));
+    assert_eq!(wheel["path"], format!("{}/libcudart.so.12", lib.display()));
+    assert_eq!(wheel["version"]["value"], 12080);
+    let f = finding(&r, "cuda-runtime");
+    assert_eq!(f["status"], "warn", "{f}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("minor-version compatibility"),
+        "{f}"
     );
 }

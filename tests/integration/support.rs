@@ -103,6 +103,11 @@ pub fn fake_libs() -> &'static Path {
         );
         cc("fake_fabric.c", dir.join("fabric/libfabric.so.1"), &[]);
         cc(
+            "fake_cudart.c",
+            dir.join("cudart/libcudart.so.12"),
+            &["-Wl,-soname,libcudart.so.12"],
+        );
+        cc(
             "fake_nccl.c",
             dir.join("nccl-lib/libnccl.so.2"),
             &["-DFAKE_LIBNCCL"],
@@ -118,6 +123,15 @@ pub fn fake_libs() -> &'static Path {
             "fake_nccl.c",
             dir.join("nccl-plugin/libnccl-net.so"),
             &["-DFAKE_NET_PLUGIN"],
+        );
+        cc(
+            "fake_nccl.c",
+            dir.join("nccl-plugin-v4/libnccl-net.so"),
+            &[
+                "-DFAKE_NET_PLUGIN",
+                "-DFAKE_NET_V4_ONLY",
+                "-DFAKE_OFI_VERSION=\"1.4.0-aws\"",
+            ],
         );
         // A plugin that exists but needs a libfabric that is not there, as when
         // aws-ofi-nccl is installed without /opt/amazon/efa/lib on the path.
@@ -194,8 +208,23 @@ pub fn fixture_command(
             cmd.env("NCCL_PREFLIGHT_FABRIC_LIB", "absent/libfabric.so.1");
         }
     }
+    // cuda.runtime: "version N" puts a fake libcudart.so.12 answering N on the path;
+    // without one, no CUDA runtime is looked for but an absent one.
+    let runtime = scenario("cuda.runtime")
+        .map(|s| std::fs::read_to_string(s).unwrap())
+        .unwrap_or_default();
+    match runtime.lines().find_map(|l| l.strip_prefix("version ")) {
+        Some(v) => {
+            path.push(libs.join("cudart"));
+            cmd.env("FAKE_CUDART_VERSION", v.trim());
+        }
+        None => {
+            cmd.env("NCCL_PREFLIGHT_CUDART_LIB", "absent/libcudart.so.12");
+        }
+    }
     // nccl.scenario: "version N" puts a fake libnccl.so.2 answering N on the path;
-    // "plugin ok|broken|none" a working, a broken or no libnccl-net.so.
+    // "plugin ok|broken|v4-only|none" a working, a broken, an aws-ofi-nccl 1.4-like
+    // (ncclNetPlugin_v4 only) or no libnccl-net.so.
     let nccl = scenario("nccl.scenario")
         .map(|s| std::fs::read_to_string(s).unwrap())
         .unwrap_or_default();
@@ -216,6 +245,7 @@ pub fn fixture_command(
     match word("plugin ").as_deref() {
         Some("ok") => path.push(libs.join("nccl-plugin")),
         Some("broken") => path.push(libs.join("nccl-plugin-broken")),
+        Some("v4-only") => path.push(libs.join("nccl-plugin-v4")),
         _ => {}
     }
     if !path.is_empty() {

@@ -3,6 +3,7 @@
 //! plus the GPUs sysfs lists.
 
 pub mod cuda;
+pub mod cudart;
 pub mod nvml;
 pub mod pci;
 
@@ -11,6 +12,11 @@ use crate::facts::gpu::{GpuFacts, Library, LibraryState};
 use crate::gather::deadline::{self, Hung};
 use crate::gather::host::Host;
 use std::time::Duration;
+
+/// Where IMEX channel device nodes live: the NVIDIA driver creates them (nvidia-caps-imex-channels
+/// in /proc/devices), and a container gets the ones its runtime or the DRA driver's ComputeDomain
+/// passes in (NVIDIA IMEX guide, "IMEX channels").
+pub const IMEX_CHANNELS: &str = "/dev/nvidia-caps-imex-channels";
 
 /// Where to load the vendor libraries from, and the per-call deadline.
 #[derive(Debug, Clone)]
@@ -27,6 +33,9 @@ pub struct GpuOptions {
     /// 37 ms for 2 GPUs) and the NUMA affinity doctor prints (~8 ms a GPU). `doctor`,
     /// `facts` and `serve` read them; the gates and `bench` leave them out.
     pub unjudged: bool,
+    /// Where to look for the image's CUDA runtime (`cudart::locations`), or why not
+    /// (nccl-preflight's own image holds no trainer's runtime).
+    pub cudart: Result<Vec<cudart::Candidate>, String>,
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -140,6 +149,25 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             &mut hung,
         ),
     };
+    let cuda_runtime = match &options.cudart {
+        Err(reason) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
+        Ok(candidates) => {
+            let candidates = candidates.clone();
+            match deadline::run("cudart", timeout, trace, move |w| {
+                cudart::gather(w, &candidates)
+            }) {
+                Ok(facts) => facts,
+                Err(h) => {
+                    hung |= !h.not_started;
+                    let mut facts = crate::facts::gpu::CudaRuntimeFacts::skipped(
+                        "the CUDA runtime probe did not finish",
+                    );
+                    facts.attempts.push(hung_fact(&h).to_string());
+                    facts
+                }
+            }
+        }
+    };
     let facts = GpuFacts {
         nvml: Library {
             library: options.nvml_library.clone(),
@@ -152,6 +180,18 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         pci_gpus: pci::gather(host),
         pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        imex_channels: host
+            .list_dir(IMEX_CHANNELS)
+            .map(|dir| {
+                dir.map(|names| {
+                    names
+                        .into_iter()
+                        .filter(|n| n.starts_with("channel"))
+                        .collect()
+                })
+            })
+            .into(),
+        cuda_runtime,
     };
     (facts, HungCall(hung))
 }

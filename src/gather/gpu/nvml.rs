@@ -3,7 +3,8 @@
 //! call that fails degrades its own fact only; the run goes on.
 
 use crate::facts::gpu::{
-    GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath, RemappedRows, normalize_bus_id,
+    FabricClique, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath, RemappedRows,
+    normalize_bus_id,
 };
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
@@ -250,9 +251,13 @@ fn nvlink_speed(fields: &Fields, link: Option<u32>) -> Result<u32, NvmlError> {
     Err(NvmlError::NotSupported)
 }
 
-/// NVSwitch fabric registration state. nvml-wrapper 0.13 does not wrap
-/// nvmlDeviceGetGpuFabricInfo, so the symbol is called directly.
-fn fabric_state(device: &Device<'_>, nvml: &Nvml) -> Result<String, NvmlError> {
+/// NVSwitch fabric registration state, and the MNNVL cluster and clique the fabric placed
+/// the GPU in. nvml-wrapper 0.13 does not wrap nvmlDeviceGetGpuFabricInfo, so the symbol
+/// is called directly.
+fn fabric_info(
+    device: &Device<'_>,
+    nvml: &Nvml,
+) -> Result<(String, Option<FabricClique>), NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetGpuFabricInfo
@@ -265,14 +270,32 @@ fn fabric_state(device: &Device<'_>, nvml: &Nvml) -> Result<String, NvmlError> {
     if rc != 0 {
         return Err(nvml_error(rc));
     }
-    Ok(match (info.state, info.status) {
+    let state = match (info.state, info.status) {
         (0, _) => "not_supported".into(),
         (1, _) => "not_started".into(),
         (2, _) => "in_progress".into(),
         (3, 0) => "completed".into(),
         (3, status) => format!("completed with error {status}"),
         (other, _) => format!("unknown state {other}"),
-    })
+    };
+    let clique = (info.state != 0).then(|| FabricClique {
+        cluster_uuid: uuid_text(&info.clusterUuid),
+        clique_id: info.cliqueId,
+    });
+    Ok((state, clique))
+}
+
+/// 16 bytes as a UUID (`8-4-4-4-12` lower-case hex).
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// Row remapping state. nvml-wrapper 0.13 does not wrap nvmlDeviceGetRemappedRows.
@@ -625,6 +648,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
             observed(&call($what), watch.call(call($what), || $e))
         };
     }
+    let fabric = ask!("nvmlDeviceGetGpuFabricInfo", fabric_info(device, nvml));
     NvmlGpu {
         index,
         name: ask!("nvmlDeviceGetName", device.name()),
@@ -664,7 +688,8 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
             "nvmlDeviceGetMaxPcieLinkWidth",
             device.max_pcie_link_width()
         ),
-        fabric_state: ask!("nvmlDeviceGetGpuFabricInfo", fabric_state(device, nvml)),
+        fabric_state: fabric.clone().map(|(state, _)| state),
+        fabric_clique: fabric.value().and_then(|(_, clique)| clique.clone()),
         nvlinks: links,
         read_paths: paths.0,
         health: Some(health),
@@ -760,6 +785,7 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
                     pcie_max_generation: lost(&call, &e),
                     pcie_max_width: lost(&call, &e),
                     fabric_state: lost(&call, &e),
+                    fabric_clique: None,
                     nvlinks: Vec::new(),
                     read_paths: Default::default(),
                     health: None,

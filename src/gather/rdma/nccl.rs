@@ -10,7 +10,7 @@ use crate::facts::gpu::{Library as LibraryFact, LibraryState};
 use crate::facts::rdma::{LoadAttempt, NcclFacts, NcclLibrary, NetPlugin};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, is_missing};
+use crate::gather::dl::{Library, is_missing, path_of};
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use crate::platform::OFI_NCCL_DIRS;
@@ -33,22 +33,6 @@ pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
         }
     }
     Some(names)
-}
-
-/// The file a symbol was loaded from (dladdr).
-fn path_of(symbol: *const c_void) -> Option<String> {
-    // SAFETY: Dl_info is plain data; dladdr fills it for an address inside a loaded object.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: symbol is an address in a loaded library; info is a valid out-pointer.
-    if unsafe { libc::dladdr(symbol, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    Some(
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
 /// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
@@ -110,32 +94,77 @@ fn nccl_library(watch: &Watch, candidates: &[String]) -> LibraryFact<NcclLibrary
     }
 }
 
-/// Opens a plugin and reads its newest ncclNetPlugin_vN: the version and the name field.
-fn read_plugin(lib: &Library, name: &str) -> NetPlugin {
+/// The most of a plugin file read to find aws-ofi-nccl's version string (aws-ofi-nccl
+/// 1.17 is ~5 MB; a plugin larger than this is not aws-ofi-nccl).
+const MAX_PLUGIN_READ: u64 = 64 << 20;
+
+/// aws-ofi-nccl's version from the `aws-ofi-nccl <version>` bytes its PACKAGE_STRING
+/// leaves in the library (the "Initializing aws-ofi-nccl 1.17.0" log line is built from it:
+/// aws/aws-ofi-nccl v1.17.0 src/nccl_ofi_net.cpp).
+pub fn ofi_nccl_version(bytes: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"aws-ofi-nccl ";
+    let mut from = 0;
+    while let Some(i) = bytes[from..].windows(KEY.len()).position(|w| w == KEY) {
+        let start = from + i + KEY.len();
+        let version: String = bytes[start..]
+            .iter()
+            .take(32)
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'.' || **b == b'-')
+            .map(|b| char::from(*b))
+            .collect();
+        if version.starts_with(|c: char| c.is_ascii_digit()) && version.contains('.') {
+            return Some(version);
+        }
+        from = start;
+    }
+    None
+}
+
+fn read_ofi_nccl_version(path: &str) -> Option<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PLUGIN_READ).read_to_end(&mut bytes).ok()?;
+    ofi_nccl_version(&bytes)
+}
+
+/// Opens a plugin and reads every ncclNetPlugin_vN it exports, and the name field of the newest.
+fn read_plugin(watch: &Watch, lib: &Library, name: &str) -> NetPlugin {
     let mut plugin = NetPlugin {
         library: name.to_string(),
         path: None,
         api: None,
+        apis: Vec::new(),
         name: None,
+        ofi_nccl_version: None,
     };
     for v in (2..=16).rev() {
         let symbol = format!("ncclNetPlugin_v{v}");
-        if let Ok(s) = lib.symbol::<*const *const c_char>(&symbol) {
-            let table = s.get();
-            plugin.api = Some(format!("v{v}"));
-            plugin.path = path_of(table as *const c_void);
-            // SAFETY: every ncclNet_vN_t starts with `const char* name`, set statically by the plugin.
-            let name_ptr = unsafe { *table };
-            if !name_ptr.is_null() {
-                // SAFETY: a NUL-terminated static string in the plugin.
-                plugin.name = Some(
-                    unsafe { CStr::from_ptr(name_ptr) }
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-            }
-            break;
+        let Ok(s) = lib.symbol::<*const *const c_char>(&symbol) else {
+            continue;
+        };
+        plugin.apis.insert(0, v);
+        if plugin.api.is_some() {
+            continue;
         }
+        let table = s.get();
+        plugin.api = Some(format!("v{v}"));
+        plugin.path = path_of(table as *const c_void);
+        // SAFETY: every ncclNet_vN_t starts with `const char* name`, set statically by the plugin.
+        let name_ptr = unsafe { *table };
+        if !name_ptr.is_null() {
+            // SAFETY: a NUL-terminated static string in the plugin.
+            plugin.name = Some(
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    let file = plugin.path.clone().unwrap_or_else(|| name.to_string());
+    if file.contains('/') {
+        plugin.ofi_nccl_version =
+            watch.call(format!("read({file})"), || read_ofi_nccl_version(&file));
     }
     plugin
 }
@@ -176,7 +205,7 @@ pub fn gather(
                     library: name.clone(),
                     error: None,
                 });
-                found = Some(read_plugin(&lib, &name));
+                found = Some(read_plugin(watch, &lib, &name));
                 // Plugins may start threads from constructors; keep them loaded.
                 std::mem::forget(lib);
                 break;
@@ -232,6 +261,14 @@ mod tests {
             ])
         );
         assert_eq!(plugin_candidates(Some("none")), None);
+    }
+
+    #[test]
+    fn aws_ofi_nccl_version_from_its_bytes() {
+        let bytes = b"\0NET/OFI aws-ofi-nccl plugin\0Initializing aws-ofi-nccl 1.13.2-aws\0rest";
+        assert_eq!(ofi_nccl_version(bytes).as_deref(), Some("1.13.2-aws"));
+        assert_eq!(ofi_nccl_version(b"aws-ofi-nccl "), None);
+        assert_eq!(ofi_nccl_version(b"IB plugin 2.1"), None);
     }
 
     #[test]

@@ -1,0 +1,244 @@
+//! The CUDA runtime (libcudart) this image holds, found the ways a trainer loads it:
+//! by soname through the dynamic loader (LD_LIBRARY_PATH, then ld.so.cache), and in
+//! the nvidia-cuda-runtime Python wheel under site-packages, where PyTorch's own
+//! libraries find it (their RUNPATH points at `nvidia/cuda_runtime/lib`). Its version
+//! comes from cudaRuntimeGetVersion, which only returns the version the library was
+//! built as (it creates no context and touches no GPU); a library that does not load
+//! is dated by its file name (`libcudart.so.12.4.127`). These are this process's own
+//! files (it dlopens them), not the host root's, as for libnccl.
+//!
+//! Also listed: NVIDIA's forward-compatibility package (cuda-compat), whose newer
+//! libcuda lives in /usr/local/cuda/compat
+//! (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html).
+
+use crate::facts::gpu::{CUDA_COMPAT_DIR, CudaRuntime, CudaRuntimeFacts};
+use crate::facts::{FactError, Observed};
+use crate::gather::deadline::Watch;
+use crate::gather::dl::{Library, is_missing, path_of};
+use crate::gather::host::Host;
+use std::ffi::{OsString, c_int, c_void};
+
+/// Sonames of the runtimes that have minor-version compatibility (CUDA 11 and later),
+/// newest first. CUDA 11's soname is `libcudart.so.11.0` for every 11.x.
+const SONAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
+
+/// Where found_by says the dynamic loader found it.
+pub const BY_LOADER: &str = "LD_LIBRARY_PATH / ld.so.cache";
+/// Where found_by says a Python wheel holds it.
+pub const BY_WHEEL: &str = "python wheel";
+
+/// One place to try: a name for dlopen and how a trainer would come to load it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub found_by: String,
+    pub name: String,
+}
+
+fn env_value<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.to_str())
+        .filter(|v| !v.is_empty())
+}
+
+/// The libcudart files in a wheel's `nvidia/cuda_runtime/lib` under `packages`.
+fn wheel_files(own: &Host, packages: &str, out: &mut Vec<Candidate>) {
+    let dir = format!("{}/nvidia/cuda_runtime/lib", packages.trim_end_matches('/'));
+    let Ok(Some(entries)) = own.list_dir(&dir) else {
+        return;
+    };
+    for file in entries.iter().filter(|e| e.starts_with("libcudart.so.")) {
+        let name = format!("{dir}/{file}");
+        if own.path(&name).is_file() && !out.iter().any(|c| c.name == name) {
+            out.push(Candidate {
+                found_by: BY_WHEEL.into(),
+                name,
+            });
+        }
+    }
+}
+
+/// Every place to look, in order: `explicit` alone when given (`--cudart-lib`); else
+/// the sonames through the loader, then the wheels under PYTHONPATH, the active
+/// virtualenv or conda environment, and the system's Python directories.
+pub fn locations(explicit: Option<&str>, env: &[(OsString, OsString)]) -> Vec<Candidate> {
+    if let Some(path) = explicit {
+        return vec![Candidate {
+            found_by: "--cudart-lib".into(),
+            name: path.to_string(),
+        }];
+    }
+    let mut out: Vec<Candidate> = SONAMES
+        .iter()
+        .map(|s| Candidate {
+            found_by: BY_LOADER.into(),
+            name: s.to_string(),
+        })
+        .collect();
+    let own = Host::new("/");
+    for entry in env_value(env, "PYTHONPATH")
+        .unwrap_or("")
+        .split(':')
+        .filter(|e| e.starts_with('/'))
+    {
+        wheel_files(&own, entry, &mut out);
+    }
+    let mut bases: Vec<String> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|v| env_value(env, v))
+        .filter(|v| v.starts_with('/'))
+        .map(|v| format!("{}/lib", v.trim_end_matches('/')))
+        .collect();
+    bases.extend(
+        ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    for base in bases {
+        let Ok(Some(entries)) = own.list_dir(&base) else {
+            continue;
+        };
+        for python in entries.iter().filter(|e| e.starts_with("python3")) {
+            for packages in ["site-packages", "dist-packages"] {
+                wheel_files(&own, &format!("{base}/{python}/{packages}"), &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The CUDA version a file name carries (`libcudart.so.12.4.127` -> 12040); `None` when
+/// it names only the major version (`libcudart.so.12`), which says nothing of the minor.
+pub fn version_from_name(name: &str) -> Option<i32> {
+    let file = name.rsplit('/').next()?;
+    let rest = file.strip_prefix("libcudart.so.")?;
+    let mut parts = rest.split('.');
+    let major: i32 = parts.next()?.parse().ok()?;
+    let minor: i32 = parts.next()?.parse().ok()?;
+    (major > 0 && (0..100).contains(&minor)).then_some(major * 1000 + minor * 10)
+}
+
+/// The forward-compatibility libcuda files in `CUDA_COMPAT_DIR`, sorted.
+pub fn compat_files() -> Vec<String> {
+    match Host::new("/").list_dir(CUDA_COMPAT_DIR) {
+        Ok(Some(entries)) => entries
+            .into_iter()
+            .filter(|e| e.starts_with("libcuda.so"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn probe(watch: &Watch, c: &Candidate, lib: &Library) -> CudaRuntime {
+    let (version, path) =
+        match lib.symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("cudaRuntimeGetVersion") {
+            Ok(get) => {
+                let mut code: c_int = 0;
+                // SAFETY: `cudaError_t cudaRuntimeGetVersion(int*)` (cuda_runtime_api.h); it
+                // only writes the int and needs no initialised device.
+                let rc = watch.call("cudaRuntimeGetVersion", || unsafe {
+                    (get.get())(&mut code)
+                });
+                let version = if rc == 0 && code > 0 {
+                    Observed::Value(code)
+                } else {
+                    Observed::Error(FactError::new(
+                        "cudaRuntimeGetVersion",
+                        format!("cudaError {rc}, version {code}"),
+                    ))
+                };
+                (version, path_of(get.get() as *const c_void))
+            }
+            Err(e) => (
+                version_from_name(&c.name).map_or(Observed::Error(e), Observed::Value),
+                None,
+            ),
+        };
+    CudaRuntime {
+        found_by: c.found_by.clone(),
+        path: path.unwrap_or_else(|| c.name.clone()),
+        version,
+    }
+}
+
+/// Loads each candidate and reads its version. Libraries are closed again: nothing of
+/// them was initialised.
+pub fn gather(watch: &Watch, candidates: &[Candidate]) -> CudaRuntimeFacts {
+    let mut facts = CudaRuntimeFacts {
+        libraries: Vec::new(),
+        attempts: Vec::new(),
+        compat_libcuda: compat_files(),
+        skipped: None,
+    };
+    for c in candidates {
+        match watch.call(format!("dlopen({})", c.name), || Library::open(&c.name)) {
+            Ok(lib) => {
+                let runtime = probe(watch, c, &lib);
+                facts.attempts.push(format!("{}: loaded", c.name));
+                // The same file reached two ways (a wheel directory on LD_LIBRARY_PATH) is listed once.
+                if !facts.libraries.iter().any(|r| r.path == runtime.path) {
+                    facts.libraries.push(runtime);
+                }
+            }
+            Err(e) if is_missing(&c.name, &e.message) => {
+                facts.attempts.push(format!("{}: not found", c.name));
+            }
+            Err(e) => {
+                facts.attempts.push(e.message.clone());
+                // Present but not loadable here: the file name may still date it.
+                facts.libraries.push(CudaRuntime {
+                    found_by: c.found_by.clone(),
+                    path: c.name.clone(),
+                    version: version_from_name(&c.name).map_or(Observed::Error(e), Observed::Value),
+                });
+            }
+        }
+    }
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_file_names() {
+        assert_eq!(version_from_name("libcudart.so.12.4.127"), Some(12040));
+        assert_eq!(version_from_name("/x/y/libcudart.so.11.0.221"), Some(11000));
+        assert_eq!(version_from_name("libcudart.so.10.2"), Some(10020));
+        assert_eq!(version_from_name("libcudart.so.12"), None);
+        assert_eq!(version_from_name("libcudart.so.x.y"), None);
+        assert_eq!(version_from_name("libcuda.so.1"), None);
+    }
+
+    #[test]
+    fn explicit_library_is_the_only_candidate() {
+        let got = locations(Some("/opt/cudart/libcudart.so.12"), &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].found_by, "--cudart-lib");
+    }
+
+    #[test]
+    fn sonames_come_first_then_wheels_on_pythonpath() {
+        let dir = std::env::temp_dir().join(format!("cudart-wheel-{}", std::process::id()));
+        let lib = dir.join("nvidia/cuda_runtime/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libcudart.so.12"), b"").unwrap();
+        std::fs::write(lib.join("README"), b"").unwrap();
+        let env = [(
+            OsString::from("PYTHONPATH"),
+            OsString::from(format!("relative:{}", dir.display())),
+        )];
+        let got = locations(None, &env);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(got[0].name, "libcudart.so.13");
+        let wheel: Vec<&Candidate> = got.iter().filter(|c| c.found_by == BY_WHEEL).collect();
+        assert!(
+            wheel
+                .iter()
+                .any(|c| c.name == format!("{}/libcudart.so.12", lib.display())),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|c| c.name.ends_with("README")));
+    }
+}

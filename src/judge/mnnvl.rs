@@ -1,0 +1,224 @@
+//! `mnnvl`: multi-node NVLink (GB200 NVL72 and similar racks), as NCCL decides it.
+//!
+//! NCCL (>= 2.21, NCCL_MNNVL_ENABLE default 2 = auto; NVIDIA/nccl v2.21.5-1 src/init.cc)
+//! checks MNNVL in ncclMnnvlCheck (v2.28.9-1 src/mnnvl.cc) for multi-node communicators:
+//! it needs cuMem, every rank's GPU fabric state COMPLETED (nvmlDeviceGetGpuFabricInfoV),
+//! a non-zero cluster UUID, and ranks of equal cluster UUID and clique id form one clique.
+//! A GPU not COMPLETED or a zero UUID silently turns MNNVL off (traffic between trays goes
+//! over the network). Where a clique exists but fabric memory cannot be created or
+//! imported, NCCL init fails: "MNNVL ... is available but not working on this system.
+//! Check the IMEX channel configuration (/dev/nvidia-caps-imex-channels)". Fabric handles
+//! need an IMEX channel device node in the container (NVIDIA IMEX guide,
+//! https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/overview.html); in
+//! Kubernetes the NVIDIA DRA driver's ComputeDomain gives pods in the domain their channel
+//! (kubernetes-sigs/dra-driver-nvidia-gpu README, "ComputeDomains").
+//!
+//! Skips on nodes whose GPUs are in no NVLink cluster (every H100/H200 HGX node: NVSwitch
+//! inside one node only) unless they are GB200/GB300, whose missing cluster is the problem.
+
+use super::{Finding, Problem, Status};
+use crate::facts::Facts;
+use crate::facts::gpu::NvmlGpu;
+use crate::policy::Policy;
+
+pub const ID: &str = "mnnvl";
+
+/// GPUs built for NVL72-class racks, named as NVML names them (`NVIDIA GB200`).
+fn is_mnnvl_part(g: &NvmlGpu) -> bool {
+    g.name
+        .value()
+        .is_some_and(|n| n.contains("GB200") || n.contains("GB300"))
+}
+
+const IMEX_FIX: &str = "Give the pod an IMEX channel: in Kubernetes, a ComputeDomain of the NVIDIA DRA driver \
+(k8s-dra-driver-gpu) and a resourceClaim on its ResourceClaimTemplate in every pod of the job; by hand, \
+the device /dev/nvidia-caps-imex-channels/channel0 (docker --device). On the node, nvidia-imex must run \
+(nvidia-imex-ctl -N shows the domain). Or set NCCL_MNNVL_ENABLE=0 to run without multi-node NVLink.";
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::new(ID, Status::Skip, "no NVML: multi-node NVLink not checked");
+    };
+    let in_cluster = nvml
+        .gpus
+        .iter()
+        .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
+    let parts = nvml.gpus.iter().any(is_mnnvl_part);
+    if !in_cluster && !parts {
+        return Finding::new(
+            ID,
+            Status::Skip,
+            "no GPU is in a multi-node NVLink cluster: not an MNNVL system",
+        );
+    }
+    let env = |name: &str| facts.nccl_env.get(name).map(|v| v.value.trim().to_string());
+    if env("NCCL_MNNVL_ENABLE").as_deref() == Some("0") {
+        return Finding::new(
+            ID,
+            Status::Warn,
+            "NCCL_MNNVL_ENABLE=0 on a multi-node NVLink system: traffic between trays goes over the network instead of NVLink",
+        )
+        .remediation("Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).");
+    }
+    // A problem with MNNVL matters to jobs that cross trays; one node only warns.
+    let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
+    let mut evidence = Vec::new();
+    let mut problems = Vec::new();
+    let mut cliques = std::collections::BTreeSet::new();
+    for g in &nvml.gpus {
+        let state = g.fabric_state.value().map_or("unreadable", String::as_str);
+        let clique = g.fabric_clique.as_ref();
+        evidence.push(format!(
+            "GPU {}: fabric {state}, cluster {}, clique {}",
+            g.index,
+            clique.map_or("none", |c| c.cluster_uuid.as_str()),
+            clique.map_or_else(|| "none".to_string(), |c| c.clique_id.to_string())
+        ));
+        if state != "completed" {
+            problems.push(Problem::new(
+                status,
+                format!("GPU {}: NVLink fabric state {state}: NCCL turns multi-node NVLink off for the whole job", g.index),
+                "The fabric has not finished taking the GPU in: check `nvidia-smi -q | grep -A6 Fabric` on the node, the NVLink \
+                 switch trays and their fabric manager (NMX); a tray whose GPUs stay in_progress or not_started needs the fabric brought up, or draining.",
+            ));
+        }
+        match clique {
+            Some(c) if c.has_cluster() => {
+                cliques.insert((c.cluster_uuid.clone(), c.clique_id));
+            }
+            _ if state == "completed" => problems.push(Problem::new(
+                status,
+                format!("GPU {}: fabric completed but no cluster UUID: NCCL reads a zero UUID as no multi-node NVLink", g.index),
+                "The GPU was not registered in an NVLink domain: check the NVLink switch trays' fabric manager (NMX) partition for this tray.",
+            )),
+            _ => {}
+        }
+    }
+    if cliques.len() > 1 {
+        problems.push(Problem::new(
+            status,
+            format!(
+                "this node's GPUs are in {} different NVLink cliques: NCCL only joins ranks of the same cluster and clique",
+                cliques.len()
+            ),
+            "A tray's GPUs belong in one NVLink partition: check the fabric manager (NMX) partition configuration for this tray.",
+        ));
+    }
+    let channels = facts.gpus.imex_channels.value().cloned().flatten();
+    match &channels {
+        Some(c) if !c.is_empty() => evidence.push(format!("IMEX channels: {}", c.join(", "))),
+        _ if facts.gpus.imex_channels.error().is_some() => evidence.push(format!(
+            "IMEX channels unreadable: {}",
+            facts.gpus.imex_channels.error().map(|e| e.to_string()).unwrap_or_default()
+        )),
+        _ => problems.push(Problem::new(
+            status,
+            "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
+             (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")",
+            IMEX_FIX,
+        )),
+    }
+    if let Some(v) = crate::nccl::version(facts)
+        && v < (2, 21, 0)
+    {
+        problems.push(Problem::new(
+                Status::Warn,
+                format!("NCCL {} predates multi-node NVLink (2.21): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
+                "Use NCCL 2.21 or later (a current PyTorch wheel) to reach other trays over NVLink.",
+            ));
+    }
+    if env("NCCL_CUMEM_ENABLE").as_deref() == Some("0") {
+        problems.push(Problem::new(
+            Status::Warn,
+            "NCCL_CUMEM_ENABLE=0: NCCL's multi-node NVLink needs cuMem, so it stays off",
+            "Unset NCCL_CUMEM_ENABLE.",
+        ));
+    }
+    let summary = match cliques.iter().next() {
+        Some((uuid, id)) => format!(
+            "{} GPU(s) in NVLink cluster {uuid}, clique {id}, with an IMEX channel",
+            nvml.gpus.len()
+        ),
+        None => String::new(),
+    };
+    super::combine(ID, summary, evidence, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::Observed;
+    use crate::facts::gpu::{FabricClique, LibraryState};
+    use crate::test_facts::{healthy, with_env};
+
+    const CLUSTER: &str = "6e0b1f2c-3d4a-4b5c-8d9e-0f1a2b3c4d5e";
+
+    /// The healthy 2x H200, renamed and placed in one NVL72 clique with channel0.
+    fn tray() -> Facts {
+        let mut f = healthy();
+        if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.name = Observed::Value("NVIDIA GB200".into());
+                g.fabric_state = Observed::Value("completed".into());
+                g.fabric_clique = Some(FabricClique {
+                    cluster_uuid: CLUSTER.into(),
+                    clique_id: 32766,
+                });
+            }
+        }
+        f.gpus.imex_channels = Observed::Value(Some(vec!["channel0".into()]));
+        f
+    }
+
+    fn gpus(f: &mut Facts) -> &mut Vec<NvmlGpu> {
+        match &mut f.gpus.nvml.state {
+            LibraryState::Loaded(n) => &mut n.gpus,
+            _ => unreachable!("tray() has NVML"),
+        }
+    }
+
+    #[test]
+    fn skips_off_nvl72_and_passes_a_healthy_tray() {
+        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        let f = judge(&tray(), &Policy::default());
+        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert!(f.summary.contains("clique 32766"));
+    }
+
+    #[test]
+    fn broken_trays_fail_multi_node_jobs() {
+        let multi = |f: Facts| with_env(f, &[("PET_NNODES", "18")]);
+        let mut no_channel = multi(tray());
+        no_channel.gpus.imex_channels = Observed::Value(None);
+        let f = judge(&no_channel, &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.remediation.unwrap().contains("ComputeDomain"));
+        let mut not_done = multi(tray());
+        gpus(&mut not_done)[1].fabric_state = Observed::Value("in_progress".into());
+        assert_eq!(judge(&not_done, &Policy::default()).status, Status::Fail);
+        let mut zero = multi(tray());
+        gpus(&mut zero)[0].fabric_clique = Some(FabricClique {
+            cluster_uuid: "00000000-0000-0000-0000-000000000000".into(),
+            clique_id: 0,
+        });
+        let f = judge(&zero, &Policy::default());
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("no cluster UUID"), "{}", f.summary);
+        let mut split = multi(tray());
+        gpus(&mut split)[1].fabric_clique = Some(FabricClique {
+            cluster_uuid: "7e0b1f2c-3d4a-4b5c-8d9e-0f1a2b3c4d5e".into(),
+            clique_id: 32766,
+        });
+        assert!(
+            judge(&split, &Policy::default())
+                .summary
+                .contains("2 different NVLink cliques")
+        );
+        // One node: NCCL does not check MNNVL, so problems only warn.
+        let mut single = with_env(tray(), &[("PET_NNODES", "1")]);
+        single.gpus.imex_channels = Observed::Value(Some(vec![]));
+        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
+        let off = with_env(tray(), &[("NCCL_MNNVL_ENABLE", "0")]);
+        assert_eq!(judge(&off, &Policy::default()).status, Status::Warn);
+    }
+}
