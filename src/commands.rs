@@ -396,7 +396,7 @@ mod tests {
 
     /// A bounded, seeded fuzz of the facts loader and everything downstream of it
     /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
-    /// renderers): mutated golden reports must load or be refused with an error,
+    /// renderers): mutated golden facts, in a report, must load or be refused with an error,
     /// and never panic.
     #[test]
     fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
@@ -404,14 +404,18 @@ mod tests {
         let mut seeds: Vec<Value> = Vec::new();
         let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
             .unwrap()
-            .map(|e| e.unwrap().path().join("report.json"))
+            .map(|e| e.unwrap().path().join("facts/facts.json"))
             .filter(|p| p.exists())
             .collect();
         dirs.sort();
         for path in dirs {
-            seeds.push(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
+            let facts: Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            seeds.push(
+                serde_json::json!({ "schema": crate::report::REPORT_SCHEMA, "facts": facts }),
+            );
         }
-        assert!(seeds.len() > 10, "the golden reports are the seeds");
+        assert!(seeds.len() > 10, "the golden facts are the seeds");
         let dir = std::env::temp_dir().join(format!("fuzz-facts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("facts.json");
