@@ -47,7 +47,7 @@ fn probe_line(report: &Report) -> String {
         let list: Vec<String> = report
             .checks
             .iter()
-            .filter(|c| c.status == Status::Fail)
+            .filter(|c| c.status() == Status::Fail)
             .map(|c| format!("{}: {}", c.id, c.summary.replace('\n', " ")))
             .collect();
         return format!("fail: {}", list.join("; "));

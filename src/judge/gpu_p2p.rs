@@ -5,9 +5,10 @@
 //! (FACTS.md section 1). Write unsupported with read OK is its own warning:
 //! NCCL then runs P2P in read mode (seen under hypervisors that limit writes).
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
+use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::matrix;
 
@@ -38,12 +39,11 @@ fn cuda_ordinal(nvml: &NvmlFacts, cuda: &CudaFacts, index: u32) -> Option<u32> {
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::new(ID, Status::Skip, "no NVML: peer access not checked");
+        return Finding::skip(ID, "no NVML: peer access not checked");
     };
     if nvml.gpus.len() < 2 {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             format!("{} GPU(s) visible: no pair to check", nvml.gpus.len()),
         );
     }
@@ -96,17 +96,17 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let kinds = [
         (
             no_read,
-            Status::Fail,
+            Severity::Fail,
             "P2P read unsupported, so NCCL falls back to SHM through host memory",
         ),
         (
             read_only,
-            Status::Warn,
+            Severity::Warn,
             "P2P write unsupported but read OK: NCCL runs P2P in the slower read mode",
         ),
         (
             refused,
-            Status::Fail,
+            Severity::Fail,
             "NVML reports P2P but the CUDA driver refuses peer access",
         ),
     ];
@@ -151,6 +151,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     fn nvml(f: &mut Facts) -> &mut NvmlFacts {
@@ -162,15 +163,15 @@ mod tests {
 
     #[test]
     fn nvlink_pairs_must_read_and_write() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let mut f = healthy();
         nvml(&mut f).pairs[0].p2p_write = Observed::Value("NS".into());
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn);
+        assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("read mode"));
         nvml(&mut f).pairs[1].p2p_read = Observed::Value("CNS".into());
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.starts_with("2 problems"));
     }
 
@@ -185,8 +186,8 @@ mod tests {
             p.p2p_write = Observed::Value("NS".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
-        let fix = finding.remediation.unwrap();
+        assert_eq!(finding.status(), Status::Fail);
+        let fix = finding.remediation().unwrap();
         assert!(fix.starts_with("MIG is enabled"), "{fix}");
         assert!(!fix.contains("ACS"), "{fix}");
     }
@@ -211,7 +212,7 @@ mod tests {
             p.p2p_read = Observed::Value("TNS".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Pass);
+        assert_eq!(finding.status(), Status::Pass);
         assert!(finding.summary.contains("SHM"));
     }
 }

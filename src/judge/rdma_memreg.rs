@@ -3,7 +3,7 @@
 //! ibv_reg_mr failed" (or a silent TCP fallback) hours into a job (FACTS.md
 //! section 2).
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
@@ -18,26 +18,22 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         // In nccl-preflight's own image the registration needs the trainer's libibverbs:
         // `exec`, or the installed binary in the training image, covers it.
         LibraryState::Skipped { reason } => {
-            return Finding::new(ID, Status::Skip, format!("no registration tried: {reason}"));
+            return Finding::skip(ID, format!("no registration tried: {reason}"));
         }
         _ => {
-            return Finding::new(
-                ID,
-                Status::Skip,
-                "libibverbs not loaded: no registration tried",
-            );
+            return Finding::skip(ID, "libibverbs not loaded: no registration tried");
         }
     };
     let status = super::rdma_scope::Scope::of(facts).in_use_status(policy.require.any_rdma());
     let Observed::Value(devices) = &verbs.devices else {
-        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+        return Finding::skip(ID, "no RDMA device to register memory on");
     };
     let tried: Vec<_> = devices
         .iter()
         .filter_map(|d| d.memreg.as_ref().map(|m| (d, m)))
         .collect();
     if tried.is_empty() {
-        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+        return Finding::skip(ID, "no RDMA device to register memory on");
     }
     let size = format_bytes(verbs.memreg_bytes);
     let mut problems = Vec::new();
@@ -70,11 +66,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FactError;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, with_ib};
 
     #[test]
     fn enomem_is_the_memlock_failure() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
         let mut f = with_ib(healthy());
         assert_eq!(
             judge(&f, &Policy::default()).summary,
@@ -89,8 +86,8 @@ mod tests {
             )));
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("memlock limit is too low"));
-        assert!(finding.remediation.unwrap().contains("IPC_LOCK"));
+        assert!(finding.remediation().unwrap().contains("IPC_LOCK"));
     }
 }

@@ -109,7 +109,7 @@ pub fn render(
                         check: label_value(&c.id),
                         status: s.label().to_ascii_lowercase(),
                     })
-                    .set(i64::from(c.status == s));
+                    .set(i64::from(c.status() == s));
             }
         }
     }
@@ -329,7 +329,7 @@ mod tests {
             report: Some(Report::new(facts, Vec::new(), Vec::new())),
             ..Default::default()
         };
-        let xid = Finding::new("gpu-xid", Status::Pass, "none");
+        let xid = Finding::pass("gpu-xid", "none");
         let text = render(&snapshot, &xid, &Default::default(), true);
         assert!(
             !text.lines().any(|l| l.starts_with("nccl_preflight_forged")),

@@ -45,7 +45,7 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
         return Err(h.clone());
     }
     let mut failures: Vec<String> = Vec::new();
-    if xid.status == Status::Fail {
+    if xid.status() == Status::Fail {
         failures.push(format!("{}: {}", xid.id, xid.summary));
     }
     match (&snapshot.report, &snapshot.error) {
@@ -53,7 +53,7 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
             report
                 .checks
                 .iter()
-                .filter(|c| c.status == Status::Fail)
+                .filter(|c| c.status() == Status::Fail)
                 .map(|c| format!("{}: {}", c.id, c.summary)),
         ),
         (None, Some(e)) => failures.push(e.clone()),
@@ -204,7 +204,7 @@ fn run_once(args: &ServeArgs, env: &[(OsString, OsString)], shared: &Shared, run
                 let failures: Vec<String> = report
                     .checks
                     .iter()
-                    .filter(|c| c.status == Status::Fail)
+                    .filter(|c| c.status() == Status::Fail)
                     .map(|c| format!("{}: {}", c.id, c.summary))
                     .collect();
                 next.halted = Some(format!(
