@@ -366,8 +366,16 @@ fn require(test: &str, found: bool, what: &str) -> bool {
     if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
         panic!("{test} needs {what} and NCCL_PREFLIGHT_TEST_STRICT is set");
     }
-    eprintln!("skipped {test}: {what} is not installed");
+    eprintln!("skipped {test}: {what} is not on this machine");
     false
+}
+
+/// Data from public projects in `../shared/data/NAME` (DESIGN.md: it stays outside the
+/// repository): its path, or None with a skip message when it is not beside the
+/// repository, unless NCCL_PREFLIGHT_TEST_STRICT is set (CI), where that fails.
+pub fn require_shared(test: &str, name: &str) -> Option<PathBuf> {
+    let dir = repo().join("../shared/data").join(name);
+    require(test, dir.is_dir(), &format!("../shared/data/{name}")).then_some(dir)
 }
 
 /// The real Debian libibverbs and libfabric.
