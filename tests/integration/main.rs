@@ -15,5 +15,6 @@ mod nccl_vars;
 mod outputs;
 mod rdma;
 mod scenarios;
+mod schema;
 mod serve;
 mod support;
