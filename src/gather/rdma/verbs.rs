@@ -256,11 +256,7 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
 }
 
 /// How loading libibverbs ended.
-pub enum Outcome {
-    NotFound(String),
-    Failed(FactError),
-    Loaded(VerbsFacts),
-}
+pub type Outcome = crate::gather::Outcome<VerbsFacts>;
 
 pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
     let lib = match crate::gather::dl::load(watch, library) {
