@@ -65,6 +65,10 @@ pub struct FactError {
     /// What kind of failure it was, where that decides the verdict; `None` for the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<FailureKind>,
+    /// The errno of a failed system or vendor call, where a check's verdict depends on
+    /// which one it was (ibv_reg_mr's ENOMEM, EAGAIN or EPERM is the memlock limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
 }
 
 /// Failures whose kind, not their text, decides what a check says.
@@ -84,7 +88,14 @@ impl FactError {
             source: source.into(),
             message: message.to_string(),
             kind: None,
+            errno: None,
         }
+    }
+
+    /// The same error, with the errno of the call that failed.
+    pub fn with_errno(mut self, errno: i32) -> Self {
+        self.errno = Some(errno);
+        self
     }
 
     /// The same error, marked with its kind.

@@ -43,9 +43,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Observed::Value(()) => evidence.push(format!("{}: registered {size}", d.name)),
             Observed::Error(e) => {
                 evidence.push(format!("{}: {e}", d.name));
-                let memlock = e.message.starts_with("ENOMEM")
-                    || e.message.starts_with("EAGAIN")
-                    || e.message.starts_with("EPERM");
+                // ibv_reg_mr pins the buffer: the kernel refuses above RLIMIT_MEMLOCK
+                // without CAP_IPC_LOCK with ENOMEM (EAGAIN or EPERM from some providers).
+                let memlock = matches!(e.errno, Some(libc::ENOMEM | libc::EAGAIN | libc::EPERM));
                 problems.push(Problem::new(
                     status,
                     format!("{}: registering {size} failed ({}){}", d.name, e.message, if memlock { ": the memlock limit is too low" } else { "" }),
@@ -80,14 +80,31 @@ mod tests {
         if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
             && let Observed::Value(d) = &mut v.devices
         {
-            d[0].memreg = Some(Observed::Error(FactError::new(
-                "ibv_reg_mr(mlx5_0, 134217728 bytes)",
-                "ENOMEM: Cannot allocate memory",
-            )));
+            d[0].memreg = Some(Observed::Error(
+                FactError::new(
+                    "ibv_reg_mr(mlx5_0, 134217728 bytes)",
+                    "ENOMEM: Cannot allocate memory",
+                )
+                .with_errno(libc::ENOMEM),
+            ));
         }
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("memlock limit is too low"));
         assert!(finding.remediation().unwrap().contains("IPC_LOCK"));
+        // The errno decides, not the text: an I/O error whose message happens to start
+        // like ENOMEM's is the device's problem, not the memlock limit.
+        if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
+            && let Observed::Value(d) = &mut v.devices
+        {
+            d[0].memreg = Some(Observed::Error(
+                FactError::new("ibv_reg_mr(mlx5_0, 134217728 bytes)", "ENOMEM-like text")
+                    .with_errno(libc::EIO),
+            ));
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status(), Status::Fail);
+        assert!(!finding.summary.contains("memlock"), "{}", finding.summary);
+        assert!(finding.remediation().unwrap().contains("ibv_devinfo"));
     }
 }
