@@ -47,7 +47,7 @@ fn probe_line(report: &Report) -> String {
         let list: Vec<String> = report
             .checks
             .iter()
-            .filter(|c| c.status == Status::Fail)
+            .filter(|c| c.status() == Status::Fail)
             .map(|c| format!("{}: {}", c.id, c.summary.replace('\n', " ")))
             .collect();
         return format!("fail: {}", list.join("; "));
@@ -437,7 +437,7 @@ mod tests {
 
     /// A bounded, seeded fuzz of the facts loader and everything downstream of it
     /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
-    /// renderers): mutated golden reports must load or be refused with an error,
+    /// renderers): mutated golden facts, in a report, must load or be refused with an error,
     /// and never panic.
     #[test]
     fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
@@ -445,14 +445,18 @@ mod tests {
         let mut seeds: Vec<Value> = Vec::new();
         let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
             .unwrap()
-            .map(|e| e.unwrap().path().join("report.json"))
+            .map(|e| e.unwrap().path().join("facts/facts.json"))
             .filter(|p| p.exists())
             .collect();
         dirs.sort();
         for path in dirs {
-            seeds.push(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap());
+            let facts: Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            seeds.push(
+                serde_json::json!({ "schema": crate::report::REPORT_SCHEMA, "facts": facts }),
+            );
         }
-        assert!(seeds.len() > 10, "the golden reports are the seeds");
+        assert!(seeds.len() > 10, "the golden facts are the seeds");
         let tmp = tempfile::Builder::new()
             .prefix("fuzz-facts-")
             .tempdir()

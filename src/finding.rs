@@ -29,41 +29,179 @@ impl Status {
     }
 }
 
+/// How bad a problem is: the statuses that need a fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warn,
+    Fail,
+}
+
+impl Severity {
+    pub fn status(self) -> Status {
+        match self {
+            Severity::Warn => Status::Warn,
+            Severity::Fail => Status::Fail,
+        }
+    }
+}
+
 /// One check's verdict, with what it saw and how to fix it.
+///
+/// The check contract is in the type: a warning or a failure is built only through
+/// [`Finding::warn`], [`Finding::fail`] or [`Finding::flagged`], which take the
+/// remediation; a pass or a skip has none. Status and remediation are private so no
+/// code can turn a pass into a failure afterwards, and a report read back from JSON
+/// is refused when a warning or failure lacks its fix. Outside this module a failure
+/// without a fix does not compile:
+///
+/// ```compile_fail
+/// use nccl_preflight::finding::{Finding, Status};
+/// let mut f = Finding::pass("dev-shm", "fine");
+/// f.status = Status::Fail;
+/// ```
+///
+/// ```compile_fail
+/// use nccl_preflight::finding::Finding;
+/// let f = Finding::fail("dev-shm", "/dev/shm is 64 MiB");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "FindingRecord")]
 pub struct Finding {
     pub id: String,
-    pub status: Status,
+    status: Status,
     /// One line.
     pub summary: String,
     /// What was observed, one item per line.
     pub evidence: Vec<String>,
-    /// What to paste to fix it; every failing finding has one.
-    pub remediation: Option<String>,
+    /// What to paste to fix it: present exactly when the status is warn or fail.
+    remediation: Option<String>,
     /// True when `--ignore` turned a failure into this warning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub ignored: bool,
+    ignored: bool,
+}
+
+/// A finding as JSON holds it, checked against the contract before it becomes one.
+#[derive(Deserialize)]
+struct FindingRecord {
+    id: String,
+    status: Status,
+    summary: String,
+    evidence: Vec<String>,
+    remediation: Option<String>,
+    #[serde(default)]
+    ignored: bool,
+}
+
+impl TryFrom<FindingRecord> for Finding {
+    type Error = String;
+
+    fn try_from(r: FindingRecord) -> Result<Self, Self::Error> {
+        let needs_fix = r.status >= Status::Warn;
+        if needs_fix != r.remediation.is_some() {
+            return Err(format!(
+                "finding {:?}: status {} {} a remediation",
+                r.id,
+                r.status.label(),
+                if needs_fix { "needs" } else { "cannot carry" }
+            ));
+        }
+        if r.ignored && r.status != Status::Warn {
+            return Err(format!(
+                "finding {:?}: only a warning can be an ignored failure",
+                r.id
+            ));
+        }
+        Ok(Finding {
+            id: r.id,
+            status: r.status,
+            summary: r.summary,
+            evidence: r.evidence,
+            remediation: r.remediation,
+            ignored: r.ignored,
+        })
+    }
 }
 
 impl Finding {
-    pub fn new(id: &str, status: Status, summary: impl Into<String>) -> Self {
+    fn build(id: &str, status: Status, summary: String, remediation: Option<String>) -> Self {
         Finding {
             id: id.to_string(),
             status,
-            summary: summary.into(),
+            summary,
             evidence: Vec::new(),
-            remediation: None,
+            remediation,
             ignored: false,
         }
     }
 
-    pub fn evidence(mut self, line: impl Into<String>) -> Self {
-        self.evidence.push(line.into());
+    /// Nothing wrong.
+    pub fn pass(id: &str, summary: impl Into<String>) -> Self {
+        Self::build(id, Status::Pass, summary.into(), None)
+    }
+
+    /// Nothing to judge here (no device, not this image, not asked for).
+    pub fn skip(id: &str, summary: impl Into<String>) -> Self {
+        Self::build(id, Status::Skip, summary.into(), None)
+    }
+
+    /// A problem that does not stop the job, with its fix.
+    pub fn warn(id: &str, summary: impl Into<String>, remediation: impl Into<String>) -> Self {
+        Self::flagged(id, Severity::Warn, summary, remediation)
+    }
+
+    /// A problem that fails the check, with its fix.
+    pub fn fail(id: &str, summary: impl Into<String>, remediation: impl Into<String>) -> Self {
+        Self::flagged(id, Severity::Fail, summary, remediation)
+    }
+
+    /// A problem of a severity decided at run time, with its fix.
+    pub fn flagged(
+        id: &str,
+        severity: Severity,
+        summary: impl Into<String>,
+        remediation: impl Into<String>,
+    ) -> Self {
+        Self::build(
+            id,
+            severity.status(),
+            summary.into(),
+            Some(remediation.into()),
+        )
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The fix: `Some` exactly when the status is warn or fail.
+    pub fn remediation(&self) -> Option<&str> {
+        self.remediation.as_deref()
+    }
+
+    /// True when `--ignore` turned a failure into this warning.
+    pub fn is_ignored(&self) -> bool {
+        self.ignored
+    }
+
+    /// `--ignore`: a failure becomes a flagged warning, keeping its fix; other statuses
+    /// are left as they are.
+    pub fn ignore(mut self) -> Self {
+        if self.status == Status::Fail {
+            self.status = Status::Warn;
+            self.ignored = true;
+        }
         self
     }
 
-    pub fn remediation(mut self, text: impl Into<String>) -> Self {
-        self.remediation = Some(text.into());
+    /// Rewrites the fix's text (for example to quote it for a terminal); the finding
+    /// keeps having one exactly when it had one.
+    pub fn map_remediation(mut self, f: impl FnOnce(String) -> String) -> Self {
+        self.remediation = self.remediation.map(f);
+        self
+    }
+
+    pub fn evidence(mut self, line: impl Into<String>) -> Self {
+        self.evidence.push(line.into());
         self
     }
 }
@@ -81,14 +219,18 @@ pub fn verdict(findings: &[Finding]) -> Status {
 /// One problem a check found: how bad, what, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    pub status: Status,
+    pub status: Severity,
     pub summary: String,
     pub evidence: Vec<String>,
     pub remediation: String,
 }
 
 impl Problem {
-    pub fn new(status: Status, summary: impl Into<String>, remediation: impl Into<String>) -> Self {
+    pub fn new(
+        status: Severity,
+        summary: impl Into<String>,
+        remediation: impl Into<String>,
+    ) -> Self {
         Problem {
             status,
             summary: summary.into(),
@@ -107,14 +249,14 @@ pub fn combine(
     evidence: Vec<String>,
     mut problems: Vec<Problem>,
 ) -> Finding {
-    let mut f = Finding::new(id, Status::Pass, pass_summary);
-    f.evidence = evidence;
     if problems.is_empty() {
+        let mut f = Finding::pass(id, pass_summary);
+        f.evidence = evidence;
         return f;
     }
     problems.sort_by_key(|p| std::cmp::Reverse(p.status));
-    f.status = problems[0].status;
-    f.summary = if problems.len() == 1 {
+    let worst = problems[0].status;
+    let summary = if problems.len() == 1 {
         problems[0].summary.clone()
     } else {
         format!(
@@ -123,11 +265,12 @@ pub fn combine(
             problems[0].summary
         )
     };
+    let mut all_evidence = evidence;
     for p in &problems {
         if problems.len() > 1 {
-            f.evidence.push(p.summary.clone());
+            all_evidence.push(p.summary.clone());
         }
-        f.evidence.extend(p.evidence.iter().cloned());
+        all_evidence.extend(p.evidence.iter().cloned());
     }
     let mut fixes: Vec<&str> = Vec::new();
     for p in &problems {
@@ -135,7 +278,8 @@ pub fn combine(
             fixes.push(&p.remediation);
         }
     }
-    f.remediation = Some(fixes.join("\n"));
+    let mut f = Finding::flagged(id, worst, summary, fixes.join("\n"));
+    f.evidence = all_evidence;
     f
 }
 
@@ -165,25 +309,9 @@ pub struct CheckInfo {
     pub source: Source,
 }
 
-/// Every check id, as constants, so no stage spells one twice.
+/// The ids of the checks reported outside the judge (bench, serve), as constants, so no
+/// stage spells one twice. A judged check's id is the `ID` of its own file in `judge`.
 pub mod ids {
-    pub const MEMLOCK: &str = "memlock";
-    pub const DEV_SHM: &str = "dev-shm";
-    pub const HOST_IPC: &str = "host-ipc";
-    pub const STACK_LIMIT: &str = "stack-limit";
-    pub const GPU_DEVICES: &str = "gpu-devices";
-    pub const GPU_P2P: &str = "gpu-p2p";
-    pub const NVLINK: &str = "nvlink";
-    pub const GPU_HEALTH: &str = "gpu-health";
-    pub const CUDA_RUNTIME: &str = "cuda-runtime";
-    pub const MNNVL: &str = "mnnvl";
-    pub const POD_PLACEMENT: &str = "pod-placement";
-    pub const RDMA_DEVICES: &str = "rdma-devices";
-    pub const RDMA_MEMREG: &str = "rdma-memreg";
-    pub const LIBFABRIC: &str = "libfabric";
-    pub const NCCL_NET_PLUGIN: &str = "nccl-net-plugin";
-    pub const GDR: &str = "gdr";
-    pub const NCCL_ENV: &str = "nccl-env";
     pub const GPU_BANDWIDTH: &str = "gpu-bandwidth";
     pub const NCCL_ALLREDUCE: &str = "nccl-allreduce";
     pub const GPU_XID: &str = "gpu-xid";
@@ -192,93 +320,9 @@ pub mod ids {
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
 }
 
-/// Every check, in report order.
+/// The checks reported outside the judge: measured by `bench`, seen while serving. The
+/// judged checks are the rows of `judge::CHECKS`, one per check, beside their judges.
 pub const REGISTRY: &[CheckInfo] = &[
-    CheckInfo {
-        id: ids::MEMLOCK,
-        title: "locked-memory limit in force (RLIMIT_MEMLOCK, CAP_IPC_LOCK, a real mlock)",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::DEV_SHM,
-        title: "/dev/shm size, free space and filesystem",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::HOST_IPC,
-        title: "IPC namespace (host or private)",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::STACK_LIMIT,
-        title: "stack limit (unlimited or small stacks shrink NCCL's threads)",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::GPU_DEVICES,
-        title: "NVML and the CUDA driver load and see the GPUs (fabric manager, lost GPUs, CUDA_VISIBLE_DEVICES)",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::GPU_P2P,
-        title: "peer access (read, write, CUDA) between GPUs that share NVLink or a PCIe switch",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::NVLINK,
-        title: "every NVLink a GPU has is up",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::GPU_HEALTH,
-        title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::MNNVL,
-        title: "multi-node NVLink (GB200 NVL72): fabric state, cluster and clique per GPU, an IMEX channel in the container",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::CUDA_RUNTIME,
-        title: "the image's CUDA runtime (libcudart) against the driver's CUDA version (minor-version and forward compatibility)",
-        source: Source::Image,
-    },
-    CheckInfo {
-        id: ids::POD_PLACEMENT,
-        title: "the pod holds all the node's GPUs and runs one process per GPU",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::RDMA_DEVICES,
-        title: "RDMA/EFA devices present, ports up, device nodes openable, enough for the pod's GPUs, libibverbs sees them",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::RDMA_MEMREG,
-        title: "a real ibv_reg_mr of --memreg-size on every RDMA device",
-        source: Source::Image,
-    },
-    CheckInfo {
-        id: ids::LIBFABRIC,
-        title: "libfabric loads and offers efa RDM endpoints where EFA exists",
-        source: Source::Image,
-    },
-    CheckInfo {
-        id: ids::NCCL_NET_PLUGIN,
-        title: "the NCCL net plugin NCCL will load (aws-ofi-nccl on EFA)",
-        source: Source::Image,
-    },
-    CheckInfo {
-        id: ids::GDR,
-        title: "GPUDirect RDMA for GPU-NIC pairs under one PCIe switch (nvidia-peermem, EFA's driver or dma-buf)",
-        source: Source::Node,
-    },
-    CheckInfo {
-        id: ids::NCCL_ENV,
-        title: "the user's own NCCL variables against this node",
-        source: Source::Settings,
-    },
     CheckInfo {
         id: ids::GPU_BANDWIDTH,
         title: "measured GPU peer-copy bandwidth against the links' figure (bench)",
@@ -311,7 +355,7 @@ pub const REGISTRY: &[CheckInfo] = &[
     },
 ];
 
-/// Every check id, in report order.
+/// The ids of the checks reported outside the judge.
 pub fn all_ids() -> impl Iterator<Item = &'static str> {
     REGISTRY.iter().map(|c| c.id)
 }
@@ -319,4 +363,74 @@ pub fn all_ids() -> impl Iterator<Item = &'static str> {
 /// The registry entry of an id.
 pub fn info(id: &str) -> Option<&'static CheckInfo> {
     REGISTRY.iter().find(|c| c.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_read_back_keeps_the_contract() {
+        let fail = Finding::fail("dev-shm", "small", "mount a bigger /dev/shm").evidence("64 MiB");
+        let text = serde_json::to_string(&fail).unwrap();
+        assert_eq!(serde_json::from_str::<Finding>(&text).unwrap(), fail);
+        let ignored = fail.clone().ignore();
+        assert_eq!(
+            (ignored.status(), ignored.is_ignored()),
+            (Status::Warn, true)
+        );
+        assert_eq!(ignored.remediation(), Some("mount a bigger /dev/shm"));
+        let text = serde_json::to_string(&ignored).unwrap();
+        assert_eq!(serde_json::from_str::<Finding>(&text).unwrap(), ignored);
+        for (json, why) in [
+            (
+                r#"{"id":"x","status":"fail","summary":"s","evidence":[],"remediation":null}"#,
+                "needs a remediation",
+            ),
+            (
+                r#"{"id":"x","status":"warn","summary":"s","evidence":[],"remediation":null}"#,
+                "needs a remediation",
+            ),
+            (
+                r#"{"id":"x","status":"pass","summary":"s","evidence":[],"remediation":"do"}"#,
+                "cannot carry a remediation",
+            ),
+            (
+                r#"{"id":"x","status":"fail","summary":"s","evidence":[],"remediation":"do","ignored":true}"#,
+                "only a warning",
+            ),
+        ] {
+            let err = serde_json::from_str::<Finding>(json)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why) && err.contains("\"x\""), "{err}");
+        }
+    }
+
+    #[test]
+    fn ignore_leaves_passes_and_warnings_alone() {
+        let pass = Finding::pass("memlock", "fine");
+        assert_eq!(pass.clone().ignore(), pass);
+        let warn = Finding::warn("memlock", "low", "raise it");
+        assert_eq!(warn.clone().ignore(), warn);
+    }
+
+    #[test]
+    fn combine_takes_the_worst_and_every_fix_once() {
+        let f = combine(
+            "gpu-p2p",
+            "fine".into(),
+            vec!["seen".into()],
+            vec![
+                Problem::new(Severity::Warn, "a", "fix a"),
+                Problem::new(Severity::Fail, "b", "fix b"),
+                Problem::new(Severity::Warn, "c", "fix a"),
+            ],
+        );
+        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.summary, "3 problems; worst: b");
+        assert_eq!(f.remediation(), Some("fix b\nfix a"));
+        let pass = combine("gpu-p2p", "fine".into(), vec![], vec![]);
+        assert_eq!((pass.status(), pass.remediation()), (Status::Pass, None));
+    }
 }

@@ -83,12 +83,12 @@ impl Policy {
     }
 
     /// A finding under `--ignore`: a failure of an ignored check becomes a flagged warning.
-    pub fn settle(&self, mut finding: crate::finding::Finding) -> crate::finding::Finding {
-        if finding.status == crate::finding::Status::Fail && self.ignores(&finding.id) {
-            finding.status = crate::finding::Status::Warn;
-            finding.ignored = true;
+    pub fn settle(&self, finding: crate::finding::Finding) -> crate::finding::Finding {
+        if self.ignores(&finding.id) {
+            finding.ignore()
+        } else {
+            finding
         }
-        finding
     }
 }
 

@@ -34,7 +34,7 @@ impl Report {
 
     /// Counts of checks by status: (failed, warned, passed, skipped).
     pub fn counts(&self) -> (usize, usize, usize, usize) {
-        let n = |s| self.checks.iter().filter(|c| c.status == s).count();
+        let n = |s| self.checks.iter().filter(|c| c.status() == s).count();
         (
             n(Status::Fail),
             n(Status::Warn),

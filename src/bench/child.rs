@@ -3,17 +3,20 @@
 //! wall-clock limit; its findings join the report.
 
 use crate::cli::InitArgs;
+use crate::finding::Finding;
 use crate::finding::ids;
-use crate::finding::{Finding, Status};
 use std::ffi::OsString;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
-    Finding::new(ids::GPU_BANDWIDTH, Status::Fail, summary)
-        .evidence(evidence)
-        .remediation("nccl-preflight bench   # run it by hand to see every figure")
+    Finding::fail(
+        ids::GPU_BANDWIDTH,
+        summary,
+        "nccl-preflight bench   # run it by hand to see every figure",
+    )
+    .evidence(evidence)
 }
 
 /// Runs `bench` in a child and returns its findings; a child that fails to start,

@@ -146,25 +146,22 @@ pub fn judge(
     let gpus_found = measured.gpus.len();
     let unavailable = |id: &str| -> Option<Finding> {
         if let Some(why) = &measured.no_driver {
-            return Some(
-                Finding::new(id, Status::Skip, "no CUDA driver on this machine")
-                    .evidence(why.clone()),
-            );
+            return Some(Finding::skip(id, "no CUDA driver on this machine").evidence(why.clone()));
         }
         if let Some(e) = &measured.driver_error {
             return Some(
-                Finding::new(id, Status::Fail, "the CUDA driver could not be used")
-                    .evidence(e.to_string())
-                    .remediation(
-                        "nvidia-smi   # is the driver loaded and every GPU listed?\n\
+                Finding::fail(
+                    id,
+                    "the CUDA driver could not be used",
+                    "nvidia-smi   # is the driver loaded and every GPU listed?\n\
                          nccl-preflight check   # gpu-devices names what CUDA refuses",
-                    ),
+                )
+                .evidence(e.to_string()),
             );
         }
         if gpus_found < 2 {
-            return Some(Finding::new(
+            return Some(Finding::skip(
                 id,
-                Status::Skip,
                 format!("{gpus_found} GPU visible: nothing to measure between GPUs"),
             ));
         }
@@ -178,7 +175,7 @@ pub fn judge(
     }
     if let Some(result) = &measured.nccl {
         let finding = unavailable(ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
-            None => Finding::new(ids::NCCL_ALLREDUCE, Status::Skip, "no NCCL library found")
+            None => Finding::skip(ids::NCCL_ALLREDUCE, "no NCCL library found")
                 .evidence(format!("tried: {}", settings.nccl_candidates.join(", "))),
             Some(r) => {
                 let link = expect::slowest(measured.gpus.len() as u32, expected);
@@ -190,7 +187,7 @@ pub fn judge(
     BenchReport {
         schema: SCHEMA,
         // Nothing measured is not a pass: the verdict says skip, and `bench` exits 2.
-        verdict: if findings.iter().all(|f| f.status == Status::Skip) {
+        verdict: if findings.iter().all(|f| f.status() == Status::Skip) {
             Status::Skip
         } else {
             crate::finding::verdict(&findings)
@@ -291,12 +288,13 @@ fn judge_p2p(section: &P2pSection, min_fraction: f64) -> Finding {
             min_fraction * 100.0
         ),
     };
-    let mut finding = Finding::new(ids::GPU_BANDWIDTH, status, summary);
+    let mut finding = match status {
+        Status::Fail => Finding::fail(ids::GPU_BANDWIDTH, summary, LINK_FIX),
+        Status::Warn => Finding::warn(ids::GPU_BANDWIDTH, summary, LINK_FIX),
+        Status::Pass | Status::Skip => Finding::pass(ids::GPU_BANDWIDTH, summary),
+    };
     finding.evidence = problems;
     finding.evidence.extend(slowest.map(|(_, line)| line));
-    if status >= Status::Warn {
-        finding = finding.remediation(LINK_FIX);
-    }
     finding
 }
 
@@ -327,7 +325,7 @@ fn judge_nccl(
         ));
     }
     let fail = |summary: String, evidence: Vec<String>, fix: &str| {
-        let mut f = Finding::new(id, Status::Fail, summary).remediation(fix);
+        let mut f = Finding::fail(id, summary, fix);
         f.evidence = evidence;
         f
     };
@@ -348,7 +346,7 @@ fn judge_nccl(
         );
     }
     let Some(largest) = r.sizes.iter().max_by_key(|s| s.bytes) else {
-        let mut f = Finding::new(id, Status::Skip, "no all-reduce size measured");
+        let mut f = Finding::skip(id, "no all-reduce size measured");
         f.evidence = evidence;
         return f;
     };
@@ -374,9 +372,8 @@ fn judge_nccl(
         );
     }
     let Some(link) = link else {
-        let mut f = Finding::new(
+        let mut f = Finding::pass(
             id,
-            Status::Pass,
             format!(
                 "busbw {:.1} GB/s at {}; link speed unknown",
                 largest.busbw_gbps,
@@ -402,7 +399,7 @@ fn judge_nccl(
     if fraction < min_fraction {
         return fail(summary, evidence, LINK_FIX);
     }
-    let mut f = Finding::new(id, Status::Pass, summary);
+    let mut f = Finding::pass(id, summary);
     f.evidence = evidence;
     f
 }

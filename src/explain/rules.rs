@@ -3,7 +3,7 @@
 //! from FACTS.md section 2; measured costs from section 1.
 
 use super::summary::{LogSummary, WarnEntry};
-use crate::finding::{Finding, Status};
+use crate::finding::Finding;
 use crate::remediation;
 
 /// A known NCCL WARN text, what it means and how to fix it.
@@ -126,25 +126,21 @@ fn shm_despite_nvlink(s: &LogSummary) -> Option<Finding> {
     if s.connections("SHM") == 0 || !s.nvlink() {
         return None;
     }
-    let mut f = Finding::new(
-        "log-shm-instead-of-nvlink",
-        Status::Warn,
-        format!(
-            "{} connections went through SHM (host memory) although the topology shows NVLink: measured 27 GB/s instead of ~295 GB/s on 2x H200",
-            s.connections("SHM")
-        ),
+    let summary = format!(
+        "{} connections went through SHM (host memory) although the topology shows NVLink: measured 27 GB/s instead of ~295 GB/s on 2x H200",
+        s.connections("SHM")
     );
-    f.evidence = examples(s, "SHM");
-    f.evidence.extend(
+    let mut evidence = examples(s, "SHM");
+    evidence.extend(
         s.path_types
             .iter()
             .map(|t| format!("intra-node path type {t}")),
     );
     let fix = if is_set_to(s, "NCCL_P2P_DISABLE", "1") {
-        f.evidence.extend(setting_evidence(s, "NCCL_P2P_DISABLE"));
+        evidence.extend(setting_evidence(s, "NCCL_P2P_DISABLE"));
         "Unset NCCL_P2P_DISABLE: it turns NVLink peer transfers off.".to_string()
     } else if let Some(level) = s.setting("NCCL_P2P_LEVEL") {
-        f.evidence.extend(setting_evidence(s, "NCCL_P2P_LEVEL"));
+        evidence.extend(setting_evidence(s, "NCCL_P2P_LEVEL"));
         format!(
             "Unset NCCL_P2P_LEVEL (set to {}) or set it to NVL or higher.",
             level.iter().cloned().collect::<Vec<_>>().join(",")
@@ -154,7 +150,9 @@ fn shm_despite_nvlink(s: &LogSummary) -> Option<Finding> {
          and check peer access with `nvidia-smi topo -p2p rw`."
             .to_string()
     };
-    Some(f.remediation(fix))
+    let mut f = Finding::warn("log-shm-instead-of-nvlink", summary, fix);
+    f.evidence = evidence;
+    Some(f)
 }
 
 fn split_pods(s: &LogSummary) -> Option<Finding> {
@@ -183,14 +181,11 @@ fn split_pods(s: &LogSummary) -> Option<Finding> {
             && buses.len() == comm.ranks.len()
             && distinct.len() == buses.len()
         {
-            let mut f = Finding::new(
+            let mut f = Finding::warn(
                 "log-split-pods",
-                Status::Warn,
                 format!(
                     "communicator {id}: every rank is its own NCCL node with one GPU, each at a different PCI bus id: this looks like one machine's GPUs split across pods, talking over the network (measured 3.3 GB/s instead of ~295 GB/s over NVLink)"
                 ),
-            )
-            .remediation(
                 "Run one pod per node with all its GPUs and one process per GPU (torchrun --nproc_per_node=<GPUs>, \
                  PyTorchJob nprocPerNode); NCCL treats different hostnames as different nodes.",
             );
@@ -232,29 +227,26 @@ fn sockets_despite_rdma(s: &LogSummary) -> Option<Finding> {
     if s.ib_devices.is_empty() && failed_plugins.is_empty() && s.ofi_lines.is_empty() {
         return None;
     }
-    let mut f = Finding::new(
-        "log-socket-despite-rdma",
-        Status::Warn,
-        format!(
-            "{socket_conns} connections used NET/Socket (TCP) although RDMA was available or a net plugin failed to start"
-        ),
+    let summary = format!(
+        "{socket_conns} connections used NET/Socket (TCP) although RDMA was available or a net plugin failed to start"
     );
-    f.evidence.extend(
+    let mut evidence: Vec<String> = Vec::new();
+    evidence.extend(
         s.ib_devices
             .iter()
             .map(|d| format!("NET/IB listed devices: {d}")),
     );
-    f.evidence.extend(
+    evidence.extend(
         failed_plugins
             .iter()
             .map(|p| format!("Failed to initialize NET plugin {p}")),
     );
-    f.evidence.extend(s.ofi_lines.iter().take(3).cloned());
-    f.evidence.extend(examples(s, "NET/Socket"));
+    evidence.extend(s.ofi_lines.iter().take(3).cloned());
+    evidence.extend(examples(s, "NET/Socket"));
     let mut fixes = Vec::new();
     for name in ["NCCL_IB_DISABLE", "NCCL_NET"] {
         if let Some(v) = s.setting(name) {
-            f.evidence.extend(setting_evidence(s, name));
+            evidence.extend(setting_evidence(s, name));
             fixes.push(format!(
                 "unset {name} (set to {})",
                 v.iter().cloned().collect::<Vec<_>>().join(",")
@@ -262,7 +254,9 @@ fn sockets_despite_rdma(s: &LogSummary) -> Option<Finding> {
         }
     }
     fixes.push("run `nccl-preflight check` in the pod to see whether the RDMA devices open and memory registers".into());
-    Some(f.remediation(fixes.join("; ")))
+    let mut f = Finding::warn("log-socket-despite-rdma", summary, fixes.join("; "));
+    f.evidence = evidence;
+    Some(f)
 }
 
 fn gdr_off(s: &LogSummary) -> Option<Finding> {
@@ -274,15 +268,15 @@ fn gdr_off(s: &LogSummary) -> Option<Finding> {
     if rdma.is_empty() || rdma.iter().any(|(t, _)| t.contains("GDRDMA")) {
         return None;
     }
-    let mut f = Finding::new(
+    let mut f = Finding::warn(
         "log-gdr-off",
-        Status::Warn,
         format!(
             "RDMA connections ({}) run without GPUDirect RDMA: data is staged through host memory",
-            rdma.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
+            rdma.iter()
+                .map(|(t, _)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
-    )
-    .remediation(
         "Enable GPUDirect RDMA on the node (nvidia-peermem loaded, or dma-buf with open GPU kernel modules), keep GPUs \
          and NICs under the same PCIe switch, and do not lower NCCL_NET_GDR_LEVEL.",
     );
@@ -339,16 +333,17 @@ fn proto_forced(s: &LogSummary) -> Option<Finding> {
             return None;
         }
         let version = ofi_version(s);
-        let mut f = Finding::new(
+        let mut f = Finding::warn(
             "log-proto-forced",
-            Status::Warn,
             format!(
                 "NCCL_PROTO=simple on {}: aws-ofi-nccl{} forces it itself only where EFA lacks in-order delivery (p4d, p4de), and did not here; Simple alone costs latency on small messages",
                 platforms.join(", "),
-                version.map(|(a, b)| format!(" {a}.{b}")).unwrap_or_default()
+                version
+                    .map(|(a, b)| format!(" {a}.{b}"))
+                    .unwrap_or_default()
             ),
-        )
-        .remediation("Unset NCCL_PROTO: aws-ofi-nccl >= 1.7 sets NCCL_PROTO=simple itself on the platforms that need it.");
+            "Unset NCCL_PROTO: aws-ofi-nccl >= 1.7 sets NCCL_PROTO=simple itself on the platforms that need it.",
+        );
         f.evidence = setting_evidence(s, "NCCL_PROTO");
         f.evidence.extend(
             platforms
@@ -357,20 +352,23 @@ fn proto_forced(s: &LogSummary) -> Option<Finding> {
         );
         return Some(f);
     }
-    let mut f = Finding::new(
+    let mut f = Finding::warn(
         "log-proto-forced",
-        Status::Warn,
         if ll128 {
-            format!("NCCL_PROTO={joined} forces LL128, which corrupts data where the platform does not support it")
+            format!(
+                "NCCL_PROTO={joined} forces LL128, which corrupts data where the platform does not support it"
+            )
         } else {
-            format!("NCCL_PROTO={joined} restricts NCCL's protocol choice (Simple only costs latency on small messages)")
+            format!(
+                "NCCL_PROTO={joined} restricts NCCL's protocol choice (Simple only costs latency on small messages)"
+            )
         },
-    )
-    .remediation(if on_efa(s) {
-        "Unset NCCL_PROTO: aws-ofi-nccl sets NCCL_PROTO=simple itself where EFA needs it, and LL/LL128 corrupt data where it does."
-    } else {
-        "Unset NCCL_PROTO unless your platform's documentation requires it."
-    });
+        if on_efa(s) {
+            "Unset NCCL_PROTO: aws-ofi-nccl sets NCCL_PROTO=simple itself where EFA needs it, and LL/LL128 corrupt data where it does."
+        } else {
+            "Unset NCCL_PROTO unless your platform's documentation requires it."
+        },
+    );
     f.evidence = setting_evidence(s, "NCCL_PROTO");
     Some(f)
 }
@@ -407,16 +405,13 @@ fn tcp_fabric(s: &LogSummary) -> Option<Finding> {
         }
         None => return None,
     };
-    let mut f = Finding::new(
+    let mut f = Finding::warn(
         "log-tcp-fabric",
-        Status::Warn,
         format!(
             "{span} inter-node traffic runs over TCP (NET/Socket, {socket} connections): \
              measured 3.3-3.7 GB/s all-reduce bus bandwidth over sockets, where one RDMA NIC carries 12.5-50 GB/s (100-400 Gb/s, EFA on p4d 4x100 Gb/s) \
              and NVLink ~295 GB/s; the log shows no RDMA device in use"
         ),
-    )
-    .remediation(
         "If the nodes have RDMA NICs (InfiniBand, RoCE, EFA), give the pods the RDMA device plugin resource, /dev/infiniband \
          and IPC_LOCK, and for EFA the aws-ofi-nccl plugin; then run `nccl-preflight check` in the pod. If TCP is the only \
          fabric, expect this rate and keep each node's GPUs in one pod.",
@@ -447,16 +442,20 @@ fn read_mode_forced(s: &LogSummary) -> Option<Finding> {
     if reads == 0 || !(forced || pcie_only && !s.nvlink_in_topology) {
         return None;
     }
-    let mut f = Finding::new(
+    let mut f = Finding::warn(
         "log-p2p-read-mode",
-        Status::Warn,
         if forced {
-            format!("{reads} P2P connections run in read mode because NCCL_P2P_READ_ENABLE=1; NCCL chooses it itself only for A100 pairs over NVLink")
+            format!(
+                "{reads} P2P connections run in read mode because NCCL_P2P_READ_ENABLE=1; NCCL chooses it itself only for A100 pairs over NVLink"
+            )
         } else {
-            format!("{reads} P2P connections run in read mode over PCIe paths ({}); NCCL chooses it itself only for A100 pairs over NVLink", s.path_types.iter().cloned().collect::<Vec<_>>().join(", "))
+            format!(
+                "{reads} P2P connections run in read mode over PCIe paths ({}); NCCL chooses it itself only for A100 pairs over NVLink",
+                s.path_types.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
         },
-    )
-    .remediation("Unset NCCL_P2P_READ_ENABLE unless measurements on this platform favour read mode.");
+        "Unset NCCL_P2P_READ_ENABLE unless measurements on this platform favour read mode.",
+    );
     f.evidence = examples(s, "P2P");
     f.evidence
         .extend(setting_evidence(s, "NCCL_P2P_READ_ENABLE"));
@@ -498,40 +497,40 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
         .unwrap_or_default();
     if m.contains("No space left on device") || m.contains("(28)") {
         return Some(
-            Finding::new(
+            Finding::fail(
                 "log-dev-shm-full",
-                Status::Fail,
                 format!("NCCL WARN: /dev/shm had no room for a shared-memory segment{size}"),
+                remediation::DEV_SHM,
             )
-            .evidence(warn_line(w))
-            .remediation(remediation::DEV_SHM),
+            .evidence(warn_line(w)),
         );
     }
     // The WARN before it is a known cause (`failed to extend`, `posix_fallocate
     // failed`): that signature speaks for both lines.
     if let Some(sig) = w.after.as_deref().and_then(signature) {
         return Some(
-            Finding::new(sig.id, Status::Fail, format!("NCCL WARN: {}", sig.cause))
-                .evidence(warn_line(w))
-                .remediation(sig.fix),
+            Finding::fail(sig.id, format!("NCCL WARN: {}", sig.cause), sig.fix)
+                .evidence(warn_line(w)),
         );
     }
     let mut f = match &w.after {
-        Some(cause) => Finding::new(
+        Some(cause) => Finding::fail(
             "log-shm-segment",
-            Status::Fail,
-            format!("NCCL could not set up a shared-memory segment{size}; the WARN before it names the cause: {cause}"),
-        )
-        .remediation(format!(
-            "Fix the cause, not the size of /dev/shm: {cause}. {}Rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
-            shm_cause_hint(m, cause)
-        )),
-        None => Finding::new(
+            format!(
+                "NCCL could not set up a shared-memory segment{size}; the WARN before it names the cause: {cause}"
+            ),
+            format!(
+                "Fix the cause, not the size of /dev/shm: {cause}. {}Rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
+                shm_cause_hint(m, cause)
+            ),
+        ),
+        None => Finding::fail(
             "log-shm-segment",
-            Status::Fail,
-            format!("NCCL could not set up a shared-memory segment{size}; the log shows no earlier WARN from that process naming the cause"),
-        )
-        .remediation("Read the error after the segment name; rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call."),
+            format!(
+                "NCCL could not set up a shared-memory segment{size}; the log shows no earlier WARN from that process naming the cause"
+            ),
+            "Read the error after the segment name; rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
+        ),
     };
     f.evidence.push(warn_line(w));
     if let Some(cause) = &w.after {
@@ -584,9 +583,8 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
             Some(sig) => match known.iter_mut().find(|f| f.id == sig.id) {
                 Some(f) => f.evidence.push(line),
                 None => known.push(
-                    Finding::new(sig.id, Status::Fail, format!("NCCL WARN: {}", sig.cause))
-                        .evidence(line)
-                        .remediation(sig.fix),
+                    Finding::fail(sig.id, format!("NCCL WARN: {}", sig.cause), sig.fix)
+                        .evidence(line),
                 ),
             },
             None => {
@@ -596,18 +594,25 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
         }
     }
     if !unknown.is_empty() {
-        let mut f = Finding::new(
+        let mut f = Finding::warn(
             "log-nccl-warn",
-            Status::Warn,
             format!(
                 "{} other NCCL WARN {} ({} {}); the lines before each usually name the cause",
                 unknown.len(),
-                if unknown.len() == 1 { "message" } else { "messages" },
+                if unknown.len() == 1 {
+                    "message"
+                } else {
+                    "messages"
+                },
                 unknown_lines,
-                if unknown_lines == 1 { "line" } else { "lines in all" },
+                if unknown_lines == 1 {
+                    "line"
+                } else {
+                    "lines in all"
+                },
             ),
-        )
-        .remediation("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read the lines before each WARN.");
+            "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read the lines before each WARN.",
+        );
         f.evidence = unknown.into_iter().take(10).collect();
         known.push(f);
     }
@@ -625,13 +630,14 @@ pub fn diagnose(s: &LogSummary) -> Vec<Finding> {
     for rule in [shm_despite_nvlink, gdr_off, proto_forced, read_mode_forced] {
         findings.extend(rule(s));
     }
-    findings.sort_by_key(|f| std::cmp::Reverse(f.status));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.status()));
     findings
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Status;
 
     fn summary(lines: &[&str]) -> LogSummary {
         let text: String = lines
@@ -661,7 +667,7 @@ mod tests {
             "NCCL_P2P_LEVEL set by environment to LOC",
         ]));
         assert!(
-            f[0].remediation
+            f[0].remediation()
                 .as_ref()
                 .unwrap()
                 .contains("NCCL_P2P_LEVEL")
@@ -731,7 +737,7 @@ mod tests {
             "NCCL_IB_DISABLE set by environment to 1.",
         ]));
         assert!(
-            f[0].remediation
+            f[0].remediation()
                 .as_ref()
                 .unwrap()
                 .contains("unset NCCL_IB_DISABLE (set to 1)")
@@ -804,7 +810,7 @@ mod tests {
                     h:1:1 [0] x.cc:1 NCCL WARN brand new problem\n";
         let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
         assert_eq!(
-            (f[0].id.as_str(), f[0].status),
+            (f[0].id.as_str(), f[0].status()),
             ("log-dev-shm-full", Status::Fail)
         );
         assert!(
@@ -813,13 +819,13 @@ mod tests {
             f[0].evidence
         );
         assert!(
-            f[0].remediation
+            f[0].remediation()
                 .as_ref()
                 .unwrap()
                 .contains("medium: Memory")
         );
         assert_eq!(
-            (f[1].id.as_str(), f[1].status),
+            (f[1].id.as_str(), f[1].status()),
             ("log-nccl-warn", Status::Warn)
         );
     }
@@ -851,7 +857,7 @@ mod tests {
                     g:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-x (size 1), error: No such file or directory (2)\n";
         let f = diagnose(&crate::explain::summarize(text.as_bytes()).unwrap());
         assert_eq!(f.len(), 1);
-        let fix = f[0].remediation.as_deref().unwrap();
+        let fix = f[0].remediation().unwrap();
         assert!(fix.contains("different containers or pods"), "{fix}");
         assert!(!fix.contains("cudaHostRegister"), "{fix}");
         assert!(f[0].evidence[1].contains("Call to open failed"));
@@ -938,8 +944,7 @@ mod tests {
         // "default" is not "efa": no EFA, the generic advice.
         let f = diagnose(&summary(&["NET/OFI Using default provider tcp", efa[2]]));
         assert!(
-            f[0].remediation
-                .as_deref()
+            f[0].remediation()
                 .unwrap()
                 .starts_with("Unset NCCL_PROTO unless")
         );
@@ -972,8 +977,7 @@ mod tests {
         // Not EFA: the generic advice.
         assert!(
             diagnose(&summary(&[efa[2]]))[0]
-                .remediation
-                .as_deref()
+                .remediation()
                 .unwrap()
                 .starts_with("Unset NCCL_PROTO unless")
         );

@@ -65,6 +65,10 @@ pub struct FactError {
     /// What kind of failure it was, where that decides the verdict; `None` for the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<FailureKind>,
+    /// The errno of a failed system or vendor call, where a check's verdict depends on
+    /// which one it was (ibv_reg_mr's ENOMEM, EAGAIN or EPERM is the memlock limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
 }
 
 /// Failures whose kind, not their text, decides what a check says.
@@ -84,7 +88,14 @@ impl FactError {
             source: source.into(),
             message: message.to_string(),
             kind: None,
+            errno: None,
         }
+    }
+
+    /// The same error, with the errno of the call that failed.
+    pub fn with_errno(mut self, errno: i32) -> Self {
+        self.errno = Some(errno);
+        self
     }
 
     /// The same error, marked with its kind.
@@ -191,6 +202,77 @@ pub struct Facts {
     /// whether each is a readable file under the host root.
     #[serde(default)]
     pub named_files: BTreeMap<String, bool>,
+}
+
+/// One top-level section of [`Facts`]: what a check declares it reads (`judge::CHECKS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fact {
+    Memlock,
+    StackLimit,
+    DevShm,
+    Namespaces,
+    Network,
+    Platform,
+    Rdma,
+    Gpus,
+    Launcher,
+    NcclEnv,
+    Image,
+    NamedFiles,
+}
+
+impl Fact {
+    /// Every section, in the order of the facts document.
+    pub const ALL: [Fact; 12] = [
+        Fact::Memlock,
+        Fact::StackLimit,
+        Fact::DevShm,
+        Fact::Namespaces,
+        Fact::Network,
+        Fact::Platform,
+        Fact::Rdma,
+        Fact::Gpus,
+        Fact::Launcher,
+        Fact::NcclEnv,
+        Fact::Image,
+        Fact::NamedFiles,
+    ];
+
+    /// The section's key in the facts document (`nccl-preflight facts`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Fact::Memlock => "memlock",
+            Fact::StackLimit => "stack_limit",
+            Fact::DevShm => "dev_shm",
+            Fact::Namespaces => "namespaces",
+            Fact::Network => "network",
+            Fact::Platform => "platform",
+            Fact::Rdma => "rdma",
+            Fact::Gpus => "gpus",
+            Fact::Launcher => "launcher",
+            Fact::NcclEnv => "nccl_env",
+            Fact::Image => "image",
+            Fact::NamedFiles => "named_files",
+        }
+    }
+
+    /// Copies this section from `from` into `to`, leaving every other section alone.
+    pub fn copy(self, from: &Facts, to: &mut Facts) {
+        match self {
+            Fact::Memlock => to.memlock = from.memlock.clone(),
+            Fact::StackLimit => to.stack_limit = from.stack_limit.clone(),
+            Fact::DevShm => to.dev_shm = from.dev_shm.clone(),
+            Fact::Namespaces => to.namespaces = from.namespaces.clone(),
+            Fact::Network => to.network = from.network.clone(),
+            Fact::Platform => to.platform = from.platform.clone(),
+            Fact::Rdma => to.rdma = from.rdma.clone(),
+            Fact::Gpus => to.gpus = from.gpus.clone(),
+            Fact::Launcher => to.launcher = from.launcher.clone(),
+            Fact::NcclEnv => to.nccl_env = from.nccl_env.clone(),
+            Fact::Image => to.image = from.image,
+            Fact::NamedFiles => to.named_files = from.named_files.clone(),
+        }
+    }
 }
 
 /// Which image the tool runs in. Node-level facts (devices, ports, limits, GPUs through

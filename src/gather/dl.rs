@@ -17,7 +17,7 @@
 //! another's (a test's fake NVML next to the real libcuda, two libnccl copies).
 
 use crate::facts::FactError;
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::mem::ManuallyDrop;
 
 /// An open shared library, never closed (see the module docs).

@@ -17,10 +17,19 @@ pub mod rdma;
 pub mod replay;
 pub mod shm;
 
-use crate::facts::{FACTS_SCHEMA, Facts};
+use crate::facts::{FACTS_SCHEMA, FactError, Facts};
 use host::Host;
 use kernel::{Kernel, LimitKind};
 use std::ffi::OsString;
+
+/// How loading and initialising one vendor library ended: not there (dlerror's
+/// message), there but failing (the call and its error), or loaded with what it saw.
+/// One type for NVML, libcuda, libibverbs and libfabric.
+pub enum Outcome<T> {
+    NotFound(String),
+    Failed(FactError),
+    Loaded(T),
+}
 
 /// How to reach the vendor libraries.
 #[derive(Debug, Clone)]

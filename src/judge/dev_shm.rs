@@ -6,7 +6,7 @@
 //! it always ("bus error ... insufficient shared memory"). Docker and containerd
 //! give containers 64 MiB. (FACTS.md sections 1 and 2.)
 
-use super::{Finding, Status, undetermined};
+use super::{Finding, undetermined};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
 use crate::remediation;
@@ -31,19 +31,18 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let usage = match &shm.usage {
         Observed::Value(Some(u)) => *u,
         Observed::Value(None) => {
-            let mut f = Finding::new(ID, Status::Fail, "/dev/shm does not exist")
-                .remediation(remediation::DEV_SHM);
+            let mut f = Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM);
             f.evidence = evidence;
             return f;
         }
         Observed::Error(e) => {
             evidence.push(format!("statvfs failed: {e}"));
-            let mut f = Finding::new(
+            let mut f = Finding::flagged(
                 ID,
                 undetermined(policy.min_shm.explicit),
                 "could not determine the size of /dev/shm",
-            )
-            .remediation(remediation::DEV_SHM);
+                remediation::DEV_SHM,
+            );
             f.evidence = evidence;
             return f;
         }
@@ -58,44 +57,38 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     // lives on its parent mount (in containers, /dev is itself a tmpfs).
     let disk_backed = matches!(&shm.mount, Observed::Value(Some(m)) if m.fs_type != "tmpfs");
     let mut f = if usage.size_bytes < min {
-        Finding::new(
+        Finding::fail(
             ID,
-            Status::Fail,
             format!(
                 "/dev/shm is {}, below the {} minimum: NCCL's SHM transport (NCCL < 2.24) and DataLoader workers crash when it fills",
                 format_bytes(usage.size_bytes),
                 format_bytes(min)
             ),
+            remediation::DEV_SHM,
         )
-        .remediation(remediation::DEV_SHM)
     } else if usage.free_bytes < min {
-        Finding::new(
+        Finding::warn(
             ID,
-            Status::Warn,
             format!(
                 "/dev/shm is {} but only {} is free",
                 format_bytes(usage.size_bytes),
                 format_bytes(usage.free_bytes)
             ),
-        )
-        .remediation(
             "Find what holds /dev/shm (ls -la /dev/shm) and remove stale segments, or enlarge it:\n"
                 .to_string() + remediation::DEV_SHM,
         )
     } else if disk_backed {
-        Finding::new(
+        Finding::warn(
             ID,
-            Status::Warn,
             format!(
                 "/dev/shm has {} but is not a tmpfs mount: shared memory lands on the container's disk",
                 format_bytes(usage.size_bytes)
             ),
+            remediation::DEV_SHM,
         )
-        .remediation(remediation::DEV_SHM)
     } else {
-        Finding::new(
+        Finding::pass(
             ID,
-            Status::Pass,
             format!("/dev/shm is {}", format_bytes(usage.size_bytes)),
         )
     };
@@ -107,6 +100,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FsUsage;
+    use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
 
@@ -122,42 +116,45 @@ mod tests {
     #[test]
     fn small_shm_fails_with_emptydir_fix() {
         let f = judge(&sized(64 << 20, 64 << 20), &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
             f.summary
                 .starts_with("/dev/shm is 64 MiB, below the 1 GiB minimum")
         );
-        assert!(f.remediation.unwrap().contains("medium: Memory"));
+        assert!(f.remediation().unwrap().contains("medium: Memory"));
         let low = policy::build(&[], &[], Some("64MiB"), None).unwrap();
-        assert_eq!(judge(&sized(64 << 20, 64 << 20), &low).status, Status::Pass);
+        assert_eq!(
+            judge(&sized(64 << 20, 64 << 20), &low).status(),
+            Status::Pass
+        );
     }
 
     #[test]
     fn full_shm_or_disk_backed_warns() {
         assert_eq!(
-            judge(&sized(2 << 30, 1 << 20), &Policy::default()).status,
+            judge(&sized(2 << 30, 1 << 20), &Policy::default()).status(),
             Status::Warn
         );
         let mut f = sized(100 << 30, 50 << 30);
         f.dev_shm.mount = Observed::Value(None);
         // Not its own mount: a directory on the root filesystem, still usable.
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
         let mut f = sized(100 << 30, 50 << 30);
         if let Observed::Value(Some(m)) = &mut f.dev_shm.mount {
             m.fs_type = "overlay".into();
         }
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
     }
 
     #[test]
     fn missing_or_unreadable() {
         let mut f = healthy();
         f.dev_shm.usage = Observed::Value(None);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Fail);
         f.dev_shm.usage =
             Observed::Error(crate::facts::FactError::new("statvfs(/dev/shm)", "EACCES"));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
         let explicit = policy::build(&[], &[], Some("1GiB"), None).unwrap();
-        assert_eq!(judge(&f, &explicit).status, Status::Fail);
+        assert_eq!(judge(&f, &explicit).status(), Status::Fail);
     }
 }

@@ -4,9 +4,10 @@
 //! run without it on p4d/p5-class instances ("GDR disabled on GDR-supported
 //! instance type", FACTS.md section 2).
 
-use super::{Finding, Status};
+use super::Finding;
 use crate::facts::Facts;
 use crate::facts::rdma::kernel_version;
+use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::affinity;
 
@@ -20,7 +21,7 @@ driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(m) = affinity::matrix(facts) else {
-        return Finding::new(ID, Status::Skip, "no GPU and RDMA device pair on this node");
+        return Finding::skip(ID, "no GPU and RDMA device pair on this node");
     };
     let mut close = Vec::new();
     let mut close_gpus = Vec::new();
@@ -35,9 +36,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         }
     }
     if close.is_empty() {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here",
         );
     }
@@ -93,9 +93,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         None
     };
     let mut f = match via {
-        Some(v) => Finding::new(
+        Some(v) => Finding::pass(
             ID,
-            Status::Pass,
             format!(
                 "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) at PIX/PXB",
                 close.len()
@@ -106,17 +105,25 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             let scope = super::rdma_scope::Scope::of(facts);
             let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
                 && scope.in_use()
-                && scope.in_use_status(false) == Status::Fail;
-            Finding::new(
+                && scope.in_use_status(false) == Severity::Fail;
+            Finding::flagged(
                 ID,
-                if required { Status::Fail } else { Status::Warn },
+                if required {
+                    Severity::Fail
+                } else {
+                    Severity::Warn
+                },
                 format!(
                     "{} GPU-NIC pair(s) share a PCIe switch but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
                     close.len(),
-                    if required { ": aws-ofi-nccl refuses to run on this instance type without it" } else { ": NCCL stages through host memory" }
+                    if required {
+                        ": aws-ofi-nccl refuses to run on this instance type without it"
+                    } else {
+                        ": NCCL stages through host memory"
+                    }
                 ),
+                FIX,
             )
-            .remediation(FIX)
         }
     };
     // GPUDirect RDMA between a GPU and a NIC below one switch is peer traffic too: ACS
@@ -124,17 +131,16 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let acs = crate::topology::acs::above(facts, &close_gpus);
     if !acs.redirecting.is_empty() {
         evidence.extend(acs.redirecting.iter().cloned());
-        if f.status == Status::Pass {
-            f = Finding::new(
+        if f.status() == crate::finding::Status::Pass {
+            f = Finding::warn(
                 ID,
-                Status::Warn,
                 format!(
                     "{}, but ACS redirects peer traffic on {} PCIe switch port(s) above those GPUs: GPU-NIC traffic goes up through the root complex",
                     f.summary,
                     acs.ports.len()
                 ),
-            )
-            .remediation(crate::topology::acs::fix(&acs.ports));
+                crate::topology::acs::fix(&acs.ports),
+            );
         }
     }
     if let Some(first) = acs.unreadable.first() {
@@ -151,6 +157,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, rdma_device, with_rdma};
 
     /// GPU 0 of the healthy node and a NIC behind the same switch.
@@ -175,20 +182,20 @@ mod tests {
 
     #[test]
     fn needs_peermem_or_dmabuf() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
         let f = judge(&close_pair(), &Policy::default());
         assert_eq!(
-            (f.status, f.summary.contains("dma-buf")),
+            (f.status(), f.summary.contains("dma-buf")),
             (Status::Pass, true),
             "{f:?}"
         );
         let mut old = close_pair();
         old.rdma.gdr.kernel_release = Observed::Value("5.4.0-150-generic".into());
-        assert_eq!(judge(&old, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&old, &Policy::default()).status(), Status::Warn);
         old.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
-        assert_eq!(judge(&old, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&old, &Policy::default()).status(), Status::Fail);
         old.rdma.gdr.peermem_module = Observed::Value(Some("nvidia_peermem".into()));
-        assert_eq!(judge(&old, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&old, &Policy::default()).status(), Status::Pass);
     }
 
     /// A p5 whose EFA driver brings its own GPU peer memory: no nvidia-peermem, no dma-buf.
@@ -210,17 +217,17 @@ mod tests {
     #[test]
     fn regression_efa_gdr_from_efas_own_driver() {
         let f = judge(&efa_p5(Some("NVIDIA")), &Policy::default());
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(f.summary.contains("EFA's driver"), "{}", f.summary);
         assert_eq!(
-            judge(&efa_p5(Some("gdr 1")), &Policy::default()).status,
+            judge(&efa_p5(Some("gdr 1")), &Policy::default()).status(),
             Status::Pass
         );
         let f = judge(&efa_p5(None), &Policy::default());
-        assert_eq!(f.status, Status::Fail);
-        assert!(f.remediation.unwrap().contains("efa_nv_peermem"));
+        assert_eq!(f.status(), Status::Fail);
+        assert!(f.remediation().unwrap().contains("efa_nv_peermem"));
         // One node: NCCL sends nothing through the NIC, so a missing GDR only warns.
         let single = crate::test_facts::with_env(efa_p5(None), &[("PET_NNODES", "1")]);
-        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&single, &Policy::default()).status(), Status::Warn);
     }
 }

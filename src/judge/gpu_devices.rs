@@ -6,6 +6,7 @@
 use super::{Finding, Problem, Status};
 use crate::facts::Facts;
 use crate::facts::gpu::{LibraryState, NvmlFacts};
+use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::visible;
 use crate::units::format_bytes;
@@ -90,7 +91,7 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
         None
     } else if dark.len() == nvml.gpus.len() {
         Some(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "every NVLink of the {} GPU(s) is down on an NVSwitch system ({on}): the fabric manager is not running or has not initialised the fabric, so NVLink peer traffic cannot run and cuInit fails with CUDA_ERROR_SYSTEM_NOT_READY (802)",
                 dark.len()
@@ -99,7 +100,7 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
         ))
     } else {
         Some(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "GPU(s) {dark:?} have no active NVLink on an NVSwitch system ({on}) where the other GPUs do: not registered with the fabric, so they lose NVLink peer access"
             ),
@@ -213,30 +214,38 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     gpus.nvml.library
                 ),
             };
-            let mut f = Finding::new(ID, status, summary).evidence(message.clone());
-            if status == Status::Fail {
-                f = f.remediation(REQUEST_GPUS);
-            }
-            return f;
+            let f = if status == Status::Fail {
+                Finding::fail(ID, summary, REQUEST_GPUS)
+            } else {
+                Finding::skip(ID, summary)
+            };
+            return f.evidence(message.clone());
         }
         LibraryState::Skipped { reason } => {
-            return Finding::new(ID, Status::Skip, format!("NVML not probed ({reason})"));
+            return Finding::skip(ID, format!("NVML not probed ({reason})"));
         }
         LibraryState::Failed(e) if e.is_own_resources() => {
             // Not the node's fault: never ask to drain it for this process's limits.
             let status = if policy.require.gpus.is_some() {
-                Status::Fail
+                Severity::Fail
             } else {
-                Status::Warn
+                Severity::Warn
             };
-            return Finding::new(ID, status, format!("could not determine the GPUs: {e}"))
-                .evidence(format!("library {}", gpus.nvml.library))
-                .remediation(OWN_RESOURCES_FIX);
+            return Finding::flagged(
+                ID,
+                status,
+                format!("could not determine the GPUs: {e}"),
+                OWN_RESOURCES_FIX,
+            )
+            .evidence(format!("library {}", gpus.nvml.library));
         }
         LibraryState::Failed(e) => {
-            return Finding::new(ID, Status::Fail, format!("NVML failed: {e}"))
-                .evidence(format!("library {}", gpus.nvml.library))
-                .remediation(nvml_failure_fix(&e.to_string()));
+            return Finding::fail(
+                ID,
+                format!("NVML failed: {e}"),
+                nvml_failure_fix(&e.to_string()),
+            )
+            .evidence(format!("library {}", gpus.nvml.library));
         }
         LibraryState::Loaded(n) => n,
     };
@@ -247,7 +256,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         && (count as u32) < need
     {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!("{count} GPU(s) visible, {need} required"),
             REQUEST_GPUS,
         ));
@@ -255,14 +264,14 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     if let (Some(p), Some(n)) = (platform, node_gpus)
         && (n as u32) < p.gpus
     {
-        problems.push(Problem::new(Status::Fail,
+        problems.push(Problem::new(Severity::Fail,
             format!("{} has {} GPUs but the PCI bus lists {n}: a GPU has fallen off the bus", product.unwrap_or("?"), p.gpus),
             "Drain the node and check `dmesg | grep -i xid` (Xid 79: GPU fallen off the bus); it needs a reboot or repair.",
         ));
     }
     for g in &nvml.gpus {
         if let Some(e) = g.pci_bus_id.error() {
-            problems.push(Problem::new(Status::Fail,
+            problems.push(Problem::new(Severity::Fail,
                 format!("GPU {} cannot be read: {e}", g.index),
                 "A GPU NVML cannot query is lost to the driver: drain the node and check `dmesg | grep -i xid`.",
             ));
@@ -281,7 +290,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         .collect();
     if !unregistered.is_empty() {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "NVSwitch fabric registration incomplete ({}): the fabric manager has not taken these GPUs in, so NVLink peer traffic cannot run",
                 unregistered.join(", ")
@@ -298,7 +307,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
             evidence.push(message.clone());
-            problems.push(Problem::new(Status::Warn,
+            problems.push(Problem::new(Severity::Warn,
                 format!("NVML works but the CUDA driver ({}) is missing: NCCL cannot run in this container", gpus.cuda.library),
                 "Set NVIDIA_DRIVER_CAPABILITIES to include compute (e.g. compute,utility) so the runtime mounts libcuda.",
             ));
@@ -308,23 +317,23 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         // the driver's fault: the same typed kind as NVML's decides, not the text.
         LibraryState::Failed(e) if e.is_own_resources() => problems.push(Problem::new(
             if policy.require.gpus.is_some() {
-                Status::Fail
+                Severity::Fail
             } else {
-                Status::Warn
+                Severity::Warn
             },
             format!("could not probe the CUDA driver: {e}"),
             OWN_RESOURCES_FIX,
         )),
         LibraryState::Failed(e) => problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!("CUDA driver failed: {e}"),
             nvml_failure_fix(&e.to_string()),
         )),
-        LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Status::Fail,
+        LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Severity::Fail,
             "cuInit failed with CUDA_ERROR_SYSTEM_NOT_READY (802): the NVSwitch fabric manager is not running",
             FABRIC_MANAGER_FIX,
         )),
-        LibraryState::Loaded(c) if c.init_result != 0 => problems.push(Problem::new(Status::Fail,
+        LibraryState::Loaded(c) if c.init_result != 0 => problems.push(Problem::new(Severity::Fail,
             format!("cuInit failed with {} ({})", c.init_result_name, c.init_result),
             if c.init_result == 100 {
                 "CUDA sees no device: check CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES."
@@ -343,7 +352,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 if let Some(bus) = d.pci_bus_id.value()
                     && !nvml_buses.contains(&bus)
                 {
-                    problems.push(Problem::new(Status::Warn,
+                    problems.push(Problem::new(Severity::Warn,
                         format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
                         "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
                     ));
@@ -351,7 +360,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             }
             let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
             if visible_var.is_none() && c.devices.len() != count {
-                problems.push(Problem::new(Status::Warn,
+                problems.push(Problem::new(Severity::Warn,
                     format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
                     "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
                 ));
@@ -372,7 +381,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         if let Some((entry, why)) = sel.stopped_at
             && !sel.mig
         {
-            problems.push(Problem::new(Status::Warn,
+            problems.push(Problem::new(Severity::Warn,
                 format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
                 "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
             ));
@@ -389,16 +398,10 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         nvml.driver_version.value().map_or("?", String::as_str)
     );
     if count == 0 && problems.is_empty() {
-        let status = if policy.require.gpus.is_some() {
-            Status::Fail
+        return if policy.require.gpus.is_some() {
+            Finding::fail(ID, "NVML loaded but lists no GPU", REQUEST_GPUS)
         } else {
-            Status::Skip
-        };
-        let f = Finding::new(ID, status, "NVML loaded but lists no GPU");
-        return if status == Status::Fail {
-            f.remediation(REQUEST_GPUS)
-        } else {
-            f
+            Finding::skip(ID, "NVML loaded but lists no GPU")
         };
     }
     super::combine(ID, summary, evidence, problems)
@@ -422,13 +425,13 @@ mod tests {
     #[test]
     fn passes_on_a_healthy_node_and_skips_without_gpus() {
         let f = judge(&healthy(), &Policy::default());
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert_eq!(f.summary, "2 GPU(s) (NVIDIA H200), driver 580.159.04");
         let mut cpu = healthy();
         cpu.gpus = no_gpus();
-        assert_eq!(judge(&cpu, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&cpu, &Policy::default()).status(), Status::Skip);
         let need = policy::build(&[], &["gpus=1".into()], None, None).unwrap();
-        assert_eq!(judge(&cpu, &need).status, Status::Fail);
+        assert_eq!(judge(&cpu, &need).status(), Status::Fail);
     }
 
     fn set_link(f: &mut Facts, gpu: usize, speed: &str, width: u32) {
@@ -470,7 +473,7 @@ mod tests {
         f.gpus = no_gpus();
         f.gpus.pci_gpus = pci;
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(
             finding.summary.contains("without the NVIDIA runtime"),
             "{}",
@@ -483,10 +486,10 @@ mod tests {
         let mut f = healthy();
         cuda(&mut f).init_result = 802;
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(
             finding
-                .remediation
+                .remediation()
                 .unwrap()
                 .contains("nvidia-fabricmanager")
         );
@@ -536,13 +539,13 @@ mod tests {
     #[test]
     fn a_stopped_fabric_manager_on_a100_nvswitch_fails_without_cuda() {
         assert_eq!(
-            judge(&a100_without_cuda(), &Policy::default()).status,
+            judge(&a100_without_cuda(), &Policy::default()).status(),
             Status::Pass
         );
         let mut f = a100_without_cuda();
         darken(&mut f, &[0, 1]);
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(
             finding
                 .summary
@@ -553,7 +556,7 @@ mod tests {
         );
         assert!(
             finding
-                .remediation
+                .remediation()
                 .unwrap()
                 .contains("nvidia-fabricmanager")
         );
@@ -561,13 +564,13 @@ mod tests {
         let mut f = a100_without_cuda();
         darken(&mut f, &[1]);
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("GPU(s) [1] have no active NVLink"));
         // Links that end at a switch are evidence enough where the VM hides the NVSwitches.
         let mut f = a100_without_cuda();
         f.gpus.pci_nvswitches = Observed::Value(vec![]);
         darken(&mut f, &[0, 1]);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Fail);
     }
 
     #[test]
@@ -583,7 +586,7 @@ mod tests {
             }
         }
         darken(&mut f, &[0, 1]);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
         // Hopper: NVML's fabric state speaks for the fabric manager.
         let mut f = a100_without_cuda();
         if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
@@ -592,26 +595,26 @@ mod tests {
                 .for_each(|g| g.fabric_state = Observed::Value("completed".into()));
         }
         darken(&mut f, &[0, 1]);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
         // cuInit succeeded: the fabric manager is up.
         let mut f = healthy();
         f.gpus.pci_nvswitches = Observed::Value(vec!["0000:00:1f.0".into()]);
         darken(&mut f, &[0, 1]);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]
     fn cuda_visible_devices_mistakes_warn() {
         let f = with_env(healthy(), &[("CUDA_VISIBLE_DEVICES", "0,5")]);
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn);
+        assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("\"5\""), "{}", finding.summary);
         assert_eq!(
             judge(
                 &with_env(healthy(), &[("CUDA_VISIBLE_DEVICES", "1,0")]),
                 &Policy::default()
             )
-            .status,
+            .status(),
             Status::Pass
         );
     }
@@ -634,8 +637,8 @@ mod tests {
             let mut f = healthy();
             f.gpus.nvml.state = LibraryState::Failed(e);
             let finding = judge(&f, &Policy::default());
-            assert_eq!(finding.status, Status::Warn, "{finding:?}");
-            let fix = finding.remediation.unwrap();
+            assert_eq!(finding.status(), Status::Warn, "{finding:?}");
+            let fix = finding.remediation().unwrap();
             assert!(
                 !fix.contains("drain") && !fix.contains("do not match"),
                 "{fix}"
@@ -655,8 +658,8 @@ mod tests {
             .with_kind(crate::facts::FailureKind::OwnResources),
         );
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn, "{finding:?}");
-        assert!(finding.remediation.unwrap().contains("ulimit -v"));
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
+        assert!(finding.remediation().unwrap().contains("ulimit -v"));
     }
 
     #[test]
@@ -667,13 +670,13 @@ mod tests {
             "did not return within 10.0 s: the driver or a GPU is hung",
         ));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("nvmlDeviceGetP2PStatus"));
-        assert!(finding.remediation.unwrap().contains("Xid"));
+        assert!(finding.remediation().unwrap().contains("Xid"));
         let mut f = healthy();
         f.gpus.cuda.state = LibraryState::NotFound {
             message: "libcuda.so.1: cannot open".into(),
         };
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
     }
 }

@@ -9,8 +9,9 @@
 //! (healthy links count a few). `serve` re-reads everything every interval and
 //! on every XID event, so /readyz turns on them.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "gpu-health";
@@ -54,10 +55,10 @@ fn recovery(action: u32) -> (&'static str, &'static str) {
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::new(ID, Status::Skip, "no NVML: GPU health not read");
+        return Finding::skip(ID, "no NVML: GPU health not read");
     };
     if nvml.gpus.iter().all(|g| g.health.is_none()) {
-        return Finding::new(ID, Status::Skip, "no GPU health read");
+        return Finding::skip(ID, "no GPU health read");
     }
     let mut problems = Vec::new();
     let mut evidence = Vec::new();
@@ -67,7 +68,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         if let Some(a) = action.filter(|&a| a != 0) {
             let (meaning, fix) = recovery(a);
             problems.push(Problem::new(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "GPU {}: the driver's recovery action is {a}, {meaning}",
                     g.index
@@ -84,25 +85,25 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             );
             match action {
                 Some(0) => problems.push(Problem::new(
-                    Status::Warn,
+                    Severity::Warn,
                     format!("{summary}; the driver says no recovery is needed (contained)"),
                     "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
                      watch nccl_preflight_gpu_ecc_uncorrected_total.",
                 )),
                 Some(_) => evidence.push(summary),
-                None => problems.push(Problem::new(Status::Fail, summary, RESET)),
+                None => problems.push(Problem::new(Severity::Fail, summary, RESET)),
             }
         }
         if let Some(r) = h.remapped_rows.value() {
             if r.failure {
                 problems.push(Problem::new(
-                    Status::Fail,
+                    Severity::Fail,
                     format!("GPU {}: a row remapping failed", g.index),
                     RESET,
                 ));
             } else if r.pending {
                 problems.push(Problem::new(
-                    Status::Warn,
+                    Severity::Warn,
                     format!(
                         "GPU {}: a row remapping waits for the next GPU reset",
                         g.index
@@ -119,7 +120,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         }
         if h.retired_pages_pending.value() == Some(&true) {
             problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("GPU {}: retired pages wait for the next GPU reset", g.index),
                 AT_NEXT_RESET,
             ));
@@ -172,6 +173,7 @@ mod tests {
     use super::*;
     use crate::facts::gpu::{GpuHealth, LibraryState};
     use crate::facts::{FactError, Observed};
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     /// A healthy node whose GPU 1 health is changed by `f`.
@@ -188,7 +190,7 @@ mod tests {
 
     #[test]
     fn every_recovery_action_but_none_fails_with_nvidias_remedy() {
-        assert_eq!(gpu1(|_| {}).status, Status::Pass);
+        assert_eq!(gpu1(|_| {}).status(), Status::Pass);
         for (action, words, fix) in [
             (1, "GPU_RESET", "nvidia-smi -r -i N"),
             (2, "NODE_REBOOT", "reboot it"),
@@ -197,7 +199,7 @@ mod tests {
             (9, "does not know", "Recovery Action"),
         ] {
             let f = gpu1(|h| h.recovery_action = Observed::Value(action));
-            assert_eq!(f.status, Status::Fail, "{action}");
+            assert_eq!(f.status(), Status::Fail, "{action}");
             assert!(
                 f.summary
                     .starts_with(&format!("GPU 1: the driver's recovery action is {action}"))
@@ -205,22 +207,22 @@ mod tests {
                 "{}",
                 f.summary
             );
-            assert!(f.remediation.as_deref().unwrap().contains(fix), "{f:?}");
+            assert!(f.remediation().unwrap().contains(fix), "{f:?}");
         }
     }
 
     #[test]
     fn uncorrectable_ecc_warns_when_the_driver_contained_it_and_fails_when_it_cannot_say() {
         let contained = gpu1(|h| h.ecc_uncorrected_volatile = Observed::Value(2));
-        assert_eq!(contained.status, Status::Warn);
+        assert_eq!(contained.status(), Status::Warn);
         assert!(contained.summary.contains("2 uncorrectable ECC error(s)"));
         assert!(contained.summary.contains("no recovery is needed"));
         let unknown = gpu1(|h| {
             h.ecc_uncorrected_volatile = Observed::Value(2);
             h.recovery_action = Observed::Error(FactError::new("field 230", "Not Supported"));
         });
-        assert_eq!(unknown.status, Status::Fail);
-        assert!(unknown.remediation.unwrap().contains("reset the GPU"));
+        assert_eq!(unknown.status(), Status::Fail);
+        assert!(unknown.remediation().unwrap().contains("reset the GPU"));
         assert!(
             unknown
                 .evidence
@@ -234,7 +236,7 @@ mod tests {
             h.ecc_uncorrected_volatile = Observed::Value(2);
             h.recovery_action = Observed::Value(1);
         });
-        assert_eq!(reset.status, Status::Fail);
+        assert_eq!(reset.status(), Status::Fail);
         assert!(reset.evidence.iter().any(|e| e.contains("2 uncorrectable")));
     }
 
@@ -246,7 +248,7 @@ mod tests {
                 r.uncorrectable = 1;
             }
         });
-        assert_eq!(pending.status, Status::Warn);
+        assert_eq!(pending.status(), Status::Warn);
         assert!(pending.summary.contains("waits for the next GPU reset"));
         assert!(
             pending
@@ -262,9 +264,9 @@ mod tests {
                 r.failure = true;
             }
         });
-        assert_eq!(failed.status, Status::Fail);
+        assert_eq!(failed.status(), Status::Fail);
         assert!(failed.summary.contains("a row remapping failed"));
         let retired = gpu1(|h| h.retired_pages_pending = Observed::Value(true));
-        assert_eq!(retired.status, Status::Warn);
+        assert_eq!(retired.status(), Status::Warn);
     }
 }

@@ -5,9 +5,10 @@
 //! (FACTS.md section 1). Write unsupported with read OK is its own warning:
 //! NCCL then runs P2P in read mode (seen under hypervisors that limit writes).
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
+use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::matrix;
 
@@ -38,12 +39,11 @@ fn cuda_ordinal(nvml: &NvmlFacts, cuda: &CudaFacts, index: u32) -> Option<u32> {
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::new(ID, Status::Skip, "no NVML: peer access not checked");
+        return Finding::skip(ID, "no NVML: peer access not checked");
     };
     if nvml.gpus.len() < 2 {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             format!("{} GPU(s) visible: no pair to check", nvml.gpus.len()),
         );
     }
@@ -96,17 +96,17 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let kinds = [
         (
             no_read,
-            Status::Fail,
+            Severity::Fail,
             "P2P read unsupported, so NCCL falls back to SHM through host memory",
         ),
         (
             read_only,
-            Status::Warn,
+            Severity::Warn,
             "P2P write unsupported but read OK: NCCL runs P2P in the slower read mode",
         ),
         (
             refused,
-            Status::Fail,
+            Severity::Fail,
             "NVML reports P2P but the CUDA driver refuses peer access",
         ),
     ];
@@ -122,7 +122,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let acs = crate::topology::acs::above(facts, &buses);
     if !acs.redirecting.is_empty() {
         let mut p = Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!(
                 "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs: P2P is reported as supported but goes up through the root complex (lower bandwidth, or hangs)",
                 acs.ports.len()
@@ -177,6 +177,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     /// Puts both GPUs of `healthy()` below switch port 0000:e0:00.0 with ACS `control`.
@@ -205,10 +206,10 @@ mod tests {
         let mut f = healthy();
         // Root ports redirect (as Linux sets them); the switch port does not.
         behind_switch(&mut f, Observed::Value(Some(0)));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
         behind_switch(&mut f, Observed::Value(Some(0x0d)));
         let j = judge(&f, &Policy::default());
-        assert_eq!(j.status, Status::Warn, "{j:?}");
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.summary.contains("ACS redirects"), "{}", j.summary);
         assert!(
             j.remediation
@@ -223,7 +224,7 @@ mod tests {
         );
         behind_switch(&mut f, Observed::Error(e));
         let j = judge(&f, &Policy::default());
-        assert_eq!(j.status, Status::Pass, "{j:?}");
+        assert_eq!(j.status(), Status::Pass, "{j:?}");
         assert!(
             j.evidence
                 .iter()
@@ -241,15 +242,15 @@ mod tests {
 
     #[test]
     fn nvlink_pairs_must_read_and_write() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let mut f = healthy();
         nvml(&mut f).pairs[0].p2p_write = Observed::Value("NS".into());
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn);
+        assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("read mode"));
         nvml(&mut f).pairs[1].p2p_read = Observed::Value("CNS".into());
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.starts_with("2 problems"));
     }
 
@@ -264,8 +265,8 @@ mod tests {
             p.p2p_write = Observed::Value("NS".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
-        let fix = finding.remediation.unwrap();
+        assert_eq!(finding.status(), Status::Fail);
+        let fix = finding.remediation().unwrap();
         assert!(fix.starts_with("MIG is enabled"), "{fix}");
         assert!(!fix.contains("ACS"), "{fix}");
     }
@@ -290,7 +291,7 @@ mod tests {
             p.p2p_read = Observed::Value("TNS".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Pass);
+        assert_eq!(finding.status(), Status::Pass);
         assert!(finding.summary.contains("SHM"));
     }
 }

@@ -7,7 +7,7 @@
 //! `--require host-ipc`. The initial IPC namespace has inode 4026531839
 //! (PROC_IPC_INIT_INO, FACTS.md section 7).
 
-use super::{Finding, Status, undetermined};
+use super::{Finding, undetermined};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
 use crate::remediation;
@@ -18,31 +18,27 @@ pub const PROC_IPC_INIT_INO: u64 = 4026531839;
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let required = policy.require.host_ipc;
     match &facts.namespaces.ipc {
-        Observed::Error(e) => Finding::new(
+        Observed::Error(e) => Finding::flagged(
             ID,
             undetermined(required),
             "could not determine the IPC namespace",
+            remediation::HOST_IPC,
         )
-        .evidence(e.to_string())
-        .remediation(remediation::HOST_IPC),
+        .evidence(e.to_string()),
         Observed::Value(inode) => {
             let evidence = format!("/proc/self/ns/ipc -> ipc:[{inode}]");
             if *inode == PROC_IPC_INIT_INO {
-                Finding::new(ID, Status::Pass, "host IPC namespace").evidence(evidence)
+                Finding::pass(ID, "host IPC namespace").evidence(evidence)
             } else if required {
-                Finding::new(
+                Finding::fail(
                     ID,
-                    Status::Fail,
                     "private IPC namespace, but --require host-ipc asks for the host's",
+                    remediation::HOST_IPC,
                 )
                 .evidence(evidence)
-                .remediation(remediation::HOST_IPC)
             } else {
-                Finding::new(
-                    ID,
-                    Status::Pass,
-                    "private IPC namespace (fine for NCCL >= 2.19, which shares GPU memory through cuMem handles, not System V IPC)",
-                )
+                Finding::pass(ID,
+                    "private IPC namespace (fine for NCCL >= 2.19, which shares GPU memory through cuMem handles, not System V IPC)")
                 .evidence(evidence)
             }
         }
@@ -52,6 +48,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
 
@@ -60,14 +57,14 @@ mod tests {
         let mut f = healthy();
         assert_eq!(judge(&f, &Policy::default()).summary, "host IPC namespace");
         f.namespaces.ipc = Observed::Value(4026532300);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
         let req = policy::build(&[], &["host-ipc".into()], None, None).unwrap();
         let finding = judge(&f, &req);
-        assert_eq!(finding.status, Status::Fail);
-        assert!(finding.remediation.unwrap().contains("hostIPC: true"));
+        assert_eq!(finding.status(), Status::Fail);
+        assert!(finding.remediation().unwrap().contains("hostIPC: true"));
         f.namespaces.ipc =
             Observed::Error(crate::facts::FactError::new("/proc/self/ns/ipc", "EACCES"));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
-        assert_eq!(judge(&f, &req).status, Status::Fail);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        assert_eq!(judge(&f, &req).status(), Status::Fail);
     }
 }

@@ -4,9 +4,10 @@
 //! path (FACTS.md section 4); a libfabric whose own dependencies are missing
 //! fails to load, and dlerror says which.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::LibraryState;
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "libfabric";
@@ -50,7 +51,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             });
             if let Some(p) = too_old_for_the_plugin(facts, &f.version) {
                 problems.push(Problem {
-                    status: if needed { status } else { Status::Warn },
+                    status: if needed { status } else { Severity::Warn },
                     ..p
                 });
             }
@@ -74,16 +75,16 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             )
         }
         LibraryState::NotFound { message } => {
-            let f = Finding::new(
-                ID,
-                if needed { status } else { Status::Skip },
-                if needed {
-                    format!("{efa} EFA device(s) but no libfabric in this image")
-                } else {
-                    "no libfabric (not needed without EFA)".to_string()
-                },
-            );
-            let mut f = if needed { f.remediation(INSTALL) } else { f };
+            let mut f = if needed {
+                Finding::flagged(
+                    ID,
+                    status,
+                    format!("{efa} EFA device(s) but no libfabric in this image"),
+                    INSTALL,
+                )
+            } else {
+                Finding::skip(ID, "no libfabric (not needed without EFA)")
+            };
             f.evidence = attempts;
             if f.evidence.is_empty() {
                 f.evidence.push(message.clone());
@@ -91,13 +92,19 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             f
         }
         LibraryState::Failed(e) => {
-            let mut f = Finding::new(ID, if needed { status } else { Status::Warn }, format!("libfabric is present but does not load: {e}"))
-                .remediation(format!("Install what it needs (dlerror names it), or use the EFA installer's copy.\n{INSTALL}"));
+            let mut f = Finding::flagged(
+                ID,
+                if needed { status } else { Severity::Warn },
+                format!("libfabric is present but does not load: {e}"),
+                format!(
+                    "Install what it needs (dlerror names it), or use the EFA installer's copy.\n{INSTALL}"
+                ),
+            );
             f.evidence = attempts;
             f
         }
         LibraryState::Skipped { reason } => {
-            Finding::new(ID, Status::Skip, format!("libfabric not probed: {reason}"))
+            Finding::skip(ID, format!("libfabric not probed: {reason}"))
         }
     }
 }
@@ -114,7 +121,7 @@ fn too_old_for_the_plugin(facts: &Facts, libfabric: &str) -> Option<Problem> {
         return None;
     }
     Some(Problem::new(
-        Status::Fail,
+        Severity::Fail,
         format!(
             "aws-ofi-nccl {ofi} needs libfabric {want_major}.{want_minor} or newer for EFA, this is {libfabric}: \
              the plugin refuses the efa provider (\"EFA provider requires at least libfabric version {want_major}.{want_minor}.0\") and NCCL falls back to TCP"
@@ -131,6 +138,7 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::FabricFacts;
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     fn efa() -> Facts {
@@ -139,10 +147,10 @@ mod tests {
 
     #[test]
     fn efa_needs_the_efa_provider() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let f = judge(&efa(), &Policy::default());
         assert_eq!(
-            f.status,
+            f.status(),
             Status::Fail,
             "Debian's libfabric has no efa endpoint here"
         );
@@ -152,20 +160,20 @@ mod tests {
             providers: vec!["efa".into()],
             efa_rdm: Observed::Value(4),
         });
-        assert_eq!(judge(&ok, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&ok, &Policy::default()).status(), Status::Pass);
         let mut broken = efa();
         broken.rdma.libfabric.state = LibraryState::Failed(crate::facts::FactError::new(
             "dlopen(/opt/amazon/efa/lib/libfabric.so.1)",
             "libefa.so.1: cannot open shared object file",
         ));
         let f = judge(&broken, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("does not load"));
         let mut absent = healthy();
         absent.rdma.libfabric.state = LibraryState::NotFound {
             message: "none".into(),
         };
-        assert_eq!(judge(&absent, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&absent, &Policy::default()).status(), Status::Skip);
     }
 
     #[test]
@@ -203,10 +211,13 @@ mod tests {
         // sysfs shows the node's EFA devices, but the pod has no device node: no EFA here.
         let mut no_resource = efa();
         no_resource.rdma.uverbs = Observed::Value(vec![]);
-        assert_eq!(judge(&no_resource, &Policy::default()).status, Status::Pass);
+        assert_eq!(
+            judge(&no_resource, &Policy::default()).status(),
+            Status::Pass
+        );
         let single = crate::test_facts::with_env(efa(), &[("PET_NNODES", "1")]);
-        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&single, &Policy::default()).status(), Status::Warn);
         let multi = crate::test_facts::with_env(efa(), &[("PET_NNODES", "2")]);
-        assert_eq!(judge(&multi, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&multi, &Policy::default()).status(), Status::Fail);
     }
 }

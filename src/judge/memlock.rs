@@ -8,8 +8,9 @@
 //! (the kernel's ib_umem_get checks the capability first).
 
 use super::rdma_scope::Scope;
-use super::{Finding, Status, undetermined};
+use super::{Finding, undetermined};
 use crate::facts::{Facts, Limit, Observed};
+use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::remediation;
 use crate::units::{format_bytes, format_limit};
@@ -42,7 +43,7 @@ fn effective(facts: &Facts) -> Option<(Limit, String)> {
 /// What RDMA means for the memlock limit here, as one line of evidence and whether a
 /// low limit fails: RDMA this container uses (or could not rule out), unless the job
 /// stays on one node.
-fn rdma_stake(scope: &Scope, required: bool) -> (String, Status) {
+fn rdma_stake(scope: &Scope, required: bool) -> (String, Severity) {
     match scope.devices {
         Err(e) => (
             format!("could not determine whether RDMA devices exist: {e}"),
@@ -56,13 +57,17 @@ fn rdma_stake(scope: &Scope, required: bool) -> (String, Status) {
             ),
             scope.in_use_status(required),
         ),
-        Ok([]) => ("RDMA devices: 0".into(), Status::Warn),
+        Ok([]) => ("RDMA devices: 0".into(), Severity::Warn),
         Ok(d) => (
             format!(
                 "RDMA devices: the node has {}, this container can open none, so NCCL registers no memory with them",
                 d.len()
             ),
-            if required { Status::Fail } else { Status::Warn },
+            if required {
+                Severity::Fail
+            } else {
+                Severity::Warn
+            },
         ),
     }
 }
@@ -98,13 +103,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     evidence.push(stake);
 
     let Some((limit, why)) = effective(facts) else {
-        let status = if rdma_status == Status::Fail {
-            Status::Fail
+        let status = if rdma_status == Severity::Fail {
+            Severity::Fail
         } else {
             undetermined(policy.min_memlock.explicit)
         };
-        let mut f =
-            Finding::new(ID, status, "could not determine the memlock limit").remediation(fix);
+        let mut f = Finding::flagged(ID, status, "could not determine the memlock limit", fix);
         f.evidence = evidence;
         return f;
     };
@@ -116,15 +120,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             .as_ref()
             .and_then(|p| p.refused.as_ref().map(|why| (p.bytes, why)))
         {
-            Some((bytes, why)) if limit.covers(Limit::Bytes(bytes)) => Finding::new(
+            Some((bytes, why)) if limit.covers(Limit::Bytes(bytes)) => Finding::warn(
                 ID,
-                Status::Warn,
                 format!(
                     "memlock {} but a real mlock was refused: {why}",
                     format_limit(limit)
                 ),
-            )
-            .remediation(
                 "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
                      Check the pod's seccompProfile and the runtime's default profile.",
             ),
@@ -138,7 +139,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     ),
                     _ => format!("memlock {}", format_limit(limit)),
                 };
-                Finding::new(ID, Status::Pass, summary)
+                Finding::pass(ID, summary)
             }
         }
     } else {
@@ -147,26 +148,31 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             format_limit(limit),
             format_limit(need)
         );
-        if policy.min_memlock.explicit || rdma_status == Status::Fail {
-            Finding::new(ID, Status::Fail, format!("{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"))
-                .remediation(fix)
-        } else if scope.in_use() {
-            Finding::new(
+        if policy.min_memlock.explicit || rdma_status == Severity::Fail {
+            Finding::fail(
                 ID,
-                Status::Warn,
+                format!(
+                    "{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"
+                ),
+                fix,
+            )
+        } else if scope.in_use() {
+            Finding::warn(
+                ID,
                 format!(
                     "{summary}: RDMA registration would fail, but {}",
                     scope.span_words()
                 ),
+                fix,
             )
-            .remediation(fix)
         } else {
-            Finding::new(
+            Finding::warn(
                 ID,
-                Status::Warn,
-                format!("{summary}; no RDMA device this container uses, so NCCL over NVLink, PCIe or sockets is unaffected"),
+                format!(
+                    "{summary}; no RDMA device this container uses, so NCCL over NVLink, PCIe or sockets is unaffected"
+                ),
+                fix,
             )
-            .remediation(fix)
         }
     };
     f.evidence = evidence;
@@ -177,6 +183,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::{MlockProbe, Rlimit};
+    use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
 
@@ -196,15 +203,15 @@ mod tests {
     #[test]
     fn low_limit_warns_without_rdma_and_fails_with_it() {
         let f = judge(&limited(8 << 20), &Policy::default());
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("8 MiB"), "{}", f.summary);
         let rdma = limited(8 << 20);
         let rdma = crate::test_facts::with_efa(rdma);
-        assert_eq!(judge(&rdma, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&rdma, &Policy::default()).status(), Status::Fail);
         let explicit = policy::build(&[], &[], None, Some("unlimited")).unwrap();
         let f = judge(&limited(65536), &explicit);
-        assert_eq!(f.status, Status::Fail);
-        assert!(f.remediation.unwrap().contains("IPC_LOCK"));
+        assert_eq!(f.status(), Status::Fail);
+        assert!(f.remediation().unwrap().contains("IPC_LOCK"));
     }
 
     #[test]
@@ -214,15 +221,15 @@ mod tests {
         let mut no_resource = with_efa(limited(8 << 20));
         no_resource.rdma.uverbs = Observed::Value(vec![]);
         let f = judge(&no_resource, &Policy::default());
-        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         assert!(f.evidence.iter().any(|e| e.contains("can open none")));
         // One node: NCCL never registers memory with the NIC.
         let single = with_env(with_efa(limited(8 << 20)), &[("PET_NNODES", "1")]);
         let f = judge(&single, &Policy::default());
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("one node"), "{}", f.summary);
         let multi = with_env(with_efa(limited(8 << 20)), &[("PET_NNODES", "2")]);
-        assert_eq!(judge(&multi, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&multi, &Policy::default()).status(), Status::Fail);
     }
 
     #[test]
@@ -233,7 +240,7 @@ mod tests {
             "Permission denied (os error 13)",
         ));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(
             finding
                 .evidence
@@ -246,24 +253,30 @@ mod tests {
     fn non_root_fix_does_not_rely_on_ipc_lock() {
         let mut f = crate::test_facts::with_efa(limited(8 << 20));
         f.memlock.euid = Some(1000);
-        let fix = judge(&f, &Policy::default()).remediation.unwrap();
+        let fix = judge(&f, &Policy::default())
+            .remediation()
+            .unwrap()
+            .to_string();
         assert!(fix.contains("user 1000") && fix.contains("56374"), "{fix}");
         assert!(fix.contains("LimitMEMLOCK=infinity"));
         f.memlock.euid = Some(0);
-        let fix = judge(&f, &Policy::default()).remediation.unwrap();
+        let fix = judge(&f, &Policy::default())
+            .remediation()
+            .unwrap()
+            .to_string();
         assert!(fix.starts_with("Grant the container CAP_IPC_LOCK"), "{fix}");
     }
 
     #[test]
     fn threshold_met_passes() {
         let p = policy::build(&[], &[], None, Some("8MiB")).unwrap();
-        assert_eq!(judge(&limited(8 << 20), &p).status, Status::Pass);
+        assert_eq!(judge(&limited(8 << 20), &p).status(), Status::Pass);
         assert_eq!(
             judge(
                 &limited(8 << 20),
                 &policy::build(&[], &[], None, Some("9MiB")).unwrap()
             )
-            .status,
+            .status(),
             Status::Fail
         );
     }
@@ -274,7 +287,7 @@ mod tests {
         f.memlock.cap_ipc_lock = Observed::Value(true);
         let strict = policy::build(&[], &[], None, Some("unlimited")).unwrap();
         let finding = judge(&f, &strict);
-        assert_eq!(finding.status, Status::Pass);
+        assert_eq!(finding.status(), Status::Pass);
         assert!(
             finding
                 .evidence
@@ -283,7 +296,7 @@ mod tests {
         );
         let mut f = limited(65536);
         f.memlock.enforcement_probe.as_mut().unwrap().refused = None;
-        assert_eq!(judge(&f, &strict).status, Status::Pass);
+        assert_eq!(judge(&f, &strict).status(), Status::Pass);
     }
 
     #[test]
@@ -294,10 +307,10 @@ mod tests {
             "EPERM",
         ));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn);
+        assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("could not determine"));
         let strict = policy::build(&[], &[], None, Some("1GiB")).unwrap();
-        assert_eq!(judge(&f, &strict).status, Status::Fail);
+        assert_eq!(judge(&f, &strict).status(), Status::Fail);
     }
 
     #[test]
@@ -307,6 +320,6 @@ mod tests {
             bytes: 65536,
             refused: Some("EPERM: Operation not permitted".into()),
         });
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
     }
 }

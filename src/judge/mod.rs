@@ -23,94 +23,174 @@ mod rdma_memreg;
 pub(crate) mod rdma_scope;
 mod stack_limit;
 
-use crate::facts::Facts;
+use crate::facts::{Fact, Facts};
+use crate::finding::Source;
 pub(crate) use crate::finding::combine;
-use crate::finding::ids;
-pub use crate::finding::{Finding, Problem, Status, verdict};
+pub use crate::finding::{Finding, Problem, Severity, Status, verdict};
 use crate::policy::Policy;
 
-/// One row of the check table: a registered id and the function that judges it. Its
-/// title and source live in the registry (`crate::finding::REGISTRY`).
+/// One row of the check table: everything about a judged check except how it judges,
+/// which is its own file. Adding a check is that file and one row here.
 pub struct Check {
+    /// Stable: users pass it to `--ignore`; never changes once released.
     pub id: &'static str,
+    /// What the check looks at, for the README.
+    pub title: &'static str,
+    /// Where its answer comes from, which decides where it can be judged.
+    pub source: Source,
+    /// The sections of the facts the judge reads, and only those (a test swaps every
+    /// other section and sees the finding unchanged). The README's check table lists them.
+    pub needs: &'static [Fact],
     pub judge: fn(&Facts, &Policy) -> Finding,
 }
 
 /// Every check judged from facts, in report order.
 pub const CHECKS: &[Check] = &[
     Check {
-        id: ids::MEMLOCK,
+        id: memlock::ID,
+        title: "locked-memory limit in force (RLIMIT_MEMLOCK, CAP_IPC_LOCK, a real mlock)",
+        source: Source::Node,
+        needs: &[Fact::Memlock, Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: memlock::judge,
     },
     Check {
-        id: ids::DEV_SHM,
+        id: dev_shm::ID,
+        title: "/dev/shm size, free space and filesystem",
+        source: Source::Node,
+        needs: &[Fact::DevShm],
         judge: dev_shm::judge,
     },
     Check {
-        id: ids::HOST_IPC,
+        id: host_ipc::ID,
+        title: "IPC namespace (host or private)",
+        source: Source::Node,
+        needs: &[Fact::Namespaces],
         judge: host_ipc::judge,
     },
     Check {
-        id: ids::STACK_LIMIT,
+        id: stack_limit::ID,
+        title: "stack limit (unlimited or small stacks shrink NCCL's threads)",
+        source: Source::Node,
+        needs: &[Fact::StackLimit],
         judge: stack_limit::judge,
     },
     Check {
-        id: ids::GPU_DEVICES,
+        id: gpu_devices::ID,
+        title: "NVML and the CUDA driver load and see the GPUs (fabric manager, lost GPUs, CUDA_VISIBLE_DEVICES)",
+        source: Source::Node,
+        needs: &[Fact::Gpus, Fact::Launcher],
         judge: gpu_devices::judge,
     },
     Check {
-        id: ids::GPU_P2P,
+        id: gpu_p2p::ID,
+        title: "peer access (read, write, CUDA) between GPUs that share NVLink or a PCIe switch",
+        source: Source::Node,
+        needs: &[Fact::Gpus],
         judge: gpu_p2p::judge,
     },
     Check {
-        id: ids::NVLINK,
+        id: nvlink::ID,
+        title: "every NVLink a GPU has is up",
+        source: Source::Node,
+        needs: &[Fact::Gpus],
         judge: nvlink::judge,
     },
     Check {
-        id: ids::GPU_HEALTH,
+        id: gpu_health::ID,
+        title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
+        source: Source::Node,
+        needs: &[Fact::Gpus],
         judge: gpu_health::judge,
     },
     Check {
-        id: ids::MNNVL,
+        id: mnnvl::ID,
+        title: "multi-node NVLink (GB200 NVL72): fabric state, cluster and clique per GPU, an IMEX channel in the container",
+        source: Source::Node,
+        needs: &[Fact::Gpus, Fact::NcclEnv, Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: mnnvl::judge,
     },
     Check {
-        id: ids::CUDA_RUNTIME,
+        id: cuda_runtime::ID,
+        title: "the image's CUDA runtime (libcudart) against the driver's CUDA version (minor-version and forward compatibility)",
+        source: Source::Image,
+        needs: &[Fact::Gpus, Fact::Image],
         judge: cuda_runtime::judge,
     },
     Check {
-        id: ids::POD_PLACEMENT,
+        id: pod_placement::ID,
+        title: "the pod holds all the node's GPUs and runs one process per GPU",
+        source: Source::Node,
+        needs: &[Fact::Gpus, Fact::Launcher, Fact::Rdma],
         judge: pod_placement::judge,
     },
     Check {
-        id: ids::RDMA_DEVICES,
+        id: rdma_devices::ID,
+        title: "RDMA/EFA devices present, ports up, device nodes openable, enough for the pod's GPUs, libibverbs sees them",
+        source: Source::Node,
+        needs: &[
+            Fact::Rdma,
+            Fact::Gpus,
+            Fact::Launcher,
+            Fact::Image,
+            Fact::Platform,
+        ],
         judge: rdma_devices::judge,
     },
     Check {
-        id: ids::RDMA_MEMREG,
+        id: rdma_memreg::ID,
+        title: "a real ibv_reg_mr of --memreg-size on every RDMA device",
+        source: Source::Image,
+        needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: rdma_memreg::judge,
     },
     Check {
-        id: ids::LIBFABRIC,
+        id: libfabric::ID,
+        title: "libfabric loads and offers efa RDM endpoints where EFA exists",
+        source: Source::Image,
+        needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: libfabric::judge,
     },
     Check {
-        id: ids::NCCL_NET_PLUGIN,
+        id: nccl_net_plugin::ID,
+        title: "the NCCL net plugin NCCL will load (aws-ofi-nccl on EFA)",
+        source: Source::Image,
+        needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: nccl_net_plugin::judge,
     },
     Check {
-        id: ids::GDR,
+        id: gdr::ID,
+        title: "GPUDirect RDMA for GPU-NIC pairs under one PCIe switch (nvidia-peermem, EFA's driver or dma-buf)",
+        source: Source::Node,
+        needs: &[
+            Fact::Rdma,
+            Fact::Gpus,
+            Fact::Launcher,
+            Fact::Image,
+            Fact::Platform,
+        ],
         judge: gdr::judge,
     },
     Check {
-        id: ids::NCCL_ENV,
+        id: nccl_env::ID,
+        title: "the user's own NCCL variables against this node",
+        source: Source::Settings,
+        needs: &[
+            Fact::NcclEnv,
+            Fact::Network,
+            Fact::Gpus,
+            Fact::Rdma,
+            Fact::Launcher,
+            Fact::Image,
+            Fact::Platform,
+            Fact::NamedFiles,
+        ],
         judge: nccl_env::judge,
     },
 ];
 
 /// The ids of all checks (those judged here, the bench's and serve's).
 pub fn check_ids() -> impl Iterator<Item = &'static str> {
-    crate::finding::all_ids()
+    CHECKS.iter().map(|c| c.id).chain(crate::finding::all_ids())
 }
 
 /// Runs every check, stamps each finding with its row's id, and applies the ignore policy.
@@ -136,8 +216,12 @@ fn attempt_failure(library: &str, error: &str) -> String {
 
 /// The status for "could not determine": a warning, or a failure when the user
 /// explicitly asked for what this check enforces.
-fn undetermined(explicit: bool) -> Status {
-    if explicit { Status::Fail } else { Status::Warn }
+fn undetermined(explicit: bool) -> Severity {
+    if explicit {
+        Severity::Fail
+    } else {
+        Severity::Warn
+    }
 }
 
 #[cfg(test)]
@@ -157,14 +241,14 @@ mod tests {
         }));
         let strict = judge(&facts, &Policy::default());
         let shm = strict.iter().find(|f| f.id == "dev-shm").unwrap();
-        assert_eq!(shm.status, Status::Fail);
+        assert_eq!(shm.status(), Status::Fail);
         assert_eq!(verdict(&strict), Status::Fail);
         let lenient = judge(
             &facts,
             &policy::build(&["dev-shm".into()], &[], None, None).unwrap(),
         );
         let shm = lenient.iter().find(|f| f.id == "dev-shm").unwrap();
-        assert_eq!((shm.status, shm.ignored), (Status::Warn, true));
+        assert_eq!((shm.status(), shm.is_ignored()), (Status::Warn, true));
         assert_eq!(verdict(&lenient), Status::Warn);
     }
 
@@ -181,31 +265,93 @@ mod tests {
             } else {
                 Status::Pass
             };
-            assert_eq!(f.status, want, "{f:?}");
+            assert_eq!(f.status(), want, "{f:?}");
         }
         assert_eq!(verdict(&findings), Status::Pass);
     }
 
     #[test]
-    fn the_table_follows_the_registry() {
-        // Judged checks are the registry's node, image and settings entries, in its order.
-        let judged: Vec<&str> = crate::finding::REGISTRY
-            .iter()
-            .filter(|c| {
-                !matches!(
-                    c.source,
-                    crate::finding::Source::Measured | crate::finding::Source::Runtime
-                )
-            })
-            .map(|c| c.id)
-            .collect();
-        let table: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
-        assert_eq!(table, judged);
+    fn ids_are_unique_and_each_judge_names_its_own() {
+        let ids: Vec<&str> = check_ids().collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ids.len(), "{ids:?}");
+        for check in CHECKS {
+            assert!(
+                !matches!(check.source, Source::Measured | Source::Runtime),
+                "{}",
+                check.id
+            );
+        }
         // Every judge names its own id (the runner stamps it anyway).
         for facts in test_facts::broken_variants() {
             for check in CHECKS {
                 assert_eq!((check.judge)(&facts, &Policy::default()).id, check.id);
             }
+        }
+    }
+
+    /// A check reads only the sections its row declares: judged on a broken node, and on
+    /// a healthy node with only the declared sections taken from the broken one, it says
+    /// the same. A judge that starts reading another section fails here until its row
+    /// says so.
+    #[test]
+    fn each_check_reads_only_the_facts_its_row_declares() {
+        let mut variants = test_facts::broken_variants();
+        variants.push(test_facts::with_efa(test_facts::healthy()));
+        let policies = [
+            Policy::default(),
+            policy::build(&[], &["host-ipc".into(), "efa".into()], None, None).unwrap(),
+        ];
+        let mut differing = 0;
+        for check in CHECKS {
+            for broken in &variants {
+                let mut mixed = test_facts::healthy();
+                for fact in check.needs {
+                    fact.copy(broken, &mut mixed);
+                }
+                for policy in &policies {
+                    let want = (check.judge)(broken, policy);
+                    assert_eq!(
+                        (check.judge)(&mixed, policy),
+                        want,
+                        "{} reads a section its row does not declare",
+                        check.id
+                    );
+                    if want != (check.judge)(&test_facts::healthy(), policy) {
+                        differing += 1;
+                    }
+                }
+            }
+        }
+        // The variants really do break things, or the comparison above proves nothing.
+        assert!(differing > CHECKS.len(), "{differing}");
+    }
+
+    /// The README's check table lists every judged check with the sections it reads.
+    #[test]
+    fn readme_lists_what_each_check_reads() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        for check in CHECKS {
+            let reads: Vec<&str> = check.needs.iter().map(|f| f.key()).collect();
+            let row = format!("| `{}` | {} |", check.id, reads.join(", "));
+            assert!(
+                readme.lines().any(|l| l.starts_with(&row)),
+                "README.md has no row starting {row:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn needs_are_listed_once_each() {
+        for check in CHECKS {
+            let mut needs = check.needs.to_vec();
+            needs.sort();
+            needs.dedup();
+            assert_eq!(needs.len(), check.needs.len(), "{}", check.id);
+            assert!(!needs.is_empty(), "{}", check.id);
         }
     }
 
@@ -216,8 +362,8 @@ mod tests {
                 &facts,
                 &policy::build(&[], &["host-ipc".into()], None, None).unwrap(),
             ) {
-                if f.status == Status::Fail {
-                    assert!(f.remediation.is_some(), "{f:?}");
+                if f.status() >= Status::Warn {
+                    assert!(f.remediation().is_some(), "{f:?}");
                 }
             }
         }

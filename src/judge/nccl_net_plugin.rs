@@ -4,9 +4,10 @@
 //! so there a plugin is optional. A plugin installed under
 //! /opt/amazon/ofi-nccl but not on the library path is invisible to NCCL.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
+use crate::finding::Severity;
 use crate::platform::OFI_NCCL_DIRS;
 use crate::policy::Policy;
 
@@ -15,9 +16,8 @@ pub const ID: &str = "nccl-net-plugin";
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let scope = super::rdma_scope::Scope::of(facts);
     if scope.own_image {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             format!(
                 "libnccl and its net plugin not probed: {}",
                 crate::facts::ImageRole::OWN_REASON
@@ -56,12 +56,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let plugin = match &nccl.net_plugin {
         Observed::Value(p) => p.clone(),
         Observed::Error(e) => {
-            let mut f = Finding::new(
+            let mut f = Finding::flagged(
                 ID,
-                if needed { fail } else { Status::Warn },
+                if needed { fail } else { Severity::Warn },
                 format!("the NCCL net plugin is present but does not load: {e}"),
-            )
-            .remediation("Install what the plugin needs (dlerror names it: usually libfabric from /opt/amazon/efa/lib), e.g. LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib");
+                "Install what the plugin needs (dlerror names it: usually libfabric from /opt/amazon/efa/lib), e.g. LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib",
+            );
             f.evidence = evidence;
             return f;
         }
@@ -88,7 +88,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 facts,
                 p,
                 &mut evidence,
-                if needed { fail } else { Status::Warn },
+                if needed { fail } else { Severity::Warn },
             ) {
                 problems.push(problem);
             }
@@ -125,7 +125,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 ));
             }
             if devices.is_empty() && !needed {
-                return Finding::new(ID, Status::Skip, "no RDMA devices: no net plugin needed")
+                return Finding::skip(ID, "no RDMA devices: no net plugin needed")
                     .evidence(evidence.join("; "));
             }
             "no net plugin: NCCL uses its built-in IB transport".to_string()
@@ -159,7 +159,7 @@ fn api_mismatch(
     facts: &Facts,
     p: &crate::facts::rdma::NetPlugin,
     evidence: &mut Vec<String>,
-    status: Status,
+    status: Severity,
 ) -> Option<Problem> {
     use crate::nccl::net_plugin::{accepted_apis, newer_than_known};
     let version = crate::nccl::version(facts)?;
@@ -237,6 +237,7 @@ fn api_mismatch(
 mod tests {
     use super::*;
     use crate::facts::rdma::NetPlugin;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, with_env, with_ib};
 
     fn efa() -> Facts {
@@ -256,17 +257,17 @@ mod tests {
 
     #[test]
     fn efa_requires_a_plugin_on_the_search_path() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
-        assert_eq!(judge(&efa(), &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
+        assert_eq!(judge(&efa(), &Policy::default()).status(), Status::Fail);
         let mut ok = efa();
         ok.rdma.nccl.net_plugin = plugin("libnccl-net.so");
-        assert_eq!(judge(&ok, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&ok, &Policy::default()).status(), Status::Pass);
         let mut hidden = efa();
         hidden.rdma.nccl.net_plugin = plugin("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so");
         let f = judge(&hidden, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
-            f.remediation
+            f.remediation()
                 .unwrap()
                 .contains("LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib")
         );
@@ -278,7 +279,7 @@ mod tests {
                 .contains("NCCL_NET_PLUGIN=none")
         );
         let ib = with_ib(healthy());
-        assert_eq!(judge(&ib, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&ib, &Policy::default()).status(), Status::Pass);
     }
 
     fn nccl(mut facts: Facts, version: &str) -> Facts {

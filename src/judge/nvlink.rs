@@ -2,8 +2,9 @@
 //! inactive (a degraded NVLink) halves a pair's bandwidth or pushes traffic
 //! through other GPUs; `--require nvlink` fails where no NVLink is active.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "nvlink";
@@ -15,16 +16,10 @@ fabric manager too.";
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        let status = if policy.require.nvlink {
-            Status::Fail
-        } else {
-            Status::Skip
-        };
-        let f = Finding::new(ID, status, "no NVML: NVLink not checked");
         return if policy.require.nvlink {
-            f.remediation(FIX)
+            Finding::fail(ID, "no NVML: NVLink not checked", FIX)
         } else {
-            f
+            Finding::skip(ID, "no NVML: NVLink not checked")
         };
     };
     let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
@@ -35,16 +30,14 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     if with_links.is_empty()
         || (active_total == 0 && !policy.require.nvlink && with_links.len() < nvml.gpus.len())
     {
-        let status = if policy.require.nvlink {
-            Status::Fail
-        } else {
-            Status::Skip
-        };
-        let f = Finding::new(ID, status, "no NVLink on these GPUs (PCIe only)");
         return if policy.require.nvlink {
-            f.remediation("--require nvlink asks for NVLink-connected GPUs: schedule the pod on an NVLink node (e.g. an HGX/SXM instance type).")
+            Finding::fail(
+                ID,
+                "no NVLink on these GPUs (PCIe only)",
+                "--require nvlink asks for NVLink-connected GPUs: schedule the pod on an NVLink node (e.g. an HGX/SXM instance type).",
+            )
         } else {
-            f
+            Finding::skip(ID, "no NVLink on these GPUs (PCIe only)")
         };
     }
     let mut problems = Vec::new();
@@ -77,7 +70,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         ));
         if !inactive.is_empty() {
             problems.push(Problem::new(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
                     g.index,
@@ -90,7 +83,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     }
     if policy.require.nvlink && active_total == 0 {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             "--require nvlink: no NVLink is active".to_string(),
             FIX,
         ));
@@ -116,6 +109,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::gpu::LibraryState;
+    use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::{healthy, no_gpus};
 
@@ -123,7 +117,7 @@ mod tests {
     fn down_links_fail_and_pcie_nodes_skip() {
         let f = judge(&healthy(), &Policy::default());
         assert_eq!(
-            (f.status, f.summary.as_str()),
+            (f.status(), f.summary.as_str()),
             (Status::Pass, "2 GPU(s), 18 active NVLink(s) each")
         );
         let mut h = healthy();
@@ -131,7 +125,7 @@ mod tests {
             n.gpus[1].nvlinks[7].active = false;
         }
         let f = judge(&h, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
             f.summary
                 .contains("GPU 1: NVLink(s) [7] down (17 of 18 active)"),
@@ -142,11 +136,11 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut pcie.gpus.nvml.state {
             n.gpus.iter_mut().for_each(|g| g.nvlinks.clear());
         }
-        assert_eq!(judge(&pcie, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&pcie, &Policy::default()).status(), Status::Skip);
         let need = policy::build(&[], &["nvlink".into()], None, None).unwrap();
-        assert_eq!(judge(&pcie, &need).status, Status::Fail);
+        assert_eq!(judge(&pcie, &need).status(), Status::Fail);
         let mut cpu = healthy();
         cpu.gpus = no_gpus();
-        assert_eq!(judge(&cpu, &need).status, Status::Fail);
+        assert_eq!(judge(&cpu, &need).status(), Status::Fail);
     }
 }

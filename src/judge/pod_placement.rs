@@ -6,9 +6,10 @@
 //! 1 GPU x 1 EFA vs 29:47 for 1 pod x 4 GPUs), so the warning states the fabric
 //! it assumed. sysfs lists every GPU of the node even inside a container.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::NvmlFacts;
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "pod-placement";
@@ -74,7 +75,7 @@ fn cuda_visible(facts: &Facts, nvml: &NvmlFacts) -> (usize, String) {
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::new(ID, Status::Skip, "no NVML: placement not checked");
+        return Finding::skip(ID, "no NVML: placement not checked");
     };
     let visible = nvml.gpus.len();
     let node = facts.gpus.pci_gpus.value().map(Vec::len);
@@ -90,7 +91,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     {
         let leaves = nvlink_leaves_container(nvml);
         problems.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!(
                 "this container sees {visible} of the node's {n} GPUs{}: {}",
                 if leaves {
@@ -114,7 +115,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         if k > cuda_visible {
             // Each local rank calls cudaSetDevice(local_rank): ranks past the last ordinal die.
             problems.push(Problem::new(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "the launcher starts {k} process(es) but CUDA shows {cuda_visible} GPU(s) ({basis}): ranks {cuda_visible}..{} fail with \"invalid device ordinal\"",
                     k - 1
@@ -126,7 +127,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         }
         if k < visible {
             problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!(
                     "the launcher starts {k} process(es) in a pod with {visible} GPUs: {} GPU(s) sit idle{}",
                     visible - k,
@@ -147,6 +148,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::gpu::LibraryState;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, with_env};
 
     /// The pod sees GPU 0 of a 2-GPU NVSwitch node.
@@ -161,9 +163,9 @@ mod tests {
 
     #[test]
     fn one_gpu_of_an_nvlink_node_warns_with_the_measured_cost() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let f = judge(&one_gpu_pod(), &Policy::default());
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary
                 .contains("1 of the node's 2 GPUs, which share NVLink"),
@@ -171,7 +173,7 @@ mod tests {
             f.summary
         );
         assert!(f.summary.contains("3.3 GB/s"));
-        assert!(f.remediation.unwrap().contains("nproc_per_node=2"));
+        assert!(f.remediation().unwrap().contains("nproc_per_node=2"));
         let rdma = one_gpu_pod();
         let rdma = crate::test_facts::with_efa(rdma);
         assert!(
@@ -187,7 +189,7 @@ mod tests {
             &with_env(healthy(), &[("LOCAL_WORLD_SIZE", "4")]),
             &Policy::default(),
         );
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(
             f.summary.contains("invalid device ordinal"),
             "{}",
@@ -202,7 +204,7 @@ mod tests {
             reason: "--cuda off".into(),
         };
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(
             finding.summary.contains("CUDA shows 1 GPU(s)"),
             "{}",
@@ -216,12 +218,12 @@ mod tests {
             &with_env(healthy(), &[("LOCAL_WORLD_SIZE", "1")]),
             &Policy::default(),
         );
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("1 GPU(s) sit idle"), "{}", f.summary);
         let ok = judge(
             &with_env(healthy(), &[("PET_NPROC_PER_NODE", "2")]),
             &Policy::default(),
         );
-        assert_eq!(ok.status, Status::Pass);
+        assert_eq!(ok.status(), Status::Pass);
     }
 }

@@ -4,10 +4,11 @@
 //! 2, ofiwg/libfabric#12708): every device is opened, not just listed.
 
 use super::rdma_scope::{self, Scope};
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::RdmaDevice;
 use crate::facts::{Facts, Observed};
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "rdma-devices";
@@ -51,7 +52,7 @@ const OWN_IMAGE_NOTE: &str = "libibverbs not judged here: this is nccl-preflight
 /// link layer (an NDR HCA at HDR after a bad cable: NCCL's rings and trees run at the
 /// slowest NIC), or a PCIe link below its width or speed (x8 of x16 halves what the NIC can
 /// move to the GPU).
-fn link_problems(devices: &[&RdmaDevice], status: Status) -> Vec<Problem> {
+fn link_problems(devices: &[&RdmaDevice], status: Severity) -> Vec<Problem> {
     /// An ACTIVE port with a rate sysfs could parse.
     struct Active<'a> {
         device: &'a str,
@@ -119,16 +120,16 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let devices = match scope.devices {
         Ok(d) => d,
         Err(e) => {
-            return Finding::new(
+            return Finding::flagged(
                 ID,
                 scope.missing_status(required),
                 "could not determine the RDMA devices: /sys/class/infiniband could not be read",
+                format!(
+                    "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
+                    request_fix(expected_efa.is_some() || policy.require.efa, None)
+                ),
             )
-            .evidence(e.to_string())
-            .remediation(format!(
-                "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
-                request_fix(expected_efa.is_some() || policy.require.efa, None)
-            ));
+            .evidence(e.to_string());
         }
     };
     let need = rdma_scope::nic_need(facts);
@@ -137,25 +138,25 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let mut evidence = Vec::new();
     if devices.is_empty() {
         if !required && expected_efa.is_none() {
-            return Finding::new(ID, Status::Skip, "no RDMA devices on this node");
+            return Finding::skip(ID, "no RDMA devices on this node");
         }
         let status = scope.missing_status(required);
         let why = match expected_efa {
             Some(n) => format!(" (this instance type has {n} EFA devices)"),
             None => String::new(),
         };
-        return Finding::new(
+        return Finding::flagged(
             ID,
             status,
             format!(
                 "no RDMA devices{why}: NCCL between nodes will use TCP sockets; {}",
                 scope.span_words()
             ),
-        )
-        .remediation(request_fix(
-            policy.require.efa || expected_efa.is_some(),
-            need.as_ref().map(|n| n.count),
-        ));
+            request_fix(
+                policy.require.efa || expected_efa.is_some(),
+                need.as_ref().map(|n| n.count),
+            ),
+        );
     }
     if let Some(n) = expected_efa
         && (efa.len() as u32) < n
@@ -234,7 +235,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             && let Some(refused) = &o.refused
         {
             problems.push(Problem::new(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "{}: /dev/infiniband/{} exists but cannot be opened ({refused}): libfabric's EFA provider and NCCL can lose every device over one",
                     d.name,
@@ -264,7 +265,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 ));
             } else if from_verbs.is_empty() {
                 problems.push(Problem::new(
-                    if required { Status::Fail } else { Status::Warn },
+                    if required { Severity::Fail } else { Severity::Warn },
                     format!(
                         "{}: could not determine the port state (/sys/class/infiniband/{}/ports could not be read, and libibverbs did not say)",
                         d.name, d.name
@@ -335,7 +336,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     }
     if policy.require.efa && usable_efa == 0 && scope.nodes_unknown.is_none() {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             "--require efa: no EFA device usable from this container".to_string(),
             request_fix(true, need.as_ref().map(|n| n.count)),
         ));
@@ -344,7 +345,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         && (usable_efa as u32) < n
     {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!("--require efa={n}: {usable_efa} EFA device(s) usable from this container"),
             request_fix(true, Some(n)),
         ));
@@ -353,13 +354,13 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         && (usable as u32) < n
     {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!("--require rdma={n}: {usable} RDMA device(s) usable from this container"),
             request_fix(!efa.is_empty(), Some(n)),
         ));
     } else if policy.require.rdma && usable == 0 && scope.nodes_unknown.is_none() && unopenable {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             "no RDMA device can be opened from this container".to_string(),
             request_fix(!efa.is_empty(), None),
         ));
@@ -413,6 +414,7 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::rdma::Openable;
+    use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::{healthy, rdma_device, with_rdma};
 
@@ -439,9 +441,12 @@ mod tests {
 
     #[test]
     fn platform_count_ports_and_device_nodes() {
-        assert_eq!(judge(&efa_node(4), &Policy::default()).status, Status::Pass);
+        assert_eq!(
+            judge(&efa_node(4), &Policy::default()).status(),
+            Status::Pass
+        );
         let f = judge(&efa_node(3), &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
             f.summary.contains("3 EFA device(s) on a node that has 4"),
             "{}",
@@ -463,16 +468,16 @@ mod tests {
             });
         }
         let f = judge(&locked, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("cannot be opened"), "{}", f.summary);
     }
 
     #[test]
     fn requirements_and_missing_library() {
         let none = healthy();
-        assert_eq!(judge(&none, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&none, &Policy::default()).status(), Status::Skip);
         let need = policy::build(&[], &["rdma".into()], None, None).unwrap();
-        assert_eq!(judge(&none, &need).status, Status::Fail);
+        assert_eq!(judge(&none, &need).status(), Status::Fail);
         let mut p4d = healthy();
         p4d.platform.product_name = Observed::Value(Some("p4d.24xlarge".into()));
         let f = judge(&p4d, &Policy::default());
@@ -510,15 +515,15 @@ mod tests {
     fn regression_pod_without_the_rdma_resource_warns_on_one_node_fails_across_nodes() {
         // A p5 pod that asked for no vpc.amazonaws.com/efa: sysfs shows all 32, no device node.
         let single = judge(&p5(32, 0, "1"), &Policy::default());
-        assert_eq!(single.status, Status::Warn, "{single:?}");
+        assert_eq!(single.status(), Status::Warn, "{single:?}");
         assert!(
             single.summary.contains("can use none of the node's 32"),
             "{}",
             single.summary
         );
         let multi = judge(&p5(32, 0, "4"), &Policy::default());
-        assert_eq!(multi.status, Status::Fail);
-        let fix = multi.remediation.unwrap();
+        assert_eq!(multi.status(), Status::Fail);
+        let fix = multi.remediation().unwrap();
         assert!(fix.starts_with("Request the EFA devices"), "{fix}");
         assert!(
             fix.contains("vpc.amazonaws.com/efa: 8"),
@@ -530,25 +535,29 @@ mod tests {
     fn regression_partial_efa_allocation_is_named_with_the_count_to_request() {
         // 2 GPUs of a p5 need 8 of its 32 EFA devices; the pod got 2.
         let f = judge(&p5(32, 2, "16"), &Policy::default());
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(
             f.summary.contains("2 of the 8 EFA devices"),
             "{}",
             f.summary
         );
-        assert!(f.remediation.unwrap().contains("vpc.amazonaws.com/efa: 8"));
+        assert!(
+            f.remediation()
+                .unwrap()
+                .contains("vpc.amazonaws.com/efa: 8")
+        );
         assert_eq!(
-            judge(&p5(32, 2, "1"), &Policy::default()).status,
+            judge(&p5(32, 2, "1"), &Policy::default()).status(),
             Status::Warn
         );
         assert_eq!(
-            judge(&p5(32, 8, "16"), &Policy::default()).status,
+            judge(&p5(32, 8, "16"), &Policy::default()).status(),
             Status::Pass
         );
         // p4d: 4 EFA for 8 GPUs, so 1 for these 2 GPUs.
         let mut p4d = p5(4, 1, "2");
         p4d.platform.product_name = Observed::Value(Some("p4d.24xlarge".into()));
-        assert_eq!(judge(&p4d, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&p4d, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]
@@ -556,16 +565,16 @@ mod tests {
         let efa = policy::build(&[], &["efa".into()], None, None).unwrap();
         let f = judge(&p5(32, 2, "1"), &efa);
         assert_eq!(
-            f.status,
+            f.status(),
             Status::Fail,
             "one node, but --require efa asks for 8"
         );
         let four = policy::build(&[], &["efa=4".into()], None, None).unwrap();
         let f = judge(&p5(32, 2, "1"), &four);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("efa=4"), "{}", f.summary);
         let two = policy::build(&[], &["efa=2".into()], None, None).unwrap();
-        assert_eq!(judge(&p5(32, 2, "1"), &two).status, Status::Warn);
+        assert_eq!(judge(&p5(32, 2, "1"), &two).status(), Status::Warn);
     }
 
     /// An InfiniBand node off the instance table: GPU 0 and GPU 1 each share a PCIe switch
@@ -611,7 +620,7 @@ mod tests {
     #[test]
     fn regression_one_of_the_hcas_near_the_pods_gpus() {
         let f = judge(&ib_switches(1), &Policy::default());
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(f.summary.contains("1 of the 2 RDMA NICs"), "{}", f.summary);
         assert!(
             f.evidence.iter().any(|e| e.contains("mlx5_0, mlx5_1")),
@@ -619,7 +628,7 @@ mod tests {
             f.evidence
         );
         assert_eq!(
-            judge(&ib_switches(2), &Policy::default()).status,
+            judge(&ib_switches(2), &Policy::default()).status(),
             Status::Pass
         );
     }
@@ -635,7 +644,7 @@ mod tests {
             "Permission denied (os error 13)",
         ));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(finding.summary.contains("DOWN"), "{}", finding.summary);
         assert!(
             finding
@@ -661,7 +670,7 @@ mod tests {
             list[0].ports[0].state = Some("DOWN".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(
             finding.summary.contains("port 1 DOWN (libibverbs)"),
             "{}",
@@ -674,7 +683,7 @@ mod tests {
             list[0].ports.clear();
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Warn, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -689,7 +698,7 @@ mod tests {
             d[2].ports[0].rate = Some("50 Gb/sec".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -715,7 +724,7 @@ mod tests {
         // One node: the NICs carry no NCCL traffic, so it warns.
         f.launcher
             .insert("PET_NNODES".into(), crate::facts::EnvValue::text("1"));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
     }
 
     #[test]
@@ -726,7 +735,7 @@ mod tests {
             reason: crate::facts::ImageRole::OWN_REASON.into(),
         };
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Pass, "{finding:?}");
+        assert_eq!(finding.status(), Status::Pass, "{finding:?}");
         assert!(
             finding
                 .evidence
@@ -738,6 +747,6 @@ mod tests {
         f.rdma.verbs.state = LibraryState::NotFound {
             message: "libibverbs.so.1: cannot open shared object file".into(),
         };
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Fail);
     }
 }

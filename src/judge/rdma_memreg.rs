@@ -3,7 +3,7 @@
 //! ibv_reg_mr failed" (or a silent TCP fallback) hours into a job (FACTS.md
 //! section 2).
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
@@ -18,26 +18,22 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         // In nccl-preflight's own image the registration needs the trainer's libibverbs:
         // `exec`, or the installed binary in the training image, covers it.
         LibraryState::Skipped { reason } => {
-            return Finding::new(ID, Status::Skip, format!("no registration tried: {reason}"));
+            return Finding::skip(ID, format!("no registration tried: {reason}"));
         }
         _ => {
-            return Finding::new(
-                ID,
-                Status::Skip,
-                "libibverbs not loaded: no registration tried",
-            );
+            return Finding::skip(ID, "libibverbs not loaded: no registration tried");
         }
     };
     let status = super::rdma_scope::Scope::of(facts).in_use_status(policy.require.any_rdma());
     let Observed::Value(devices) = &verbs.devices else {
-        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+        return Finding::skip(ID, "no RDMA device to register memory on");
     };
     let tried: Vec<_> = devices
         .iter()
         .filter_map(|d| d.memreg.as_ref().map(|m| (d, m)))
         .collect();
     if tried.is_empty() {
-        return Finding::new(ID, Status::Skip, "no RDMA device to register memory on");
+        return Finding::skip(ID, "no RDMA device to register memory on");
     }
     let size = format_bytes(verbs.memreg_bytes);
     let mut problems = Vec::new();
@@ -47,9 +43,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Observed::Value(()) => evidence.push(format!("{}: registered {size}", d.name)),
             Observed::Error(e) => {
                 evidence.push(format!("{}: {e}", d.name));
-                let memlock = e.message.starts_with("ENOMEM")
-                    || e.message.starts_with("EAGAIN")
-                    || e.message.starts_with("EPERM");
+                // ibv_reg_mr pins the buffer: the kernel refuses above RLIMIT_MEMLOCK
+                // without CAP_IPC_LOCK with ENOMEM (EAGAIN or EPERM from some providers).
+                let memlock = matches!(e.errno, Some(libc::ENOMEM | libc::EAGAIN | libc::EPERM));
                 problems.push(Problem::new(
                     status,
                     format!("{}: registering {size} failed ({}){}", d.name, e.message, if memlock { ": the memlock limit is too low" } else { "" }),
@@ -70,11 +66,12 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::FactError;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, with_ib};
 
     #[test]
     fn enomem_is_the_memlock_failure() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
         let mut f = with_ib(healthy());
         assert_eq!(
             judge(&f, &Policy::default()).summary,
@@ -83,14 +80,31 @@ mod tests {
         if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
             && let Observed::Value(d) = &mut v.devices
         {
-            d[0].memreg = Some(Observed::Error(FactError::new(
-                "ibv_reg_mr(mlx5_0, 134217728 bytes)",
-                "ENOMEM: Cannot allocate memory",
-            )));
+            d[0].memreg = Some(Observed::Error(
+                FactError::new(
+                    "ibv_reg_mr(mlx5_0, 134217728 bytes)",
+                    "ENOMEM: Cannot allocate memory",
+                )
+                .with_errno(libc::ENOMEM),
+            ));
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail);
+        assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("memlock limit is too low"));
-        assert!(finding.remediation.unwrap().contains("IPC_LOCK"));
+        assert!(finding.remediation().unwrap().contains("IPC_LOCK"));
+        // The errno decides, not the text: an I/O error whose message happens to start
+        // like ENOMEM's is the device's problem, not the memlock limit.
+        if let LibraryState::Loaded(v) = &mut f.rdma.verbs.state
+            && let Observed::Value(d) = &mut v.devices
+        {
+            d[0].memreg = Some(Observed::Error(
+                FactError::new("ibv_reg_mr(mlx5_0, 134217728 bytes)", "ENOMEM-like text")
+                    .with_errno(libc::EIO),
+            ));
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status(), Status::Fail);
+        assert!(!finding.summary.contains("memlock"), "{}", finding.summary);
+        assert!(finding.remediation().unwrap().contains("ibv_devinfo"));
     }
 }

@@ -13,9 +13,9 @@
 //! - Could not read is never absent: an unreadable /sys/class/infiniband or
 //!   /sys/class/infiniband_verbs is "could not determine", with the path.
 
-use super::Status;
 use crate::facts::rdma::RdmaDevice;
 use crate::facts::{FactError, Facts, ImageRole, Observed};
+use crate::finding::Severity;
 use crate::layout::Span;
 
 /// The RDMA picture of this container.
@@ -97,22 +97,22 @@ impl<'a> Scope<'a> {
 
     /// The status of a problem with RDMA this container uses: a failure unless the
     /// job is known to stay on one node, where NCCL never touches the network.
-    pub fn in_use_status(&self, required: bool) -> Status {
+    pub fn in_use_status(&self, required: bool) -> Severity {
         if required || self.span != Span::Single {
-            Status::Fail
+            Severity::Fail
         } else {
-            Status::Warn
+            Severity::Warn
         }
     }
 
     /// The status of RDMA this pod lacks (no device, or fewer than its GPUs need): a
     /// failure only when the job crosses nodes (or a requirement asks); one node, or a
     /// job whose span nothing states, warns.
-    pub fn missing_status(&self, required: bool) -> Status {
+    pub fn missing_status(&self, required: bool) -> Severity {
         if required || matches!(self.span, Span::Multi(_)) {
-            Status::Fail
+            Severity::Fail
         } else {
-            Status::Warn
+            Severity::Warn
         }
     }
 
@@ -243,10 +243,10 @@ mod tests {
         let one = with_env(healthy(), &[("PET_NNODES", "1")]);
         let many = with_env(healthy(), &[("PET_NNODES", "4")]);
         let unknown = healthy();
-        assert_eq!(Scope::of(&one).in_use_status(false), Status::Warn);
-        assert_eq!(Scope::of(&one).in_use_status(true), Status::Fail);
-        assert_eq!(Scope::of(&unknown).in_use_status(false), Status::Fail);
-        assert_eq!(Scope::of(&unknown).missing_status(false), Status::Warn);
-        assert_eq!(Scope::of(&many).missing_status(false), Status::Fail);
+        assert_eq!(Scope::of(&one).in_use_status(false), Severity::Warn);
+        assert_eq!(Scope::of(&one).in_use_status(true), Severity::Fail);
+        assert_eq!(Scope::of(&unknown).in_use_status(false), Severity::Fail);
+        assert_eq!(Scope::of(&unknown).missing_status(false), Severity::Warn);
+        assert_eq!(Scope::of(&many).missing_status(false), Severity::Fail);
     }
 }

@@ -6,7 +6,7 @@
 //! themselves (src/os/linux.cc setCpuStackSize, NCCL_SET_CPU_STACK_SIZE=1), so this
 //! warns rather than fails: older NCCL in the image is at risk, newer is not.
 
-use super::{Finding, Status};
+use super::Finding;
 use crate::facts::{Facts, Limit, Observed};
 use crate::policy::Policy;
 use crate::remediation;
@@ -18,9 +18,12 @@ const SAFE_STACK: u64 = 8 << 20;
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     match &facts.stack_limit {
-        Observed::Error(e) => Finding::new(ID, Status::Warn, "could not determine the stack limit")
-            .evidence(e.to_string())
-            .remediation(remediation::STACK_LIMIT),
+        Observed::Error(e) => Finding::warn(
+            ID,
+            "could not determine the stack limit",
+            remediation::STACK_LIMIT,
+        )
+        .evidence(e.to_string()),
         Observed::Value(l) => {
             let evidence = format!(
                 "RLIMIT_STACK soft {}, hard {}",
@@ -28,25 +31,17 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                 format_limit(l.hard)
             );
             match l.soft {
-                Limit::Unlimited => Finding::new(
-                    ID,
-                    Status::Warn,
-                    "stack limit is unlimited: glibc then gives new threads 2 MiB stacks, which crashes NCCL < 2.28.3",
-                )
-                .evidence(evidence)
-                .remediation(remediation::STACK_LIMIT),
-                Limit::Bytes(n) if n < SAFE_STACK => Finding::new(
-                    ID,
-                    Status::Warn,
+                Limit::Unlimited => Finding::warn(ID,
+                    "stack limit is unlimited: glibc then gives new threads 2 MiB stacks, which crashes NCCL < 2.28.3", remediation::STACK_LIMIT)
+                .evidence(evidence),
+                Limit::Bytes(n) if n < SAFE_STACK => Finding::warn(ID,
                     format!(
                         "stack limit {} is below the 8 MiB NCCL's threads need (NCCL < 2.28.3 does not raise it)",
                         format_limit(l.soft)
-                    ),
-                )
-                .evidence(evidence)
-                .remediation(remediation::STACK_LIMIT),
+                    ), remediation::STACK_LIMIT)
+                .evidence(evidence),
                 Limit::Bytes(_) => {
-                    Finding::new(ID, Status::Pass, format!("stack limit {}", format_limit(l.soft)))
+                    Finding::pass(ID, format!("stack limit {}", format_limit(l.soft)))
                         .evidence(evidence)
                 }
             }
@@ -58,6 +53,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Rlimit;
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     fn with_stack(soft: Limit) -> Facts {
@@ -73,19 +69,19 @@ mod tests {
     fn unlimited_and_small_stacks_warn() {
         let p = Policy::default();
         assert_eq!(
-            judge(&with_stack(Limit::Unlimited), &p).status,
+            judge(&with_stack(Limit::Unlimited), &p).status(),
             Status::Warn
         );
         assert_eq!(
-            judge(&with_stack(Limit::Bytes(2 << 20)), &p).status,
+            judge(&with_stack(Limit::Bytes(2 << 20)), &p).status(),
             Status::Warn
         );
         assert_eq!(
-            judge(&with_stack(Limit::Bytes(8 << 20)), &p).status,
+            judge(&with_stack(Limit::Bytes(8 << 20)), &p).status(),
             Status::Pass
         );
         assert_eq!(
-            judge(&with_stack(Limit::Bytes(64 << 20)), &p).status,
+            judge(&with_stack(Limit::Bytes(64 << 20)), &p).status(),
             Status::Pass
         );
     }

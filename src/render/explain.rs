@@ -30,14 +30,13 @@ fn visible_finding(f: &Finding) -> Finding {
     for e in &mut f.evidence {
         *e = visible(e).into_owned();
     }
-    f.remediation = f.remediation.as_deref().map(|r| {
-        // Keep the line breaks the rule wrote; escape everything else.
+    // Keep the line breaks the rule wrote; escape everything else.
+    f.map_remediation(|r| {
         r.split('\n')
             .map(|l| visible(l).into_owned())
             .collect::<Vec<_>>()
             .join("\n")
-    });
-    f
+    })
 }
 
 pub fn render(e: &Explanation, color: bool) -> String {

@@ -1,30 +1,26 @@
 //! One fixed report for renderer tests: a failing dev-shm, a warning, a pass,
 //! one tuned and one user setting.
 
-use crate::finding::{Finding, Status};
+use crate::finding::Finding;
 use crate::report::Report;
 use crate::test_facts;
 use crate::tune::{Setting, Source};
 
 pub fn report() -> Report {
     let checks = vec![
-        Finding::new(
+        Finding::fail(
             "dev-shm",
-            Status::Fail,
             "/dev/shm is 64 MiB, below the 1 GiB minimum",
-        )
-        .evidence("size 64 MiB, free 64 MiB, required 1 GiB")
-        .remediation(
             "Mount a memory-backed emptyDir at /dev/shm:\n  emptyDir:\n    medium: Memory",
-        ),
-        Finding::new(
-            "memlock",
-            Status::Warn,
-            "memlock 8 MiB is below the required unlimited",
         )
-        .evidence("RLIMIT_MEMLOCK soft 8 MiB, hard 8 MiB")
-        .remediation("Grant CAP_IPC_LOCK"),
-        Finding::new("host-ipc", Status::Pass, "host IPC namespace"),
+        .evidence("size 64 MiB, free 64 MiB, required 1 GiB"),
+        Finding::warn(
+            "memlock",
+            "memlock 8 MiB is below the required unlimited",
+            "Grant CAP_IPC_LOCK",
+        )
+        .evidence("RLIMIT_MEMLOCK soft 8 MiB, hard 8 MiB"),
+        Finding::pass("host-ipc", "host IPC namespace"),
     ];
     let settings = vec![
         Setting {

@@ -58,8 +58,8 @@ pub fn findings(out: &mut String, list: &[Finding], color: bool) {
         .unwrap_or(0);
     let detail_pad = 6 + id_width + 2;
     for c in list {
-        let label = paint(c.status.label(), c.status, color);
-        let ignored = if c.ignored {
+        let label = paint(c.status().label(), c.status(), color);
+        let ignored = if c.is_ignored() {
             " (failure ignored by --ignore)"
         } else {
             ""
@@ -68,14 +68,14 @@ pub fn findings(out: &mut String, list: &[Finding], color: bool) {
         out.push_str("  ");
         pad(out, &visible(&c.id), id_width);
         let _ = writeln!(out, "  {}{ignored}", visible(&c.summary));
-        if c.status == Status::Pass || c.status == Status::Skip {
+        if c.status() == Status::Pass || c.status() == Status::Skip {
             continue;
         }
         for e in &c.evidence {
             pad(out, "", detail_pad);
             let _ = writeln!(out, "- {}", visible(e));
         }
-        if let Some(fix) = &c.remediation {
+        if let Some(fix) = &c.remediation() {
             pad(out, "", detail_pad);
             out.push_str("fix:\n");
             indent(out, fix, detail_pad + 2);

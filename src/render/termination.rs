@@ -16,7 +16,7 @@ pub fn render(report: &Report) -> String {
     let failures: Vec<String> = report
         .checks
         .iter()
-        .filter(|c| c.status == Status::Fail)
+        .filter(|c| c.status() == Status::Fail)
         .map(|c| format!("{}: {}", c.id, super::comment_text(&c.summary)))
         .collect();
     let mut used = lines[0].len() + 1;
@@ -70,11 +70,8 @@ mod tests {
     fn stays_within_the_kubelet_limit() {
         let mut r = report();
         for i in 0..200 {
-            r.checks.push(Finding::new(
-                &format!("check-{i}"),
-                Status::Fail,
-                "é".repeat(40),
-            ));
+            r.checks
+                .push(Finding::fail(&format!("check-{i}"), "é".repeat(40), "fix"));
         }
         let text = render(&r);
         assert!(text.len() <= MAX_BYTES, "{}", text.len());

@@ -138,7 +138,7 @@ fn register_run(
                         check: label_value(&c.id),
                         status: s.label().to_ascii_lowercase(),
                     })
-                    .set(i64::from(c.status == s));
+                    .set(i64::from(c.status() == s));
             }
         }
     }
@@ -361,7 +361,7 @@ mod tests {
             report: Some(Report::new(facts, Vec::new(), Vec::new())),
             ..Default::default()
         };
-        let xid = Finding::new("gpu-xid", Status::Pass, "none");
+        let xid = Finding::pass("gpu-xid", "none");
         let text = render(&snapshot, &xid, &Default::default(), true);
         assert!(
             !text.lines().any(|l| l.starts_with("nccl_preflight_forged")),

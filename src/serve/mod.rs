@@ -46,7 +46,7 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
         return Err(h.clone());
     }
     let mut failures: Vec<String> = Vec::new();
-    if xid.status == Status::Fail {
+    if xid.status() == Status::Fail {
         failures.push(format!("{}: {}", xid.id, xid.summary));
     }
     match (&snapshot.report, &snapshot.error) {
@@ -54,7 +54,7 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
             report
                 .checks
                 .iter()
-                .filter(|c| c.status == Status::Fail)
+                .filter(|c| c.status() == Status::Fail)
                 .map(|c| format!("{}: {}", c.id, c.summary)),
         ),
         (None, Some(e)) => failures.push(e.clone()),
@@ -214,7 +214,7 @@ fn run_once(
                 let failures: Vec<String> = report
                     .checks
                     .iter()
-                    .filter(|c| c.status == Status::Fail)
+                    .filter(|c| c.status() == Status::Fail)
                     .map(|c| format!("{}: {}", c.id, c.summary))
                     .collect();
                 next.halted = Some(format!(

@@ -16,7 +16,7 @@
 //! run instead of one interval.
 
 use crate::gather::deadline::Watch;
-use crate::judge::{Finding, Status};
+use crate::judge::Finding;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
@@ -115,22 +115,20 @@ pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
                 gpus.join(",")
             )
         };
-        let mut f = Finding::new(ID, Status::Fail, fatal.join("; ")).remediation(fix);
+        let mut f = Finding::fail(ID, fatal.join("; "), fix);
         f.evidence = evidence;
         return f;
     }
     if fatal.is_empty()
         && let Some(hung) = &xids.hung
     {
-        let mut f =
-            Finding::new(ID, Status::Fail, format!("XID watch: {hung}")).remediation(HUNG_FIX);
+        let mut f = Finding::fail(ID, format!("XID watch: {hung}"), HUNG_FIX);
         f.evidence = evidence;
         return f;
     }
     if !xids.watching && events == 0 {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             format!(
                 "XID events not watched: {}",
                 xids.unavailable
@@ -139,9 +137,8 @@ pub fn finding(xids: &Xids, policy: &XidPolicy) -> Finding {
             ),
         );
     }
-    let mut f = Finding::new(
+    let mut f = Finding::pass(
         ID,
-        Status::Pass,
         if events == 0 {
             String::from("no critical XID events since this server started")
         } else {
@@ -265,6 +262,7 @@ fn watch_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Status;
 
     fn seen(events: &[(u32, u64, u64)]) -> Xids {
         Xids {
@@ -280,7 +278,7 @@ mod tests {
         let policy = XidPolicy::new(&[], &[]);
         let quiet = finding(&seen(&[]), &policy);
         assert_eq!(
-            (quiet.status, quiet.summary.as_str()),
+            (quiet.status(), quiet.summary.as_str()),
             (
                 Status::Pass,
                 "no critical XID events since this server started"
@@ -288,22 +286,22 @@ mod tests {
         );
         // 13 (graphics engine exception) and 94 (contained ECC) are RESTART_APP.
         let app = finding(&seen(&[(0, 13, 4), (1, 94, 1)]), &policy);
-        assert_eq!(app.status, Status::Pass);
+        assert_eq!(app.status(), Status::Pass);
         assert_eq!(
             app.summary,
             "5 XID event(s), none that needs a GPU reset or a reboot"
         );
         assert_eq!(app.evidence.len(), 2);
         let fallen = finding(&seen(&[(0, 13, 1), (2, 79, 2)]), &policy);
-        assert_eq!(fallen.status, Status::Fail);
+        assert_eq!(fallen.status(), Status::Fail);
         assert_eq!(
             fallen.summary,
             "GPU 2: XID 79 (GPU has fallen off the bus; RESTART_BM) x2"
         );
-        assert!(fallen.remediation.as_deref().unwrap().contains("reboot"));
+        assert!(fallen.remediation().unwrap().contains("reboot"));
         let gsp = finding(&seen(&[(1, 119, 1)]), &policy);
-        assert_eq!(gsp.status, Status::Fail);
-        assert!(gsp.remediation.unwrap().contains("nvidia-smi -r -i 1\n"));
+        assert_eq!(gsp.status(), Status::Fail);
+        assert!(gsp.remediation().unwrap().contains("nvidia-smi -r -i 1\n"));
     }
 
     #[test]
@@ -311,9 +309,12 @@ mod tests {
         let policy = XidPolicy::new(&[13], &[79]);
         assert!(policy.not_ready.contains(&13) && !policy.not_ready.contains(&79));
         assert!(policy.not_ready.contains(&95));
-        assert_eq!(finding(&seen(&[(2, 79, 1)]), &policy).status, Status::Pass);
+        assert_eq!(
+            finding(&seen(&[(2, 79, 1)]), &policy).status(),
+            Status::Pass
+        );
         let added = finding(&seen(&[(0, 13, 1)]), &policy);
-        assert_eq!(added.status, Status::Fail);
+        assert_eq!(added.status(), Status::Fail);
         assert!(added.summary.contains("named by --xid-not-ready"));
     }
 
@@ -324,7 +325,7 @@ mod tests {
             ..Xids::default()
         };
         let f = finding(&none, &XidPolicy::new(&[], &[]));
-        assert_eq!(f.status, Status::Skip);
+        assert_eq!(f.status(), Status::Skip);
         assert!(f.summary.contains("NVML: library not found"));
         let stopped = Xids {
             watching: false,
@@ -332,7 +333,7 @@ mod tests {
             ..seen(&[(0, 79, 1)])
         };
         assert_eq!(
-            finding(&stopped, &XidPolicy::new(&[], &[])).status,
+            finding(&stopped, &XidPolicy::new(&[], &[])).status(),
             Status::Fail
         );
     }

@@ -135,8 +135,7 @@ fn parses(argv: &[String]) -> Result<(), String> {
 #[test]
 fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     let test = "example_manifests_match_the_real_schemas_and_every_command_parses";
-    if !crate::support::repo().join("../shared/data/crds").is_dir() {
-        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+    if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
     let Some(python) = validator_python(test) else {
@@ -209,8 +208,7 @@ fn effective<'a>(v: &'a serde_json::Value, file: &str) -> Vec<&'a serde_json::Va
 #[test]
 fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
     let test = "every_manifest_pod_fits_its_node_as_the_scheduler_counts_it";
-    if !crate::support::repo().join("../shared/data/crds").is_dir() {
-        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+    if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
     let Some(python) = validator_python(test) else {
@@ -251,8 +249,7 @@ fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
 #[test]
 fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
     let test = "sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable";
-    if !crate::support::repo().join("../shared/data/crds").is_dir() {
-        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+    if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
     let Some(python) = validator_python(test) else {
@@ -357,8 +354,7 @@ fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
 #[test]
 fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count() {
     let test = "a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count";
-    if !crate::support::repo().join("../shared/data/crds").is_dir() {
-        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+    if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
     let Some(python) = validator_python(test) else {

@@ -1,5 +1,5 @@
 //! explain-log end to end: the real H200 logs from ../shared/data (skipped, with
-//! a message, outside the repo's usual layout), the synthetic logs in
+//! a message, outside the repo's usual layout; a failure under NCCL_PREFLIGHT_TEST_STRICT), the synthetic logs in
 //! tests/logs (one per rule and per NCCL line format) against golden outputs,
 //! standard input, exit codes, and flat memory on a large streamed input.
 
@@ -25,19 +25,11 @@ fn finding_ids(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-fn shared_logs() -> Option<std::path::PathBuf> {
-    let dir = repo().join("../shared/data/h200x2");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: ../shared/data/h200x2 is not beside the repository");
-        None
-    }
-}
-
 #[test]
 fn real_h200_logs() {
-    let Some(dir) = shared_logs() else { return };
+    let Some(dir) = require_shared("real_h200_logs", "h200x2") else {
+        return;
+    };
     let (code, v) = explain_json(&dir.join("nccl-allreduce-default.log"));
     assert_eq!(code, 0);
     assert_eq!(v["transport_counts"], serde_json::json!({"P2P/CUMEM": 48}));

@@ -1,6 +1,7 @@
 //! Fixture host trees (tests/fixtures/NAME/root with kernel.json and env), run
 //! through the real binary with `--host-root` and compared with the golden
-//! outputs in tests/golden/NAME. Regenerate: NCCL_PREFLIGHT_BLESS=1 cargo test --test integration
+//! outputs in tests/golden/NAME/{facts,findings} (see `support::Part`). Regenerate:
+//! NCCL_PREFLIGHT_BLESS=1 cargo test --test integration
 
 use super::support::*;
 use std::fs;
@@ -30,14 +31,19 @@ fn scenario(name: &str, expected_exit: i32) -> serde_json::Value {
         stderr(&out)
     );
     assert_eq!(stderr(&out), "", "{name} wrote to stderr");
-    let golden_dir = repo().join("tests/golden").join(name);
-    golden(&golden_dir.join("report.txt"), &stdout(&out));
-    for file in ["nccl.env", "nccl.conf", "report.json", "termination-log"] {
-        golden(
-            &golden_dir.join(file),
-            &fs::read_to_string(out_dir.join(file)).unwrap(),
-        );
+    let read = |file: &str| fs::read_to_string(out_dir.join(file)).unwrap();
+    golden_report(name, &read("report.json"));
+    for file in ["nccl.env", "nccl.conf"] {
+        golden(&golden_path(name, Part::Facts, file), &read(file));
     }
+    golden(
+        &golden_path(name, Part::Findings, "report.txt"),
+        &stdout(&out),
+    );
+    golden(
+        &golden_path(name, Part::Findings, "termination-log"),
+        &read("termination-log"),
+    );
     // `check` prints the same report and exits the same way.
     let check = fixture_command(name, "check", &[], &[]).output().unwrap();
     assert_eq!(check.status.code(), Some(expected_exit));
@@ -460,7 +466,7 @@ fn doctor_prints_nvidia_smi_matrices() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     golden(
-        &repo().join("tests/golden/gpu-nvlink-down/doctor.txt"),
+        &golden_path("gpu-nvlink-down", Part::Findings, "doctor.txt"),
         &stdout(&out),
     );
     let json = fixture_command("gpu-pcie-switch-pair", "doctor", &["--format", "json"], &[])
@@ -599,7 +605,7 @@ fn doctor_shows_nics_ports_and_gpu_nic_affinity() {
         .output()
         .unwrap();
     golden(
-        &repo().join("tests/golden/rdma-roce-multus/doctor.txt"),
+        &golden_path("rdma-roce-multus", Part::Findings, "doctor.txt"),
         &stdout(&out),
     );
     let text = stdout(&out);
@@ -672,7 +678,7 @@ fn a_real_h200_capture_replays() {
     let out = run(&["doctor", "--facts", facts.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     golden(
-        &repo().join("tests/golden/h200x2/doctor.txt"),
+        &golden_path("h200x2", Part::Findings, "doctor.txt"),
         &stdout(&out),
     );
     let json = run(

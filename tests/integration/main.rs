@@ -19,5 +19,6 @@ mod netns;
 mod outputs;
 mod rdma;
 mod scenarios;
+mod schema;
 mod serve;
 mod support;

@@ -347,6 +347,48 @@ pub fn golden(path: &Path, actual: &str) {
     }
 }
 
+/// The golden files of a fixture are split by what can change them. `facts/` holds what
+/// gather and tune produce (the facts, the tuned settings, the env file, nccl.conf): no
+/// check can change those. `findings/` holds what the checks decide (the verdict and the
+/// findings, the text report, the termination message, doctor's page). Adding a check
+/// changes files under `findings/` only.
+#[derive(Debug, Clone, Copy)]
+pub enum Part {
+    Facts,
+    Findings,
+}
+
+/// Golden file `file` of fixture `name`, in `part`.
+pub fn golden_path(name: &str, part: Part, file: &str) -> PathBuf {
+    let part = match part {
+        Part::Facts => "facts",
+        Part::Findings => "findings",
+    };
+    repo().join("tests/golden").join(name).join(part).join(file)
+}
+
+/// Compares a JSON report with the goldens of fixture `name`, one file per part:
+/// `facts/facts.json` (the report's `facts`), `facts/settings.json` (its `settings`),
+/// `findings/checks.json` (everything else: schema, version, verdict, checks).
+pub fn golden_report(name: &str, report: &str) {
+    let mut value: serde_json::Value = serde_json::from_str(report)
+        .unwrap_or_else(|e| panic!("{name}: the report is not JSON: {e}\n{report}"));
+    let object = value
+        .as_object_mut()
+        .unwrap_or_else(|| panic!("{name}: the report is not a JSON object"));
+    let pretty = |v: &serde_json::Value| format!("{}\n", serde_json::to_string_pretty(v).unwrap());
+    for (key, file) in [("facts", "facts.json"), ("settings", "settings.json")] {
+        let part = object
+            .remove(key)
+            .unwrap_or_else(|| panic!("{name}: the report has no {key}"));
+        golden(&golden_path(name, Part::Facts, file), &pretty(&part));
+    }
+    golden(
+        &golden_path(name, Part::Findings, "checks.json"),
+        &pretty(&value),
+    );
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -375,8 +417,16 @@ fn require(test: &str, found: bool, what: &str) -> bool {
     if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
         panic!("{test} needs {what} and NCCL_PREFLIGHT_TEST_STRICT is set");
     }
-    eprintln!("skipped {test}: {what} is not installed");
+    eprintln!("skipped {test}: {what} is not on this machine");
     false
+}
+
+/// Data from public projects in `../shared/data/NAME` (DESIGN.md: it stays outside the
+/// repository): its path, or None with a skip message when it is not beside the
+/// repository, unless NCCL_PREFLIGHT_TEST_STRICT is set (CI), where that fails.
+pub fn require_shared(test: &str, name: &str) -> Option<PathBuf> {
+    let dir = repo().join("../shared/data").join(name);
+    require(test, dir.is_dir(), &format!("../shared/data/{name}")).then_some(dir)
 }
 
 /// The real Debian libibverbs and libfabric.

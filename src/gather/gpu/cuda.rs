@@ -45,11 +45,7 @@ fn failure(call: &str, code: CuResult) -> FactError {
 }
 
 /// How loading libcuda ended.
-pub enum Outcome {
-    NotFound(String),
-    Failed(FactError),
-    Loaded(CudaFacts),
-}
+pub type Outcome = crate::gather::Outcome<CudaFacts>;
 
 struct Api {
     init: Symbol<CuInit>,

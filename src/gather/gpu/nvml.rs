@@ -17,12 +17,8 @@ use std::ffi::OsStr;
 /// NVML_NVLINK_MAX_LINKS in nvml.h (18 on Hopper; older GPUs report fewer).
 const MAX_LINKS: u32 = 18;
 
-/// How loading and initialising NVML ended.
-pub enum Outcome {
-    NotFound(String),
-    Failed(FactError),
-    Loaded(NvmlFacts),
-}
+/// How loading NVML ended.
+pub type Outcome = crate::gather::Outcome<NvmlFacts>;
 
 fn observed<T>(call: &str, r: Result<T, NvmlError>) -> Observed<T> {
     match r {

@@ -149,12 +149,8 @@ fn efa_rdm(watch: &Watch, api: &Api, version: u32) -> Observed<u32> {
     out
 }
 
-/// How loading libfabric ended, with every attempt.
-pub enum Outcome {
-    NotFound(String),
-    Failed(FactError),
-    Loaded(FabricFacts),
-}
+/// How loading libfabric ended.
+pub type Outcome = crate::gather::Outcome<FabricFacts>;
 
 pub fn gather(watch: &Watch, locations: &[String]) -> (Outcome, Vec<LoadAttempt>) {
     let mut attempts = Vec::new();

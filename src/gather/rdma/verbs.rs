@@ -249,7 +249,8 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
                 (api.reg_mr.get())(pd, buffer.addr, len, ACCESS_LOCAL_WRITE)
             });
             if mr.is_null() {
-                Observed::Error(FactError::new(call, errno_text(last_errno())))
+                let errno = last_errno();
+                Observed::Error(FactError::new(call, errno_text(errno)).with_errno(errno))
             } else {
                 // SAFETY: mr came from ibv_reg_mr and is deregistered once, before the buffer is unmapped.
                 watch.call(format!("ibv_dereg_mr({name})"), || unsafe {
@@ -357,11 +358,7 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
 }
 
 /// How loading libibverbs ended.
-pub enum Outcome {
-    NotFound(String),
-    Failed(FactError),
-    Loaded(VerbsFacts),
-}
+pub type Outcome = crate::gather::Outcome<VerbsFacts>;
 
 pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
     let lib = match crate::gather::dl::load(watch, library) {

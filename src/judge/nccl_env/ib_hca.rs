@@ -1,8 +1,9 @@
 //! NCCL_IB_HCA against the RDMA devices and ports this node has, and
 //! NCCL_IB_GID_INDEX on NCCL versions that choose the GID themselves.
 
-use super::{Problem, Status, get};
+use super::{Problem, get};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::nccl::ib_hca::HcaFilter;
 
 pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
@@ -28,7 +29,7 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
     if nothing_matches {
         let multi = crate::layout::is_multi_node(&facts.launcher);
         out.push(Problem::new(
-            if multi { Status::Fail } else { Status::Warn },
+            if multi { Severity::Fail } else { Severity::Warn },
             format!(
                 "NCCL_IB_HCA={value:?} names no RDMA device here: NCCL finds no HCA and uses TCP sockets{}",
                 if multi { " between the job's nodes" } else { " (this job runs on one node)" }
@@ -48,13 +49,13 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
             .collect();
         if matched.is_empty() {
             out.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("NCCL_IB_HCA entry {entry:?} names no RDMA device here (devices: {})", names.join(", ")),
                 "Name the devices /sys/class/infiniband lists, with '=' and ports: NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'.",
             ));
         } else if !filter.exact && matched.len() > 1 && !filter.exclude {
             out.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!(
                     "NCCL_IB_HCA entry {entry:?} is a prefix: it also matches {}",
                     matched
@@ -74,7 +75,7 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
             {
                 match d.ports.iter().find(|x| x.port == *p) {
                     Some(x) if x.state.as_deref() != Some("ACTIVE") => out.push(Problem::new(
-                        Status::Warn,
+                        Severity::Warn,
                         format!(
                             "NCCL_IB_HCA names {}:{p}, which is {}",
                             d.name,
@@ -83,7 +84,7 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
                         "Name only ACTIVE ports (rdma-devices lists them), or fix the link.",
                     )),
                     None => out.push(Problem::new(
-                        Status::Warn,
+                        Severity::Warn,
                         format!(
                             "NCCL_IB_HCA names port {p} of {}, which has no such port",
                             d.name
@@ -104,7 +105,7 @@ pub(super) fn lint_gid_index(facts: &Facts) -> Vec<Problem> {
         && crate::nccl::version(facts).is_some_and(|v| v >= (2, 21, 0))
     {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_IB_GID_INDEX is set, but this NCCL (>= 2.21) picks the RoCE v2 GID itself; a fixed index breaks where the table differs".to_string(),
             "Unset NCCL_IB_GID_INDEX.",
         ));

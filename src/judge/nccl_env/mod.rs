@@ -29,8 +29,9 @@ mod topo_file;
 mod transports;
 mod values;
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog};
 use crate::policy::Policy;
 
@@ -91,7 +92,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         }
         Err(e) => {
             lints.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("the NCCL variable table built into this tool is unreadable ({e}): names and value types were not checked"),
                 "Rebuild nccl-preflight from a clean checkout (scripts/gen-nccl-vars.py regenerates the table).",
             ));
@@ -118,6 +119,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
 mod tests {
     use super::*;
     use crate::facts::Observed;
+    use crate::finding::Status;
     use crate::test_facts::{healthy, iface, v4, with_env};
 
     fn docker_node() -> Facts {
@@ -144,9 +146,9 @@ mod tests {
     #[test]
     fn no_variables_pass() {
         let f = lint(&[]);
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         let f = lint(&[("NCCL_SOCKET_IFNAME", "=eth0"), ("NCCL_DEBUG", "INFO")]);
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert_eq!(
             f.summary,
             "2 variable(s) set, none conflicts with this node"
@@ -157,10 +159,10 @@ mod tests {
     fn no_matching_interface_fails_with_the_nccl_error() {
         for value in ["nonexist0", "==eth1", "=eth"] {
             let f = lint(&[("NCCL_SOCKET_IFNAME", value)]);
-            assert_eq!(f.status, Status::Fail, "{value}");
+            assert_eq!(f.status(), Status::Fail, "{value}");
             assert!(f.summary.contains("Bootstrap : no socket interface found"));
             assert!(
-                f.remediation
+                f.remediation()
                     .unwrap()
                     .contains("NCCL_SOCKET_IFNAME='=eth0'")
             );
@@ -170,9 +172,9 @@ mod tests {
     #[test]
     fn loopback_warns_on_one_node_and_fails_across_nodes() {
         let f = lint(&[("NCCL_SOCKET_IFNAME", "lo")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         let f = lint(&[("NCCL_SOCKET_IFNAME", "lo"), ("PET_NNODES", "2")]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("several nodes"));
     }
 
@@ -183,16 +185,16 @@ mod tests {
             ("WORLD_SIZE", "16"),
             ("LOCAL_WORLD_SIZE", "8"),
         ]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
-            f.remediation
+            f.remediation()
                 .unwrap()
                 .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo'")
         );
         // ^docker0,lo still leaves veth12ab, whose only address is link-local: NCCL's
         // socket transport would use it too. Harmless on one node.
         assert_eq!(
-            lint(&[("NCCL_SOCKET_IFNAME", "^docker0,lo"), ("PET_NNODES", "1")]).status,
+            lint(&[("NCCL_SOCKET_IFNAME", "^docker0,lo"), ("PET_NNODES", "1")]).status(),
             Status::Pass
         );
     }
@@ -270,11 +272,11 @@ mod tests {
     #[test]
     fn docker_veth_ignored_and_family() {
         assert_eq!(
-            lint(&[("NCCL_SOCKET_IFNAME", "docker")]).status,
+            lint(&[("NCCL_SOCKET_IFNAME", "docker")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint(&[("NCCL_SOCKET_IFNAME", "docker"), ("PET_NNODES", "3")]).status,
+            lint(&[("NCCL_SOCKET_IFNAME", "docker"), ("PET_NNODES", "3")]).status(),
             Status::Fail
         );
         let f = lint(&[("NCCL_SOCKET_IFNAME", "veth")]);
@@ -282,13 +284,13 @@ mod tests {
         let f = lint(&[("NCCL_SOCKET_IFNAME", "e")]);
         assert!(f.summary.contains("ignored by NCCL"));
         let f = lint(&[("NCCL_SOCKET_FAMILY", "inet6")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         // Family filter: no IPv6 addresses here, so AF_INET6 leaves nothing.
         let f = lint(&[
             ("NCCL_SOCKET_IFNAME", "eth0"),
             ("NCCL_SOCKET_FAMILY", "AF_INET6"),
         ]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
     }
 
     #[test]
@@ -297,16 +299,16 @@ mod tests {
             ("NCCL_SOCKET_IFNAME", "nonexist0"),
             ("NCCL_SOCKET_FAMILY", "x"),
         ]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.starts_with("2 problems"));
-        assert_eq!(f.remediation.unwrap().lines().count(), 2);
+        assert_eq!(f.remediation().unwrap().lines().count(), 2);
     }
 
     #[test]
     fn unreadable_interfaces_warn() {
         let mut f = with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "eth0")]);
         f.network.interfaces = Observed::Error(crate::facts::FactError::new("getifaddrs", "EPERM"));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
     }
 
     // One test per rule, each with the case that must pass and the case that must not.
@@ -345,9 +347,9 @@ mod tests {
             "{}",
             f.summary
         );
-        assert!(f.remediation.unwrap().contains("'=mlx5_1'"));
+        assert!(f.remediation().unwrap().contains("'=mlx5_1'"));
         assert_eq!(
-            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1")]).status,
+            lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_1:1,mlx5_3:1")]).status(),
             Status::Pass
         );
         let none = lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_99")]);
@@ -356,13 +358,13 @@ mod tests {
             "{}",
             none.summary
         );
-        assert_eq!(none.status, Status::Warn, "one node, or nothing says");
+        assert_eq!(none.status(), Status::Warn, "one node, or nothing says");
         // NVIDIA/nccl#799: across nodes NCCL finds no HCA and uses TCP: a failure.
         let across = lint_on(
             crate::test_facts::with_env(ib_node(), &[("PET_NNODES", "16")]),
             &[("NCCL_IB_HCA", "=mlx5_99")],
         );
-        assert_eq!(across.status, Status::Fail, "{across:?}");
+        assert_eq!(across.status(), Status::Fail, "{across:?}");
         assert!(
             lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_2:1")])
                 .summary
@@ -370,7 +372,7 @@ mod tests {
         );
         // Issue 13: no RDMA device here, so asking for one is no longer "checked".
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_IB_HCA", "mlx5_1")]).status,
+            lint_on(healthy(), &[("NCCL_IB_HCA", "mlx5_1")]).status(),
             Status::Warn,
         );
     }
@@ -383,15 +385,15 @@ mod tests {
                 .contains("27 GB/s")
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_P2P_DISABLE", "0")]).status,
+            lint_on(healthy(), &[("NCCL_P2P_DISABLE", "0")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "LOC")]).status,
+            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "LOC")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "NVL")]).status,
+            lint_on(healthy(), &[("NCCL_P2P_LEVEL", "NVL")]).status(),
             Status::Pass
         );
         let both = lint_on(
@@ -400,7 +402,7 @@ mod tests {
         );
         assert!(both.summary.starts_with("2 problems"), "{}", both.summary);
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_SHM_DISABLE", "1")]).status,
+            lint_on(healthy(), &[("NCCL_SHM_DISABLE", "1")]).status(),
             Status::Pass,
             "P2P over NVLink still works"
         );
@@ -412,11 +414,11 @@ mod tests {
                 .contains("corrupt")
         );
         assert_eq!(
-            lint_on(pcie, &[("NCCL_PROTO", "^LL128")]).status,
+            lint_on(pcie, &[("NCCL_PROTO", "^LL128")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_PROTO", "LL128")]).status,
+            lint_on(healthy(), &[("NCCL_PROTO", "LL128")]).status(),
             Status::Pass,
             "NVLink node"
         );
@@ -446,7 +448,7 @@ mod tests {
             true,
         );
         f.platform.product_name = crate::facts::Observed::Value(Some("p4d.24xlarge".into()));
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]
@@ -457,28 +459,28 @@ mod tests {
                 .contains("TCP")
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_IB_DISABLE", "1")]).status,
+            lint_on(healthy(), &[("NCCL_IB_DISABLE", "1")]).status(),
             Status::Pass,
             "no RDMA: nothing lost"
         );
         assert_eq!(
-            lint_on(ib_node(), &[("NCCL_NET", "Socket")]).status,
+            lint_on(ib_node(), &[("NCCL_NET", "Socket")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(efa_node(), &[("NCCL_NET", "IB")]).status,
+            lint_on(efa_node(), &[("NCCL_NET", "IB")]).status(),
             Status::Fail
         );
         assert_eq!(
-            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status,
+            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(efa_node(), &[("FI_PROVIDER", "tcp")]).status,
+            lint_on(efa_node(), &[("FI_PROVIDER", "tcp")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(efa_node(), &[("FI_PROVIDER", "efa")]).status,
+            lint_on(efa_node(), &[("FI_PROVIDER", "efa")]).status(),
             Status::Pass
         );
     }
@@ -486,7 +488,7 @@ mod tests {
     #[test]
     fn gid_index_trace_and_line_breaks() {
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_IB_GID_INDEX", "3")]).status,
+            lint_on(healthy(), &[("NCCL_IB_GID_INDEX", "3")]).status(),
             Status::Warn,
             "NCCL 2.28.9"
         );
@@ -495,15 +497,15 @@ mod tests {
             l.version = crate::facts::Observed::Value("2.18.5".into());
         }
         assert_eq!(
-            lint_on(old, &[("NCCL_IB_GID_INDEX", "3")]).status,
+            lint_on(old, &[("NCCL_IB_GID_INDEX", "3")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_DEBUG", "TRACE")]).status,
+            lint_on(healthy(), &[("NCCL_DEBUG", "TRACE")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_DEBUG", "INFO")]).status,
+            lint_on(healthy(), &[("NCCL_DEBUG", "INFO")]).status(),
             Status::Pass
         );
         assert!(
@@ -523,16 +525,13 @@ mod tests {
     #[test]
     fn nccl_ib_hba_typo_passed_as_checked() {
         let f = lint_on(ib_node(), &[("NCCL_IB_HBA", "mlx5_1")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary.contains("a typo for NCCL_IB_HCA"),
             "{}",
             f.summary
         );
-        assert_eq!(
-            f.remediation.as_deref(),
-            Some("Rename it: NCCL_IB_HCA='mlx5_1'")
-        );
+        assert_eq!(f.remediation(), Some("Rename it: NCCL_IB_HCA='mlx5_1'"));
         let f = lint_on(healthy(), &[("NCCL_TOTALLY_MADE_UP_SETTING", "1")]);
         assert!(
             f.summary.contains("not a variable NCCL reads"),
@@ -540,13 +539,13 @@ mod tests {
             f.summary
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_TESTS_MIN_BW", "100")]).status,
+            lint_on(healthy(), &[("NCCL_TESTS_MIN_BW", "100")]).status(),
             Status::Pass,
             "nccl-tests' own setting"
         );
         // PyTorch's legacy names are not NCCL's, but not typos either.
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_ASYNC_ERROR_HANDLING", "1")]).status,
+            lint_on(healthy(), &[("NCCL_ASYNC_ERROR_HANDLING", "1")]).status(),
             Status::Pass
         );
     }
@@ -567,7 +566,7 @@ mod tests {
             message: "libnccl.so.2: cannot open shared object file".into(),
         };
         let f = lint_on(unknown, &[("NCCL_IB_GDR_LEVEL", "2")]);
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(
             f.evidence
                 .iter()
@@ -578,7 +577,7 @@ mod tests {
     #[test]
     fn nccl_version_from_cuda_images_is_not_a_setting() {
         let f = lint_on(healthy(), &[("NCCL_VERSION", "2.21.5-1")]);
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         assert_eq!(
             f.summary,
             "no NCCL, libfabric or aws-ofi-nccl variables set"
@@ -605,10 +604,10 @@ mod tests {
                 .any(|e| e.contains("NCCL reads the leading number only, 4"))
         );
         // NCCL_BUFFSIZE=4MB is 4 bytes to NCCL: measured, every rank dies of SIGFPE.
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("SIGFPE"), "{}", f.summary);
         let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "262144")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary.contains("to 238 GB/s with 256 KiB"),
             "{}",
@@ -617,15 +616,15 @@ mod tests {
         let f = lint_on(healthy(), &[("NCCL_BUFFSIZE", "2097152")]);
         assert!(f.summary.contains("no loss was measured"), "{}", f.summary);
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_BUFFSIZE", "513")]).status,
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "513")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_BUFFSIZE", "512")]).status,
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "512")]).status(),
             Status::Fail
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_BUFFSIZE", "8388608")]).status,
+            lint_on(healthy(), &[("NCCL_BUFFSIZE", "8388608")]).status(),
             Status::Pass
         );
         assert!(
@@ -638,10 +637,10 @@ mod tests {
     #[test]
     fn legacy_level_numbers_say_what_they_mean() {
         let f = lint_on(healthy(), &[("NCCL_P2P_LEVEL", "5")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("reads it as SYS"), "{}", f.summary);
         assert!(f.summary.contains("across CPU sockets"), "{}", f.summary);
-        assert!(f.remediation.unwrap().contains("NCCL_P2P_LEVEL=SYS"));
+        assert!(f.remediation().unwrap().contains("NCCL_P2P_LEVEL=SYS"));
         let f = lint_on(healthy(), &[("NCCL_NET_GDR_LEVEL", "2")]);
         assert!(f.summary.contains("reads it as PXB"), "{}", f.summary);
         assert!(f.summary.contains("GPUDirect RDMA"), "{}", f.summary);
@@ -654,7 +653,7 @@ mod tests {
         let f = lint_on(healthy(), &[("NCCL_P2P_LEVEL", "nvl")]);
         assert!(f.summary.contains("case-sensitive: NVL"), "{}", f.summary);
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_NET_GDR_LEVEL", "PHB")]).status,
+            lint_on(healthy(), &[("NCCL_NET_GDR_LEVEL", "PHB")]).status(),
             Status::Pass
         );
     }
@@ -662,22 +661,22 @@ mod tests {
     #[test]
     fn algo_names_forced_and_unavailable() {
         let f = lint_on(healthy(), &[("NCCL_ALGO", "Ring")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary.contains("overrides NCCL's tuner"),
             "{}",
             f.summary
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_ALGO", "^NVLS")]).status,
+            lint_on(healthy(), &[("NCCL_ALGO", "^NVLS")]).status(),
             Status::Pass
         );
         // 2.28.9 rejects an unknown name at init; 2.21 skips it (and has no PAT).
         let f = lint_on(healthy(), &[("NCCL_ALGO", "Rng")]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("Unrecognized element token"));
         let f = lint_on(with_version(healthy(), "2.21.5"), &[("NCCL_ALGO", "PAT")]);
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary
                 .contains("names PAT that NCCL 2.21.5 does not have"),
@@ -692,35 +691,35 @@ mod tests {
             }
         }
         let f = lint_on(pcie, &[("NCCL_ALGO", "NVLS")]);
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(f.summary.contains("no algorithm/protocol available"));
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_ALGO", "NVLS")]).status,
+            lint_on(healthy(), &[("NCCL_ALGO", "NVLS")]).status(),
             Status::Warn
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_ALGO", "CollNetDirect")]).status,
+            lint_on(healthy(), &[("NCCL_ALGO", "CollNetDirect")]).status(),
             Status::Fail
         );
         let f = lint_on(
             healthy(),
             &[("NCCL_ALGO", "NVLS"), ("NCCL_NVLS_ENABLE", "0")],
         );
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("NCCL_NVLS_ENABLE=0"), "{}", f.summary);
         let one_node = [("NCCL_ALGO", "NVLSTree"), ("PET_NNODES", "1")];
         let f = lint_on(healthy(), &one_node);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
             f.summary.contains("disables on a single node"),
             "{}",
             f.summary
         );
         let f = lint_on(with_version(healthy(), "2.23.4"), &one_node);
-        assert_eq!(f.status, Status::Warn, "2.21 to 2.23 not verified: warn");
+        assert_eq!(f.status(), Status::Warn, "2.21 to 2.23 not verified: warn");
         assert!(f.summary.contains("NCCL >= 2.24 fails"), "{}", f.summary);
         let f = lint_on(healthy(), &[("NCCL_ALGO", "NVLS"), ("PET_NNODES", "4")]);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("across nodes"), "{}", f.summary);
         let with_collnet = [
             ("NCCL_ALGO", "NVLS"),
@@ -737,18 +736,18 @@ mod tests {
             with_version(healthy(), "2.19.3"),
             &[("NCCL_ALGO", "CollNetDirect")],
         );
-        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         assert!(
             f.summary.contains("NCCL 2.19.3 ignores the setting"),
             "{}",
             f.summary
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_PROTO", "LL,Simple")]).status,
+            lint_on(healthy(), &[("NCCL_PROTO", "LL,Simple")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_PROTO", "LL129")]).status,
+            lint_on(healthy(), &[("NCCL_PROTO", "LL129")]).status(),
             Status::Fail
         );
     }
@@ -763,26 +762,30 @@ mod tests {
             ("OFI_NCCL_PROTOCOL", "RDMA"),
         ] {
             let f = lint_on(healthy(), &[pair]);
-            assert_eq!(f.status, Status::Warn, "{pair:?}: {f:?}");
+            assert_eq!(f.status(), Status::Warn, "{pair:?}: {f:?}");
             assert!(
                 f.summary.contains("this container has no RDMA device"),
                 "{}",
                 f.summary
             );
             let f = lint_on(healthy(), &[pair, ("PET_NNODES", "2")]);
-            assert_eq!(f.status, Status::Fail, "{pair:?}");
+            assert_eq!(f.status(), Status::Fail, "{pair:?}");
         }
         let f = lint_on(
             healthy(),
             &[("NCCL_IB_HCA", "=mlx5_1"), ("PET_NNODES", "2")],
         );
-        let fix = f.remediation.unwrap();
+        let fix = f.remediation().unwrap();
         assert!(fix.contains("k8s.v1.cni.cncf.io/networks"), "{fix}");
         assert!(fix.contains("rdma/rdma_shared_device_a"), "{fix}");
         let mut p5 = healthy();
         p5.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
         let f = lint_on(p5, &[("FI_PROVIDER", "efa"), ("PET_NNODES", "2")]);
-        assert!(f.remediation.unwrap().contains("vpc.amazonaws.com/efa: 32"));
+        assert!(
+            f.remediation()
+                .unwrap()
+                .contains("vpc.amazonaws.com/efa: 32")
+        );
         // In sysfs but no /dev/infiniband node in the container.
         let mut hidden = ib_node();
         hidden.rdma.uverbs = Observed::Value(vec![]);
@@ -793,11 +796,11 @@ mod tests {
             f.summary
         );
         assert_eq!(
-            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status,
+            lint_on(ib_node(), &[("NCCL_NET", "IB")]).status(),
             Status::Pass
         );
         assert_eq!(
-            lint_on(healthy(), &[("NCCL_IB_HCA", "^mlx5_1")]).status,
+            lint_on(healthy(), &[("NCCL_IB_HCA", "^mlx5_1")]).status(),
             Status::Pass
         );
     }
@@ -815,14 +818,14 @@ mod tests {
             &with_env(node.clone(), &[("NCCL_SOCKET_IFNAME", "eth")]),
             &Policy::default(),
         );
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary.contains("matches 2 interfaces (eth0, eth1)"),
             "{}",
             f.summary
         );
         assert!(
-            f.remediation
+            f.remediation()
                 .unwrap()
                 .starts_with("NCCL_SOCKET_IFNAME='=eth0'")
         );
@@ -830,14 +833,14 @@ mod tests {
             &with_env(node, &[("NCCL_SOCKET_IFNAME", "=eth0")]),
             &Policy::default(),
         );
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
     }
 
     #[test]
     fn ifname_net1_absent_points_at_multus_not_eth0() {
         let f = lint(&[("NCCL_SOCKET_IFNAME", "net1")]);
-        assert_eq!(f.status, Status::Fail);
-        let fix = f.remediation.unwrap();
+        assert_eq!(f.status(), Status::Fail);
+        let fix = f.remediation().unwrap();
         assert!(fix.contains("k8s.v1.cni.cncf.io/networks"), "{fix}");
         assert!(fix.contains("NetworkAttachmentDefinition"), "{fix}");
         assert!(!fix.contains("NCCL_SOCKET_IFNAME='=eth0'"), "{fix}");
@@ -862,12 +865,12 @@ mod tests {
         );
         assert!(
             finding
-                .remediation
+                .remediation()
                 .unwrap()
                 .starts_with("Fix NCCL_NET_PLUGIN")
         );
         let plugin = crate::judge::nccl_net_plugin::judge(&f, &Policy::default());
-        let fix = plugin.remediation.unwrap();
+        let fix = plugin.remediation().unwrap();
         assert!(fix.contains("NCCL_NET_PLUGIN=\"aws_ofi\""), "{fix}");
         assert!(!fix.contains("Install aws-ofi-nccl"), "{fix}");
         f.nccl_env.insert(

@@ -4,8 +4,9 @@
 //! NCCL ignores without a word; a name this version does not read yet, or no
 //! longer, does nothing either.
 
-use super::{Problem, Status};
+use super::Problem;
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog, Lookup, Version};
 
 /// NCCL_* names PyTorch reads, not NCCL: ProcessGroupNCCL.hpp (torch 2.2 and
@@ -67,7 +68,7 @@ pub(super) fn lint_names(
                     "does not read it"
                 };
                 out.push(Problem::new(
-                    Status::Warn,
+                    Severity::Warn,
                     format!(
                         "{name} does nothing with NCCL {v}: this version {when} (read by NCCL {})",
                         range(&rows)
@@ -92,7 +93,7 @@ pub(super) fn lint_names(
                         ),
                     ),
                 };
-                out.push(Problem::new(Status::Warn, summary, fix));
+                out.push(Problem::new(Severity::Warn, summary, fix));
             }
         }
     }

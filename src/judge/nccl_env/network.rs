@@ -4,8 +4,9 @@
 //! its IB transport and aws-ofi-nccl find nothing and NCCL falls back to TCP
 //! sockets silently (FACTS.md section 2), the most common silent slowdown.
 
-use super::{Problem, Status, get};
+use super::{Problem, get};
 use crate::facts::Facts;
+use crate::finding::Severity;
 
 /// RDMA devices this container can open, split into (EFA, IB/RoCE).
 fn usable_rdma(facts: &Facts) -> (Vec<String>, Vec<&crate::facts::rdma::RdmaDevice>) {
@@ -31,7 +32,7 @@ pub(super) fn lint_net(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     if !ib.is_empty() && get(facts, "NCCL_IB_DISABLE") == Some("1") {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!("NCCL_IB_DISABLE=1 with {} usable RDMA device(s): NCCL uses TCP sockets between nodes", ib.len()),
             "Unset NCCL_IB_DISABLE.",
         ));
@@ -39,7 +40,7 @@ pub(super) fn lint_net(facts: &Facts) -> Vec<Problem> {
     let net = get(facts, "NCCL_NET").map(str::to_ascii_lowercase);
     if (!ib.is_empty() || !efa.is_empty()) && net.as_deref() == Some("socket") {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_NET=Socket with usable RDMA devices: NCCL uses TCP sockets between nodes"
                 .to_string(),
             "Unset NCCL_NET.",
@@ -47,7 +48,7 @@ pub(super) fn lint_net(facts: &Facts) -> Vec<Problem> {
     }
     if !efa.is_empty() && net.as_deref() == Some("ib") {
         out.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             "NCCL_NET=IB on EFA: NCCL's IB transport cannot drive EFA devices, so NCCL finds no network".to_string(),
             "Unset NCCL_NET (aws-ofi-nccl registers as \"Libfabric\" and NCCL picks it).",
         ));
@@ -57,7 +58,7 @@ pub(super) fn lint_net(facts: &Facts) -> Vec<Problem> {
         && !p.split(',').any(|x| x.trim() == "efa")
     {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!("FI_PROVIDER={p:?} on EFA: libfabric will not use the EFA devices"),
             "Unset FI_PROVIDER (aws-ofi-nccl >= 1.6 selects efa itself).",
         ));
@@ -112,12 +113,12 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
     let multi_node = crate::layout::is_multi_node(&facts.launcher);
     let (status, reach) = if multi_node {
         (
-            Status::Fail,
+            Severity::Fail,
             "the job spans nodes, so NCCL will send its traffic over TCP sockets",
         )
     } else {
         (
-            Status::Warn,
+            Severity::Warn,
             "on one node NCCL does not need it, but across nodes NCCL would fall back to TCP sockets",
         )
     };
@@ -183,7 +184,7 @@ pub(super) fn lint_net_plugin_name(facts: &Facts) -> Vec<Problem> {
     let version = crate::nccl::version(facts);
     let names = crate::nccl::net_plugin::library_names(value, version);
     vec![Problem::new(
-        Status::Warn,
+        Severity::Warn,
         format!(
             "NCCL_NET_PLUGIN={value:?} names no library this image has: NCCL tries {} and, finding none, goes on without a net plugin",
             names.join(" then ")

@@ -7,8 +7,9 @@
 //! therefore puts NCCL's traffic on it too, and one that cannot reach other nodes
 //! (an IPv4 link-local address) breaks the job even when bootstrap is fine.
 
-use super::{Problem, Status};
+use super::Problem;
 use crate::facts::{EnvValue, Facts, Observed};
+use crate::finding::Severity;
 use crate::layout;
 use crate::nccl::interface::choose_interface;
 use crate::nccl::socket_ifname::{self, IfnameFilter};
@@ -29,7 +30,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
     if value.not_utf8 {
         return vec![Problem {
-            status: Status::Warn,
+            status: Severity::Warn,
             summary: format!(
                 "{shown} is not valid UTF-8 and cannot name an interface NCCL will find"
             ),
@@ -39,7 +40,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     }
     let Some(filter) = IfnameFilter::parse(&value.value) else {
         return vec![Problem {
-            status: Status::Warn,
+            status: Severity::Warn,
             summary: format!(
                 "{shown} is ignored by NCCL (values of one character or less mean automatic selection)"
             ),
@@ -51,7 +52,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         (&facts.network.interfaces, &facts.network.addresses)
     else {
         return vec![Problem {
-            status: Status::Warn,
+            status: Severity::Warn,
             summary: format!("could not check {shown}: the interface list is unreadable"),
             evidence: facts
                 .network
@@ -85,7 +86,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     }
     let Some(first) = selected.first() else {
         return vec![Problem {
-            status: Status::Fail,
+            status: Severity::Fail,
             summary: format!(
                 "{shown} matches no running interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\""
             ),
@@ -111,11 +112,11 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         };
         let (status, reach) = if multi_node {
             (
-                Status::Fail,
+                Severity::Fail,
                 "the job spans several nodes, so ranks on other nodes cannot reach it",
             )
         } else {
-            (Status::Warn, "this works on one node only")
+            (Severity::Warn, "this works on one node only")
         };
         let fix = if filter.exclude && !filter.names.iter().any(|n| first.starts_with(n.as_str())) {
             format!(
@@ -135,7 +136,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         });
     } else if first.starts_with("veth") {
         lints.push(Problem {
-            status: Status::Warn,
+            status: Severity::Warn,
             summary: format!(
                 "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
             ),
@@ -154,7 +155,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
             .filter(|n| selected.contains(n))
             .unwrap_or_else(|| first.clone());
         lints.push(Problem {
-            status: Status::Warn,
+            status: Severity::Warn,
             summary: format!(
                 "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
                 selected.len(),
@@ -197,8 +198,8 @@ fn lint_link_local(
     let multi_node = layout::is_multi_node(&facts.launcher);
     let status = match layout::nodes(&facts.launcher) {
         Some(1) => return None,
-        _ if multi_node => Status::Fail,
-        _ => Status::Warn,
+        _ if multi_node => Severity::Fail,
+        _ => Severity::Warn,
     };
     let listed = link_local
         .iter()
@@ -275,7 +276,7 @@ pub(super) fn lint_socket_family(value: &EnvValue) -> Option<Problem> {
         return None;
     }
     Some(Problem {
-        status: Status::Warn,
+        status: Severity::Warn,
         summary: format!(
             "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
             value.value

@@ -1,7 +1,8 @@
 //! NCCL_TOPO_FILE: present in this container, and written for this platform.
 
-use super::{Problem, Status, get};
+use super::{Problem, get};
 use crate::facts::Facts;
+use crate::finding::Severity;
 
 pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
     let Some(path) = get(facts, "NCCL_TOPO_FILE") else {
@@ -10,7 +11,7 @@ pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     if facts.named_files.get(path) == Some(&false) {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!("NCCL_TOPO_FILE={path:?} does not exist in this container: NCCL falls back to its own detection"),
             "Point NCCL_TOPO_FILE at a file the training container has, or unset it.",
         ));
@@ -29,7 +30,7 @@ pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
         if path.contains(marker) {
             if product != platform {
                 out.push(Problem::new(
-                    Status::Warn,
+                    Severity::Warn,
                     format!(
                         "NCCL_TOPO_FILE={path:?} describes {platform}, but this node is {}",
                         if product.is_empty() {

@@ -12,8 +12,9 @@
 //! "no algorithm/protocol available" (topoGetAlgoInfo, ncclInvalidUsage when
 //! NCCL_ALGO or NCCL_PROTO is set). Checked against NCCL 2.28.9.
 
-use super::{Problem, Status, get};
+use super::{Problem, get};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog, Version};
 
 pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
@@ -27,21 +28,21 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
     let level = get(facts, "NCCL_P2P_LEVEL").map(str::to_ascii_uppercase);
     if nvlink && p2p_off {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_P2P_DISABLE=1 on an NVLink node: GPUs talk through host memory (measured 27 GB/s instead of ~295 GB/s on 2x H200)".to_string(),
             "Unset NCCL_P2P_DISABLE.",
         ));
     }
     if nvlink && matches!(level.as_deref(), Some("LOC") | Some("0")) {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_P2P_LEVEL=LOC on an NVLink node turns peer access off between GPUs".to_string(),
             "Unset NCCL_P2P_LEVEL, or set it to NVL.",
         ));
     }
     if get(facts, "NCCL_SHM_DISABLE") == Some("1") && (p2p_off || !nvlink) {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_SHM_DISABLE=1 without P2P between the GPUs: ranks of one node talk over the network (measured 3.7 GB/s on 2x H200)".to_string(),
             "Unset NCCL_SHM_DISABLE.",
         ));
@@ -54,7 +55,7 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
                 .any(|p| p.trim() == "LL128");
         if forced_ll128 && !nvlink {
             out.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("NCCL_PROTO={proto:?} forces LL128 without NVLink, where NCCL does not enable it: it can corrupt data"),
                 "Unset NCCL_PROTO, or exclude LL128 (NCCL_PROTO=^LL128) if a vendor asks you to.",
             ));
@@ -122,12 +123,12 @@ fn unknown_names(
     );
     let (status, effect) = match version {
         Some(v) if v >= STRICT_LIST_SINCE => (
-            Status::Fail,
+            Severity::Fail,
             "NCCL fails at init with \"Unrecognized element token\"",
         ),
-        Some(_) => (Status::Warn, "this NCCL skips the unknown names"),
+        Some(_) => (Severity::Warn, "this NCCL skips the unknown names"),
         None => (
-            Status::Warn,
+            Severity::Warn,
             "NCCL >= 2.24 fails at init on it, older versions skip it",
         ),
     };
@@ -227,18 +228,18 @@ pub(super) fn lint_algo(
     // collective; 2.21 to 2.23 were not verified, so they only warn.
     let (status, effect) = match version {
         Some(v) if v >= STRICT_LIST_SINCE => (
-            Status::Fail,
+            Severity::Fail,
             "every collective fails with \"no algorithm/protocol available\"".to_string(),
         ),
         Some(v) if v < (2, 21, 0) => (
-            Status::Warn,
+            Severity::Warn,
             format!(
                 "NCCL {} ignores the setting and falls back to Ring and Tree",
                 catalog::show(v)
             ),
         ),
         _ => (
-            Status::Warn,
+            Severity::Warn,
             "NCCL >= 2.24 fails every collective with \"no algorithm/protocol available\"; older versions may fall back to Ring and Tree".to_string(),
         ),
     };
@@ -251,7 +252,7 @@ pub(super) fn lint_algo(
 
 fn forced_cost(value: &str) -> Problem {
     Problem::new(
-        Status::Warn,
+        Severity::Warn,
         format!(
             "NCCL_ALGO={value:?} overrides NCCL's tuner, which picks an algorithm per collective, message size and scale: on one node the cost is small (2x H200, 256 MiB all-reduce: Ring 298 GB/s, Tree 307 GB/s, tuner 299 GB/s), but across many nodes a forced Ring's latency grows with the rank count, and collectives the forced algorithms do not implement fall back or fail (NVIDIA/nccl#317: Tree has no Broadcast)"
         ),

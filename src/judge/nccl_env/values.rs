@@ -5,8 +5,9 @@
 //! legacy number), NCCL_BUFFSIZE below its default, NCCL_DEBUG=TRACE, and
 //! control characters.
 
-use super::{Problem, Status, get};
+use super::{Problem, get};
 use crate::facts::Facts;
+use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog, Kind, Lookup, Version};
 
 /// How strtoll(value, NULL, 0) reads a value.
@@ -104,7 +105,7 @@ pub(super) fn lint_ints(
                 format!("Set {name} to an integer that fits, or unset it."),
             ),
         };
-        out.push(Problem::new(Status::Warn, summary, fix));
+        out.push(Problem::new(Severity::Warn, summary, fix));
     }
     out
 }
@@ -164,7 +165,7 @@ pub(super) fn lint_levels(
                 continue;
             };
             out.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!(
                     "{name}={value} is a legacy number: NCCL {} reads it as {level}, which allows {what} {}; is that what you want?",
                     version.map_or_else(|| "(any version since 2.6)".to_string(), catalog::show),
@@ -182,7 +183,7 @@ pub(super) fn lint_levels(
             .map(|n| format!(" (names are case-sensitive: {n})"))
             .unwrap_or_default();
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!(
                 "{name}={value:?} is not a level NCCL knows{hint}: NCCL ignores it and decides from the topology"
             ),
@@ -225,7 +226,7 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
     let reads = crate::units::format_bytes(n.unsigned_abs());
     if n <= CRASHES_AT_OR_BELOW {
         return vec![Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "NCCL_BUFFSIZE={value} makes NCCL's buffers {reads}: measured with NCCL 2.28.9 on 2x H200, 512 bytes or less kills every rank with SIGFPE at the first collective"
             ),
@@ -248,7 +249,7 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
         )
     };
     vec![Problem::new(
-        Status::Warn,
+        Severity::Warn,
         format!("NCCL_BUFFSIZE={value} ({reads}) is below NCCL's 4 MiB default: {cost}"),
         "Unset NCCL_BUFFSIZE (4 MiB), or raise it (aws-ofi-nccl's EFA platforms use 8388608).",
     )]
@@ -258,7 +259,7 @@ pub(super) fn lint_debug_and_text(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     if get(facts, "NCCL_DEBUG").is_some_and(|d| d.eq_ignore_ascii_case("TRACE")) {
         out.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_DEBUG=TRACE left on: every call is logged, which slows training and floods the logs".to_string(),
             "Use NCCL_DEBUG=INFO (or WARN) outside a debugging session.",
         ));
@@ -266,7 +267,7 @@ pub(super) fn lint_debug_and_text(facts: &Facts) -> Vec<Problem> {
     for (name, v) in &facts.nccl_env {
         if v.value.chars().any(|c| c.is_control()) {
             out.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("{name} contains a line break or control character: NCCL reads it as is, and no nccl.conf can carry it"),
                 format!("Set {name} to a single-line value."),
             ));
