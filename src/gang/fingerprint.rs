@@ -277,7 +277,7 @@ pub fn from_report(
         checks: report
             .checks
             .iter()
-            .map(|c| (c.id.clone(), c.status))
+            .map(|c| (c.id.clone(), c.status()))
             .collect(),
         local_verdict: report.verdict,
     }

@@ -32,7 +32,7 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
         id.node_rank
     );
     for f in &run.findings {
-        let _ = writeln!(s, "  [{}] {}: {}", f.status.label(), f.id, f.summary);
+        let _ = writeln!(s, "  [{}] {}: {}", f.status().label(), f.id, f.summary);
     }
     let differing: Vec<_> = run.rows.iter().filter(|r| r.differs()).collect();
     if !run.rows.is_empty() {
@@ -132,7 +132,7 @@ pub fn own_line(run: &GangRun, report: &Report) -> String {
     let failed: Vec<String> = report
         .checks
         .iter()
-        .filter(|c| c.status == Status::Fail)
+        .filter(|c| c.status() == Status::Fail)
         .map(|c| format!("{}: {}", c.id, crate::render::visible(&c.summary)))
         .collect();
     format!(
