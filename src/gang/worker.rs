@@ -17,7 +17,7 @@
 
 use super::handle::{self, Phase};
 use super::verdict::SizeRow;
-use crate::bench::driver::{Driver, Gpu, Opened};
+use crate::bench::driver::{DeviceBuffer, Driver, Gpu, Opened};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol, is_missing};
 use serde::{Deserialize, Serialize};
@@ -260,12 +260,23 @@ impl Gang<'_> {
         self.wait(what, true)
     }
 
-    fn upload(&self, gpu: &Gpu, dst: Ptr, bytes: &[u8]) -> Result<(), Stop> {
+    fn upload(&self, gpu: &Gpu, dst: &DeviceBuffer<'_, '_>, bytes: &[u8]) -> Result<(), Stop> {
+        if bytes.len() > dst.len() {
+            return Err(Stop::Error(format!(
+                "cuMemcpyHtoD(GPU {}): {} bytes into a buffer of {}",
+                gpu.ordinal,
+                bytes.len(),
+                dst.len()
+            )));
+        }
         self.driver
             .make_current(gpu)
             .map_err(|e| Stop::Error(e.to_string()))?;
-        // SAFETY: `dst` holds at least `bytes.len()` bytes (allocated for it).
-        let rc = unsafe { (self.cuda.copy_htod.get())(dst, bytes.as_ptr().cast(), bytes.len()) };
+        // SAFETY: `dst` is a live allocation on `gpu` holding at least `bytes.len()`
+        // bytes (checked above).
+        let rc = unsafe {
+            (self.cuda.copy_htod.get())(dst.device_ptr(), bytes.as_ptr().cast(), bytes.len())
+        };
         if rc != 0 {
             return Err(Stop::Error(format!(
                 "cuMemcpyHtoD(GPU {}): {}",
@@ -613,9 +624,9 @@ fn alloc<'d>(
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
-fn read(gang: &Gang<'_>, gpu: &Gpu, src: Ptr, out: &mut [u8]) -> Result<(), Stop> {
+fn read(gang: &Gang<'_>, src: &DeviceBuffer<'_, '_>, out: &mut [u8]) -> Result<(), Stop> {
     gang.driver
-        .read_back(gpu, src, out)
+        .read_back(src.all(), out)
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
@@ -629,8 +640,8 @@ fn barrier(gang: &Gang<'_>) -> Result<(), Stop> {
         // SAFETY: an 8-byte device buffer on GPU g; its communicator and stream.
         unsafe {
             (gang.nccl.all_reduce.get())(
-                bufs[g].ptr,
-                bufs[g].ptr,
+                bufs[g].device_ptr(),
+                bufs[g].device_ptr(),
                 1,
                 FLOAT64,
                 MAX,
@@ -652,15 +663,15 @@ fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     for gpu in gang.gpus {
         let send = alloc(gang, gpu, record.len())?;
         let recv = alloc(gang, gpu, record.len() * n * local)?;
-        gang.upload(gpu, send.ptr, &record)?;
+        gang.upload(gpu, &send, &record)?;
         bufs.push((send, recv));
     }
     gang.group("the fingerprint all-gather", |g| {
         // SAFETY: send holds one record, recv one per rank, both on GPU g.
         unsafe {
             (gang.nccl.all_gather.get())(
-                bufs[g].0.ptr,
-                bufs[g].1.ptr,
+                bufs[g].0.device_ptr(),
+                bufs[g].1.device_ptr(),
                 record.len(),
                 UINT8,
                 gang.comms[g],
@@ -669,7 +680,7 @@ fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         }
     })?;
     let mut all = vec![0u8; record.len() * n * local];
-    read(gang, &gang.gpus[0], bufs[0].1.ptr, &mut all)?;
+    read(gang, &bufs[0].1, &mut all)?;
     // Ranks of one pod carry the same record: node i's is rank i x local's.
     let records: Vec<String> = (0..n)
         .map(|i| {
@@ -689,7 +700,7 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         .iter()
         .map(|gpu| {
             let b = alloc(gang, gpu, bytes.len())?;
-            gang.upload(gpu, b.ptr, &bytes)?;
+            gang.upload(gpu, &b, &bytes)?;
             Ok(b)
         })
         .collect::<Result<Vec<_>, Stop>>()?;
@@ -697,8 +708,8 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         // SAFETY: `values.len()` doubles on GPU g, reduced in place.
         unsafe {
             (gang.nccl.all_reduce.get())(
-                bufs[g].ptr,
-                bufs[g].ptr,
+                bufs[g].device_ptr(),
+                bufs[g].device_ptr(),
                 values.len(),
                 FLOAT64,
                 MAX,
@@ -708,7 +719,7 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         }
     })?;
     let mut out = vec![0u8; bytes.len()];
-    read(gang, &gang.gpus[0], bufs[0].ptr, &mut out)?;
+    read(gang, &bufs[0], &mut out)?;
     Ok(out
         .chunks(8)
         .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
@@ -740,8 +751,8 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
             // SAFETY: both buffers hold `largest` >= count x 4 bytes on GPU g.
             unsafe {
                 (gang.nccl.all_reduce.get())(
-                    bufs[g].0.ptr,
-                    bufs[g].1.ptr,
+                    bufs[g].0.device_ptr(),
+                    bufs[g].1.device_ptr(),
                     count,
                     FLOAT32,
                     SUM,
@@ -782,7 +793,7 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
             // sit in one group, so the ring does not deadlock.
             unsafe {
                 let rc = (gang.nccl.send.get())(
-                    bufs[g].0.ptr,
+                    bufs[g].0.device_ptr(),
                     p2p,
                     UINT8,
                     to,
@@ -793,7 +804,7 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
                     return rc;
                 }
                 (gang.nccl.recv.get())(
-                    bufs[g].1.ptr,
+                    bufs[g].1.device_ptr(),
                     p2p,
                     UINT8,
                     from,
@@ -815,15 +826,15 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     for gpu in gang.gpus {
         let send = alloc(gang, gpu, bytes.len())?;
         let recv = alloc(gang, gpu, bytes.len() * n * local)?;
-        gang.upload(gpu, send.ptr, &bytes)?;
+        gang.upload(gpu, &send, &bytes)?;
         gathered.push((send, recv));
     }
     gang.group("the round-time all-gather", |g| {
         // SAFETY: send holds N doubles, recv N per rank, on GPU g.
         unsafe {
             (gang.nccl.all_gather.get())(
-                gathered[g].0.ptr,
-                gathered[g].1.ptr,
+                gathered[g].0.device_ptr(),
+                gathered[g].1.device_ptr(),
                 bytes.len(),
                 UINT8,
                 gang.comms[g],
@@ -832,7 +843,7 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         }
     })?;
     let mut all = vec![0u8; bytes.len() * n * local];
-    read(gang, &gang.gpus[0], gathered[0].1.ptr, &mut all)?;
+    read(gang, &gathered[0].1, &mut all)?;
     let per_node: Vec<Vec<f64>> = (0..n)
         .map(|i| {
             let at = i * local * bytes.len();
