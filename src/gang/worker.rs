@@ -44,7 +44,7 @@ pub struct Plan {
     /// All-reduce sizes, bytes (bandwidth phase).
     pub sizes: Vec<u64>,
     pub iterations: u32,
-    /// Bytes per ring-shift send (bandwidth phase).
+    /// Bytes each end of a pair sends per exchange (bandwidth phase).
     pub p2p_bytes: u64,
     /// Everything (init and every collective) must end within this, from the start.
     pub timeout_ms: u64,
@@ -76,7 +76,8 @@ pub struct WorkerResult {
     /// One fingerprint record per node, hex (consistency phase).
     pub fingerprints: Vec<String>,
     pub allreduce: Vec<SizeRow>,
-    /// Each node's ring-shift round times, seconds: `[node][k]`, k = 1..N-1.
+    /// Each node's pairwise round times, seconds: `[node][r]`, r indexing
+    /// `verdict::schedule(N)` (0 where the node sat the round out).
     pub round_seconds: Vec<Vec<f64>>,
     pub done: bool,
 }
@@ -726,7 +727,7 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         .collect())
 }
 
-/// All-reduce busbw at each size, then the ring-shift rounds.
+/// All-reduce busbw at each size, then the pairwise rounds.
 fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     let local = gang.gpus.len();
     let n = plan.nodes as usize;
@@ -777,26 +778,32 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         .map(|(&b, &t)| super::verdict::size_row(b, t, nranks))
         .collect();
     shared.update(|r| r.allreduce = rows);
-    // Ring shifts: in round k node i sends to node i+k and receives from node i-k,
-    // GPU g to GPU g (rail-aligned); one untimed warm-up per round (NCCL connects
-    // p2p peers lazily, since v2.22.3-1).
-    let mut rounds = vec![0f64; n];
+    // Pairwise rounds (`verdict::schedule`): in each round the nodes meet in
+    // disjoint pairs and both ends of a pair send to and receive from each other in
+    // one group, GPU g to GPU g (rail-aligned), so a round's time is that link's
+    // alone. One untimed warm-up per round: NCCL connects p2p peers lazily (since
+    // v2.22.3-1), and the warm-up cannot end before the partner has finished its
+    // previous round, which lines the pair up before the timed exchanges. A node
+    // that sits the round out (odd N) records 0.
+    let schedule = super::verdict::schedule(n);
+    let mut rounds = vec![0f64; schedule.len().max(1)];
     let node = plan.node_rank as usize;
     let p2p = plan.p2p_bytes as usize;
-    for (k, slot) in rounds.iter_mut().enumerate().skip(1) {
-        shared.update(|r| r.stage = format!("ring-shift round {k}"));
-        let to = (node + k) % n;
-        let from = (node + n - k) % n;
+    for (r, slot) in rounds.iter_mut().enumerate().take(schedule.len()) {
+        let Some(peer) = super::verdict::partner(n, r, node) else {
+            continue;
+        };
+        shared.update(|res| res.stage = format!("pairwise round {} with node {peer}", r + 1));
         let op = |g: usize| {
-            let (to, from) = ((to * local + g) as c_int, (from * local + g) as c_int);
+            let peer = (peer * local + g) as c_int;
             // SAFETY: both buffers hold `largest` >= p2p bytes on GPU g; send and receive
-            // sit in one group, so the ring does not deadlock.
+            // sit in one group, so the two ends of the pair do not deadlock.
             unsafe {
                 let rc = (gang.nccl.send.get())(
                     bufs[g].0.device_ptr(),
                     p2p,
                     UINT8,
-                    to,
+                    peer,
                     gang.comms[g],
                     gang.gpus[g].stream,
                 );
@@ -807,20 +814,20 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
                     bufs[g].1.device_ptr(),
                     p2p,
                     UINT8,
-                    from,
+                    peer,
                     gang.comms[g],
                     gang.gpus[g].stream,
                 )
             }
         };
-        gang.group("a warm-up send/recv round", op)?;
+        gang.group("a warm-up pairwise exchange", op)?;
         let t0 = Instant::now();
         for _ in 0..iterations {
-            gang.group("a send/recv round", op)?;
+            gang.group("a pairwise exchange", op)?;
         }
         *slot = t0.elapsed().as_secs_f64() / f64::from(iterations);
     }
-    // Every node's round times to every rank: an all-gather of N doubles per rank.
+    // Every node's round times to every rank: an all-gather of R doubles per rank.
     let bytes: Vec<u8> = rounds.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let mut gathered = Vec::new();
     for gpu in gang.gpus {
@@ -830,7 +837,7 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         gathered.push((send, recv));
     }
     gang.group("the round-time all-gather", |g| {
-        // SAFETY: send holds N doubles, recv N per rank, on GPU g.
+        // SAFETY: send holds R doubles, recv R per rank, on GPU g.
         unsafe {
             (gang.nccl.all_gather.get())(
                 gathered[g].0.device_ptr(),
