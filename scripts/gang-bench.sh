@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wall time of the whole gang (`nccl-preflight gang`: join, consistency,
-# all-reduce bandwidth, pairwise ring-shift rounds) on N network-namespace
+# all-reduce bandwidth, pairwise send/recv rounds) on N network-namespace
 # "nodes" of this machine, with the fake libnccl over TCP through a bridge
 # (tests/integration/netns.rs), N = 2, 4 and 8 by default, each repeated 3
 # times; prints every run and the median per N. Needs root (ip netns) and cc.

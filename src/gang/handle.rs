@@ -34,7 +34,7 @@ const AF_INET6: u16 = 10;
 pub enum Phase {
     /// Join and the fingerprint all-gather, collective tuning removed.
     Consistency,
-    /// All-reduce and ring-shift rounds with the trainer's exact environment.
+    /// All-reduce and pairwise send/recv rounds with the trainer's exact environment.
     Bandwidth,
 }
 

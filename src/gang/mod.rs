@@ -37,8 +37,11 @@
 //!    user values travel in the fingerprint), one rank per pod, all-gathers the
 //!    fingerprints; then, only if every pod agrees, *bandwidth*, with the
 //!    trainer's exact environment and every local GPU (nranks = pods x GPUs):
-//!    all-reduce busbw at `--gang-sizes`, ring-shift send/recv rounds k = 1..N-1
-//!    for the node x node matrix, a final tiny all-reduce as a barrier.
+//!    all-reduce busbw at `--gang-sizes`, then pairwise send/recv rounds for the
+//!    node x node matrix: O(N) rounds (N - 1 for even N, N for odd, one node idle
+//!    per round) of disjoint pairs, both directions at once within a pair, every
+//!    pair once (`verdict::schedule`), so each link's time is its own and a slow
+//!    node's links stand out; a final tiny all-reduce as a barrier.
 //! 10. A different NCCL version on one pod stops NCCL's own init before any
 //!     all-gather ("Mismatched NCCL version detected", src/init.cc since
 //!     v2.23.4-1): it is reported from init's error and ncclGetLastError.
@@ -112,7 +115,8 @@ pub struct GangRun {
     pub fingerprints: Vec<Option<Fingerprint>>,
     pub fingerprint_errors: Vec<String>,
     pub rows: Vec<verdict::Row>,
-    /// Bytes per ring-shift send, and GB/s per ordered node pair (row sends to column).
+    /// Bytes each end sends per pairwise exchange, and GB/s per node pair
+    /// (symmetric: a pair's exchange runs both ways at once).
     pub p2p_bytes: u64,
     pub matrix: Vec<Vec<Option<f64>>>,
     pub straggler: Option<verdict::Straggler>,

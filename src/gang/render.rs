@@ -77,7 +77,7 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
     if n > 1 {
         let _ = writeln!(
             s,
-            "Node x node send/recv, GB/s ({} per send, row sends to column):",
+            "Node x node send/recv, GB/s ({} each way per pairwise exchange):",
             crate::units::format_bytes(run.p2p_bytes)
         );
         if n <= MATRIX_NODES {
@@ -101,7 +101,7 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
                 let _ = writeln!(s);
             }
         } else {
-            let all: Vec<f64> = run.matrix.iter().flatten().flatten().copied().collect();
+            let all = super::verdict::links(&run.matrix);
             let min = all.iter().copied().fold(f64::INFINITY, f64::min);
             let max = all.iter().copied().fold(0.0, f64::max);
             let _ = writeln!(
@@ -115,9 +115,8 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
     if let Some(st) = &run.straggler {
         let _ = writeln!(
             s,
-            "Straggler: {} ({} at {:.2} GB/s against a median of {:.2} GB/s)",
+            "Straggler: {} (its links at {:.2} GB/s against the other links' median of {:.2} GB/s)",
             node_name(st.node, &names),
-            st.direction,
             st.mean_gbps,
             st.median_gbps
         );

@@ -6,9 +6,9 @@ use super::fingerprint::Fingerprint;
 use crate::finding::{Finding, Problem, Status, combine, ids};
 use serde::Serialize;
 
-/// A node is the straggler when every link it sends on, or every link it receives
-/// on, runs below this fraction of the matrix's median while other links do not:
-/// a healthy fabric's pairs differ by a few percent (rail-aligned rings), a link
+/// A node is the straggler when every one of its links (pairwise exchanges, both
+/// directions at once) runs below this fraction of the median of the links that
+/// do not touch it: a healthy fabric's pairs differ by a few percent (rail-aligned rings), a link
 /// trained at half rate or a NIC missing from the pod shows as 2x or worse.
 pub const STRAGGLER_FACTOR: f64 = 0.5;
 /// All-reduce busbw below this fraction of the slowest node's figure warns (the
@@ -220,27 +220,76 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
     f
 }
 
-/// The node x node matrix in GB/s from each node's round times: `seconds[i][k]` is
-/// node i's time to send `bytes` to node (i + k) mod N (k = 1..N-1; index 0 unused).
+/// The pairwise exchange schedule: rounds of disjoint node pairs in which every
+/// unordered pair meets exactly once (the circle method of a round-robin
+/// tournament: node N-1 stays put, the others rotate one place per round). N - 1
+/// rounds for even N; N rounds for odd N, one node idle in each (paired with a
+/// phantom node N). Pairs are (lower, higher). Disjoint pairs keep each link's
+/// time its own: no node waits on a third node's link within a round.
+pub fn schedule(n: usize) -> Vec<Vec<(usize, usize)>> {
+    if n < 2 {
+        return Vec::new();
+    }
+    let m = if n.is_multiple_of(2) { n } else { n + 1 };
+    let ring = m - 1;
+    (0..ring)
+        .map(|r| {
+            let mut pairs = vec![(r, ring)];
+            for k in 1..m / 2 {
+                pairs.push(((r + k) % ring, (r + ring - k) % ring));
+            }
+            pairs
+                .into_iter()
+                .filter(|&(a, b)| a < n && b < n)
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Node `node`'s partner in round `round` of `schedule(n)`, None when it sits out.
+pub fn partner(n: usize, round: usize, node: usize) -> Option<usize> {
+    schedule(n).get(round)?.iter().find_map(|&(a, b)| {
+        if a == node {
+            Some(b)
+        } else if b == node {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
+/// The node x node matrix in GB/s from each node's round times: `seconds[i][r]`
+/// is node i's time, in round r of `schedule(N)`, to send `bytes` to its partner
+/// while receiving as many from it (0 when it sat out). Both ends timed the same
+/// exchange: the link's time is the slower end's, and the matrix is symmetric.
 pub fn matrix(seconds: &[Vec<f64>], bytes: u64) -> Vec<Vec<Option<f64>>> {
     let n = seconds.len();
     let mut m = vec![vec![None; n]; n];
-    for (i, row) in seconds.iter().enumerate() {
-        for k in 1..n {
-            if let Some(&t) = row.get(k)
-                && t > 0.0
-                && t.is_finite()
-            {
-                m[i][(i + k) % n] = Some(bytes as f64 / t / 1e9);
-            }
+    let valid = |i: usize, r: usize| {
+        seconds[i]
+            .get(r)
+            .copied()
+            .filter(|t| *t > 0.0 && t.is_finite())
+    };
+    for (r, pairs) in schedule(n).iter().enumerate() {
+        for &(a, b) in pairs {
+            let t = match (valid(a, r), valid(b, r)) {
+                (Some(x), Some(y)) => x.max(y),
+                (Some(x), None) | (None, Some(x)) => x,
+                (None, None) => continue,
+            };
+            let gbps = bytes as f64 / t / 1e9;
+            m[a][b] = Some(gbps);
+            m[b][a] = Some(gbps);
         }
     }
     m
 }
 
-/// The median of the matrix's measured links.
-pub fn median(m: &[Vec<Option<f64>>]) -> Option<f64> {
-    let mut v: Vec<f64> = m.iter().flatten().flatten().copied().collect();
+/// The median of a list of link rates.
+fn median_of(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -253,52 +302,62 @@ pub fn median(m: &[Vec<Option<f64>>]) -> Option<f64> {
     })
 }
 
+/// The matrix's measured links, each unordered pair once.
+pub fn links(m: &[Vec<Option<f64>>]) -> Vec<f64> {
+    m.iter()
+        .enumerate()
+        .flat_map(|(i, row)| row.iter().skip(i + 1).flatten().copied())
+        .collect()
+}
+
+/// The median of the matrix's measured links.
+pub fn median(m: &[Vec<Option<f64>>]) -> Option<f64> {
+    median_of(links(m))
+}
+
 /// What the matrix says about one slow node.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Straggler {
     pub node: usize,
-    /// "sends" or "receives": which of its links are all slow.
-    pub direction: String,
+    /// The median of the links that do not touch it, GB/s.
     pub median_gbps: f64,
-    /// Its slow links' mean, GB/s.
+    /// Its links' mean, GB/s.
     pub mean_gbps: f64,
 }
 
-/// The one node whose outgoing or incoming links are all below the median x
-/// STRAGGLER_FACTOR while some link not touching it is not. None when no node, or
-/// more than one (2 nodes: a slow link cannot be pinned on either end), qualifies.
+/// The one node every one of whose links runs below STRAGGLER_FACTOR x the median
+/// of the links that do not touch it. The median leaves the node's own links
+/// out: with 3 nodes, a slow node holds 2 of the 3 links and would be the whole
+/// matrix's median. None when no node, or more than one, qualifies, when a link
+/// of the node was not measured, and with 2 nodes (one link: a slow link cannot
+/// be pinned on either end).
 pub fn straggler(m: &[Vec<Option<f64>>]) -> Option<Straggler> {
     let n = m.len();
-    if n < 2 {
+    if n < 3 {
         return None;
     }
-    let med = median(m)?;
-    let thr = med * STRAGGLER_FACTOR;
     let mut found = Vec::new();
     for i in 0..n {
-        let out: Vec<f64> = (0..n).filter(|&j| j != i).filter_map(|j| m[i][j]).collect();
-        let inc: Vec<f64> = (0..n).filter(|&j| j != i).filter_map(|j| m[j][i]).collect();
-        let others_fine = (0..n).any(|a| {
-            (0..n).any(|b| a != b && a != i && b != i && m[a][b].is_some_and(|v| v >= thr))
-        });
-        let all_slow = |l: &[f64]| l.len() == n - 1 && l.iter().all(|&v| v < thr);
-        let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len().max(1) as f64;
-        if !others_fine {
+        let own: Vec<f64> = (0..n).filter(|&j| j != i).filter_map(|j| m[i][j]).collect();
+        if own.len() != n - 1 {
             continue;
         }
-        if all_slow(&out) {
+        let rest: Vec<f64> = (0..n)
+            .filter(|&a| a != i)
+            .flat_map(|a| {
+                ((a + 1)..n)
+                    .filter(|&b| b != i)
+                    .filter_map(move |b| m[a][b])
+            })
+            .collect();
+        let Some(med) = median_of(rest) else {
+            continue;
+        };
+        if own.iter().all(|&v| v < med * STRAGGLER_FACTOR) {
             found.push(Straggler {
                 node: i,
-                direction: "sends".into(),
                 median_gbps: med,
-                mean_gbps: mean(&out),
-            });
-        } else if all_slow(&inc) {
-            found.push(Straggler {
-                node: i,
-                direction: "receives".into(),
-                median_gbps: med,
-                mean_gbps: mean(&inc),
+                mean_gbps: own.iter().sum::<f64>() / own.len() as f64,
             });
         }
     }
@@ -473,13 +532,8 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
         let mut p = Problem::new(
             Status::Fail,
             format!(
-                "{} is the straggler: every link it {} on runs at {:.2} GB/s, under {:.0}% of the median {:.2} GB/s",
+                "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
                 node_name(s.node, input.names),
-                if s.direction == "sends" {
-                    "sends"
-                } else {
-                    "receives"
-                },
                 s.mean_gbps,
                 STRAGGLER_FACTOR * 100.0,
                 s.median_gbps
@@ -588,43 +642,102 @@ mod tests {
     }
 
     #[test]
+    fn the_schedule_meets_every_pair_once_and_no_node_twice_a_round() {
+        assert!(schedule(0).is_empty());
+        assert!(schedule(1).is_empty());
+        for n in 2..=33 {
+            let rounds = schedule(n);
+            assert_eq!(rounds.len(), if n % 2 == 0 { n - 1 } else { n }, "n={n}");
+            let mut met = std::collections::BTreeMap::new();
+            for (r, pairs) in rounds.iter().enumerate() {
+                let mut busy = vec![false; n];
+                for &(a, b) in pairs {
+                    assert!(a < b && b < n, "n={n} round {r}: {a},{b}");
+                    assert!(!busy[a] && !busy[b], "n={n} round {r}: a node twice");
+                    busy[a] = true;
+                    busy[b] = true;
+                    *met.entry((a, b)).or_insert(0) += 1;
+                    assert_eq!(partner(n, r, a), Some(b));
+                    assert_eq!(partner(n, r, b), Some(a));
+                }
+                // Even: everyone plays; odd: exactly one node sits out.
+                let idle = busy.iter().filter(|b| !**b).count();
+                assert_eq!(idle, n % 2, "n={n} round {r}");
+                for (i, b) in busy.iter().enumerate() {
+                    if !b {
+                        assert_eq!(partner(n, r, i), None);
+                    }
+                }
+            }
+            assert_eq!(met.len(), n * (n - 1) / 2, "n={n}");
+            assert!(met.values().all(|&c| c == 1), "n={n}");
+        }
+        assert_eq!(partner(4, 3, 0), None);
+    }
+
+    /// Round times for `n` nodes where every exchange takes `base` seconds, and
+    /// `slow(a, b)` seconds where it says so.
+    fn times(n: usize, base: f64, slow: impl Fn(usize, usize) -> Option<f64>) -> Vec<Vec<f64>> {
+        let rounds = schedule(n);
+        let mut secs = vec![vec![0.0; rounds.len()]; n];
+        for (r, pairs) in rounds.iter().enumerate() {
+            for &(a, b) in pairs {
+                let t = slow(a, b).unwrap_or(base);
+                secs[a][r] = t;
+                // The other end saw the same exchange a little faster.
+                secs[b][r] = t * 0.99;
+            }
+        }
+        secs
+    }
+
+    #[test]
     fn matrix_median_and_straggler_maths() {
-        // Node 2 sends at 1 GB/s; everything else at 10 GB/s. 1e9 bytes per round.
-        let secs = vec![
-            vec![0.0, 0.1, 0.1],
-            vec![0.0, 0.1, 0.1],
-            vec![0.0, 1.0, 1.0],
-        ];
-        let m = matrix(&secs, 1_000_000_000);
+        // 4 nodes, node 2's links at 1 GB/s, the rest at 10 GB/s; 1e9 bytes per send.
+        let slow2 = |a: usize, b: usize| (a == 2 || b == 2).then_some(1.0);
+        let m = matrix(&times(4, 0.1, slow2), 1_000_000_000);
+        for (i, row) in m.iter().enumerate() {
+            assert_eq!(row[i], None);
+            for (j, cell) in row.iter().enumerate() {
+                assert_eq!(*cell, m[j][i], "symmetric");
+            }
+        }
+        // The slower end's time is the link's.
         assert_eq!(m[0][1], Some(10.0));
         assert_eq!(m[2][0], Some(1.0));
-        assert_eq!(m[2][2], None);
-        assert_eq!(median(&m), Some(10.0));
+        assert_eq!(links(&m).len(), 6);
+        assert_eq!(median(&m), Some(5.5));
         let s = straggler(&m).unwrap();
-        assert_eq!((s.node, s.direction.as_str()), (2, "sends"));
+        assert_eq!(s.node, 2);
         assert!((s.mean_gbps - 1.0).abs() < 1e-9);
-        // Receiving slowly is named too.
-        let mut r = vec![vec![Some(10.0); 3]; 3];
-        for (i, row) in r.iter_mut().enumerate() {
-            row[i] = None;
-        }
-        r[0][1] = Some(2.0);
-        r[2][1] = Some(2.0);
-        let s = straggler(&r).unwrap();
-        assert_eq!((s.node, s.direction.as_str()), (1, "receives"));
+        assert!((s.median_gbps - 10.0).abs() < 1e-9);
+        // 3 nodes: the slow node holds 2 of the 3 links, and is still named.
+        let m3 = matrix(&times(3, 0.1, slow2), 1_000_000_000);
+        assert_eq!(straggler(&m3).map(|s| s.node), Some(2));
+        // 5 nodes (one idle per round), node 0 slow.
+        let slow0 = |a: usize, _| (a == 0).then_some(0.5);
+        let m5 = matrix(&times(5, 0.1, slow0), 1_000_000_000);
+        assert_eq!(links(&m5).len(), 10);
+        assert_eq!(straggler(&m5).map(|s| s.node), Some(0));
+        // One slow link between two healthy nodes names neither of them.
+        let one = |a: usize, b: usize| (a == 0 && b == 1).then_some(1.0);
+        assert!(straggler(&matrix(&times(4, 0.1, one), 1_000_000_000)).is_none());
+        // Just above the factor is no straggler: links at 0.6 of the others' median.
+        let mild = |a: usize, b: usize| (a == 2 || b == 2).then_some(0.1 / 0.6);
+        assert!(straggler(&matrix(&times(4, 0.1, mild), 1_000_000_000)).is_none());
         // A uniform fabric has none; neither has a 2-node gang (either end could be slow).
-        let even = matrix(
-            &[
-                vec![0.0, 0.1, 0.1],
-                vec![0.0, 0.1, 0.1],
-                vec![0.0, 0.1, 0.12],
-            ],
-            1_000_000_000,
-        );
-        assert!(straggler(&even).is_none());
-        let two = matrix(&[vec![0.0, 0.1], vec![0.0, 1.0]], 1_000_000_000);
+        assert!(straggler(&matrix(&times(6, 0.1, |_, _| None), 1_000_000_000)).is_none());
+        let two = matrix(&times(2, 0.1, |_, _| Some(1.0)), 1_000_000_000);
+        assert_eq!(two[0][1], Some(1.0));
         assert!(straggler(&two).is_none());
-        assert!(median(&matrix(&[vec![0.0]], 1)).is_none());
+        // A link nobody timed is unmeasured, and its nodes cannot be named.
+        let mut gap = times(4, 0.1, slow2);
+        for row in &mut gap {
+            row[0] = 0.0;
+        }
+        let g = matrix(&gap, 1_000_000_000);
+        assert_eq!(links(&g).len(), 4);
+        assert!(median(&matrix(&[vec![]], 1)).is_none());
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use super::handle::{self, Phase};
 use super::verdict::SizeRow;
-use crate::bench::driver::{Driver, Gpu, Opened};
+use crate::bench::driver::{DeviceBuffer, Driver, Gpu, Opened};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol, is_missing};
 use serde::{Deserialize, Serialize};
@@ -44,7 +44,7 @@ pub struct Plan {
     /// All-reduce sizes, bytes (bandwidth phase).
     pub sizes: Vec<u64>,
     pub iterations: u32,
-    /// Bytes per ring-shift send (bandwidth phase).
+    /// Bytes each end of a pair sends per exchange (bandwidth phase).
     pub p2p_bytes: u64,
     /// Everything (init and every collective) must end within this, from the start.
     pub timeout_ms: u64,
@@ -76,7 +76,8 @@ pub struct WorkerResult {
     /// One fingerprint record per node, hex (consistency phase).
     pub fingerprints: Vec<String>,
     pub allreduce: Vec<SizeRow>,
-    /// Each node's ring-shift round times, seconds: `[node][k]`, k = 1..N-1.
+    /// Each node's pairwise round times, seconds: `[node][r]`, r indexing
+    /// `verdict::schedule(N)` (0 where the node sat the round out).
     pub round_seconds: Vec<Vec<f64>>,
     pub done: bool,
 }
@@ -260,12 +261,23 @@ impl Gang<'_> {
         self.wait(what, true)
     }
 
-    fn upload(&self, gpu: &Gpu, dst: Ptr, bytes: &[u8]) -> Result<(), Stop> {
+    fn upload(&self, gpu: &Gpu, dst: &DeviceBuffer<'_, '_>, bytes: &[u8]) -> Result<(), Stop> {
+        if bytes.len() > dst.len() {
+            return Err(Stop::Error(format!(
+                "cuMemcpyHtoD(GPU {}): {} bytes into a buffer of {}",
+                gpu.ordinal,
+                bytes.len(),
+                dst.len()
+            )));
+        }
         self.driver
             .make_current(gpu)
             .map_err(|e| Stop::Error(e.to_string()))?;
-        // SAFETY: `dst` holds at least `bytes.len()` bytes (allocated for it).
-        let rc = unsafe { (self.cuda.copy_htod.get())(dst, bytes.as_ptr().cast(), bytes.len()) };
+        // SAFETY: `dst` is a live allocation on `gpu` holding at least `bytes.len()`
+        // bytes (checked above).
+        let rc = unsafe {
+            (self.cuda.copy_htod.get())(dst.device_ptr(), bytes.as_ptr().cast(), bytes.len())
+        };
         if rc != 0 {
             return Err(Stop::Error(format!(
                 "cuMemcpyHtoD(GPU {}): {}",
@@ -613,9 +625,9 @@ fn alloc<'d>(
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
-fn read(gang: &Gang<'_>, gpu: &Gpu, src: Ptr, out: &mut [u8]) -> Result<(), Stop> {
+fn read(gang: &Gang<'_>, src: &DeviceBuffer<'_, '_>, out: &mut [u8]) -> Result<(), Stop> {
     gang.driver
-        .read_back(gpu, src, out)
+        .read_back(src.all(), out)
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
@@ -629,8 +641,8 @@ fn barrier(gang: &Gang<'_>) -> Result<(), Stop> {
         // SAFETY: an 8-byte device buffer on GPU g; its communicator and stream.
         unsafe {
             (gang.nccl.all_reduce.get())(
-                bufs[g].ptr,
-                bufs[g].ptr,
+                bufs[g].device_ptr(),
+                bufs[g].device_ptr(),
                 1,
                 FLOAT64,
                 MAX,
@@ -652,15 +664,15 @@ fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     for gpu in gang.gpus {
         let send = alloc(gang, gpu, record.len())?;
         let recv = alloc(gang, gpu, record.len() * n * local)?;
-        gang.upload(gpu, send.ptr, &record)?;
+        gang.upload(gpu, &send, &record)?;
         bufs.push((send, recv));
     }
     gang.group("the fingerprint all-gather", |g| {
         // SAFETY: send holds one record, recv one per rank, both on GPU g.
         unsafe {
             (gang.nccl.all_gather.get())(
-                bufs[g].0.ptr,
-                bufs[g].1.ptr,
+                bufs[g].0.device_ptr(),
+                bufs[g].1.device_ptr(),
                 record.len(),
                 UINT8,
                 gang.comms[g],
@@ -669,7 +681,7 @@ fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         }
     })?;
     let mut all = vec![0u8; record.len() * n * local];
-    read(gang, &gang.gpus[0], bufs[0].1.ptr, &mut all)?;
+    read(gang, &bufs[0].1, &mut all)?;
     // Ranks of one pod carry the same record: node i's is rank i x local's.
     let records: Vec<String> = (0..n)
         .map(|i| {
@@ -689,7 +701,7 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         .iter()
         .map(|gpu| {
             let b = alloc(gang, gpu, bytes.len())?;
-            gang.upload(gpu, b.ptr, &bytes)?;
+            gang.upload(gpu, &b, &bytes)?;
             Ok(b)
         })
         .collect::<Result<Vec<_>, Stop>>()?;
@@ -697,8 +709,8 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         // SAFETY: `values.len()` doubles on GPU g, reduced in place.
         unsafe {
             (gang.nccl.all_reduce.get())(
-                bufs[g].ptr,
-                bufs[g].ptr,
+                bufs[g].device_ptr(),
+                bufs[g].device_ptr(),
                 values.len(),
                 FLOAT64,
                 MAX,
@@ -708,14 +720,14 @@ fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64
         }
     })?;
     let mut out = vec![0u8; bytes.len()];
-    read(gang, &gang.gpus[0], bufs[0].ptr, &mut out)?;
+    read(gang, &bufs[0], &mut out)?;
     Ok(out
         .chunks(8)
         .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
         .collect())
 }
 
-/// All-reduce busbw at each size, then the ring-shift rounds.
+/// All-reduce busbw at each size, then the pairwise rounds.
 fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     let local = gang.gpus.len();
     let n = plan.nodes as usize;
@@ -740,8 +752,8 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
             // SAFETY: both buffers hold `largest` >= count x 4 bytes on GPU g.
             unsafe {
                 (gang.nccl.all_reduce.get())(
-                    bufs[g].0.ptr,
-                    bufs[g].1.ptr,
+                    bufs[g].0.device_ptr(),
+                    bufs[g].1.device_ptr(),
                     count,
                     FLOAT32,
                     SUM,
@@ -766,26 +778,32 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         .map(|(&b, &t)| super::verdict::size_row(b, t, nranks))
         .collect();
     shared.update(|r| r.allreduce = rows);
-    // Ring shifts: in round k node i sends to node i+k and receives from node i-k,
-    // GPU g to GPU g (rail-aligned); one untimed warm-up per round (NCCL connects
-    // p2p peers lazily, since v2.22.3-1).
-    let mut rounds = vec![0f64; n];
+    // Pairwise rounds (`verdict::schedule`): in each round the nodes meet in
+    // disjoint pairs and both ends of a pair send to and receive from each other in
+    // one group, GPU g to GPU g (rail-aligned), so a round's time is that link's
+    // alone. One untimed warm-up per round: NCCL connects p2p peers lazily (since
+    // v2.22.3-1), and the warm-up cannot end before the partner has finished its
+    // previous round, which lines the pair up before the timed exchanges. A node
+    // that sits the round out (odd N) records 0.
+    let schedule = super::verdict::schedule(n);
+    let mut rounds = vec![0f64; schedule.len().max(1)];
     let node = plan.node_rank as usize;
     let p2p = plan.p2p_bytes as usize;
-    for (k, slot) in rounds.iter_mut().enumerate().skip(1) {
-        shared.update(|r| r.stage = format!("ring-shift round {k}"));
-        let to = (node + k) % n;
-        let from = (node + n - k) % n;
+    for (r, slot) in rounds.iter_mut().enumerate().take(schedule.len()) {
+        let Some(peer) = super::verdict::partner(n, r, node) else {
+            continue;
+        };
+        shared.update(|res| res.stage = format!("pairwise round {} with node {peer}", r + 1));
         let op = |g: usize| {
-            let (to, from) = ((to * local + g) as c_int, (from * local + g) as c_int);
+            let peer = (peer * local + g) as c_int;
             // SAFETY: both buffers hold `largest` >= p2p bytes on GPU g; send and receive
-            // sit in one group, so the ring does not deadlock.
+            // sit in one group, so the two ends of the pair do not deadlock.
             unsafe {
                 let rc = (gang.nccl.send.get())(
-                    bufs[g].0.ptr,
+                    bufs[g].0.device_ptr(),
                     p2p,
                     UINT8,
-                    to,
+                    peer,
                     gang.comms[g],
                     gang.gpus[g].stream,
                 );
@@ -793,37 +811,37 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
                     return rc;
                 }
                 (gang.nccl.recv.get())(
-                    bufs[g].1.ptr,
+                    bufs[g].1.device_ptr(),
                     p2p,
                     UINT8,
-                    from,
+                    peer,
                     gang.comms[g],
                     gang.gpus[g].stream,
                 )
             }
         };
-        gang.group("a warm-up send/recv round", op)?;
+        gang.group("a warm-up pairwise exchange", op)?;
         let t0 = Instant::now();
         for _ in 0..iterations {
-            gang.group("a send/recv round", op)?;
+            gang.group("a pairwise exchange", op)?;
         }
         *slot = t0.elapsed().as_secs_f64() / f64::from(iterations);
     }
-    // Every node's round times to every rank: an all-gather of N doubles per rank.
+    // Every node's round times to every rank: an all-gather of R doubles per rank.
     let bytes: Vec<u8> = rounds.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let mut gathered = Vec::new();
     for gpu in gang.gpus {
         let send = alloc(gang, gpu, bytes.len())?;
         let recv = alloc(gang, gpu, bytes.len() * n * local)?;
-        gang.upload(gpu, send.ptr, &bytes)?;
+        gang.upload(gpu, &send, &bytes)?;
         gathered.push((send, recv));
     }
     gang.group("the round-time all-gather", |g| {
-        // SAFETY: send holds N doubles, recv N per rank, on GPU g.
+        // SAFETY: send holds R doubles, recv R per rank, on GPU g.
         unsafe {
             (gang.nccl.all_gather.get())(
-                gathered[g].0.ptr,
-                gathered[g].1.ptr,
+                gathered[g].0.device_ptr(),
+                gathered[g].1.device_ptr(),
                 bytes.len(),
                 UINT8,
                 gang.comms[g],
@@ -832,7 +850,7 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         }
     })?;
     let mut all = vec![0u8; bytes.len() * n * local];
-    read(gang, &gang.gpus[0], gathered[0].1.ptr, &mut all)?;
+    read(gang, &gathered[0].1, &mut all)?;
     let per_node: Vec<Vec<f64>> = (0..n)
         .map(|i| {
             let at = i * local * bytes.len();
