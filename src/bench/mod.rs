@@ -468,7 +468,7 @@ mod tests {
             row(pair(1, 0, 380.0, 740.0), link),
         ]);
         let f = judge_p2p(&good, 0.7);
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         assert_eq!(
             f.summary,
             "2 peer directions at 70% of their links or better, data verified"
@@ -479,13 +479,13 @@ mod tests {
                 "slowest: GPU1 -> GPU0: 380.0 GB/s one way (79%), 740.0 GB/s both ways (77%); link 18 NVLinks x 26.562 GB/s = 478.1 GB/s"
             ]
         );
-        assert!(f.remediation.is_none());
+        assert!(f.remediation().is_none());
 
         let mut corrupt = pair(1, 0, 380.0, 740.0);
         corrupt.mismatch = Some("chunk 3 word 0: 0x0 instead of 0x5a5a".into());
         let bad = section(vec![row(pair(0, 1, 20.0, 740.0), link), row(corrupt, link)]);
         let f = judge_p2p(&bad, 0.7);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert_eq!(
             f.summary,
             "peer copies below 70% of the link, failed or corrupted"
@@ -495,13 +495,13 @@ mod tests {
             f.evidence[1],
             "GPU1 -> GPU0: data did not arrive intact: chunk 3 word 0: 0x0 instead of 0x5a5a"
         );
-        assert_eq!(f.remediation.as_deref(), Some(LINK_FIX));
+        assert_eq!(f.remediation(), Some(LINK_FIX));
 
         let mut no_peer = pair(0, 1, 0.0, 0.0);
         no_peer.peer_access = false;
         let f = judge_p2p(&section(vec![row(no_peer, None)]), 0.7);
         assert_eq!(
-            (f.status, f.summary.as_str()),
+            (f.status(), f.summary.as_str()),
             (Status::Warn, "some GPU pairs have no peer access")
         );
         let f = judge_p2p(&section(vec![row(pair(0, 1, 50.0, 90.0), None)]), 0.7);
@@ -545,14 +545,14 @@ mod tests {
             &[("P2P/CUMEM", 4)],
         );
         let f = judge_nccl(&fast, Some(&link), 0.7);
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         assert_eq!(
             f.summary,
             "busbw 360.0 GB/s at 1 GiB, 75% of the slowest link"
         );
         let slow = result(vec![size(1 << 30, 100.0, true)], &[("P2P/CUMEM", 4)]);
         let f = judge_nccl(&slow, Some(&link), 0.7);
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert_eq!(
             f.summary,
             "busbw 100.0 GB/s at 1 GiB, 21% of the slowest link"
@@ -564,13 +564,13 @@ mod tests {
         );
         let unknown = judge_nccl(&fast, None, 0.7);
         assert_eq!(
-            (unknown.status, unknown.summary.as_str()),
+            (unknown.status(), unknown.summary.as_str()),
             (
                 Status::Pass,
                 "busbw 360.0 GB/s at 1 GiB; link speed unknown"
             )
         );
         let empty = judge_nccl(&result(vec![], &[]), Some(&link), 0.7);
-        assert_eq!(empty.status, Status::Skip);
+        assert_eq!(empty.status(), Status::Skip);
     }
 }

@@ -508,10 +508,6 @@ fn phase(
     (result, log.transports())
 }
 
-fn finding(id: &str, status: Status, summary: impl Into<String>) -> Finding {
-    Finding::new(id, status, summary)
-}
-
 /// The ranks NCCL named in "Mismatched NCCL version detected : rank A version X rank
 /// B version Y" (src/init.cc), mapped to nodes (the consistency phase has one rank per pod).
 fn version_mismatch(text: &str) -> Option<(u64, String, u64, String)> {
@@ -552,7 +548,7 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         transports: BTreeMap::new(),
         findings: Vec::new(),
     };
-    let skip = |id: &str, why: &str| finding(id, Status::Skip, why.to_string());
+    let skip = |id: &str, why: &str| Finding::skip(id, why);
     // 2. Names and the root's address.
     run.peers = wait_for_names(identity, opts.gang_wait);
     let missing: Vec<&Peer> = run.peers.iter().filter(|p| p.address.is_none()).collect();
@@ -582,7 +578,9 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
                 opts.gang_wait.as_secs_f64()
             )
         };
-        let mut f = finding(ids::GANG_JOIN, Status::Fail, why).remediation(
+        let mut f = Finding::fail(
+            ids::GANG_JOIN,
+            why,
             "Check that the rank-0 pod is running and its Service name resolves (kubectl get pods, nslookup), or pass --gang-root",
         );
         f.evidence.extend(missing_text);
@@ -613,8 +611,11 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         Err(e) => {
             run.findings = vec![
                 skip(ids::GANG_JOIN, "the gang did not start"),
-                finding(ids::GANG_CONSISTENCY, Status::Fail, e)
-                    .remediation("Unset NCCL/FI variables the job does not need"),
+                Finding::fail(
+                    ids::GANG_CONSISTENCY,
+                    e.to_string(),
+                    "Unset NCCL/FI variables the job does not need",
+                ),
                 skip(ids::GANG_BANDWIDTH, "the gang did not start"),
             ];
             return run;
@@ -631,18 +632,16 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
     };
     let nodes_text = format!("{} pod(s)", identity.nodes);
     let join = if first.joined {
-        finding(
+        Finding::pass(
             ids::GANG_JOIN,
-            Status::Pass,
             format!(
                 "all {nodes_text} joined in {:.2} s",
                 first.join_seconds.unwrap_or(0.0)
             ),
         )
     } else {
-        let mut f = finding(
+        let mut f = Finding::fail(
             ids::GANG_JOIN,
-            Status::Fail,
             if first.timed_out {
                 format!(
                     "not all {nodes_text} joined within --gang-timeout {:.0} s (this is node {})",
@@ -655,8 +654,6 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
                     first.error.clone().unwrap_or_else(|| "no result".into())
                 )
             },
-        )
-        .remediation(
             "Check that every pod started (kubectl get pods), that pods reach each other on the gang port (NetworkPolicy, security groups), and the NCCL WARN line above",
         );
         f.evidence.extend(missing_text.clone());
@@ -689,17 +686,16 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         let consistency = match mismatch {
             Some((a, x, b, y)) => {
                 let names = run.names();
-                finding(
+                Finding::fail(
                     ids::GANG_CONSISTENCY,
-                    Status::Fail,
                     "NCCL could not form a communicator: ranks load different NCCL versions",
+                    "Build every pod from the same image (one libnccl for the whole job)",
                 )
                 .evidence(format!(
                     "{} loads NCCL {x}, {} loads NCCL {y}",
                     verdict::node_name(a as usize, &names),
                     verdict::node_name(b as usize, &names)
                 ))
-                .remediation("Build every pod from the same image (one libnccl for the whole job)")
             }
             None => skip(ids::GANG_CONSISTENCY, "the gang did not join"),
         };
@@ -713,15 +709,14 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
     }
     if !first.done {
         // Joined, then a peer died or the exchange stalled: nothing to compare.
-        let mut f = finding(
+        let mut f = Finding::fail(
             ids::GANG_CONSISTENCY,
-            Status::Fail,
             format!(
                 "the fingerprint exchange did not finish: {}",
                 first.error.clone().unwrap_or_else(|| "no result".into())
             ),
-        )
-        .remediation("A pod left the gang mid-way (crashed, killed or its network failed): check every pod's state and logs");
+            "A pod left the gang mid-way (crashed, killed or its network failed): check every pod's state and logs",
+        );
         if let Some(e) = &first.last_error {
             f.evidence.push(format!("NCCL: {e}"));
         }
@@ -749,16 +744,28 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
     run.rows = verdict::rows(&run.fingerprints);
     let names = run.names();
     let mut consistency = verdict::consistency(&run.rows, &names);
-    for e in &run.fingerprint_errors {
-        consistency.status = Status::Fail;
-        consistency.evidence.push(e.clone());
-    }
-    if !run.fingerprint_errors.is_empty() && consistency.remediation.is_none() {
-        consistency.remediation = Some("Run the same nccl-preflight version in every pod".into());
+    if !run.fingerprint_errors.is_empty() {
+        // A record that does not decode fails the check whatever the readable ones say.
+        let summary = if consistency.status() == Status::Fail {
+            consistency.summary.clone()
+        } else {
+            format!(
+                "{} pod(s) sent a fingerprint this build cannot read",
+                run.fingerprint_errors.len()
+            )
+        };
+        let fix = consistency
+            .remediation()
+            .unwrap_or("Run the same nccl-preflight version in every pod")
+            .to_string();
+        let mut f = Finding::fail(ids::GANG_CONSISTENCY, summary, fix);
+        f.evidence = consistency.evidence.clone();
+        f.evidence.extend(run.fingerprint_errors.iter().cloned());
+        consistency = f;
     }
     run.consistency = Some(strip(first));
     // Every rank sees the same rows, so every rank decides the same here.
-    if consistency.status == Status::Fail {
+    if consistency.status() == Status::Fail {
         run.findings = vec![
             join,
             consistency,
@@ -790,15 +797,14 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
             straggler: run.straggler.as_ref(),
         })
     } else {
-        let mut f = finding(
+        let mut f = Finding::fail(
             ids::GANG_BANDWIDTH,
-            Status::Fail,
             format!(
                 "the bandwidth phase did not finish: {}",
                 second.error.clone().unwrap_or_else(|| "no result".into())
             ),
-        )
-        .remediation("Rerun with NCCL_DEBUG=INFO; check the network between the pods and each pod's NCCL variables");
+            "Rerun with NCCL_DEBUG=INFO; check the network between the pods and each pod's NCCL variables",
+        );
         if let Some(e) = &second.last_error {
             f.evidence.push(format!("NCCL: {e}"));
         }

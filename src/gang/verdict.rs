@@ -3,7 +3,7 @@
 //! node x node matrix and the straggler.
 
 use super::fingerprint::Fingerprint;
-use crate::finding::{Finding, Problem, Status, combine, ids};
+use crate::finding::{Finding, Problem, Severity, combine, ids};
 use serde::Serialize;
 
 /// A node is the straggler when every one of its links (pairwise exchanges, both
@@ -145,7 +145,7 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
         };
         match r.field.as_str() {
             "nccl version" => p(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "pods load different NCCL versions: {} differ from {}",
                     list(&r.odd, names),
@@ -156,7 +156,7 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
             "gpus" | "rdma devices" => {
                 let fewer = numeric_min();
                 p(
-                    Status::Fail,
+                    Severity::Fail,
                     format!(
                         "{} {} fewer {} than its peers",
                         list(&fewer, names),
@@ -180,14 +180,14 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
                     .collect();
                 if !failed.is_empty() {
                     p(
-                        Status::Fail,
+                        Severity::Fail,
                         format!("{} failed its own checks", list(&failed, names)),
                         "Read that pod's report (its check rows say what failed and how to fix it)",
                     )
                 }
             }
             f if f.starts_with("env NCCL_") => p(
-                Status::Fail,
+                Severity::Fail,
                 format!(
                     "{} differs across pods ({} against {})",
                     &f[4..],
@@ -198,7 +198,7 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
             ),
             f if f.starts_with("check ") => {}
             _ => p(
-                Status::Warn,
+                Severity::Warn,
                 format!("{} differs across pods ({})", r.field, list(&r.odd, names)),
                 "Run every pod from the same image on the same node type",
             ),
@@ -464,7 +464,7 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
         .collect();
     if socket && !rdma_nodes.is_empty() {
         problems.push(Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "NCCL sends over NET/Socket (TCP) although {} {} RDMA devices",
                 list(&rdma_nodes, input.names),
@@ -499,13 +499,13 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
         let fix = "Check each node's links (ibstat, the rdma rate files, ethtool), the NICs NCCL picks (NCCL_IB_HCA, NCCL_SOCKET_IFNAME) and the transport above";
         if fraction < FAIL_FRACTION {
             problems.push(Problem::new(
-                Status::Fail,
+                Severity::Fail,
                 format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", FAIL_FRACTION * 100.0),
                 fix,
             ));
         } else if fraction < WARN_FRACTION {
             problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", WARN_FRACTION * 100.0),
                 fix,
             ));
@@ -530,7 +530,7 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
             })
             .unwrap_or_default();
         let mut p = Problem::new(
-            Status::Fail,
+            Severity::Fail,
             format!(
                 "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
                 node_name(s.node, input.names),
@@ -566,6 +566,7 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Status;
 
     fn fp(rank: u64, nccl: &str, gpus: u32, algo: &str) -> Option<Fingerprint> {
         Some(Fingerprint {
@@ -589,7 +590,7 @@ mod tests {
         let r = rows(&fps);
         assert!(r.iter().all(|r| !r.differs()));
         let f = consistency(&r, &names(2));
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         assert!(
             f.summary
                 .contains(&format!("agree on all {} fields", r.len())),
@@ -609,7 +610,7 @@ mod tests {
         let v = r.iter().find(|r| r.field == "nccl version").unwrap();
         assert_eq!((v.majority.as_str(), v.odd.clone()), ("2.28.9", vec![2]));
         let f = consistency(&r, &names(3));
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         let text = format!("{} {}", f.summary, f.evidence.join("\n"));
         assert!(text.contains("3 problems"), "{text}");
         assert!(text.contains("node 2 (pod-2) differ from 2.28.9"), "{text}");
@@ -622,7 +623,7 @@ mod tests {
         let mut b = fp(1, "2.28.9", 8, "Ring");
         b.as_mut().unwrap().libfabric_version = Some("1.22".into());
         let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), b]), &names(2));
-        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         let r = rows(&[fp(0, "2.28.9", 8, "Ring"), None]);
         assert_eq!(r[0].values[1], "missing");
         // A pod whose own checks failed fails the job, named.
@@ -633,7 +634,7 @@ mod tests {
             .checks
             .insert("memlock".into(), Status::Fail);
         let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), c]), &names(2));
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert_eq!(f.summary, "node 1 (pod-1) failed its own checks");
         assert!(
             f.evidence.iter().any(|e| e == "check memlock: pass | fail"),
@@ -759,7 +760,7 @@ mod tests {
             matrix: &m,
             straggler: None,
         });
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(
             f.evidence.iter().any(|e| e
                 .contains("NET/Socket (TCP) although node 0 (pod-0), node 1 (pod-1) have RDMA")),
@@ -776,7 +777,7 @@ mod tests {
             matrix: &m,
             straggler: None,
         });
-        assert_eq!(ok.status, Status::Pass, "{ok:?}");
+        assert_eq!(ok.status(), Status::Pass, "{ok:?}");
         // No figure: measured, not judged.
         let plain = vec![fp(0, "2.28.9", 1, "Ring"), fp(1, "2.28.9", 1, "Ring")];
         let none = bandwidth(&BandwidthInput {
@@ -787,7 +788,7 @@ mod tests {
             matrix: &m,
             straggler: None,
         });
-        assert_eq!(none.status, Status::Pass);
+        assert_eq!(none.status(), Status::Pass);
         assert!(none.evidence.iter().any(|e| e.contains("not judged")));
     }
 }

@@ -21,9 +21,10 @@
 //!
 //! The runtimes are the image's own files: in nccl-preflight's own image this skips.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::gpu::{CUDA_COMPAT_DIR, LibraryState, cuda_version_text};
 use crate::facts::{Facts, ImageRole};
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "cuda-runtime";
@@ -73,18 +74,13 @@ pub fn fit(runtime: i32, driver: i32) -> Fit {
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let rt = &facts.gpus.cuda_runtime;
     if facts.image == ImageRole::Own {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             format!("the CUDA runtime not dated: {}", ImageRole::OWN_REASON),
         );
     }
     if let Some(reason) = &rt.skipped {
-        return Finding::new(
-            ID,
-            Status::Skip,
-            format!("the CUDA runtime not dated: {reason}"),
-        );
+        return Finding::skip(ID, format!("the CUDA runtime not dated: {reason}"));
     }
     let mut evidence: Vec<String> = Vec::new();
     for r in &rt.libraries {
@@ -104,9 +100,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         });
     }
     if rt.libraries.is_empty() {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             "no CUDA runtime (libcudart) in this image: nothing to date against the driver",
         )
         .evidence(rt.attempts.join("; "));
@@ -122,19 +117,16 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         .loaded()
         .and_then(|n| n.cuda_driver_version.value().copied());
     let Some((driver, source)) = driver_cuda(facts) else {
-        let status = match facts.gpus.nvml.state {
-            LibraryState::NotFound { .. } => Status::Skip,
-            _ => Status::Warn,
+        let summary = "the driver's CUDA version is unknown: the image's CUDA runtime cannot be dated against it";
+        let mut f = match facts.gpus.nvml.state {
+            LibraryState::NotFound { .. } => Finding::skip(ID, summary),
+            _ => Finding::warn(
+                ID,
+                summary,
+                "See gpu-devices for why neither libcuda nor NVML answered.",
+            ),
         };
-        let mut f = Finding::new(
-            ID,
-            status,
-            "the driver's CUDA version is unknown: the image's CUDA runtime cannot be dated against it",
-        );
         f.evidence = evidence;
-        if status == Status::Warn {
-            f = f.remediation("See gpu-devices for why neither libcuda nor NVML answered.");
-        }
         return f;
     };
     evidence.insert(
@@ -169,7 +161,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         match fit(v, driver) {
             Fit::Supported => {}
             Fit::MinorCompatible => problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!(
                     "libcudart {v_text} runs on this CUDA {driver_text} driver only through minor-version compatibility: \
                      calls the driver lacks fail (cudaErrorCallRequiresNewerDriver) and PTX from the {v_text} toolkit cannot be JIT-compiled (cudaErrorUnsupportedPtxVersion)"
@@ -196,7 +188,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                     )
                 };
                 problems.push(Problem::new(
-                    Status::Fail,
+                    Severity::Fail,
                     format!(
                         "libcudart {v_text} needs a newer driver than this one (CUDA {driver_text}): \
                          the first CUDA call fails with \"CUDA driver version is insufficient for CUDA runtime version\""
@@ -213,7 +205,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         ),
         None => {
             problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 "no libcudart in this image could be dated: its version could not be read",
                 "Run `nccl-preflight facts` in the training image and see gpus.cuda_runtime.",
             ));
@@ -228,6 +220,7 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::gpu::{CudaRuntime, LibraryState};
+    use crate::finding::Status;
     use crate::test_facts::healthy;
 
     fn with_runtime(mut facts: Facts, version: i32, driver: i32) -> Facts {
@@ -255,7 +248,7 @@ mod tests {
     #[test]
     fn a_runtime_the_driver_supports_passes() {
         let f = judge(&healthy(), &Policy::default());
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(f.summary.contains("CUDA runtime 12.8"), "{}", f.summary);
         assert!(f.evidence[0].contains("CUDA 13.0 (cuDriverGetVersion)"));
     }
@@ -263,17 +256,18 @@ mod tests {
     #[test]
     fn a_newer_minor_warns_and_a_newer_major_fails_with_the_fix() {
         let f = judge(&with_runtime(healthy(), 12080, 12040), &Policy::default());
-        assert_eq!(f.status, Status::Warn);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("minor-version compatibility"));
         let f = judge(&with_runtime(healthy(), 13000, 12040), &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("insufficient"), "{}", f.summary);
-        let fix = f.remediation.unwrap();
+        let fix = f.remediation().unwrap();
         assert!(fix.contains("cuda-compat-13-0"), "{fix}");
         // With the compat package installed but not loaded, the fix is the library path.
         let mut compat = with_runtime(healthy(), 13000, 12040);
         compat.gpus.cuda_runtime.compat_libcuda = vec!["libcuda.so.580.65.06".into()];
-        let fix = judge(&compat, &Policy::default()).remediation.unwrap();
+        let judged = judge(&compat, &Policy::default());
+        let fix = judged.remediation().unwrap();
         assert!(
             fix.contains("LD_LIBRARY_PATH=/usr/local/cuda/compat"),
             "{fix}"
@@ -288,7 +282,7 @@ mod tests {
             n.cuda_driver_version = Observed::Value(12040);
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Pass);
+        assert_eq!(finding.status(), Status::Pass);
         assert!(finding.evidence[1].contains("forward-compatibility"));
     }
 
@@ -296,20 +290,20 @@ mod tests {
     fn own_image_no_runtime_and_no_driver_skip() {
         let mut own = healthy();
         own.image = ImageRole::Own;
-        assert_eq!(judge(&own, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&own, &Policy::default()).status(), Status::Skip);
         let mut none = healthy();
         none.gpus.cuda_runtime.libraries.clear();
-        assert_eq!(judge(&none, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&none, &Policy::default()).status(), Status::Skip);
         let mut no_driver = healthy();
         no_driver.gpus = crate::test_facts::no_gpus();
         no_driver.gpus.cuda_runtime = healthy().gpus.cuda_runtime;
-        assert_eq!(judge(&no_driver, &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&no_driver, &Policy::default()).status(), Status::Skip);
         let mut unknown = healthy();
         unknown.gpus.cuda_runtime.libraries[0].version = Observed::Error(
             crate::facts::FactError::new("dlopen(libcudart.so.12)", "wrong ELF class"),
         );
         let f = judge(&unknown, &Policy::default());
-        assert_eq!(f.status, Status::Warn);
-        assert!(f.remediation.is_some());
+        assert_eq!(f.status(), Status::Warn);
+        assert!(f.remediation().is_some());
     }
 }

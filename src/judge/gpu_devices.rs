@@ -152,7 +152,7 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
     }
     let problem = (!narrow.is_empty()).then(|| {
         Problem::new(
-            Status::Warn,
+            Severity::Warn,
             format!(
                 "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
                 narrow.join(", ")
@@ -447,7 +447,7 @@ mod tests {
         let mut f = healthy();
         set_link(&mut f, 0, "2.5 GT/s PCIe", 16);
         let j = judge(&f, &Policy::default());
-        assert_eq!(j.status, Status::Pass, "{j:?}");
+        assert_eq!(j.status(), Status::Pass, "{j:?}");
         assert!(
             j.evidence
                 .iter()
@@ -457,13 +457,13 @@ mod tests {
         // Eight lanes of sixteen: a warning naming the GPU.
         set_link(&mut f, 1, "32.0 GT/s PCIe", 8);
         let j = judge(&f, &Policy::default());
-        assert_eq!(j.status, Status::Warn, "{j:?}");
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.summary.contains("x8 of x16"), "{}", j.summary);
-        assert!(j.remediation.unwrap().contains("LnkSta"));
+        assert!(j.remediation().unwrap().contains("LnkSta"));
         // A width of 0 (link down or unknown) is not a narrow link.
         let mut f = healthy();
         set_link(&mut f, 1, "Unknown", 0);
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]

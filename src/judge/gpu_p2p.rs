@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.summary.contains("ACS redirects"), "{}", j.summary);
         assert!(
-            j.remediation
+            j.remediation()
                 .as_deref()
                 .unwrap()
                 .contains("setpci -s 0000:e0:00.0 ECAP_ACS+0x6.w=0000")

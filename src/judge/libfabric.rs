@@ -193,7 +193,7 @@ mod tests {
             ofi_nccl_version: Some("1.13.2-aws".into()),
         }));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status, Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -203,7 +203,7 @@ mod tests {
         if let Observed::Value(Some(p)) = &mut f.rdma.nccl.net_plugin {
             p.ofi_nccl_version = Some("1.12.1-aws".into());
         }
-        assert_eq!(judge(&f, &Policy::default()).status, Status::Pass);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]

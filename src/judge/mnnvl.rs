@@ -16,9 +16,10 @@
 //! Skips on nodes whose GPUs are in no NVLink cluster (every H100/H200 HGX node: NVSwitch
 //! inside one node only) unless they are GB200/GB300, whose missing cluster is the problem.
 
-use super::{Finding, Problem, Status};
+use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::NvmlGpu;
+use crate::finding::Severity;
 use crate::policy::Policy;
 
 pub const ID: &str = "mnnvl";
@@ -37,7 +38,7 @@ the device /dev/nvidia-caps-imex-channels/channel0 (docker --device). On the nod
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::new(ID, Status::Skip, "no NVML: multi-node NVLink not checked");
+        return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
     };
     let in_cluster = nvml
         .gpus
@@ -45,20 +46,18 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
     let parts = nvml.gpus.iter().any(is_mnnvl_part);
     if !in_cluster && !parts {
-        return Finding::new(
+        return Finding::skip(
             ID,
-            Status::Skip,
             "no GPU is in a multi-node NVLink cluster: not an MNNVL system",
         );
     }
     let env = |name: &str| facts.nccl_env.get(name).map(|v| v.value.trim().to_string());
     if env("NCCL_MNNVL_ENABLE").as_deref() == Some("0") {
-        return Finding::new(
+        return Finding::warn(
             ID,
-            Status::Warn,
             "NCCL_MNNVL_ENABLE=0 on a multi-node NVLink system: traffic between trays goes over the network instead of NVLink",
-        )
-        .remediation("Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).");
+            "Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).",
+        );
     }
     // A problem with MNNVL matters to jobs that cross trays; one node only warns.
     let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
@@ -122,14 +121,14 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         && v < (2, 21, 0)
     {
         problems.push(Problem::new(
-                Status::Warn,
+                Severity::Warn,
                 format!("NCCL {} predates multi-node NVLink (2.21): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
                 "Use NCCL 2.21 or later (a current PyTorch wheel) to reach other trays over NVLink.",
             ));
     }
     if env("NCCL_CUMEM_ENABLE").as_deref() == Some("0") {
         problems.push(Problem::new(
-            Status::Warn,
+            Severity::Warn,
             "NCCL_CUMEM_ENABLE=0: NCCL's multi-node NVLink needs cuMem, so it stays off",
             "Unset NCCL_CUMEM_ENABLE.",
         ));
@@ -149,6 +148,7 @@ mod tests {
     use super::*;
     use crate::facts::Observed;
     use crate::facts::gpu::{FabricClique, LibraryState};
+    use crate::finding::Status;
     use crate::test_facts::{healthy, with_env};
 
     const CLUSTER: &str = "6e0b1f2c-3d4a-4b5c-8d9e-0f1a2b3c4d5e";
@@ -179,9 +179,9 @@ mod tests {
 
     #[test]
     fn skips_off_nvl72_and_passes_a_healthy_tray() {
-        assert_eq!(judge(&healthy(), &Policy::default()).status, Status::Skip);
+        assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
         let f = judge(&tray(), &Policy::default());
-        assert_eq!(f.status, Status::Pass, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(f.summary.contains("clique 32766"));
     }
 
@@ -191,18 +191,18 @@ mod tests {
         let mut no_channel = multi(tray());
         no_channel.gpus.imex_channels = Observed::Value(None);
         let f = judge(&no_channel, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
-        assert!(f.remediation.unwrap().contains("ComputeDomain"));
+        assert_eq!(f.status(), Status::Fail);
+        assert!(f.remediation().unwrap().contains("ComputeDomain"));
         let mut not_done = multi(tray());
         gpus(&mut not_done)[1].fabric_state = Observed::Value("in_progress".into());
-        assert_eq!(judge(&not_done, &Policy::default()).status, Status::Fail);
+        assert_eq!(judge(&not_done, &Policy::default()).status(), Status::Fail);
         let mut zero = multi(tray());
         gpus(&mut zero)[0].fabric_clique = Some(FabricClique {
             cluster_uuid: "00000000-0000-0000-0000-000000000000".into(),
             clique_id: 0,
         });
         let f = judge(&zero, &Policy::default());
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("no cluster UUID"), "{}", f.summary);
         let mut split = multi(tray());
         gpus(&mut split)[1].fabric_clique = Some(FabricClique {
@@ -217,8 +217,8 @@ mod tests {
         // One node: NCCL does not check MNNVL, so problems only warn.
         let mut single = with_env(tray(), &[("PET_NNODES", "1")]);
         single.gpus.imex_channels = Observed::Value(Some(vec![]));
-        assert_eq!(judge(&single, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&single, &Policy::default()).status(), Status::Warn);
         let off = with_env(tray(), &[("NCCL_MNNVL_ENABLE", "0")]);
-        assert_eq!(judge(&off, &Policy::default()).status, Status::Warn);
+        assert_eq!(judge(&off, &Policy::default()).status(), Status::Warn);
     }
 }

@@ -106,7 +106,13 @@ pub const CHECKS: &[Check] = &[
         id: mnnvl::ID,
         title: "multi-node NVLink (GB200 NVL72): fabric state, cluster and clique per GPU, an IMEX channel in the container",
         source: Source::Node,
-        needs: &[Fact::Gpus, Fact::NcclEnv, Fact::Rdma, Fact::Launcher, Fact::Image],
+        needs: &[
+            Fact::Gpus,
+            Fact::NcclEnv,
+            Fact::Rdma,
+            Fact::Launcher,
+            Fact::Image,
+        ],
         judge: mnnvl::judge,
     },
     Check {
@@ -258,7 +264,13 @@ mod tests {
         assert_eq!(findings.len(), CHECKS.len());
         // The healthy node is a 2x H200 without RDMA: the RDMA checks have nothing to look at,
         // and an HGX node is in no multi-node NVLink cluster.
-        let rdma = ["rdma-devices", "rdma-memreg", "nccl-net-plugin", "gdr", "mnnvl"];
+        let rdma = [
+            "rdma-devices",
+            "rdma-memreg",
+            "nccl-net-plugin",
+            "gdr",
+            "mnnvl",
+        ];
         for f in &findings {
             let want = if rdma.contains(&f.id.as_str()) {
                 Status::Skip

@@ -301,14 +301,14 @@ mod tests {
             p.api = Some("v4".into());
         }
         let f = judge(&old, &Policy::default());
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(
             f.summary
                 .contains("silently skips the plugin and uses TCP sockets"),
             "{}",
             f.summary
         );
-        let fix = f.remediation.unwrap();
+        let fix = f.remediation().unwrap();
         assert!(fix.contains("exports ncclNetPlugin_v5 to v8"), "{fix}");
         assert!(fix.contains("still looks for v4 (2.12 to 2.18)"), "{fix}");
         // A plugin built only for a newer NCCL: the fix names the first release that takes it.
@@ -318,9 +318,13 @@ mod tests {
             p.apis = vec![10, 11];
         }
         let f = judge(&new, &Policy::default());
-        assert_eq!(f.status, Status::Warn, "IB works without the plugin: {f:?}");
+        assert_eq!(
+            f.status(),
+            Status::Warn,
+            "IB works without the plugin: {f:?}"
+        );
         assert!(
-            f.remediation
+            f.remediation()
                 .unwrap()
                 .contains("upgrade libnccl in the image to 2.26")
         );
@@ -328,7 +332,7 @@ mod tests {
         let mut ok = nccl(efa(), "2.28.9");
         ok.rdma.nccl.net_plugin = plugin("libnccl-net.so");
         let f = judge(&ok, &Policy::default());
-        assert_eq!(f.status, Status::Pass);
+        assert_eq!(f.status(), Status::Pass);
         assert!(
             f.evidence
                 .iter()

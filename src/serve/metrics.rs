@@ -394,7 +394,7 @@ mod tests {
             watching: true,
             ..Default::default()
         };
-        let xid = Finding::new("gpu-xid", Status::Fail, "GPU 1: XID 79").remediation("reboot");
+        let xid = Finding::fail("gpu-xid", "GPU 1: XID 79", "reboot");
         let text = render(&snapshot, &xid, &xids, false);
         for line in [
             "# TYPE nccl_preflight_runs counter",

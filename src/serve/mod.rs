@@ -354,27 +354,29 @@ mod tests {
 
     #[test]
     fn readiness_lists_every_failure_and_a_hang_overrides_them() {
-        let pass_xid = Finding::new("gpu-xid", Status::Pass, "none");
+        let pass_xid = Finding::pass("gpu-xid", "none");
         let first = Snapshot::default();
         assert_eq!(
             readiness(&first, &pass_xid),
             Err("first check running".into())
         );
         let ok = Snapshot {
-            report: Some(report(vec![Finding::new("dev-shm", Status::Warn, "small")])),
+            report: Some(report(vec![Finding::warn(
+                "dev-shm",
+                "small",
+                "mount a larger /dev/shm",
+            )])),
             ..Snapshot::default()
         };
         assert_eq!(readiness(&ok, &pass_xid), Ok(()));
         let failing = Snapshot {
             report: Some(report(vec![
-                Finding::new("dev-shm", Status::Fail, "/dev/shm is 64 MiB")
-                    .remediation("mount a larger /dev/shm"),
-                Finding::new("memlock", Status::Pass, "unlimited"),
+                Finding::fail("dev-shm", "/dev/shm is 64 MiB", "mount a larger /dev/shm"),
+                Finding::pass("memlock", "unlimited"),
             ])),
             ..Snapshot::default()
         };
-        let fatal_xid =
-            Finding::new("gpu-xid", Status::Fail, "GPU 2: XID 79").remediation("reboot");
+        let fatal_xid = Finding::fail("gpu-xid", "GPU 2: XID 79", "reboot");
         assert_eq!(
             readiness(&failing, &fatal_xid),
             Err("gpu-xid: GPU 2: XID 79\ndev-shm: /dev/shm is 64 MiB".into())

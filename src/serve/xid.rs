@@ -358,12 +358,12 @@ mod tests {
             ..seen(&[(0, 13, 1)])
         };
         let f = finding(&hung, &XidPolicy::new(&[], &[]));
-        assert_eq!(f.status, Status::Fail);
+        assert_eq!(f.status(), Status::Fail);
         assert_eq!(
             f.summary,
             "XID watch: nvmlEventSetWait(1000 ms) did not return within 10.0 s"
         );
-        assert_eq!(f.remediation.as_deref(), Some(HUNG_FIX));
+        assert_eq!(f.remediation(), Some(HUNG_FIX));
         assert_eq!(f.evidence, ["GPU 0: XID 13 x1, counted, not judged"]);
         let fatal = Xids {
             hung: hung.hung.clone(),

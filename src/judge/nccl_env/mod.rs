@@ -203,25 +203,25 @@ mod tests {
     fn a_link_local_interface_left_by_the_filter_warns_or_fails_by_job_size() {
         let value = ("NCCL_SOCKET_IFNAME", "^docker0,lo");
         let f = lint(&[value]);
-        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         assert!(
             f.summary.contains("veth12ab (169.254.1.1)"),
             "{}",
             f.summary
         );
         assert!(
-            f.remediation
+            f.remediation()
                 .as_deref()
                 .unwrap()
                 .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo,veth12ab'"),
             "{f:?}"
         );
         let f = lint(&[value, ("PET_NNODES", "4")]);
-        assert_eq!(f.status, Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
         assert!(f.summary.contains("several nodes"), "{}", f.summary);
         // An exact name that avoids it passes.
         assert_eq!(
-            lint(&[("NCCL_SOCKET_IFNAME", "=eth0"), ("PET_NNODES", "4")]).status,
+            lint(&[("NCCL_SOCKET_IFNAME", "=eth0"), ("PET_NNODES", "4")]).status(),
             Status::Pass
         );
     }
@@ -261,7 +261,7 @@ mod tests {
         f.network.interfaces = Observed::Value(interfaces);
         f.network.addresses = Observed::Value(addresses);
         let j = judged(&f);
-        assert_eq!(j.status, Status::Fail, "{j:?}");
+        assert_eq!(j.status(), Status::Fail, "{j:?}");
         assert!(
             j.summary.contains("pod-id-link0 (169.254.170.23)"),
             "{}",
