@@ -213,7 +213,6 @@ mod tests {
         assert!(j.summary.contains("ACS redirects"), "{}", j.summary);
         assert!(
             j.remediation()
-                .as_deref()
                 .unwrap()
                 .contains("setpci -s 0000:e0:00.0 ECAP_ACS+0x6.w=0000")
         );

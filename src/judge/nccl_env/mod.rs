@@ -211,7 +211,6 @@ mod tests {
         );
         assert!(
             f.remediation()
-                .as_deref()
                 .unwrap()
                 .starts_with("NCCL_SOCKET_IFNAME='^docker0,lo,veth12ab'"),
             "{f:?}"
