@@ -6,9 +6,8 @@ use crate::cli::InitArgs;
 use crate::finding::Finding;
 use crate::finding::ids;
 use std::ffi::OsString;
-use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
     Finding::fail(
@@ -55,52 +54,21 @@ pub fn run(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Vec<Finding> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return vec![failed("the bench could not start", e.to_string())],
     };
-    // Read both pipes on threads so a chatty child never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
     // The bench keeps its own budget and per-call deadlines; this limit only catches a
     // child that ignores both.
     let limit = args.bench_limits.bench_seconds + 2 * g.timeout + Duration::from_secs(5);
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return vec![failed("the bench could not be waited for", e.to_string())],
-        }
+    let crate::run::Finished {
+        status,
+        stdout,
+        stderr,
+    } = match crate::run::wait_child(child, limit) {
+        Ok(f) => f,
+        Err(e) => return vec![failed("the bench could not be waited for", e.to_string())],
     };
-    let (stdout, stderr) = (
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    );
     let Some(status) = status else {
         return vec![failed(
             "the bench did not finish",

@@ -65,7 +65,7 @@ use handle::Phase;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -411,44 +411,12 @@ fn spawn_worker(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(text.as_bytes());
     }
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(p) = pipe {
-                let _ = p.take(16 << 20).read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for the gang worker: {e}")),
-        }
-    };
-    let (stdout, stderr) = (
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    );
+    let crate::run::Finished {
+        status,
+        stdout,
+        stderr,
+    } = crate::run::wait_child(child, limit)
+        .map_err(|e| format!("waiting for the gang worker: {e}"))?;
     let last = stdout
         .lines()
         .rev()
