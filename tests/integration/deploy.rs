@@ -61,29 +61,6 @@ fn install_copies_this_binary_whole_and_replaces_an_old_copy() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
 }
 
-/// The Python with kubernetes-validate that scripts/setup.sh installs, or None (and a
-/// skip, or a failure under NCCL_PREFLIGHT_TEST_STRICT) when it is missing.
-fn validator_python(test: &str) -> Option<std::path::PathBuf> {
-    let python = std::env::var_os("NCCL_PREFLIGHT_TEST_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::support::repo().join("target/test-venv/bin/python3"));
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import kubernetes_validate, jsonschema, yaml"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
-        panic!(
-            "{test}: {} lacks kubernetes-validate (run scripts/setup.sh)",
-            python.display()
-        );
-    }
-    eprintln!("skipped {test}: no kubernetes-validate (run scripts/setup.sh)");
-    None
-}
-
 /// Runs tests/manifests/validate.py on `dir`: its whole JSON answer.
 fn validate_json(python: &std::path::Path, dir: &std::path::Path) -> serde_json::Value {
     let crds = crate::support::repo().join("../shared/data/crds");
@@ -138,7 +115,9 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
-    let Some(python) = validator_python(test) else {
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    else {
         return;
     };
     let dir = crate::support::repo().join("examples/manifests");
@@ -211,7 +190,9 @@ fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
     if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
-    let Some(python) = validator_python(test) else {
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    else {
         return;
     };
     let dir = crate::support::repo().join("examples/manifests");
@@ -252,7 +233,9 @@ fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
     if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
-    let Some(python) = validator_python(test) else {
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    else {
         return;
     };
     let bad = scratch("sidecar-gpus");
@@ -357,7 +340,9 @@ fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_cou
     if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
-    let Some(python) = validator_python(test) else {
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    else {
         return;
     };
     let dir = crate::support::repo().join("examples/manifests");
@@ -415,7 +400,9 @@ fn a_gang_only_where_the_job_kind_lets_it_form() {
         eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
         return;
     }
-    let Some(python) = validator_python(test) else {
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    else {
         return;
     };
     let dir = crate::support::repo().join("examples/manifests");

@@ -5,29 +5,6 @@
 use super::support::*;
 use std::path::PathBuf;
 
-/// The test venv's Python with jsonschema (scripts/setup.sh), or None and a skip (a
-/// failure under NCCL_PREFLIGHT_TEST_STRICT).
-fn schema_python(test: &str) -> Option<PathBuf> {
-    let python = std::env::var_os("NCCL_PREFLIGHT_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/test-venv/bin/python3"));
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import jsonschema, referencing"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(python);
-    }
-    if std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_some() {
-        panic!(
-            "{test}: {} lacks jsonschema (run scripts/setup.sh test)",
-            python.display()
-        );
-    }
-    eprintln!("skipped {test}: no jsonschema (run scripts/setup.sh test)");
-    None
-}
-
 /// Runs the validator on `files`: its exit status and output.
 fn validate(python: &PathBuf, files: &[PathBuf]) -> (bool, String) {
     let out = std::process::Command::new(python)
@@ -70,7 +47,7 @@ type Damage = Box<dyn Fn(&mut serde_json::Value)>;
 #[test]
 fn golden_reports_and_explain_log_answers_match_the_shipped_schemas() {
     let test = "golden_reports_and_explain_log_answers_match_the_shipped_schemas";
-    let Some(python) = schema_python(test) else {
+    let Some(python) = require_python(test, "jsonschema, referencing") else {
         return;
     };
     let dir = scratch("schema");

@@ -429,6 +429,23 @@ pub fn require_shared(test: &str, name: &str) -> Option<PathBuf> {
     require(test, dir.is_dir(), &format!("../shared/data/{name}")).then_some(dir)
 }
 
+/// The test venv's Python (NCCL_PREFLIGHT_TEST_PYTHON, else target/test-venv, made by
+/// `scripts/setup.sh test`) when it imports `modules` (e.g. "jsonschema, yaml").
+pub fn require_python(test: &str, modules: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("NCCL_PREFLIGHT_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/test-venv/bin/python3"));
+    let found = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    let what = format!(
+        "{} importing {modules} (run scripts/setup.sh test)",
+        python.display()
+    );
+    require(test, found, &what).then_some(python)
+}
+
 /// The real Debian libibverbs and libfabric.
 pub fn require_library(test: &str, library: &str) -> bool {
     let found = Command::new("sh")
