@@ -202,7 +202,9 @@ fn run_once(
     probed: &mut Option<Probed>,
 ) -> bool {
     let started = Instant::now();
-    if probed.is_none() && args.check.facts.is_none() {
+    // nccl-preflight's own image loads none of them: nothing to keep out of this process.
+    let trainer = args.check.gather.image == crate::cli::ImageArg::Trainer;
+    if probed.is_none() && args.check.facts.is_none() && trainer {
         match probe::in_child(&args.check.gather, env) {
             Ok(found) => *probed = found,
             Err(e) => crate::diagnostic::line(format_args!(
