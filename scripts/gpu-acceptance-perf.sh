@@ -5,7 +5,7 @@
 # one traced `check --cuda off` (every vendor call's duration); the NVML field-values
 # probe (scripts/nvml_fields_probe.py); the RSS of a process that only loads NVML and
 # calls nvmlInit (scripts/nvml_init_rss.c) against `serve --interval 1s` sampled over
-# SERVE_SECONDS, with the slope. Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
+# SERVE_SECONDS, with the slope; which library loads which (LD_DEBUG=files). Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
 # Usage: scripts/gpu-acceptance-perf.sh BINARY NVML_INIT_RSS OUTDIR [RUNS] [SERVE_SECONDS]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -38,6 +38,9 @@ py_start() { python3 -c 'import ctypes'; }
 "$bin" check --cuda off --trace >/dev/null 2> "$out/trace-cuda-off.txt"
 "$bin" check --trace >/dev/null 2> "$out/trace-check.txt"
 "$bin" check --format json > "$out/check-facts.json" 2>/dev/null
+# Which library loads which (libcuda: nvmlInit_v2 dlopens it itself).
+LD_DEBUG=files "$bin" check --cuda off 2>&1 >/dev/null | grep -E 'file=.*(dynamically loaded|needed by)' \
+  | sed 's/^ *[0-9]*://' | sort -u > "$out/who-loads.txt"
 python3 "$here/nvml_fields_probe.py" > "$out/nvml-fields.txt" 2>&1
 {
   echo "== RSS of a process that only loads NVML and calls nvmlInit_v2 (kB)"

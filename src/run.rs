@@ -48,12 +48,12 @@ pub(crate) fn gather_facts(
 }
 
 /// `gather_facts` with the RDMA and NCCL library facts of an earlier run instead of
-/// loading those libraries again (`probed`, see [`gather::rdma::Probed`]).
+/// loading those libraries again (`probed`, see [`gather::Probed`]).
 fn gather_facts_reusing(
     args: &GatherArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,
-    probed: Option<&gather::rdma::Probed>,
+    probed: Option<&gather::Probed>,
 ) -> Result<(Facts, HungCall)> {
     // File reads get the vendor calls' deadline: a hung driver can block them too.
     let host = Host::with_deadline(&args.host_root, args.timeout);
@@ -89,6 +89,7 @@ fn gather_facts_reusing(
                     env,
                 ))
             },
+            cudart_probed: probed.and_then(|p| p.cuda_runtime.clone()),
         },
         rdma: RdmaOptions {
             verbs_library: args.verbs_lib.clone(),
@@ -106,7 +107,7 @@ fn gather_facts_reusing(
             trace: args.trace,
             probe_all,
             own_image: args.image == crate::cli::ImageArg::Own,
-            probed: probed.cloned(),
+            probed: probed.map(|p| p.rdma.clone()),
         },
         image: image_role(args.image),
     };
@@ -220,7 +221,7 @@ pub fn evaluate_reusing(
     env: &[(OsString, OsString)],
     probe_all: bool,
     policy: &Policy,
-    probed: Option<&gather::rdma::Probed>,
+    probed: Option<&gather::Probed>,
 ) -> Result<(Report, HungCall)> {
     let (mut facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
@@ -399,6 +400,7 @@ mod host_tree_fuzz {
                 cuda: false,
                 unjudged: true,
                 cudart: Ok(vec![]),
+                cudart_probed: None,
             },
             rdma: RdmaOptions {
                 verbs_library: "absent/libibverbs.so.1".into(),

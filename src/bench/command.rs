@@ -157,6 +157,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             // The link figures need NVLink state and speed, not error counts.
             unjudged: false,
             cudart: Err("bench dates no CUDA runtime".into()),
+            cudart_probed: None,
         },
     );
     let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());

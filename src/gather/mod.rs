@@ -31,6 +31,35 @@ pub enum Outcome<T> {
     Loaded(T),
 }
 
+/// What an earlier run found in the image's libraries, used instead of loading them
+/// again: libibverbs, libfabric, libnccl and its net plugin (`rdma::Probed`), and
+/// the CUDA runtime. `serve` probes them once (in a child process, see
+/// `serve::probe`) and reuses the answer on every later interval: an image's files do
+/// not change while the pod lives.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    pub rdma: rdma::Probed,
+    /// `None`: the runtime was not looked for, or its probe did not finish; it is
+    /// looked for again on the next run.
+    pub cuda_runtime: Option<crate::facts::gpu::CudaRuntimeFacts>,
+}
+
+impl Probed {
+    /// The library facts of a run, when every RDMA and NCCL library answered (see
+    /// `rdma::Probed::settled`).
+    pub fn settled(facts: &Facts) -> Option<Probed> {
+        Some(Probed {
+            rdma: rdma::Probed::settled(&facts.rdma)?,
+            cuda_runtime: facts
+                .gpus
+                .cuda_runtime
+                .skipped
+                .is_none()
+                .then(|| facts.gpus.cuda_runtime.clone()),
+        })
+    }
+}
+
 /// How to reach the vendor libraries.
 #[derive(Debug, Clone)]
 pub struct VendorOptions {

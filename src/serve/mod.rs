@@ -6,11 +6,12 @@
 
 pub mod http;
 pub mod metrics;
+pub mod probe;
 pub mod xid;
 
 use crate::cli::ServeArgs;
 use crate::finding::{Finding, Status};
-use crate::gather::rdma::Probed;
+use crate::gather::Probed;
 use crate::policy::Policy;
 use crate::report::Report;
 use crate::run::Exit;
@@ -189,8 +190,10 @@ impl Shared {
 }
 
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
-/// The first run that loads the RDMA and NCCL libraries cleanly leaves their facts in
-/// `probed`, and later runs reuse them instead of loading the libraries again.
+/// Until the image's libraries have answered cleanly, a run first probes them in a
+/// child process (`probe`) and leaves their facts in `probed`; the run and every later
+/// one reuse them instead of loading the libraries here. Where the child fails, the run
+/// loads them itself and keeps what it found.
 fn run_once(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
@@ -199,6 +202,16 @@ fn run_once(
     probed: &mut Option<Probed>,
 ) -> bool {
     let started = Instant::now();
+    // nccl-preflight's own image loads none of them: nothing to keep out of this process.
+    let trainer = args.check.gather.image == crate::cli::ImageArg::Trainer;
+    if probed.is_none() && args.check.facts.is_none() && trainer {
+        match probe::in_child(&args.check.gather, env) {
+            Ok(found) => *probed = found,
+            Err(e) => crate::diagnostic::line(format_args!(
+                "nccl-preflight: probing the image's libraries in a child process: {e:#}; loading them in this process"
+            )),
+        }
+    }
     let outcome =
         crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref());
     let mut next = Snapshot {
@@ -223,7 +236,7 @@ fn run_once(
                 ));
             }
             if probed.is_none() && !hung {
-                *probed = Probed::settled(&report.facts.rdma);
+                *probed = Probed::settled(&report.facts);
             }
             next.report = Some(report);
         }
@@ -247,9 +260,9 @@ fn run_once(
 ///
 /// It reads the facts no check judges too (NVLink error counters for /metrics).
 ///
-/// After its first clean run, serve loads no RDMA or NCCL library again (see
-/// `gather::rdma::Probed`): each interval reads NVML, sysfs, procfs and the device
-/// nodes only. What the later runs do not re-check: libibverbs' device opens and
+/// serve loads no RDMA, NCCL or CUDA runtime library itself: a child process probes
+/// them on the first run (see `probe` and `gather::Probed`), and each interval reads
+/// NVML, sysfs, procfs and the device nodes only. What the later runs do not re-check: libibverbs' device opens and
 /// memory registration (memlock cannot change inside a running container), the
 /// libfabric providers, the libnccl version and the net plugin (files of an image
 /// that does not change while the pod lives).

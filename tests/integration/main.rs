@@ -7,6 +7,7 @@ mod deploy;
 mod exec;
 mod explain;
 mod fixtures;
+mod function_length;
 mod gang;
 mod gang_fake;
 mod gang_netns;

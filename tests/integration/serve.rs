@@ -501,9 +501,9 @@ fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// serve loads libnccl and the net plugin (and libibverbs, libfabric) on its first run
-/// only: every later interval reuses what that run found, so a process that lives as
-/// long as the pod does not map those libraries again each second.
+/// serve loads libnccl and the net plugin (and libibverbs, libfabric, the CUDA runtime)
+/// once, in a child process on its first run: every later interval reuses what that
+/// child found, and the server, which lives as long as the pod, never maps them.
 #[test]
 fn serve_loads_the_nccl_libraries_once_not_every_interval() {
     let dir = crate::support::scratch("serve-loads-once");
@@ -527,6 +527,14 @@ fn serve_loads_the_nccl_libraries_once_not_every_interval() {
     let loads = std::fs::read_to_string(&log).unwrap();
     let count = |what: &str| loads.lines().filter(|l| *l == what).count();
     assert_eq!((count("libnccl"), count("plugin")), (1, 1), "{loads}");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
+    assert!(
+        maps.contains("libnvidia-ml.so.1")
+            && ["libnccl", "libibverbs", "libfabric", "libcudart"]
+                .iter()
+                .all(|l| !maps.contains(l)),
+        "serve itself maps NVML only of the vendor libraries:\n{maps}"
+    );
     // Later runs still report what the first found.
     let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
     assert_eq!(

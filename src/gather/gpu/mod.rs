@@ -36,6 +36,9 @@ pub struct GpuOptions {
     /// Where to look for the image's CUDA runtime (`cudart::locations`), or why not
     /// (nccl-preflight's own image holds no trainer's runtime).
     pub cudart: Result<Vec<cudart::Candidate>, String>,
+    /// What an earlier run found of the CUDA runtime (`serve`'s later runs): used
+    /// instead of looking again.
+    pub cudart_probed: Option<crate::facts::gpu::CudaRuntimeFacts>,
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -149,9 +152,10 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             &mut hung,
         ),
     };
-    let cuda_runtime = match &options.cudart {
-        Err(reason) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
-        Ok(candidates) => {
+    let cuda_runtime = match (&options.cudart_probed, &options.cudart) {
+        (Some(known), _) => known.clone(),
+        (None, Err(reason)) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
+        (None, Ok(candidates)) => {
             let candidates = candidates.clone();
             match deadline::run("cudart", timeout, trace, move |w| {
                 cudart::gather(w, &candidates)
