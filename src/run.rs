@@ -415,7 +415,7 @@ mod host_tree_fuzz {
             image: crate::facts::ImageRole::Trainer,
         };
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
-        let mut state = 0xfeed_f00d_u64;
+        let mut state = crate::test_facts::fuzz_seed(0xfeed_f00d);
         let mut next = move |n: usize| {
             state ^= state << 13;
             state ^= state >> 7;
@@ -449,7 +449,7 @@ mod host_tree_fuzz {
             let recording: Recording =
                 serde_json::from_str(&std::fs::read_to_string(src.join("kernel.json")).unwrap())
                     .unwrap();
-            for _ in 0..40 {
+            for _ in 0..crate::test_facts::fuzz_iterations(40) {
                 let mut touched = Vec::new();
                 for _ in 0..=next(4) {
                     let i = next(paths.len());
