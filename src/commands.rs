@@ -177,7 +177,7 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
         crate::explain::explain(std::io::stdin().lock(), "-")
     } else {
         let file =
-            std::fs::File::open(&args.input).with_context(|| format!("explain-log {name}"))?;
+            crate::run::open_input(&args.input).with_context(|| format!("explain-log {name}"))?;
         crate::explain::explain(file, &name)
     }
     .with_context(|| format!("explain-log {name}: reading"))?;

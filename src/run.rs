@@ -127,9 +127,24 @@ pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
 /// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
+/// Opens an input the user named (`--facts`, `--replay-kernel`, explain-log's FILE).
+/// A named FIFO that nobody writes to would block open(2) forever: it is opened
+/// without blocking, then read blocking as usual. With no writer a FIFO reads as
+/// empty, which the callers refuse like any empty input.
+pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))?;
+    Ok(file)
+}
+
 fn read_whole(flag: &str, path: &Path) -> Result<String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).with_context(|| flag.to_string())?;
+    let file = open_input(path).with_context(|| flag.to_string())?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -139,6 +154,9 @@ fn read_whole(flag: &str, path: &Path) -> Result<String> {
             "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
             crate::units::format_bytes(MAX_INPUT_BYTES)
         );
+    }
+    if bytes.is_empty() {
+        bail!("{flag}: empty (a FIFO or pipe that nobody writes to reads as empty)");
     }
     String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
 }
