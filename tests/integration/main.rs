@@ -2,6 +2,7 @@
 
 mod bench;
 mod binary;
+mod bounded;
 mod cli;
 mod deploy;
 mod exec;
