@@ -1,5 +1,6 @@
 //! Integration tests: the built binary, end to end. One test binary, a module per topic.
 
+mod attacks;
 mod bench;
 mod binary;
 mod bounded;
