@@ -177,7 +177,7 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
         crate::explain::explain(std::io::stdin().lock(), "-")
     } else {
         let file =
-            std::fs::File::open(&args.input).with_context(|| format!("explain-log {name}"))?;
+            crate::run::open_input(&args.input).with_context(|| format!("explain-log {name}"))?;
         crate::explain::explain(file, &name)
     }
     .with_context(|| format!("explain-log {name}: reading"))?;
@@ -464,9 +464,9 @@ mod tests {
         let dir = tmp.path().to_path_buf();
         let path = dir.join("facts.json");
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(crate::test_facts::fuzz_seed(0x9e37_79b9_7f4a_7c15));
         let (mut loaded, mut refused) = (0, 0);
-        for _ in 0..400 {
+        for _ in 0..crate::test_facts::fuzz_iterations(400) {
             let mut doc = seeds[rng.below(seeds.len())].clone();
             for _ in 0..=rng.below(2) {
                 mutate(&mut doc["facts"], &mut rng);
@@ -514,8 +514,8 @@ mod tests {
         ];
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
         let base = test_facts::with_ib(test_facts::healthy());
-        let mut rng = Rng(0x0123_4567_89ab_cdef);
-        for _ in 0..1500 {
+        let mut rng = Rng(test_facts::fuzz_seed(0x0123_4567_89ab_cdef));
+        for _ in 0..test_facts::fuzz_iterations(1500) {
             let mut value = String::new();
             for _ in 0..rng.below(12) {
                 value.push_str(ALPHABET[rng.below(ALPHABET.len())]);

@@ -128,9 +128,24 @@ pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
 /// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
+/// Opens an input the user named (`--facts`, `--replay-kernel`, explain-log's FILE).
+/// A named FIFO that nobody writes to would block open(2) forever: it is opened
+/// without blocking, then read blocking as usual. With no writer a FIFO reads as
+/// empty, which the callers refuse like any empty input.
+pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))?;
+    Ok(file)
+}
+
 fn read_whole(flag: &str, path: &Path) -> Result<String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).with_context(|| flag.to_string())?;
+    let file = open_input(path).with_context(|| flag.to_string())?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -140,6 +155,9 @@ fn read_whole(flag: &str, path: &Path) -> Result<String> {
             "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
             crate::units::format_bytes(MAX_INPUT_BYTES)
         );
+    }
+    if bytes.is_empty() {
+        bail!("{flag}: empty (a FIFO or pipe that nobody writes to reads as empty)");
     }
     String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
 }
@@ -417,7 +435,7 @@ mod host_tree_fuzz {
             image: crate::facts::ImageRole::Trainer,
         };
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
-        let mut state = 0xfeed_f00d_u64;
+        let mut state = crate::test_facts::fuzz_seed(0xfeed_f00d);
         let mut next = move |n: usize| {
             state ^= state << 13;
             state ^= state >> 7;
@@ -451,7 +469,7 @@ mod host_tree_fuzz {
             let recording: Recording =
                 serde_json::from_str(&std::fs::read_to_string(src.join("kernel.json")).unwrap())
                     .unwrap();
-            for _ in 0..40 {
+            for _ in 0..crate::test_facts::fuzz_iterations(40) {
                 let mut touched = Vec::new();
                 for _ in 0..=next(4) {
                     let i = next(paths.len());

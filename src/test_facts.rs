@@ -413,3 +413,75 @@ pub fn broken_variants() -> Vec<Facts> {
     ));
     out
 }
+
+/// The iteration count of a seeded fuzz test: `NCCL_PREFLIGHT_FUZZ_ITERATIONS` when set
+/// (for a longer run than CI's), else `default`, the count CI runs. Shared by every fuzz
+/// target, so one variable lengthens them all.
+pub fn fuzz_iterations(default: usize) -> usize {
+    let value = std::env::var("NCCL_PREFLIGHT_FUZZ_ITERATIONS").ok();
+    iterations_from(value.as_deref(), default)
+        .unwrap_or_else(|e| panic!("NCCL_PREFLIGHT_FUZZ_ITERATIONS: {e}"))
+}
+
+/// The seed of a fuzz target: the target's own fixed seed `own`, or, when
+/// `NCCL_PREFLIGHT_FUZZ_SEED` is set, that number mixed with `own` (so the targets still
+/// differ from each other). The seed in use is printed, so a failing long run can be
+/// replayed with the same variables.
+pub fn fuzz_seed(own: u64) -> u64 {
+    let value = std::env::var("NCCL_PREFLIGHT_FUZZ_SEED").ok();
+    let seed = seed_from(value.as_deref(), own)
+        .unwrap_or_else(|e| panic!("NCCL_PREFLIGHT_FUZZ_SEED: {e}"));
+    eprintln!("fuzz seed {seed:#018x} (own {own:#018x})");
+    seed
+}
+
+fn iterations_from(value: Option<&str>, default: usize) -> Result<usize, String> {
+    match value.map(|v| (v, v.trim().parse::<usize>())) {
+        None => Ok(default),
+        Some((_, Ok(n))) if n > 0 => Ok(n),
+        Some((text, _)) => Err(format!("{text:?} is not a positive count")),
+    }
+}
+
+/// Never zero, as the xorshift generators of the fuzz targets need.
+fn seed_from(value: Option<&str>, own: u64) -> Result<u64, String> {
+    let seed = match value {
+        None => own,
+        Some(text) => {
+            let t = text.trim();
+            let n = match t.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => t.parse::<u64>(),
+            }
+            .map_err(|_| format!("{text:?} is not a number (decimal or 0x hex)"))?;
+            // splitmix64 of the given number, folded into the target's own seed.
+            let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            own ^ z ^ (z >> 31)
+        }
+    };
+    Ok(if seed == 0 { own | 1 } else { seed })
+}
+
+#[cfg(test)]
+mod fuzz_knobs {
+    use super::{iterations_from, seed_from};
+
+    #[test]
+    fn fuzz_knobs_default_to_the_targets_own_and_refuse_garbage() {
+        assert_eq!(iterations_from(None, 400), Ok(400));
+        assert_eq!(iterations_from(Some(" 90000\n"), 400), Ok(90_000));
+        for bad in ["0", "-5", "lots", ""] {
+            assert!(iterations_from(Some(bad), 400).is_err(), "{bad:?}");
+        }
+        assert_eq!(seed_from(None, 0x1234), Ok(0x1234));
+        assert_eq!(seed_from(None, 0), Ok(1));
+        // A given seed changes the stream, the same way every time, and differently per target.
+        let a = seed_from(Some("42"), 0x1234).unwrap();
+        assert_ne!(a, 0x1234);
+        assert_eq!(seed_from(Some("0x2a"), 0x1234), Ok(a));
+        assert_ne!(seed_from(Some("42"), 0x5678).unwrap(), a);
+        assert!(seed_from(Some("0xzz"), 1).is_err());
+    }
+}

@@ -68,7 +68,9 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
             ));
         }
     };
-    if !(seconds > 0.0 && seconds <= 3600.0) {
+    // A value below a nanosecond rounds to a zero deadline, under which every vendor
+    // call would count as hung.
+    if !(1e-9..=3600.0).contains(&seconds) {
         return Err(format!("{text:?} must be more than 0 and at most an hour"));
     }
     Ok(std::time::Duration::from_secs_f64(seconds))
@@ -141,6 +143,10 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("0s").is_err());
+        assert!(
+            parse_duration("0.0000000001s").is_err(),
+            "rounds to a zero deadline"
+        );
         assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("fast").is_err());
     }

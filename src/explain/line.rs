@@ -98,9 +98,12 @@ fn record_start(line: &str, marker: usize) -> Option<usize> {
         let token = &before[start..end];
         if ends_with_host_pid(token) {
             let host_end = token.rfind(':').and_then(|i| token[..i].rfind(':'))?;
+            // After that character, whatever its width in bytes (a replacement
+            // character from invalid UTF-8 is three).
             let mut host_from = token[..host_end]
-                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'))
-                .map_or(0, |i| i + 1);
+                .char_indices()
+                .rfind(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.' || *c == '_'))
+                .map_or(0, |(i, c)| i + c.len_utf8());
             // Glued to a transport name (`via P2P/IPCnode-b:6:6 ...`): the host
             // starts after the transport's last segment, when it is one NCCL prints.
             if token[..host_from].ends_with('/') {
@@ -260,6 +263,16 @@ mod tests {
         assert_eq!(records("a:1:1 [0] NCCL INFO x").len(), 1);
         assert_eq!(records("a:1:1 [0] NCCL INFO set NCCL INFO level").len(), 1);
         assert_eq!(records("plain text").len(), 1);
+        // A multi-byte character glued to the second host (invalid UTF-8 read as
+        // U+FFFD): the host starts after it. This cut inside the character and
+        // panicked, found by the fuzz of mutated real logs.
+        assert_eq!(
+            records("a:1:1 [0] NCCL INFO x sy\u{fffd}z-host:721:721 [1] NCCL INFO y"),
+            [
+                "a:1:1 [0] NCCL INFO x sy\u{fffd}",
+                "z-host:721:721 [1] NCCL INFO y"
+            ]
+        );
     }
 
     #[test]

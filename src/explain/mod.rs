@@ -4,6 +4,8 @@
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
 pub mod encoding;
+#[cfg(test)]
+mod fuzz;
 pub mod line;
 pub mod rules;
 pub mod summary;
@@ -232,8 +234,8 @@ mod tests {
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for round in 0..200 {
+        let mut seed = crate::test_facts::fuzz_seed(0x2545_f491_4f6c_dd1d);
+        for round in 0..crate::test_facts::fuzz_iterations(200) {
             let len = (round * 97) % 5000;
             let bytes: Vec<u8> = (0..len)
                 .map(|_| {

@@ -139,24 +139,31 @@ mod tests {
 
     #[test]
     fn names_the_hung_call_with_the_deadline_not_the_time_measured() {
-        let ok = run("t", Duration::from_millis(200), false, |w| {
+        let ok = run("t", Duration::from_secs(60), false, |w| {
             w.call("quick", || 1) + w.call("quick too", || 2)
         });
         assert_eq!(ok, Ok(3));
-        let started = Instant::now();
-        let hung = run("t", Duration::from_millis(100), false, |w| {
+        // The hung call waits for a release the test sends only after `run` has
+        // returned (or 120 s, a hang guard): `run` came back while the call was
+        // still blocked, so the deadline ended the wait, not the call. No time is
+        // asserted.
+        let (release, released) = mpsc::channel::<()>();
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&finished);
+        let hung = run("t", Duration::from_millis(100), false, move |w| {
             w.call("fast", || ());
             w.call("nvmlDeviceGetP2PStatus(0, 1)", || {
-                std::thread::sleep(Duration::from_secs(30))
+                let _ = released.recv_timeout(Duration::from_secs(120));
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
             });
         })
         .unwrap_err();
-        assert_eq!(hung.call, "nvmlDeviceGetP2PStatus(0, 1)");
         assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
+            !finished.load(std::sync::atomic::Ordering::SeqCst),
+            "run returned only after the hung call did"
         );
+        let _ = release.send(());
+        assert_eq!(hung.call, "nvmlDeviceGetP2PStatus(0, 1)");
         // The deadline, not the time measured, which varies with the machine's load.
         assert_eq!(hung.deadline, Duration::from_millis(100));
         assert_eq!(

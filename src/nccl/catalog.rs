@@ -245,7 +245,11 @@ impl Catalog {
     /// enough to be a typo (at most 2 edits, or a quarter of the name).
     pub fn nearest(&self, name: &str) -> Option<&str> {
         let limit = 2.max(name.len() / 4);
+        // The distance is at least the difference in length: names too long or too
+        // short to be within the limit are not compared (a 100 KiB name from a hostile
+        // environment would otherwise cost a 100k x 40 table per known name).
         self.names()
+            .filter(|known| known.len().abs_diff(name.len()) <= limit)
             .map(|known| (edit_distance(name, known), known))
             .filter(|(d, _)| *d <= limit)
             .min()

@@ -341,7 +341,7 @@ mod tests {
             b"GET /report HTTP/1.1\r\nAccept: */*\r\nUser-Agent: kube-probe/1.30\r\n\r\n",
             b"POST /readyz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
         ];
-        let mut state = 0x5eed_u64;
+        let mut state = crate::test_facts::fuzz_seed(0x5eed);
         let mut next = move |n: usize| {
             state ^= state << 13;
             state ^= state >> 7;
@@ -349,7 +349,7 @@ mod tests {
             (state % n.max(1) as u64) as usize
         };
         let (mut ok, mut refused) = (0, 0);
-        for _ in 0..3000 {
+        for _ in 0..crate::test_facts::fuzz_iterations(3000) {
             let mut data = seeds[next(seeds.len())].to_vec();
             for _ in 0..=next(3) {
                 let at = next(data.len() + 1);

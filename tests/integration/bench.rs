@@ -5,7 +5,6 @@
 use crate::support::{command, fake_libs, finding, scratch, stderr, stdout};
 use serde_json::Value;
 use std::process::Output;
-use std::time::{Duration, Instant};
 
 /// Two H200s joined by 18 NVLinks (478.1 GB/s one way), as on the lent machine.
 const TWO_H200: &str = "driver 580.95.05
@@ -37,7 +36,7 @@ fn bench(name: &str, scenario: &str, args: &[&str], env: &[(&str, &str)]) -> (Ou
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
+    let out = crate::bounded::output_within(&mut cmd, &format!("bench {name}"));
     let json = serde_json::from_str(&stdout(&out))
         .unwrap_or_else(|e| panic!("{e}: {}\nstderr: {}", stdout(&out), stderr(&out)));
     // NCCL's log went to a private file in TMPDIR; nothing is left behind.
@@ -198,7 +197,8 @@ fn hung_calls_fail_on_time_naming_the_call() {
             vec![("FAKE_NCCL_HANG", "1")],
         ),
     ] {
-        let started = Instant::now();
+        // bench() waits at most bounded::WAIT, so a call the deadline misses fails
+        // the test instead of hanging it; how fast the deadline fires is not asserted.
         let (out, r) = bench(
             name,
             &scenario,
@@ -212,11 +212,6 @@ fn hung_calls_fail_on_time_naming_the_call() {
             ],
             &env,
         );
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
         assert_eq!(out.status.code(), Some(1), "{name}");
         let text = r["findings"].to_string();
         let call = if name == "hang-cuda" {
@@ -225,7 +220,7 @@ fn hung_calls_fail_on_time_naming_the_call() {
             "ncclGroupEnd"
         };
         assert!(
-            text.contains(call) && text.contains("did not return within"),
+            text.contains(call) && text.contains("did not return within 0.3 s"),
             "{text}"
         );
     }

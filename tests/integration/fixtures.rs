@@ -20,9 +20,10 @@ fn scenario(name: &str, expected_exit: i32) -> serde_json::Value {
         "--termination-log",
         &path("termination-log"),
     ];
-    let out = fixture_command(name, "init", &outputs, &[])
-        .output()
-        .unwrap();
+    let out = crate::bounded::output_within(
+        &mut fixture_command(name, "init", &outputs, &[]),
+        &format!("init in {name}"),
+    );
     assert_eq!(
         out.status.code(),
         Some(expected_exit),
@@ -415,14 +416,9 @@ fn nvml_fields_refused_by_the_driver_fall_back_to_per_call_reads() {
 
 #[test]
 fn a_hung_driver_call_fails_on_time_and_names_the_call() {
-    let started = std::time::Instant::now();
+    // scenario() waits at most bounded::WAIT: a deadline that never fires fails the
+    // test instead of hanging it. How fast the deadline fires is not asserted.
     let r = scenario("gpu-hung-p2p-query", 1);
-    let elapsed = started.elapsed();
-    // Two runs (init and check), each waiting out a 1 s deadline.
-    assert!(
-        elapsed < std::time::Duration::from_secs(8),
-        "took {elapsed:?}"
-    );
     assert_eq!(status(&r, "gpu-devices"), "fail");
     let summary = finding(&r, "gpu-devices")["summary"]
         .as_str()
@@ -430,7 +426,7 @@ fn a_hung_driver_call_fails_on_time_and_names_the_call() {
         .to_string();
     assert!(
         summary.contains("nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)")
-            && summary.contains("did not return"),
+            && summary.contains("did not return within 1.0 s"),
         "{summary}"
     );
 }

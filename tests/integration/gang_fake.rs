@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Longest any one gang run may take on a loaded 2-core machine.
-const DEADLINE: Duration = Duration::from_secs(20);
+const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The driver program, built once per test run next to the fake libraries.
 fn driver() -> &'static Path {

@@ -1,7 +1,9 @@
 //! Integration tests: the built binary, end to end. One test binary, a module per topic.
 
+mod attacks;
 mod bench;
 mod binary;
+mod bounded;
 mod cli;
 mod deploy;
 mod exec;

@@ -6,6 +6,11 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a test waits for something that should happen before it fails saying it
+/// never did. A hang guard, not a speed target: CI is a loaded 2-core machine, and no
+/// test asserts how fast serve is.
+const WAIT: Duration = Duration::from_secs(60);
+
 struct Server {
     child: Child,
     addr: String,
@@ -43,18 +48,14 @@ fn start_command(mut command: std::process::Command) -> Server {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
     let server = Server { child, addr };
-    let started = Instant::now();
-    while get(&server, "/report").0 == 503 {
-        assert!(started.elapsed() < Duration::from_secs(10), "no first run");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&server, "/report", |status, _| status != 503);
     server
 }
 
 /// Sends raw bytes; returns (status, content type, body).
 fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
     let mut s = TcpStream::connect(&server.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     let _ = s.write_all(request);
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
@@ -118,8 +119,7 @@ fn endpoints_answer_from_the_last_run() {
             .unwrap()
     };
     let first = runs(&metrics);
-    std::thread::sleep(Duration::from_millis(2200));
-    assert!(runs(&get(&server, "/metrics").2) > first);
+    wait_for(&server, "/metrics", |_, m| runs(m) > first);
     // What is refused, and how.
     assert_eq!(get(&server, "/nope").0, 404);
     assert_eq!(raw(&server, b"POST /healthz HTTP/1.1\r\n\r\n").0, 405);
@@ -152,10 +152,10 @@ fn endpoints_answer_from_the_last_run() {
         .0,
         431
     );
-    // A client that never finishes its request is cut off.
-    let started = Instant::now();
+    // A client that never finishes its request is cut off by serve's per-request
+    // deadline: the 408 comes from serve, long before the client's own read timeout
+    // (WAIT) would end the read with no status at all.
     assert_eq!(raw(&server, b"GET /healthz HTTP/1.1\r\n").0, 408);
-    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[test]
@@ -198,16 +198,7 @@ fn healthz_answers_under_a_flood_of_idle_connections_and_sigterm_stops_it() {
     );
     // It stops cleanly. How fast is not asserted (CI is loaded); a generous
     // guard, far above any sleep of serve's, only catches a hang.
-    let mut waited = 0;
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(waited < 600, "serve did not stop within 30 s of SIGTERM");
-        waited += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(exit_after_sigterm(&mut server.child).code(), Some(0));
 }
 
 #[test]
@@ -245,19 +236,8 @@ fn readiness_follows_the_verdict_and_a_hung_driver_goes_stale() {
             .2
             .contains("nccl_preflight_driver_hung 1")
     );
-    let started = Instant::now();
-    loop {
-        let (status, _, body) = get(&server, "/healthz");
-        if status == 503 {
-            assert!(body.starts_with("stale: the last check finished"), "{body}");
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(6),
-            "never went stale"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let body = wait_for(&server, "/healthz", |status, _| status == 503);
+    assert!(body.starts_with("stale: the last check finished"), "{body}");
 }
 
 #[test]
@@ -358,41 +338,55 @@ fn runs(metrics: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Polls `path` until `done` holds for its body, for up to `limit`.
-fn wait_for(
-    server: &Server,
-    path: &str,
-    limit: Duration,
-    done: impl Fn(u16, &str) -> bool,
-) -> String {
+/// Polls `path` until `done` holds for its status and body; fails after [`WAIT`]
+/// saying it never happened.
+fn wait_for(server: &Server, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
     let started = Instant::now();
     loop {
         let (status, _, body) = get(server, path);
         if done(status, &body) {
             return body;
         }
-        assert!(started.elapsed() < limit, "{path}: {status}\n{body}");
+        assert!(
+            started.elapsed() < WAIT,
+            "{path} never got there in {WAIT:?}; last answer {status}\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for a child sent SIGTERM to exit; fails after [`WAIT`] saying it never did.
+fn exit_after_sigterm(child: &mut Child) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "serve never exited after SIGTERM ({WAIT:?})"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 #[test]
 fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
-    // A 60 s interval: only the XIDs can make a second run happen within the test.
+    // A one-hour interval, far past the test's own bounded waits: only the XIDs can
+    // make a second run happen within the test.
     let server = start_gpu(
         "serve-xid",
         "xid 0 13 300\nxid 2 79 600\nxid 2 79 650\n",
-        &["--interval", "60s"],
+        &["--interval", "60m"],
     );
-    let started = Instant::now();
     assert_eq!(get(&server, "/readyz").0, 200);
-    let body = wait_for(&server, "/readyz", Duration::from_secs(5), |s, _| s == 503);
+    let body = wait_for(&server, "/readyz", |s, _| s == 503);
     assert!(
         body.contains("gpu-xid: GPU 2: XID 79 (GPU has fallen off the bus; RESTART_BM)"),
         "{body}"
     );
     // Three events, 300 to 650 ms in: at least two runs after the first.
-    let metrics = wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
+    let metrics = wait_for(&server, "/metrics", |_, m| {
         m.contains("nccl_preflight_gpu_xid_events_total{gpu=\"2\",xid=\"79\"} 2") && runs(m) >= 3
     });
     for needle in [
@@ -402,8 +396,6 @@ fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
-    // The reruns came from the events, long before the 60 s interval.
-    assert!(started.elapsed() < Duration::from_secs(20));
     let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
     let xid = finding(&report, "gpu-xid");
     assert_eq!(xid["status"], "fail");
@@ -414,10 +406,10 @@ fn an_xid_that_needs_a_reset_fails_readiness_at_once_and_reruns_the_checks() {
 #[test]
 fn ignored_xids_are_counted_without_failing_readiness() {
     for args in [&["--xid-ignore", "79"][..], &["--ignore", "gpu-xid"][..]] {
-        let mut all = vec!["--interval", "60s"];
+        let mut all = vec!["--interval", "60m"];
         all.extend(args);
         let server = start_gpu("serve-xid-ignored", "xid 2 79 100\n", &all);
-        wait_for(&server, "/metrics", Duration::from_secs(5), |_, m| {
+        wait_for(&server, "/metrics", |_, m| {
             m.contains("nccl_preflight_gpu_xid_events_total{gpu=\"2\",xid=\"79\"} 1")
                 && runs(m) >= 2
         });
@@ -462,12 +454,9 @@ fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
         "hang nvmlEventSetWait_v2\n",
         &["--interval", "60s", "--timeout", "500ms"],
     );
-    let body = wait_for(
-        &server,
-        "/readyz",
-        Duration::from_secs(60),
-        |status, body| status == 503 && body.contains("gpu-xid: XID watch:"),
-    );
+    let body = wait_for(&server, "/readyz", |status, body| {
+        status == 503 && body.contains("gpu-xid: XID watch:")
+    });
     assert!(
         body.contains("gpu-xid: XID watch: nvmlEventSetWait(250 ms) did not return within 0.5 s"),
         "{body}"
@@ -489,16 +478,7 @@ fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
         unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
         0
     );
-    let mut waited = 0;
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(waited < 600, "serve did not stop after SIGTERM");
-        waited += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(exit_after_sigterm(&mut server.child).code(), Some(0));
 }
 
 /// serve loads libnccl and the net plugin (and libibverbs, libfabric, the CUDA runtime)
@@ -521,9 +501,7 @@ fn serve_loads_the_nccl_libraries_once_not_every_interval() {
         ],
         &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
     ));
-    wait_for(&server, "/metrics", Duration::from_secs(60), |_, m| {
-        runs(m) >= 3
-    });
+    wait_for(&server, "/metrics", |_, m| runs(m) >= 3);
     let loads = std::fs::read_to_string(&log).unwrap();
     let count = |what: &str| loads.lines().filter(|l| *l == what).count();
     assert_eq!((count("libnccl"), count("plugin")), (1, 1), "{loads}");
@@ -544,4 +522,81 @@ fn serve_loads_the_nccl_libraries_once_not_every_interval() {
     );
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Hostile HTTP: a 1 MiB header, pipelined requests, bytes that are not UTF-8 or are
+/// NUL in the path and headers, a huge Content-Length, and a thousand clients at once.
+/// serve answers each with a status or closes, never hangs, and answers /healthz after.
+#[test]
+fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
+    let server = start("healthy-pod", &["--interval", "60m"]);
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    // Refused at the 8 KiB bound; the rest of the head is dropped, not buffered. The
+    // client may see the 431 or, past the 64 KiB drained, a closed connection.
+    assert!(
+        [431, 0].contains(&raw(&server, head.as_bytes()).0),
+        "1 MiB header"
+    );
+    // Pipelined: the first request is answered, the connection closes, and what
+    // followed it is never read as part of that answer.
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(
+        b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK\r\n") && text.contains("Connection: close\r\n"),
+        "{text}"
+    );
+    for (request, status) in [
+        (&b"GET /\xff\xfe\x00 HTTP/1.1\r\n\r\n"[..], 400),
+        (b"GET /healthz HTTP/1.1\r\nX: a\x00b\r\n\r\n", 400),
+        (b"GET /%2e%2e/healthz HTTP/1.1\r\n\r\n", 404),
+        (b"GET http://x/healthz HTTP/1.1\r\n\r\n", 404),
+        (
+            b"POST /healthz HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            405,
+        ),
+    ] {
+        assert_eq!(
+            raw(&server, request).0,
+            status,
+            "{:?}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    // A thousand clients at once: each gets its answer, or is evicted (closed with no
+    // status) when the 32 slots are full of clients that have not sent their head.
+    let addr = server.addr.clone();
+    let clients: Vec<_> = (0..1000)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).ok()?;
+                s.set_read_timeout(Some(WAIT)).ok()?;
+                s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").ok()?;
+                let mut text = String::new();
+                let _ = s.read_to_string(&mut text);
+                Some(text)
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for c in clients {
+        let text = c.join().unwrap().unwrap_or_default();
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{text}"
+        );
+        answered += usize::from(!text.is_empty());
+    }
+    assert!(answered > 0, "no client of a thousand was answered");
+    assert_eq!(get(&server, "/healthz").0, 200);
 }
