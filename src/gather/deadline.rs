@@ -174,8 +174,8 @@ mod tests {
 
     #[test]
     fn slow_work_between_calls_is_not_a_hang_but_a_panic_is_reported() {
-        let ok = run("t", Duration::from_millis(50), true, |w| {
-            std::thread::sleep(Duration::from_millis(120));
+        let ok = run("t", Duration::from_millis(500), true, |w| {
+            std::thread::sleep(Duration::from_millis(1200));
             w.call("after", || 7)
         });
         assert_eq!(ok, Ok(7));
