@@ -100,6 +100,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Some(why) => format!("mlock of {}: refused ({why})", format_bytes(probe.bytes)),
         });
     }
+    for e in &m.probe_errors {
+        evidence.push(format!("mlock probe could not run: {e}"));
+    }
     evidence.push(stake);
 
     let Some((limit, why)) = effective(facts) else {

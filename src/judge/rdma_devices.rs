@@ -174,6 +174,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         ));
     }
     let uverbs = facts.rdma.uverbs.value().map_or(&[][..], Vec::as_slice);
+    for e in uverbs.iter().filter_map(|n| n.ibdev_error.as_ref()) {
+        evidence.push(format!("unreadable: {e}"));
+    }
     let verbs_ports = |dev: &str| -> Vec<(u32, String)> {
         match &facts.rdma.verbs.state {
             LibraryState::Loaded(v) => v

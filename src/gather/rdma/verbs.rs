@@ -230,14 +230,17 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
         Ok(l) => l,
         Err(_) => return Observed::Error(FactError::new("ibv_reg_mr", "size does not fit")),
     };
+    // errno is read inside each call's closure: the watch's `--trace` line and lock run
+    // between the call's return and the caller, and a failed write there would overwrite it.
     // SAFETY: ctx is an open context from ibv_open_device.
-    let pd = watch.call(format!("ibv_alloc_pd({name})"), || unsafe {
-        (api.alloc_pd.get())(ctx)
+    let (pd, errno) = watch.call(format!("ibv_alloc_pd({name})"), || unsafe {
+        let pd = (api.alloc_pd.get())(ctx);
+        (pd, last_errno())
     });
     if pd.is_null() {
         return Observed::Error(FactError::new(
             format!("ibv_alloc_pd({name})"),
-            errno_text(last_errno()),
+            errno_text(errno),
         ));
     }
     let result = match Buffer::new(len) {
@@ -245,11 +248,11 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
         Ok(buffer) => {
             let call = format!("ibv_reg_mr({name}, {len} bytes)");
             // SAFETY: pd is valid; the buffer is mapped for `len` bytes and outlives the registration.
-            let mr = watch.call(call.clone(), || unsafe {
-                (api.reg_mr.get())(pd, buffer.addr, len, ACCESS_LOCAL_WRITE)
+            let (mr, errno) = watch.call(call.clone(), || unsafe {
+                let mr = (api.reg_mr.get())(pd, buffer.addr, len, ACCESS_LOCAL_WRITE);
+                (mr, last_errno())
             });
             if mr.is_null() {
-                let errno = last_errno();
                 Observed::Error(FactError::new(call, errno_text(errno)).with_errno(errno))
             } else {
                 // SAFETY: mr came from ibv_reg_mr and is deregistered once, before the buffer is unmapped.
@@ -289,13 +292,14 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
         memreg: None,
     };
     // SAFETY: as above.
-    let ctx = watch.call(format!("ibv_open_device({name})"), || unsafe {
-        (api.open_device.get())(dev)
+    let (ctx, errno) = watch.call(format!("ibv_open_device({name})"), || unsafe {
+        let ctx = (api.open_device.get())(dev);
+        (ctx, last_errno())
     });
     if ctx.is_null() {
         out.open = Observed::Error(FactError::new(
             format!("ibv_open_device({name})"),
-            errno_text(last_errno()),
+            errno_text(errno),
         ));
         return out;
     }
@@ -372,11 +376,11 @@ pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
     };
     let mut count: c_int = 0;
     // SAFETY: count is a valid out-pointer.
-    let list = watch.call("ibv_get_device_list", || unsafe {
-        (api.get_device_list.get())(&mut count)
+    let (list, errno) = watch.call("ibv_get_device_list", || unsafe {
+        let list = (api.get_device_list.get())(&mut count);
+        (list, last_errno())
     });
     let devices = if list.is_null() {
-        let errno = last_errno();
         let what = if errno == libc::ENOSYS {
             " (the kernel has no RDMA verbs support: no ib_uverbs)"
         } else {
