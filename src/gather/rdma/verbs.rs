@@ -270,18 +270,63 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
     result
 }
 
-/// Opens, queries and registers memory on one device; closes it again.
-fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDevice {
+/// Queries ports 1..=count of an open device.
+fn query_ports(
+    watch: &Watch,
+    api: &Api,
+    name: &str,
+    ctx: *mut ibv_context,
+    count: u8,
+) -> Vec<VerbsPort> {
+    let mut ports = Vec::new();
+    for port in 1..=count {
+        // SAFETY: zeroed plain struct, filled by the library.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        let call = format!("ibv_query_port({name}, {port})");
+        // SAFETY: ctx is open; the exported ibv_query_port writes the compat prefix of ibv_port_attr.
+        let rc = watch.call(call.clone(), || unsafe {
+            (api.query_port.get())(ctx, port, &mut pa)
+        });
+        ports.push(if rc == 0 {
+            VerbsPort {
+                port: u32::from(port),
+                query: Observed::Value(()),
+                state: Some(port_state(pa.state).to_string()),
+                link_layer: Some(link_layer(pa.link_layer).to_string()),
+                active_mtu: (1..=5)
+                    .contains(&pa.active_mtu)
+                    .then(|| 128 << pa.active_mtu),
+            }
+        } else {
+            VerbsPort {
+                port: u32::from(port),
+                query: Observed::Error(FactError::new(call, errno_text(rc))),
+                state: None,
+                link_layer: None,
+                active_mtu: None,
+            }
+        });
+    }
+    ports
+}
+
+/// The device's name as libibverbs gives it; `?` when it gives none.
+fn device_name(api: &Api, dev: *mut ibv_device) -> String {
     // SAFETY: dev is an element of the list ibv_get_device_list returned, which is still alive.
     let name_ptr = unsafe { (api.get_device_name.get())(dev) };
-    let name = if name_ptr.is_null() {
+    if name_ptr.is_null() {
         "?".to_string()
     } else {
         // SAFETY: libibverbs returns a NUL-terminated name owned by the device.
         unsafe { CStr::from_ptr(name_ptr) }
             .to_string_lossy()
             .into_owned()
-    };
+    }
+}
+
+/// Opens, queries and registers memory on one device; closes it again.
+fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDevice {
+    let name = device_name(api, dev);
     let mut out = VerbsDevice {
         name: name.clone(),
         open: Observed::Value(()),
@@ -291,7 +336,7 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
         ports: Vec::new(),
         memreg: None,
     };
-    // SAFETY: as above.
+    // SAFETY: dev is an element of the list ibv_get_device_list returned, which is still alive.
     let (ctx, errno) = watch.call(format!("ibv_open_device({name})"), || unsafe {
         let ctx = (api.open_device.get())(dev);
         (ctx, last_errno())
@@ -319,34 +364,7 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
         .filter(|s| !s.is_empty());
         out.vendor_id = Some(attr.vendor_id);
         out.vendor_part_id = Some(attr.vendor_part_id);
-        for port in 1..=attr.phys_port_cnt {
-            // SAFETY: zeroed plain struct, filled by the library.
-            let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
-            let call = format!("ibv_query_port({name}, {port})");
-            // SAFETY: ctx is open; the exported ibv_query_port writes the compat prefix of ibv_port_attr.
-            let rc = watch.call(call.clone(), || unsafe {
-                (api.query_port.get())(ctx, port, &mut pa)
-            });
-            out.ports.push(if rc == 0 {
-                VerbsPort {
-                    port: u32::from(port),
-                    query: Observed::Value(()),
-                    state: Some(port_state(pa.state).to_string()),
-                    link_layer: Some(link_layer(pa.link_layer).to_string()),
-                    active_mtu: (1..=5)
-                        .contains(&pa.active_mtu)
-                        .then(|| 128 << pa.active_mtu),
-                }
-            } else {
-                VerbsPort {
-                    port: u32::from(port),
-                    query: Observed::Error(FactError::new(call, errno_text(rc))),
-                    state: None,
-                    link_layer: None,
-                    active_mtu: None,
-                }
-            });
-        }
+        out.ports = query_ports(watch, api, &name, ctx, attr.phys_port_cnt);
         out.memreg = Some(memreg(watch, api, &name, ctx, bytes));
     } else {
         out.open = Observed::Error(FactError::new(
