@@ -42,6 +42,7 @@ pub fn healthy() -> Facts {
                 refused: None,
             }),
             enforcement_probe: None,
+            probe_errors: Vec::new(),
         },
         stack_limit: Observed::Value(Rlimit {
             soft: Limit::Bytes(8 << 20),
@@ -76,6 +77,7 @@ pub fn healthy() -> Facts {
                 metric: 0,
             }]),
             hosts_entries: Observed::Value(vec![]),
+            errors: Vec::new(),
         },
         platform: PlatformFacts {
             product_name: Observed::Value(None),
@@ -322,6 +324,7 @@ pub fn with_rdma(mut facts: Facts, devices: Vec<rdma::RdmaDevice>) -> Facts {
             .map(|(i, d)| UverbsNode {
                 name: format!("uverbs{i}"),
                 ibdev: Some(d.name.clone()),
+                ibdev_error: None,
                 open: Some(Openable { refused: None }),
             })
             .collect(),

@@ -328,7 +328,7 @@ fn proto_forced(s: &LogSummary) -> Option<Finding> {
         let platforms: Vec<&str> = s.ofi.platforms.iter().map(String::as_str).collect();
         let p4 = platforms
             .iter()
-            .any(|p| p.starts_with("p4d") || p.starts_with("p4de"));
+            .any(|p| crate::platform::forces_proto_simple(p));
         if platforms.is_empty() || p4 {
             return None;
         }

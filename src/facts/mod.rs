@@ -333,6 +333,9 @@ pub struct MemlockFacts {
     /// A buffer one page larger than the soft limit: proves whether the limit is enforced.
     /// Only tried when the soft limit is finite and small, and CAP_IPC_LOCK is not held.
     pub enforcement_probe: Option<MlockProbe>,
+    /// Probes that could not run at all (the buffer could not be mapped), with the errno.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_errors: Vec<FactError>,
 }
 
 /// One real `mlock` of an anonymous buffer.
@@ -399,6 +402,10 @@ pub struct NetworkFacts {
     pub default_routes: Observed<Vec<DefaultRoute>>,
     /// Addresses /etc/hosts gives this host's name (kubelet writes the pod IP there).
     pub hosts_entries: Observed<Vec<String>>,
+    /// Queries that failed without spoiling the facts above: the rtnetlink link-kind dump
+    /// (every interface's `kind` is then unknown, not physical).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FactError>,
 }
 
 /// One network interface.
@@ -412,7 +419,8 @@ pub struct Interface {
     /// IFF_LOOPBACK.
     pub loopback: bool,
     /// The link kind rtnetlink reports (veth, bridge, dummy, macvlan, ipvlan, vlan, bond, ...);
-    /// `None` for a physical device or when netlink could not be asked.
+    /// `None` for a physical device, or when netlink could not be asked (the query's error
+    /// is then in [`NetworkFacts::errors`]).
     pub kind: Option<String>,
 }
 

@@ -185,6 +185,9 @@ pub struct UverbsNode {
     pub name: String,
     /// The RDMA device it serves (/sys/class/infiniband_verbs/uverbsN/ibdev).
     pub ibdev: Option<String>,
+    /// Why `ibdev` could not be read, when it exists but did not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ibdev_error: Option<FactError>,
     /// `None` when /dev/infiniband/uverbsN is missing.
     pub open: Option<Openable>,
 }

@@ -111,10 +111,11 @@ impl Kernel for LiveKernel {
                 0,
             );
             if addr == libc::MAP_FAILED {
-                return Err(FactError::new(
-                    format!("mmap({len})"),
-                    errno_text(io::Error::last_os_error()),
-                ));
+                let err = io::Error::last_os_error();
+                let errno = err.raw_os_error().unwrap_or(0);
+                return Err(
+                    FactError::new(format!("mmap({len})"), errno_text(err)).with_errno(errno)
+                );
             }
             let outcome = if libc::mlock(addr, len) == 0 {
                 libc::munlock(addr, len);
@@ -171,8 +172,14 @@ impl Kernel for LiveKernel {
     }
 
     fn link_kinds(&self) -> Result<BTreeMap<String, String>, FactError> {
-        super::netlink::link_kinds()
-            .map_err(|e| FactError::new("rtnetlink RTM_GETLINK", errno_text(e)))
+        super::netlink::link_kinds().map_err(|e| {
+            let errno = e.raw_os_error();
+            let error = FactError::new("rtnetlink RTM_GETLINK", errno_text(e));
+            match errno {
+                Some(n) => error.with_errno(n),
+                None => error,
+            }
+        })
     }
 }
 

@@ -54,14 +54,20 @@ pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
         })
         .value()
         .copied();
-    // A probe that cannot even run (mmap failed) is recorded as not probed; the
+    // A probe that cannot even run (mmap failed) is recorded with its error; the
     // limit and capability still judge the check.
-    let small = probe(kernel, PROBE_BYTES).ok();
+    let mut probe_errors = Vec::new();
+    let mut run = |bytes: u64| match probe(kernel, bytes) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            probe_errors.push(e);
+            None
+        }
+    };
+    let small = run(PROBE_BYTES);
     let enforcement = match (limit.value(), cap_ipc_lock.value()) {
         (Some(l), cap) if cap != Some(&true) => match l.soft {
-            Limit::Bytes(n) if n < ENFORCEMENT_PROBE_MAX => {
-                probe(kernel, (n / PAGE + 1) * PAGE).ok()
-            }
+            Limit::Bytes(n) if n < ENFORCEMENT_PROBE_MAX => run((n / PAGE + 1) * PAGE),
             _ => None,
         },
         _ => None,
@@ -72,6 +78,7 @@ pub fn gather(host: &Host, kernel: &dyn Kernel) -> MemlockFacts {
         euid,
         probe: small,
         enforcement_probe: enforcement,
+        probe_errors,
     }
 }
 

@@ -112,14 +112,19 @@ fn routes(host: &Host) -> Observed<Vec<DefaultRoute>> {
 }
 
 pub fn gather(host: &Host, kernel: &dyn Kernel, hostname: Option<&str>) -> NetworkFacts {
-    let kinds = kernel.link_kinds();
+    // A failed kind query leaves every kind unknown and says why in `errors`: a
+    // virtual interface must not pass for a physical one without a trace.
+    let (kinds, errors) = match kernel.link_kinds() {
+        Ok(kinds) => (kinds, Vec::new()),
+        Err(e) => (Default::default(), vec![e]),
+    };
     let (interfaces, addresses) = match kernel.interfaces() {
         Ok(list) => {
             let interfaces = list
                 .links
                 .into_iter()
                 .map(|l| Interface {
-                    kind: kinds.as_ref().ok().and_then(|k| k.get(&l.name).cloned()),
+                    kind: kinds.get(&l.name).cloned(),
                     name: l.name,
                     up: l.up,
                     running: l.running,
@@ -140,6 +145,7 @@ pub fn gather(host: &Host, kernel: &dyn Kernel, hostname: Option<&str>) -> Netwo
         addresses,
         default_routes: routes(host),
         hosts_entries,
+        errors,
     }
 }
 
@@ -174,6 +180,41 @@ fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         assert_eq!(r.len(), 1);
         assert_eq!((r[0].interface.as_str(), r[0].metric), ("eth0", 1024));
         assert!(parse_route_v6("zz 00\n").is_err());
+    }
+
+    #[test]
+    fn failed_link_kind_query_is_recorded_not_dropped() {
+        use crate::gather::kernel::{InterfaceList, Link};
+        use crate::gather::replay::{Recording, ReplayKernel};
+        let root = tempfile::tempdir().unwrap();
+        let eth0 = Link {
+            name: "eth0".into(),
+            up: true,
+            running: true,
+            loopback: false,
+        };
+        let recording = Recording {
+            interfaces: Some(Observed::Value(InterfaceList {
+                links: vec![eth0],
+                addresses: Vec::new(),
+            })),
+            link_kinds: Some(Observed::Error(
+                FactError::new("rtnetlink RTM_GETLINK", "EACCES: Permission denied")
+                    .with_errno(libc::EACCES),
+            )),
+            ..Recording::default()
+        };
+        let kernel = ReplayKernel::new(recording, root.path());
+        let facts = gather(&Host::new(root.path()), &kernel, None);
+        let interfaces = facts.interfaces.value().unwrap();
+        assert_eq!(interfaces[0].name, "eth0");
+        assert_eq!(interfaces[0].kind, None);
+        assert_eq!(facts.errors.len(), 1);
+        assert_eq!(facts.errors[0].errno, Some(libc::EACCES));
+        assert_eq!(facts.errors[0].source, "rtnetlink RTM_GETLINK");
+        // The error is in the facts document, not just in memory.
+        let json = serde_json::to_value(&facts).unwrap();
+        assert_eq!(json["errors"][0]["message"], "EACCES: Permission denied");
     }
 
     #[test]

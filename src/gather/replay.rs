@@ -22,6 +22,10 @@ pub struct Recording {
     /// The largest buffer mlock accepts; larger ones are refused with ENOMEM.
     #[serde(default)]
     pub mlock_allows: Option<Limit>,
+    /// Why an mlock probe could not run at all (its buffer could not be mapped); when set,
+    /// every probe fails with it and `mlock_allows` is not consulted.
+    #[serde(default)]
+    pub mlock_error: Option<FactError>,
     /// statvfs answers by host path (`/dev/shm`); a path not listed does not exist.
     #[serde(default)]
     pub statvfs: BTreeMap<String, Observed<FsUsage>>,
@@ -70,6 +74,9 @@ impl Kernel for ReplayKernel {
     }
 
     fn mlock_probe(&self, bytes: u64) -> Result<Option<String>, FactError> {
+        if let Some(e) = &self.recording.mlock_error {
+            return Err(e.clone());
+        }
         let allows = self
             .recording
             .mlock_allows

@@ -7,56 +7,19 @@
 //! give containers 64 MiB. (FACTS.md sections 1 and 2.)
 
 use super::{Finding, undetermined};
-use crate::facts::{Facts, Observed};
+use crate::facts::{Facts, FsUsage, Observed, ShmFacts};
 use crate::policy::Policy;
 use crate::remediation;
 use crate::units::format_bytes;
 
 pub const ID: &str = "dev-shm";
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let shm = &facts.dev_shm;
-    let min = policy.min_shm.value;
-    let mut evidence = Vec::new();
-    match &shm.mount {
-        Observed::Value(Some(m)) => evidence.push(format!(
-            "mounted: {} {} ({})",
-            m.fs_type,
-            m.source,
-            m.super_options.join(",")
-        )),
-        Observed::Value(None) => evidence.push("not a mount point of its own".to_string()),
-        Observed::Error(e) => evidence.push(format!("mountinfo unreadable: {e}")),
-    }
-    let usage = match &shm.usage {
-        Observed::Value(Some(u)) => *u,
-        Observed::Value(None) => {
-            let mut f = Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM);
-            f.evidence = evidence;
-            return f;
-        }
-        Observed::Error(e) => {
-            evidence.push(format!("statvfs failed: {e}"));
-            let mut f = Finding::flagged(
-                ID,
-                undetermined(policy.min_shm.explicit),
-                "could not determine the size of /dev/shm",
-                remediation::DEV_SHM,
-            );
-            f.evidence = evidence;
-            return f;
-        }
-    };
-    evidence.push(format!(
-        "size {}, free {}, required {}",
-        format_bytes(usage.size_bytes),
-        format_bytes(usage.free_bytes),
-        format_bytes(min)
-    ));
+/// The verdict on a /dev/shm whose size is known.
+fn sized(shm: &ShmFacts, usage: FsUsage, min: u64) -> Finding {
     // Only a mount of its own with another filesystem is suspect; a plain directory
     // lives on its parent mount (in containers, /dev is itself a tmpfs).
     let disk_backed = matches!(&shm.mount, Observed::Value(Some(m)) if m.fs_type != "tmpfs");
-    let mut f = if usage.size_bytes < min {
+    if usage.size_bytes < min {
         Finding::fail(
             ID,
             format!(
@@ -91,6 +54,43 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ID,
             format!("/dev/shm is {}", format_bytes(usage.size_bytes)),
         )
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let shm = &facts.dev_shm;
+    let min = policy.min_shm.value;
+    let mut evidence = Vec::new();
+    match &shm.mount {
+        Observed::Value(Some(m)) => evidence.push(format!(
+            "mounted: {} {} ({})",
+            m.fs_type,
+            m.source,
+            m.super_options.join(",")
+        )),
+        Observed::Value(None) => evidence.push("not a mount point of its own".to_string()),
+        Observed::Error(e) => evidence.push(format!("mountinfo unreadable: {e}")),
+    }
+    let mut f = match &shm.usage {
+        Observed::Value(Some(u)) => {
+            evidence.push(format!(
+                "size {}, free {}, required {}",
+                format_bytes(u.size_bytes),
+                format_bytes(u.free_bytes),
+                format_bytes(min)
+            ));
+            sized(shm, *u, min)
+        }
+        Observed::Value(None) => Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM),
+        Observed::Error(e) => {
+            evidence.push(format!("statvfs failed: {e}"));
+            Finding::flagged(
+                ID,
+                undetermined(policy.min_shm.explicit),
+                "could not determine the size of /dev/shm",
+                remediation::DEV_SHM,
+            )
+        }
     };
     f.evidence = evidence;
     f

@@ -5,8 +5,9 @@
 //! fails to load, and dlerror says which.
 
 use super::{Finding, Problem};
-use crate::facts::Facts;
 use crate::facts::gpu::LibraryState;
+use crate::facts::rdma::FabricFacts;
+use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
 use crate::policy::Policy;
 
@@ -15,6 +16,48 @@ pub const ID: &str = "libfabric";
 const INSTALL: &str = "\
 Use an image with the EFA software: the aws-efa-installer (--skip-kmod) installs libfabric with the efa
 provider under /opt/amazon/efa, and aws-ofi-nccl under /opt/amazon/ofi-nccl; or mount them from the node.";
+
+/// A libfabric that loads: its efa provider must offer RDM endpoints, and it must be new
+/// enough for the plugin.
+fn loaded(
+    facts: &Facts,
+    f: &FabricFacts,
+    needed: bool,
+    status: Severity,
+    mut evidence: Vec<String>,
+) -> Finding {
+    let library = &facts.rdma.libfabric.library;
+    evidence.push(format!("providers: {}", f.providers.join(", ")));
+    let mut problems = Vec::new();
+    let rdm = f.efa_rdm.value().copied();
+    evidence.push(match &f.efa_rdm {
+        Observed::Value(n) => format!("fi_getinfo(efa, FI_EP_RDM): {n} endpoint(s)"),
+        Observed::Error(e) => format!("fi_getinfo(efa, FI_EP_RDM): {e}"),
+    });
+    if let Some(p) = too_old_for_the_plugin(facts, &f.version) {
+        problems.push(Problem {
+            status: if needed { status } else { Severity::Warn },
+            ..p
+        });
+    }
+    if needed && rdm.unwrap_or(0) == 0 {
+        problems.push(Problem::new(
+            status,
+            format!("libfabric {} from {library} lists no efa RDM endpoint: NCCL falls back to TCP", f.version),
+            format!("{INSTALL}\nOne verbs device this container cannot open can also hide the provider: see rdma-devices."),
+        ));
+    }
+    super::combine(
+        ID,
+        format!(
+            "libfabric {} from {library}{}",
+            f.version,
+            if needed { ", efa provider visible" } else { "" }
+        ),
+        evidence,
+        problems,
+    )
+}
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let scope = super::rdma_scope::Scope::of(facts);
@@ -27,7 +70,6 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     };
     let needed = efa > 0 || policy.require.efa;
     let status = scope.in_use_status(policy.require.efa);
-    let lib = &facts.rdma.libfabric;
     let attempts: Vec<String> = facts
         .rdma
         .libfabric_attempts
@@ -37,43 +79,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Some(e) => super::attempt_failure(&a.library, e),
         })
         .collect();
-    match &lib.state {
-        LibraryState::Loaded(f) => {
-            let mut evidence = attempts;
-            evidence.push(format!("providers: {}", f.providers.join(", ")));
-            let mut problems = Vec::new();
-            let rdm = f.efa_rdm.value().copied();
-            evidence.push(match &f.efa_rdm {
-                crate::facts::Observed::Value(n) => {
-                    format!("fi_getinfo(efa, FI_EP_RDM): {n} endpoint(s)")
-                }
-                crate::facts::Observed::Error(e) => format!("fi_getinfo(efa, FI_EP_RDM): {e}"),
-            });
-            if let Some(p) = too_old_for_the_plugin(facts, &f.version) {
-                problems.push(Problem {
-                    status: if needed { status } else { Severity::Warn },
-                    ..p
-                });
-            }
-            if needed && rdm.unwrap_or(0) == 0 {
-                problems.push(Problem::new(
-                    status,
-                    format!("libfabric {} from {} lists no efa RDM endpoint: NCCL falls back to TCP", f.version, lib.library),
-                    format!("{INSTALL}\nOne verbs device this container cannot open can also hide the provider: see rdma-devices."),
-                ));
-            }
-            super::combine(
-                ID,
-                format!(
-                    "libfabric {} from {}{}",
-                    f.version,
-                    lib.library,
-                    if needed { ", efa provider visible" } else { "" }
-                ),
-                evidence,
-                problems,
-            )
-        }
+    match &facts.rdma.libfabric.state {
+        LibraryState::Loaded(f) => loaded(facts, f, needed, status, attempts),
         LibraryState::NotFound { message } => {
             let mut f = if needed {
                 Finding::flagged(

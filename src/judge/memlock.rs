@@ -9,7 +9,7 @@
 
 use super::rdma_scope::Scope;
 use super::{Finding, undetermined};
-use crate::facts::{Facts, Limit, Observed};
+use crate::facts::{Facts, Limit, MemlockFacts, Observed};
 use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::remediation;
@@ -72,12 +72,8 @@ fn rdma_stake(scope: &Scope, required: bool) -> (String, Severity) {
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let m = &facts.memlock;
-    let need = policy.min_memlock.value;
-    let scope = Scope::of(facts);
-    let (stake, rdma_status) = rdma_stake(&scope, policy.require.any_rdma());
-    let fix = remediation::memlock_for(m.euid);
+/// What was read and probed, one line each.
+fn evidence(m: &MemlockFacts) -> Vec<String> {
     let mut evidence = Vec::new();
     match &m.limit {
         Observed::Value(l) => evidence.push(format!(
@@ -100,6 +96,90 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Some(why) => format!("mlock of {}: refused ({why})", format_bytes(probe.bytes)),
         });
     }
+    for e in &m.probe_errors {
+        evidence.push(format!("mlock probe could not run: {e}"));
+    }
+    evidence
+}
+
+/// The limit covers what is needed: a pass, unless a real mlock was refused anyway.
+fn sufficient(m: &MemlockFacts, limit: Limit, why: &str) -> Finding {
+    match m
+        .probe
+        .as_ref()
+        .and_then(|p| p.refused.as_ref().map(|why| (p.bytes, why)))
+    {
+        Some((bytes, why)) if limit.covers(Limit::Bytes(bytes)) => Finding::warn(
+            ID,
+            format!(
+                "memlock {} but a real mlock was refused: {why}",
+                format_limit(limit)
+            ),
+            "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
+                 Check the pod's seccompProfile and the runtime's default profile.",
+        ),
+        _ => {
+            let soft = m.limit.value().map(|l| l.soft);
+            let summary = match soft {
+                Some(soft) if soft != limit => format!(
+                    "memlock {} in effect (soft limit {}, lifted: {why})",
+                    format_limit(limit),
+                    format_limit(soft)
+                ),
+                _ => format!("memlock {}", format_limit(limit)),
+            };
+            Finding::pass(ID, summary)
+        }
+    }
+}
+
+/// The limit is below what is needed: how much that matters depends on RDMA here.
+fn too_low(
+    limit: Limit,
+    policy: &Policy,
+    scope: &Scope,
+    rdma_status: Severity,
+    fix: String,
+) -> Finding {
+    let summary = format!(
+        "memlock {} is below the required {}",
+        format_limit(limit),
+        format_limit(policy.min_memlock.value)
+    );
+    if policy.min_memlock.explicit || rdma_status == Severity::Fail {
+        Finding::fail(
+            ID,
+            format!(
+                "{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"
+            ),
+            fix,
+        )
+    } else if scope.in_use() {
+        Finding::warn(
+            ID,
+            format!(
+                "{summary}: RDMA registration would fail, but {}",
+                scope.span_words()
+            ),
+            fix,
+        )
+    } else {
+        Finding::warn(
+            ID,
+            format!(
+                "{summary}; no RDMA device this container uses, so NCCL over NVLink, PCIe or sockets is unaffected"
+            ),
+            fix,
+        )
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let m = &facts.memlock;
+    let scope = Scope::of(facts);
+    let (stake, rdma_status) = rdma_stake(&scope, policy.require.any_rdma());
+    let fix = remediation::memlock_for(m.euid);
+    let mut evidence = evidence(m);
     evidence.push(stake);
 
     let Some((limit, why)) = effective(facts) else {
@@ -113,67 +193,10 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         return f;
     };
     evidence.push(format!("effective limit {} ({why})", format_limit(limit)));
-
-    let mut f = if limit.covers(need) {
-        match m
-            .probe
-            .as_ref()
-            .and_then(|p| p.refused.as_ref().map(|why| (p.bytes, why)))
-        {
-            Some((bytes, why)) if limit.covers(Limit::Bytes(bytes)) => Finding::warn(
-                ID,
-                format!(
-                    "memlock {} but a real mlock was refused: {why}",
-                    format_limit(limit)
-                ),
-                "A seccomp profile or LSM may block mlock; NCCL's RDMA registration needs it. \
-                     Check the pod's seccompProfile and the runtime's default profile.",
-            ),
-            _ => {
-                let soft = m.limit.value().map(|l| l.soft);
-                let summary = match soft {
-                    Some(soft) if soft != limit => format!(
-                        "memlock {} in effect (soft limit {}, lifted: {why})",
-                        format_limit(limit),
-                        format_limit(soft)
-                    ),
-                    _ => format!("memlock {}", format_limit(limit)),
-                };
-                Finding::pass(ID, summary)
-            }
-        }
+    let mut f = if limit.covers(policy.min_memlock.value) {
+        sufficient(m, limit, &why)
     } else {
-        let summary = format!(
-            "memlock {} is below the required {}",
-            format_limit(limit),
-            format_limit(need)
-        );
-        if policy.min_memlock.explicit || rdma_status == Severity::Fail {
-            Finding::fail(
-                ID,
-                format!(
-                    "{summary}: RDMA memory registration (ibv_reg_mr) will fail or NCCL falls back to TCP"
-                ),
-                fix,
-            )
-        } else if scope.in_use() {
-            Finding::warn(
-                ID,
-                format!(
-                    "{summary}: RDMA registration would fail, but {}",
-                    scope.span_words()
-                ),
-                fix,
-            )
-        } else {
-            Finding::warn(
-                ID,
-                format!(
-                    "{summary}; no RDMA device this container uses, so NCCL over NVLink, PCIe or sockets is unaffected"
-                ),
-                fix,
-            )
-        }
+        too_low(limit, policy, &scope, rdma_status, fix)
     };
     f.evidence = evidence;
     f

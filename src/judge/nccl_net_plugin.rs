@@ -6,6 +6,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
+use crate::facts::rdma::NetPlugin;
 use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
 use crate::platform::OFI_NCCL_DIRS;
@@ -13,25 +14,8 @@ use crate::policy::Policy;
 
 pub const ID: &str = "nccl-net-plugin";
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let scope = super::rdma_scope::Scope::of(facts);
-    if scope.own_image {
-        return Finding::skip(
-            ID,
-            format!(
-                "libnccl and its net plugin not probed: {}",
-                crate::facts::ImageRole::OWN_REASON
-            ),
-        );
-    }
-    let devices = facts.rdma.devices.value().cloned().unwrap_or_default();
-    // EFA this container can use (sysfs lists the node's, requested or not).
-    let efa = if scope.nodes_unknown.is_some() {
-        devices.iter().filter(|d| d.is_efa()).count()
-    } else {
-        scope.usable_efa()
-    };
-    let fail = scope.in_use_status(policy.require.efa);
+/// What this image's libnccl and each plugin location said, as evidence.
+fn load_evidence(facts: &Facts) -> Vec<String> {
     let nccl = &facts.rdma.nccl;
     let mut evidence = Vec::new();
     match &nccl.library.state {
@@ -52,8 +36,80 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Some(e) => super::attempt_failure(&a.library, e),
         });
     }
+    evidence
+}
+
+/// A plugin that loads: from where NCCL finds it, with the API this NCCL asks for.
+fn loaded_plugin(
+    facts: &Facts,
+    p: &NetPlugin,
+    needed: bool,
+    fail: Severity,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) -> String {
+    let from_ofi_dir = OFI_NCCL_DIRS.iter().any(|d| p.library.starts_with(d));
+    if from_ofi_dir && needed {
+        problems.push(Problem::new(
+            fail,
+            format!("aws-ofi-nccl is installed ({}) but not on the library search path: NCCL will not load it", p.library),
+            format!("Add its directory to the search path: LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH", p.library.rsplit_once('/').map_or("", |(d, _)| d)),
+        ));
+    }
+    if let Some(v) = &p.ofi_nccl_version {
+        evidence.push(format!("aws-ofi-nccl {v}"));
+    }
+    if let Some(problem) = api_mismatch(
+        facts,
+        p,
+        evidence,
+        if needed { fail } else { Severity::Warn },
+    ) {
+        problems.push(problem);
+    }
+    format!(
+        "NCCL loads {} ({} {})",
+        p.path.as_deref().unwrap_or(&p.library),
+        p.name.as_deref().unwrap_or("unnamed"),
+        p.api.as_deref().unwrap_or("no ncclNetPlugin symbol")
+    )
+}
+
+/// No plugin where EFA needs one: NCCL falls back to TCP.
+fn missing_plugin(efa: usize, env_plugin: Option<&str>, fail: Severity) -> Problem {
+    Problem::new(
+        fail,
+        format!("{efa} EFA device(s) but no NCCL net plugin: NCCL cannot use EFA and falls back to TCP"),
+        // A value no library answers to is a typo in the variable, not a missing install.
+        match env_plugin.filter(|v| !v.trim().is_empty()) {
+            Some(v) => super::nccl_env::network::net_plugin_fix(v),
+            None => "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.".to_string(),
+        },
+    )
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let scope = super::rdma_scope::Scope::of(facts);
+    if scope.own_image {
+        return Finding::skip(
+            ID,
+            format!(
+                "libnccl and its net plugin not probed: {}",
+                crate::facts::ImageRole::OWN_REASON
+            ),
+        );
+    }
+    let devices = facts.rdma.devices.value().cloned().unwrap_or_default();
+    // EFA this container can use (sysfs lists the node's, requested or not).
+    let efa = if scope.nodes_unknown.is_some() {
+        devices.iter().filter(|d| d.is_efa()).count()
+    } else {
+        scope.usable_efa()
+    };
+    let fail = scope.in_use_status(policy.require.efa);
+    let mut evidence = load_evidence(facts);
     let needed = efa > 0 || policy.require.efa;
-    let plugin = match &nccl.net_plugin {
+    let plugin = match &facts.rdma.nccl.net_plugin {
         Observed::Value(p) => p.clone(),
         Observed::Error(e) => {
             let mut f = Finding::flagged(
@@ -69,40 +125,11 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let env_plugin = facts
         .nccl_env
         .get("NCCL_NET_PLUGIN")
-        .map(|v| v.value.clone());
+        .map(|v| v.value.as_str());
     let mut problems = Vec::new();
     let summary = match &plugin {
-        Some(p) => {
-            let from_ofi_dir = OFI_NCCL_DIRS.iter().any(|d| p.library.starts_with(d));
-            if from_ofi_dir && needed {
-                problems.push(Problem::new(
-                    fail,
-                    format!("aws-ofi-nccl is installed ({}) but not on the library search path: NCCL will not load it", p.library),
-                    format!("Add its directory to the search path: LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH", p.library.rsplit_once('/').map_or("", |(d, _)| d)),
-                ));
-            }
-            if let Some(v) = &p.ofi_nccl_version {
-                evidence.push(format!("aws-ofi-nccl {v}"));
-            }
-            if let Some(problem) = api_mismatch(
-                facts,
-                p,
-                &mut evidence,
-                if needed { fail } else { Severity::Warn },
-            ) {
-                problems.push(problem);
-            }
-            format!(
-                "NCCL loads {} ({} {})",
-                p.path.as_deref().unwrap_or(&p.library),
-                p.name.as_deref().unwrap_or("unnamed"),
-                p.api.as_deref().unwrap_or("no ncclNetPlugin symbol")
-            )
-        }
-        None if env_plugin
-            .as_deref()
-            .is_some_and(|v| v.eq_ignore_ascii_case("none")) =>
-        {
+        Some(p) => loaded_plugin(facts, p, needed, fail, &mut evidence, &mut problems),
+        None if env_plugin.is_some_and(|v| v.eq_ignore_ascii_case("none")) => {
             if needed {
                 problems.push(Problem::new(
                     fail,
@@ -114,15 +141,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         }
         None => {
             if needed {
-                problems.push(Problem::new(
-                    fail,
-                    format!("{efa} EFA device(s) but no NCCL net plugin: NCCL cannot use EFA and falls back to TCP"),
-                    // A value no library answers to is a typo in the variable, not a missing install.
-                    match env_plugin.as_deref().filter(|v| !v.trim().is_empty()) {
-                        Some(v) => super::nccl_env::network::net_plugin_fix(v),
-                        None => "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.".to_string(),
-                    },
-                ));
+                problems.push(missing_plugin(efa, env_plugin, fail));
             }
             if devices.is_empty() && !needed {
                 return Finding::skip(ID, "no RDMA devices: no net plugin needed")

@@ -3,10 +3,10 @@
 //! libfabric's EFA provider vanish so NCCL falls back to TCP (FACTS.md section
 //! 2, ofiwg/libfabric#12708): every device is opened, not just listed.
 
-use super::rdma_scope::{self, Scope};
+use super::rdma_scope::{self, NicNeed, Scope};
 use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
-use crate::facts::rdma::RdmaDevice;
+use crate::facts::rdma::{RdmaDevice, UverbsNode};
 use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
 use crate::policy::Policy;
@@ -112,233 +112,263 @@ fn link_problems(devices: &[&RdmaDevice], status: Severity) -> Vec<Problem> {
     problems
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
-    let scope = Scope::of(facts);
+/// libibverbs' port states for a device, where sysfs gave no port.
+fn verbs_ports(facts: &Facts, dev: &str) -> Vec<(u32, String)> {
+    match &facts.rdma.verbs.state {
+        LibraryState::Loaded(v) => v
+            .devices
+            .value()
+            .and_then(|list| list.iter().find(|d| d.name == dev))
+            .map(|d| {
+                d.ports
+                    .iter()
+                    .filter_map(|p| p.state.clone().map(|s| (p.port, s)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// /sys/class/infiniband could not be read: could not determine, never absent.
+fn unreadable_class(scope: &Scope, policy: &Policy, expected_efa: Option<u32>) -> Option<Finding> {
+    let e = scope.devices.err()?;
     let required = policy.require.any_rdma();
-    let platform = crate::platform::of(facts);
-    let expected_efa = platform.and_then(|p| p.efa_devices);
-    let devices = match scope.devices {
-        Ok(d) => d,
-        Err(e) => {
-            return Finding::flagged(
-                ID,
-                scope.missing_status(required),
-                "could not determine the RDMA devices: /sys/class/infiniband could not be read",
-                format!(
-                    "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
-                    request_fix(expected_efa.is_some() || policy.require.efa, None)
-                ),
-            )
-            .evidence(e.to_string());
-        }
-    };
-    let need = rdma_scope::nic_need(facts);
-    let efa: Vec<&RdmaDevice> = devices.iter().filter(|d| d.is_efa()).collect();
-    let mut problems = Vec::new();
-    let mut evidence = Vec::new();
-    if devices.is_empty() {
-        if !required && expected_efa.is_none() {
-            return Finding::skip(ID, "no RDMA devices on this node");
-        }
-        let status = scope.missing_status(required);
-        let why = match expected_efa {
-            Some(n) => format!(" (this instance type has {n} EFA devices)"),
-            None => String::new(),
-        };
-        return Finding::flagged(
+    Some(
+        Finding::flagged(
             ID,
-            status,
+            scope.missing_status(required),
+            "could not determine the RDMA devices: /sys/class/infiniband could not be read",
             format!(
-                "no RDMA devices{why}: NCCL between nodes will use TCP sockets; {}",
-                scope.span_words()
+                "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
+                request_fix(expected_efa.is_some() || policy.require.efa, None)
             ),
-            request_fix(
-                policy.require.efa || expected_efa.is_some(),
-                need.as_ref().map(|n| n.count),
-            ),
-        );
+        )
+        .evidence(e.to_string()),
+    )
+}
+
+/// No RDMA device on the node: a skip, unless the policy or the instance type expects some.
+fn no_devices(
+    scope: &Scope,
+    policy: &Policy,
+    expected_efa: Option<u32>,
+    need: Option<&NicNeed>,
+) -> Finding {
+    let required = policy.require.any_rdma();
+    if !required && expected_efa.is_none() {
+        return Finding::skip(ID, "no RDMA devices on this node");
     }
-    if let Some(n) = expected_efa
-        && (efa.len() as u32) < n
-    {
-        // sysfs lists the node's devices whatever the pod asked for: fewer is the node's fault.
-        problems.push(Problem::new(
-            scope.missing_status(false),
-            format!("{} EFA device(s) on a node that has {n}", efa.len()),
-            "The node lost EFA devices: check the EFA driver (dmesg | grep efa, lsmod | grep efa) and the instance's network cards; drain it if they do not come back.",
-        ));
-    }
-    if let Some(e) = scope.nodes_unknown {
-        evidence.push(format!(
-            "could not tell which devices this container can open: {e}"
-        ));
-    }
-    let uverbs = facts.rdma.uverbs.value().map_or(&[][..], Vec::as_slice);
-    let verbs_ports = |dev: &str| -> Vec<(u32, String)> {
-        match &facts.rdma.verbs.state {
-            LibraryState::Loaded(v) => v
-                .devices
-                .value()
-                .and_then(|list| list.iter().find(|d| d.name == dev))
-                .map(|d| {
-                    d.ports
-                        .iter()
-                        .filter_map(|p| p.state.clone().map(|s| (p.port, s)))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        }
+    let status = scope.missing_status(required);
+    let why = match expected_efa {
+        Some(n) => format!(" (this instance type has {n} EFA devices)"),
+        None => String::new(),
     };
-    for d in devices {
-        let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
-        let ports: Vec<String> = d
-            .ports
-            .iter()
-            .map(|p| {
-                format!(
-                    "port {} {} {}",
-                    p.port,
-                    p.state.as_deref().unwrap_or("?"),
-                    p.link_layer.as_deref().unwrap_or("?")
-                )
-            })
-            .collect();
-        evidence.push(format!(
-            "{} ({}, {}): {}{}",
-            d.name,
-            d.driver.as_deref().unwrap_or("?"),
-            d.pci_bus_id.as_deref().unwrap_or("?"),
-            if ports.is_empty() {
-                "no port read".to_string()
+    Finding::flagged(
+        ID,
+        status,
+        format!(
+            "no RDMA devices{why}: NCCL between nodes will use TCP sockets; {}",
+            scope.span_words()
+        ),
+        request_fix(
+            policy.require.efa || expected_efa.is_some(),
+            need.map(|n| n.count),
+        ),
+    )
+}
+
+/// One line of evidence per device: driver, PCI place, ports, and its device node here.
+fn device_line(d: &RdmaDevice, node: Option<&UverbsNode>, nodes_unknown: bool) -> String {
+    let ports: Vec<String> = d
+        .ports
+        .iter()
+        .map(|p| {
+            format!(
+                "port {} {} {}",
+                p.port,
+                p.state.as_deref().unwrap_or("?"),
+                p.link_layer.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    format!(
+        "{} ({}, {}): {}{}",
+        d.name,
+        d.driver.as_deref().unwrap_or("?"),
+        d.pci_bus_id.as_deref().unwrap_or("?"),
+        if ports.is_empty() {
+            "no port read".to_string()
+        } else {
+            ports.join(", ")
+        },
+        match node.and_then(|n| n.open.as_ref()) {
+            Some(o) if o.refused.is_none() => format!(
+                "; /dev/infiniband/{} opens",
+                node.map_or("?", |n| n.name.as_str())
+            ),
+            Some(o) => format!(
+                "; /dev/infiniband/{} refused: {}",
+                node.map_or("?", |n| n.name.as_str()),
+                o.refused.as_deref().unwrap_or("")
+            ),
+            None if nodes_unknown => "; device node unknown".into(),
+            None => "; no device node in this container".into(),
+        }
+    )
+}
+
+/// A device sysfs lists no port for: libibverbs' answer stands in; neither is "could not determine".
+fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
+    let from_verbs = verbs_ports(facts, &d.name);
+    let down: Vec<String> = from_verbs
+        .iter()
+        .filter(|(_, s)| s != "ACTIVE")
+        .map(|(p, s)| format!("port {p} {s} (libibverbs)"))
+        .collect();
+    if !down.is_empty() {
+        Some(Problem::new(
+            scope.in_use_status(required),
+            format!("{}: {}", d.name, down.join(", ")),
+            PORT_FIX,
+        ))
+    } else if from_verbs.is_empty() {
+        Some(Problem::new(
+            if required {
+                Severity::Fail
             } else {
-                ports.join(", ")
+                Severity::Warn
             },
-            match node.and_then(|n| n.open.as_ref()) {
-                Some(o) if o.refused.is_none() => format!(
-                    "; /dev/infiniband/{} opens",
-                    node.map_or("?", |n| n.name.as_str())
-                ),
-                Some(o) => format!(
-                    "; /dev/infiniband/{} refused: {}",
-                    node.map_or("?", |n| n.name.as_str()),
-                    o.refused.as_deref().unwrap_or("")
-                ),
-                None if scope.nodes_unknown.is_some() => "; device node unknown".into(),
-                None => "; no device node in this container".into(),
-            }
-        ));
-        for e in &d.unreadable {
-            evidence.push(format!("unreadable: {e}"));
-        }
-        if let Some(o) = node.and_then(|n| n.open.as_ref())
-            && let Some(refused) = &o.refused
-        {
-            problems.push(Problem::new(
-                Severity::Fail,
-                format!(
-                    "{}: /dev/infiniband/{} exists but cannot be opened ({refused}): libfabric's EFA provider and NCCL can lose every device over one",
-                    d.name,
-                    node.map_or("?", |n| n.name.as_str()),
-                ),
-                "Give the container access to the device (the device plugin's resource, or a device cgroup rule) or remove the node from /dev/infiniband in the pod.",
-            ));
-        }
-        // Ports matter where this container can use the device (or could not tell).
-        let judged = node.is_some() || scope.nodes_unknown.is_some();
-        if !judged {
-            continue;
-        }
-        if d.ports.is_empty() {
-            // sysfs gave no port: libibverbs' answer stands in; neither is "could not determine".
-            let from_verbs = verbs_ports(&d.name);
-            let down: Vec<String> = from_verbs
-                .iter()
-                .filter(|(_, s)| s != "ACTIVE")
-                .map(|(p, s)| format!("port {p} {s} (libibverbs)"))
-                .collect();
-            if !down.is_empty() {
-                problems.push(Problem::new(
-                    scope.in_use_status(required),
-                    format!("{}: {}", d.name, down.join(", ")),
-                    PORT_FIX,
-                ));
-            } else if from_verbs.is_empty() {
-                problems.push(Problem::new(
-                    if required { Severity::Fail } else { Severity::Warn },
-                    format!(
-                        "{}: could not determine the port state (/sys/class/infiniband/{}/ports could not be read, and libibverbs did not say)",
-                        d.name, d.name
-                    ),
-                    "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
-                ));
-            }
-            continue;
-        }
-        let down: Vec<String> = d
-            .ports
-            .iter()
-            .filter(|p| p.state.as_deref() != Some("ACTIVE"))
-            .map(|p| {
-                format!(
-                    "port {} {} ({})",
-                    p.port,
-                    p.state.as_deref().unwrap_or("?"),
-                    p.phys_state.as_deref().unwrap_or("?")
-                )
-            })
-            .collect();
-        if !down.is_empty() {
-            problems.push(Problem::new(
-                scope.in_use_status(required),
-                format!("{}: {}", d.name, down.join(", ")),
-                PORT_FIX,
-            ));
-        }
-    }
-    let judged: Vec<&RdmaDevice> = if scope.nodes_unknown.is_some() {
-        devices.iter().collect()
+            format!(
+                "{}: could not determine the port state (/sys/class/infiniband/{}/ports could not be read, and libibverbs did not say)",
+                d.name, d.name
+            ),
+            "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
+        ))
     } else {
-        scope.usable.clone()
-    };
-    problems.extend(link_problems(&judged, scope.in_use_status(required)));
-    let usable = scope.usable.len();
-    let usable_efa = scope.usable_efa();
-    let unopenable = scope.refused_nodes > 0;
-    if usable == 0 && scope.nodes_unknown.is_none() && !unopenable {
-        // The pod did not get the devices: its spec, not its image, is what to fix.
+        None
+    }
+}
+
+/// Ports of a device this container uses (or could not tell) that are not ACTIVE.
+fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
+    if d.ports.is_empty() {
+        return unlisted_ports(facts, scope, d, required);
+    }
+    let down: Vec<String> = d
+        .ports
+        .iter()
+        .filter(|p| p.state.as_deref() != Some("ACTIVE"))
+        .map(|p| {
+            format!(
+                "port {} {} ({})",
+                p.port,
+                p.state.as_deref().unwrap_or("?"),
+                p.phys_state.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    (!down.is_empty()).then(|| {
+        Problem::new(
+            scope.in_use_status(required),
+            format!("{}: {}", d.name, down.join(", ")),
+            PORT_FIX,
+        )
+    })
+}
+
+/// One device: its evidence, a device node that cannot be opened, ports not ACTIVE.
+fn device_problems(
+    facts: &Facts,
+    scope: &Scope,
+    d: &RdmaDevice,
+    required: bool,
+    evidence: &mut Vec<String>,
+) -> Vec<Problem> {
+    let uverbs = facts.rdma.uverbs.value().map_or(&[][..], Vec::as_slice);
+    let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
+    evidence.push(device_line(d, node, scope.nodes_unknown.is_some()));
+    for e in &d.unreadable {
+        evidence.push(format!("unreadable: {e}"));
+    }
+    let mut problems = Vec::new();
+    if let Some(o) = node.and_then(|n| n.open.as_ref())
+        && let Some(refused) = &o.refused
+    {
         problems.push(Problem::new(
+            Severity::Fail,
+            format!(
+                "{}: /dev/infiniband/{} exists but cannot be opened ({refused}): libfabric's EFA provider and NCCL can lose every device over one",
+                d.name,
+                node.map_or("?", |n| n.name.as_str()),
+            ),
+            "Give the container access to the device (the device plugin's resource, or a device cgroup rule) or remove the node from /dev/infiniband in the pod.",
+        ));
+    }
+    // Ports matter where this container can use the device (or could not tell).
+    if node.is_some() || scope.nodes_unknown.is_some() {
+        problems.extend(port_problems(facts, scope, d, required));
+    }
+    problems
+}
+
+/// The devices this pod got against the ones its GPUs need.
+fn allocation_problem(
+    scope: &Scope,
+    policy: &Policy,
+    devices: &[RdmaDevice],
+    any_efa: bool,
+    need: Option<&NicNeed>,
+) -> Option<Problem> {
+    let usable = scope.usable.len();
+    let required = policy.require.any_rdma();
+    if usable == 0 && scope.nodes_unknown.is_none() && scope.refused_nodes == 0 {
+        // The pod did not get the devices: its spec, not its image, is what to fix.
+        return Some(Problem::new(
             scope.missing_status(required),
             format!(
                 "this pod can use none of the node's {} RDMA device(s) (no /dev/infiniband node): NCCL between nodes would use TCP sockets; {}",
                 devices.len(),
                 scope.span_words()
             ),
-            request_fix(!efa.is_empty(), need.as_ref().map(|n| n.count)),
+            request_fix(any_efa, need.map(|n| n.count)),
         ));
-    } else if let Some(need) = &need {
-        let have = if need.efa { usable_efa } else { usable } as u32;
-        if have < need.count && scope.nodes_unknown.is_none() {
-            let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
-            problems.push(Problem {
-                status: scope.missing_status(efa_required),
-                summary: format!(
-                    "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
-                    need.count,
-                    if need.efa { "EFA devices" } else { "RDMA NICs" },
-                    u64::from(have) * 100 / u64::from(need.count),
-                    scope.span_words()
-                ),
-                evidence: vec![need.basis.clone()],
-                remediation: request_fix(need.efa, Some(need.count)),
-            });
-        }
     }
+    let need = need?;
+    let have = if need.efa { scope.usable_efa() } else { usable } as u32;
+    if have >= need.count || scope.nodes_unknown.is_some() {
+        return None;
+    }
+    let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
+    Some(Problem {
+        status: scope.missing_status(efa_required),
+        summary: format!(
+            "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
+            need.count,
+            if need.efa { "EFA devices" } else { "RDMA NICs" },
+            u64::from(have) * 100 / u64::from(need.count),
+            scope.span_words()
+        ),
+        evidence: vec![need.basis.clone()],
+        remediation: request_fix(need.efa, Some(need.count)),
+    })
+}
+
+/// `--require efa`, `efa=N`, `rdma=N` and `rdma` against the devices usable here.
+fn requirement_problems(
+    scope: &Scope,
+    policy: &Policy,
+    any_efa: bool,
+    need: Option<&NicNeed>,
+) -> Vec<Problem> {
+    let usable = scope.usable.len();
+    let usable_efa = scope.usable_efa();
+    let mut problems = Vec::new();
     if policy.require.efa && usable_efa == 0 && scope.nodes_unknown.is_none() {
         problems.push(Problem::new(
             Severity::Fail,
             "--require efa: no EFA device usable from this container".to_string(),
-            request_fix(true, need.as_ref().map(|n| n.count)),
+            request_fix(true, need.map(|n| n.count)),
         ));
     }
     if let Some(n) = policy.require.efa_count
@@ -356,46 +386,122 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         problems.push(Problem::new(
             Severity::Fail,
             format!("--require rdma={n}: {usable} RDMA device(s) usable from this container"),
-            request_fix(!efa.is_empty(), Some(n)),
+            request_fix(any_efa, Some(n)),
         ));
-    } else if policy.require.rdma && usable == 0 && scope.nodes_unknown.is_none() && unopenable {
+    } else if policy.require.rdma
+        && usable == 0
+        && scope.nodes_unknown.is_none()
+        && scope.refused_nodes > 0
+    {
         problems.push(Problem::new(
             Severity::Fail,
             "no RDMA device can be opened from this container".to_string(),
-            request_fix(!efa.is_empty(), None),
+            request_fix(any_efa, None),
         ));
     }
+    problems
+}
+
+/// The trainer's libibverbs: present, and able to list and open the devices.
+fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem> {
+    let usable = scope.usable.len();
+    match &facts.rdma.verbs.state {
+        LibraryState::NotFound { message } => vec![Problem {
+            status,
+            summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
+            evidence: vec![message.clone()],
+            remediation: "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.".into(),
+        }],
+        LibraryState::Failed(e) => vec![Problem::new(
+            status,
+            format!("libibverbs failed: {e}"),
+            "Reinstall rdma-core in the image; its providers must match the library.",
+        )],
+        LibraryState::Loaded(v) => match &v.devices {
+            Observed::Error(e) => vec![Problem::new(
+                status,
+                format!("libibverbs lists no device: {e}"),
+                "The container needs the uverbs device nodes and sysfs entries; check the device plugin.",
+            )],
+            Observed::Value(list) => list
+                .iter()
+                .filter_map(|d| {
+                    d.open.error().map(|e| {
+                        Problem::new(
+                            status,
+                            format!("{}: {e}", d.name),
+                            "Check the device's permissions and the provider library for its driver (ibverbs-providers).",
+                        )
+                    })
+                })
+                .collect(),
+        },
+        LibraryState::Skipped { .. } => Vec::new(),
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let scope = Scope::of(facts);
+    let required = policy.require.any_rdma();
+    let expected_efa = crate::platform::of(facts).and_then(|p| p.efa_devices);
+    if let Some(f) = unreadable_class(&scope, policy, expected_efa) {
+        return f;
+    }
+    let devices = scope.devices.unwrap_or(&[]);
+    let need = rdma_scope::nic_need(facts);
+    if devices.is_empty() {
+        return no_devices(&scope, policy, expected_efa, need.as_ref());
+    }
+    let efa: Vec<&RdmaDevice> = devices.iter().filter(|d| d.is_efa()).collect();
+    let mut problems = Vec::new();
+    let mut evidence = Vec::new();
+    if let Some(n) = expected_efa
+        && (efa.len() as u32) < n
+    {
+        // sysfs lists the node's devices whatever the pod asked for: fewer is the node's fault.
+        problems.push(Problem::new(
+            scope.missing_status(false),
+            format!("{} EFA device(s) on a node that has {n}", efa.len()),
+            "The node lost EFA devices: check the EFA driver (dmesg | grep efa, lsmod | grep efa) and the instance's network cards; drain it if they do not come back.",
+        ));
+    }
+    if let Some(e) = scope.nodes_unknown {
+        evidence.push(format!(
+            "could not tell which devices this container can open: {e}"
+        ));
+    }
+    let uverbs = facts.rdma.uverbs.value().map_or(&[][..], Vec::as_slice);
+    for e in uverbs.iter().filter_map(|n| n.ibdev_error.as_ref()) {
+        evidence.push(format!("unreadable: {e}"));
+    }
+    for d in devices {
+        problems.extend(device_problems(facts, &scope, d, required, &mut evidence));
+    }
+    let judged: Vec<&RdmaDevice> = if scope.nodes_unknown.is_some() {
+        devices.iter().collect()
+    } else {
+        scope.usable.clone()
+    };
+    problems.extend(link_problems(&judged, scope.in_use_status(required)));
+    problems.extend(allocation_problem(
+        &scope,
+        policy,
+        devices,
+        !efa.is_empty(),
+        need.as_ref(),
+    ));
+    problems.extend(requirement_problems(
+        &scope,
+        policy,
+        !efa.is_empty(),
+        need.as_ref(),
+    ));
     if scope.own_image {
         evidence.push(OWN_IMAGE_NOTE.to_string());
     } else if scope.in_use() {
-        let status = scope.in_use_status(required);
-        match &facts.rdma.verbs.state {
-            LibraryState::NotFound { message } => problems.push(Problem {
-                status,
-                summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
-                evidence: vec![message.clone()],
-                remediation: "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.".into(),
-            }),
-            LibraryState::Failed(e) => {
-                problems.push(Problem::new(status, format!("libibverbs failed: {e}"), "Reinstall rdma-core in the image; its providers must match the library."))
-            }
-            LibraryState::Loaded(v) => match &v.devices {
-                Observed::Error(e) => problems.push(Problem::new(
-                    status,
-                    format!("libibverbs lists no device: {e}"),
-                    "The container needs the uverbs device nodes and sysfs entries; check the device plugin.",
-                )),
-                Observed::Value(list) => {
-                    for d in list {
-                        if let Some(e) = d.open.error() {
-                            problems.push(Problem::new(status, format!("{}: {e}", d.name), "Check the device's permissions and the provider library for its driver (ibverbs-providers)."));
-                        }
-                    }
-                }
-            },
-            LibraryState::Skipped { .. } => {}
-        }
+        problems.extend(verbs_problems(facts, &scope, scope.in_use_status(required)));
     }
+    let usable = scope.usable.len();
     let summary = format!(
         "{} RDMA device(s){}, {usable} usable from this container{}",
         devices.len(),

@@ -1,6 +1,6 @@
 //! EFA instances: aws-ofi-nccl's platform table (src/platform-aws.cpp; FACTS.md
-//! section 4), matched on the DMI product name the way aws-ofi-nccl matches it
-//! (first match wins). aws-ofi-nccl inserts these itself without overwriting,
+//! section 4, kept in `crate::platform::PLATFORMS`), matched on the DMI product
+//! name the way aws-ofi-nccl matches it (first match wins). aws-ofi-nccl inserts these itself without overwriting,
 //! but only the plugin versions that know the instance type do; writing them
 //! here keeps them whichever plugin loads, and the reason says where they come
 //! from. Nothing is proposed without EFA devices: the values tune the EFA path.
@@ -9,69 +9,6 @@ use super::Setting;
 use crate::facts::Facts;
 
 use crate::platform::OFI_NCCL_XML_DIR as XML_DIR;
-
-/// One row of the platform table.
-struct Platform {
-    /// Product names (exact) or prefixes ending in '*'.
-    names: &'static [&'static str],
-    /// aws-ofi-nccl's topology file for the instance type, when one ships.
-    topology: Option<&'static str>,
-    settings: &'static [(&'static str, &'static str)],
-}
-
-const CHUNKS: [(&str, &str); 2] = [
-    ("NCCL_BUFFSIZE", "8388608"),
-    ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
-];
-
-/// FACTS.md section 4. Order matters: p5en and p6-b200 before the wider p5 rows.
-const TABLE: &[Platform] = &[
-    Platform {
-        names: &["p4d.24xlarge"],
-        topology: Some("p4d-24xl-topo.xml"),
-        settings: &CHUNKS,
-    },
-    Platform {
-        names: &["p4de.24xlarge"],
-        topology: Some("p4de-24xl-topo.xml"),
-        settings: &CHUNKS,
-    },
-    Platform {
-        names: &["p5en.*", "p6-b200.*"],
-        topology: None,
-        settings: &[
-            ("NCCL_BUFFSIZE", "8388608"),
-            ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
-            ("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"),
-            ("NCCL_NVLS_CHUNKSIZE", "524288"),
-            ("NCCL_NET_FORCE_FLUSH", "0"),
-            ("NCCL_NETDEVS_POLICY", "max:1"),
-        ],
-    },
-    Platform {
-        names: &["p5.*", "p5e.*"],
-        topology: None,
-        settings: &[
-            ("NCCL_BUFFSIZE", "8388608"),
-            ("NCCL_P2P_NET_CHUNKSIZE", "524288"),
-            ("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"),
-            ("NCCL_NVLS_CHUNKSIZE", "524288"),
-            ("NCCL_NET_FORCE_FLUSH", "0"),
-        ],
-    },
-    Platform {
-        names: &["g5.48xlarge"],
-        topology: Some("g5.48xl-topo.xml"),
-        settings: &[],
-    },
-];
-
-fn matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => name == pattern,
-    }
-}
 
 /// libfabric's version as (major, minor).
 fn fabric_version(facts: &Facts) -> Option<(u32, u32)> {
@@ -98,10 +35,7 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    if let Some(p) = TABLE
-        .iter()
-        .find(|p| p.names.iter().any(|n| matches(n, product)))
-    {
+    if let Some(p) = crate::platform::ofi_lookup(product) {
         for (name, value) in p.settings {
             out.push(Setting::tuned(
                 name,

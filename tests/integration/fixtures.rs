@@ -128,6 +128,18 @@ fn unreadable_host_degrades_to_warnings_naming_paths() {
             .contains("line 1")
     );
     assert!(facts["network"]["default_routes"]["error"].is_object());
+    // Failed queries beside the facts they spoil are kept, not dropped.
+    assert_eq!(facts["network"]["errors"][0]["errno"], 13);
+    assert_eq!(facts["memlock"]["probe_errors"][0]["errno"], 12);
+    assert!(
+        finding(&r, "memlock")["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "mlock probe could not run: mmap(65536): ENOMEM: Cannot allocate memory"),
+        "{}",
+        finding(&r, "memlock")
+    );
     assert!(
         facts["namespaces"]["ipc"]["error"]["message"]
             .as_str()

@@ -178,6 +178,23 @@ fn memory_registration_meets_the_real_memlock_limit() {
         "{memreg}"
     );
     assert!(memreg["remediation"].as_str().unwrap().contains("IPC_LOCK"));
+    // The same under --trace with a stderr that refuses every write: the trace line after
+    // ibv_reg_mr fails (ENOSPC) and must not replace the registration's own errno.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = wrapped
+        .env("NCCL_PREFLIGHT_TRACE", "1")
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let summary = finding(&report(&out), "rdma-memreg")["summary"].to_string();
+    assert!(
+        summary.contains("registering 16 MiB failed (ENOMEM"),
+        "{summary}"
+    );
     // With the capability, the same registration works.
     let ok = fixture_command(
         "rdma-ib-ndr",

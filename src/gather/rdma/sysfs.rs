@@ -3,7 +3,7 @@
 //! the uverbs nodes in /dev/infiniband, and rdma_cm. Odd attribute content is
 //! recorded, never fatal; tables are bounded so hundreds of devices stay cheap.
 
-use crate::facts::rdma::{Gid, Openable, RdmaDevice, RdmaPort, UverbsNode};
+use crate::facts::rdma::{Gid, Openable, PcieLink, RdmaDevice, RdmaPort, UverbsNode};
 use crate::facts::{FactError, Observed};
 use crate::gather::host::Host;
 
@@ -35,6 +35,52 @@ fn attr(host: &Host, path: &str, unreadable: &mut Vec<FactError>) -> Option<Stri
             None
         }
     }
+}
+
+/// Reads an attribute and parses it: `None` when missing or blank; text that does not
+/// parse is recorded in `unreadable` with its path, never turned into `None` silently.
+fn parsed<T>(
+    host: &Host,
+    path: &str,
+    unreadable: &mut Vec<FactError>,
+    parse: impl FnOnce(&str) -> Option<T>,
+    what: &str,
+) -> Option<T> {
+    let text = attr(host, path, unreadable)?;
+    let value = parse(&text);
+    if value.is_none() {
+        unreadable.push(FactError::new(path, format!("{text:?} is not {what}")));
+    }
+    value
+}
+
+/// A directory listing: `None` when missing, an entry in `unreadable` when it fails.
+fn listing(host: &Host, path: &str, unreadable: &mut Vec<FactError>) -> Vec<String> {
+    match host.list_dir(path) {
+        Ok(Some(names)) => names,
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            unreadable.push(e);
+            Vec::new()
+        }
+    }
+}
+
+/// Entries of a sysfs table directory (`ports`, `gids`) that are numbers, in order; any
+/// other name is recorded (the kernel writes only numbers there).
+fn numbered(host: &Host, path: &str, unreadable: &mut Vec<FactError>) -> Vec<u32> {
+    let mut out = Vec::new();
+    for name in listing(host, path, unreadable) {
+        match name.parse() {
+            Ok(n) => out.push(n),
+            Err(_) => unreadable.push(FactError::new(
+                path,
+                format!("entry {name:?} is not a number"),
+            )),
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The IB port error counters (sysfs `ports/N/counters/`) that mean a sick link:
@@ -74,43 +120,37 @@ fn error_counters(
     out
 }
 
+/// The non-zero GIDs of one port with their type and netdev.
+fn gids(host: &Host, p: &str, unreadable: &mut Vec<FactError>) -> Vec<Gid> {
+    let mut gids = Vec::new();
+    for index in numbered(host, &format!("{p}/gids"), unreadable)
+        .into_iter()
+        .take(MAX_GIDS)
+    {
+        let Some(gid) = attr(host, &format!("{p}/gids/{index}"), unreadable) else {
+            continue;
+        };
+        if is_zero_gid(&gid) {
+            continue;
+        }
+        // The kernel answers EINVAL for the type of an unused entry; only used ones are read.
+        gids.push(Gid {
+            index,
+            kind: attr(host, &format!("{p}/gid_attrs/types/{index}"), unreadable),
+            netdev: attr(host, &format!("{p}/gid_attrs/ndevs/{index}"), unreadable),
+            gid,
+        });
+    }
+    gids
+}
+
 fn ports(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Vec<RdmaPort> {
     let base = format!("{CLASS}/{dev}/ports");
-    let names = match host.list_dir(&base) {
-        Ok(Some(n)) => n,
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            unreadable.push(e);
-            Vec::new()
-        }
-    };
-    let mut ports: Vec<RdmaPort> = names
-        .iter()
-        .filter_map(|n| n.parse::<u32>().ok())
+    numbered(host, &base, unreadable)
+        .into_iter()
         .take(MAX_PORTS)
         .map(|port| {
             let p = format!("{base}/{port}");
-            let mut gids = Vec::new();
-            let mut indices: Vec<u32> = match host.list_dir(&format!("{p}/gids")) {
-                Ok(Some(n)) => n.iter().filter_map(|i| i.parse().ok()).collect(),
-                _ => Vec::new(),
-            };
-            indices.sort_unstable();
-            for index in indices.into_iter().take(MAX_GIDS) {
-                let Some(gid) = attr(host, &format!("{p}/gids/{index}"), unreadable) else {
-                    continue;
-                };
-                if is_zero_gid(&gid) {
-                    continue;
-                }
-                // The kernel answers EINVAL for the type of an unused entry; only used ones are read.
-                gids.push(Gid {
-                    index,
-                    kind: attr(host, &format!("{p}/gid_attrs/types/{index}"), unreadable),
-                    netdev: attr(host, &format!("{p}/gid_attrs/ndevs/{index}"), unreadable),
-                    gid,
-                });
-            }
             RdmaPort {
                 port,
                 state: attr(host, &format!("{p}/state"), unreadable).map(|s| state_name(&s)),
@@ -118,13 +158,53 @@ fn ports(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Vec<RdmaPor
                     .map(|s| state_name(&s)),
                 link_layer: attr(host, &format!("{p}/link_layer"), unreadable),
                 rate: attr(host, &format!("{p}/rate"), unreadable),
-                gids,
+                gids: gids(host, &p, unreadable),
                 error_counters: error_counters(host, &p, unreadable),
             }
         })
-        .collect();
-    ports.sort_by_key(|p| p.port);
-    ports
+        .collect()
+}
+
+/// The PCIe link of the device's PCI function; `None` when sysfs has neither current value.
+fn pcie(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Option<PcieLink> {
+    let path = |name: &str| format!("{dev}/device/{name}");
+    let width = |t: &str| t.parse::<u32>().ok();
+    let link = PcieLink {
+        current_speed: attr(host, &path("current_link_speed"), unreadable),
+        max_speed: attr(host, &path("max_link_speed"), unreadable),
+        current_width: parsed(
+            host,
+            &path("current_link_width"),
+            unreadable,
+            width,
+            "a lane count",
+        ),
+        max_width: parsed(
+            host,
+            &path("max_link_width"),
+            unreadable,
+            width,
+            "a lane count",
+        ),
+    };
+    (link.current_speed.is_some() || link.current_width.is_some()).then_some(link)
+}
+
+/// The NUMA node of the device's PCI function; the kernel's `-1` (no NUMA affinity) is `None`.
+fn numa_node(host: &Host, dev: &str, unreadable: &mut Vec<FactError>) -> Option<u32> {
+    let parse = |t: &str| match t.parse::<i64>() {
+        Ok(-1) => Some(None),
+        Ok(n) => u32::try_from(n).ok().map(Some),
+        Err(_) => None,
+    };
+    parsed(
+        host,
+        &format!("{dev}/device/numa_node"),
+        unreadable,
+        parse,
+        "a NUMA node",
+    )
+    .flatten()
 }
 
 fn device(host: &Host, name: &str) -> RdmaDevice {
@@ -144,29 +224,19 @@ fn device(host: &Host, name: &str) -> RdmaDevice {
         .filter(|b| b.matches(':').count() == 2)
         .map(String::from);
     let driver = match host.read_link(&format!("{dev}/device/driver")) {
-        Ok(Some(target)) => target.rsplit('/').next().map(String::from),
-        _ => None,
+        Ok(target) => target.and_then(|t| t.rsplit('/').next().map(String::from)),
+        Err(e) => {
+            unreadable.push(e);
+            None
+        }
     };
-    let netdevs = match host.list_dir(&format!("{dev}/device/net")) {
-        Ok(Some(n)) => n,
-        _ => Vec::new(),
-    };
-    let numa_node = attr(host, &format!("{dev}/device/numa_node"), &mut unreadable)
-        .and_then(|n| n.parse().ok());
+    let netdevs = listing(host, &format!("{dev}/device/net"), &mut unreadable);
+    let numa_node = numa_node(host, &dev, &mut unreadable);
     let ports = ports(host, name, &mut unreadable);
+    let pcie = pcie(host, &dev, &mut unreadable);
     // The EFA driver of the EFA installer (amzn-drivers efa_sysfs.c) says on the PCI device
     // which GPU peer-memory provider it has: `p2p` (e.g. `NVIDIA`, `NVIDIA peermem`), or `gdr`
     // in older releases. Read only for EFA devices: other drivers have neither file.
-    let pcie = {
-        let mut read = |name: &str| attr(host, &format!("{dev}/device/{name}"), &mut unreadable);
-        let link = crate::facts::rdma::PcieLink {
-            current_speed: read("current_link_speed"),
-            max_speed: read("max_link_speed"),
-            current_width: read("current_link_width").and_then(|w| w.parse().ok()),
-            max_width: read("max_link_width").and_then(|w| w.parse().ok()),
-        };
-        (link.current_speed.is_some() || link.current_width.is_some()).then_some(link)
-    };
     let efa_p2p = if driver.as_deref() == Some("efa") {
         attr(host, &format!("{dev}/device/p2p"), &mut unreadable).or_else(|| {
             attr(host, &format!("{dev}/device/gdr"), &mut unreadable).map(|g| format!("gdr {g}"))
@@ -213,14 +283,18 @@ pub fn uverbs(host: &Host) -> Observed<Vec<UverbsNode>> {
         names
             .into_iter()
             .filter(|n| n.starts_with("uverbs"))
-            .map(|name| UverbsNode {
-                ibdev: host
-                    .read(&format!("/sys/class/infiniband_verbs/{name}/ibdev"))
-                    .ok()
-                    .flatten()
-                    .map(|s| s.trim().to_string()),
-                open: openable(host, &format!("/dev/infiniband/{name}")),
-                name,
+            .map(|name| {
+                let (ibdev, ibdev_error) =
+                    match host.read(&format!("/sys/class/infiniband_verbs/{name}/ibdev")) {
+                        Ok(text) => (text.map(|s| s.trim().to_string()), None),
+                        Err(e) => (None, Some(e)),
+                    };
+                UverbsNode {
+                    ibdev,
+                    ibdev_error,
+                    open: openable(host, &format!("/dev/infiniband/{name}")),
+                    name,
+                }
             })
             .collect(),
     )
@@ -233,6 +307,67 @@ pub fn rdma_cm(host: &Host) -> Observed<Option<Openable>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes `text` at `rel` under `root`, creating the directories.
+    fn put(root: &std::path::Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn garbage_attributes_are_recorded_not_dropped() {
+        let root = tempfile::tempdir().unwrap();
+        let dev = "sys/class/infiniband/mlx5_0";
+        put(
+            root.path(),
+            &format!("{dev}/device/current_link_width"),
+            "garbage\n",
+        );
+        put(root.path(), &format!("{dev}/device/max_link_width"), "16\n");
+        put(
+            root.path(),
+            &format!("{dev}/device/current_link_speed"),
+            "16.0 GT/s PCIe\n",
+        );
+        put(root.path(), &format!("{dev}/device/numa_node"), "-1\n");
+        put(root.path(), &format!("{dev}/ports/1/state"), "4: ACTIVE\n");
+        std::fs::create_dir_all(root.path().join(format!("{dev}/ports/bogus"))).unwrap();
+        // ibdev as a directory: it exists but is no attribute.
+        std::fs::create_dir_all(root.path().join("sys/class/infiniband_verbs/uverbs0/ibdev"))
+            .unwrap();
+        let host = Host::new(root.path());
+        let devices = devices(&host);
+        let d = &devices.value().unwrap()[0];
+        let pcie = d.pcie.as_ref().unwrap();
+        assert_eq!((pcie.current_width, pcie.max_width), (None, Some(16)));
+        // -1 is the kernel's "no NUMA affinity": absent, not an error.
+        assert_eq!(d.numa_node, None);
+        assert_eq!(d.ports.len(), 1);
+        let errors: Vec<String> = d.unreadable.iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors.contains(&format!(
+                "{CLASS}/mlx5_0/device/current_link_width: \"garbage\" is not a lane count"
+            )),
+            "{errors:?}"
+        );
+        assert!(
+            errors.contains(&format!(
+                "{CLASS}/mlx5_0/ports: entry \"bogus\" is not a number"
+            )),
+            "{errors:?}"
+        );
+        let nodes = uverbs(&host);
+        let node = &nodes.value().unwrap()[0];
+        assert_eq!(node.ibdev, None);
+        assert!(
+            node.ibdev_error
+                .as_ref()
+                .is_some_and(|e| e.source.ends_with("uverbs0/ibdev")),
+            "{node:?}"
+        );
+    }
 
     #[test]
     fn states_and_gids() {

@@ -230,14 +230,17 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
         Ok(l) => l,
         Err(_) => return Observed::Error(FactError::new("ibv_reg_mr", "size does not fit")),
     };
+    // errno is read inside each call's closure: the watch's `--trace` line and lock run
+    // between the call's return and the caller, and a failed write there would overwrite it.
     // SAFETY: ctx is an open context from ibv_open_device.
-    let pd = watch.call(format!("ibv_alloc_pd({name})"), || unsafe {
-        (api.alloc_pd.get())(ctx)
+    let (pd, errno) = watch.call(format!("ibv_alloc_pd({name})"), || unsafe {
+        let pd = (api.alloc_pd.get())(ctx);
+        (pd, last_errno())
     });
     if pd.is_null() {
         return Observed::Error(FactError::new(
             format!("ibv_alloc_pd({name})"),
-            errno_text(last_errno()),
+            errno_text(errno),
         ));
     }
     let result = match Buffer::new(len) {
@@ -245,11 +248,11 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
         Ok(buffer) => {
             let call = format!("ibv_reg_mr({name}, {len} bytes)");
             // SAFETY: pd is valid; the buffer is mapped for `len` bytes and outlives the registration.
-            let mr = watch.call(call.clone(), || unsafe {
-                (api.reg_mr.get())(pd, buffer.addr, len, ACCESS_LOCAL_WRITE)
+            let (mr, errno) = watch.call(call.clone(), || unsafe {
+                let mr = (api.reg_mr.get())(pd, buffer.addr, len, ACCESS_LOCAL_WRITE);
+                (mr, last_errno())
             });
             if mr.is_null() {
-                let errno = last_errno();
                 Observed::Error(FactError::new(call, errno_text(errno)).with_errno(errno))
             } else {
                 // SAFETY: mr came from ibv_reg_mr and is deregistered once, before the buffer is unmapped.
@@ -267,18 +270,63 @@ fn memreg(watch: &Watch, api: &Api, name: &str, ctx: *mut ibv_context, bytes: u6
     result
 }
 
-/// Opens, queries and registers memory on one device; closes it again.
-fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDevice {
+/// Queries ports 1..=count of an open device.
+fn query_ports(
+    watch: &Watch,
+    api: &Api,
+    name: &str,
+    ctx: *mut ibv_context,
+    count: u8,
+) -> Vec<VerbsPort> {
+    let mut ports = Vec::new();
+    for port in 1..=count {
+        // SAFETY: zeroed plain struct, filled by the library.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        let call = format!("ibv_query_port({name}, {port})");
+        // SAFETY: ctx is open; the exported ibv_query_port writes the compat prefix of ibv_port_attr.
+        let rc = watch.call(call.clone(), || unsafe {
+            (api.query_port.get())(ctx, port, &mut pa)
+        });
+        ports.push(if rc == 0 {
+            VerbsPort {
+                port: u32::from(port),
+                query: Observed::Value(()),
+                state: Some(port_state(pa.state).to_string()),
+                link_layer: Some(link_layer(pa.link_layer).to_string()),
+                active_mtu: (1..=5)
+                    .contains(&pa.active_mtu)
+                    .then(|| 128 << pa.active_mtu),
+            }
+        } else {
+            VerbsPort {
+                port: u32::from(port),
+                query: Observed::Error(FactError::new(call, errno_text(rc))),
+                state: None,
+                link_layer: None,
+                active_mtu: None,
+            }
+        });
+    }
+    ports
+}
+
+/// The device's name as libibverbs gives it; `?` when it gives none.
+fn device_name(api: &Api, dev: *mut ibv_device) -> String {
     // SAFETY: dev is an element of the list ibv_get_device_list returned, which is still alive.
     let name_ptr = unsafe { (api.get_device_name.get())(dev) };
-    let name = if name_ptr.is_null() {
+    if name_ptr.is_null() {
         "?".to_string()
     } else {
         // SAFETY: libibverbs returns a NUL-terminated name owned by the device.
         unsafe { CStr::from_ptr(name_ptr) }
             .to_string_lossy()
             .into_owned()
-    };
+    }
+}
+
+/// Opens, queries and registers memory on one device; closes it again.
+fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDevice {
+    let name = device_name(api, dev);
     let mut out = VerbsDevice {
         name: name.clone(),
         open: Observed::Value(()),
@@ -288,14 +336,15 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
         ports: Vec::new(),
         memreg: None,
     };
-    // SAFETY: as above.
-    let ctx = watch.call(format!("ibv_open_device({name})"), || unsafe {
-        (api.open_device.get())(dev)
+    // SAFETY: dev is an element of the list ibv_get_device_list returned, which is still alive.
+    let (ctx, errno) = watch.call(format!("ibv_open_device({name})"), || unsafe {
+        let ctx = (api.open_device.get())(dev);
+        (ctx, last_errno())
     });
     if ctx.is_null() {
         out.open = Observed::Error(FactError::new(
             format!("ibv_open_device({name})"),
-            errno_text(last_errno()),
+            errno_text(errno),
         ));
         return out;
     }
@@ -315,34 +364,7 @@ fn probe(watch: &Watch, api: &Api, dev: *mut ibv_device, bytes: u64) -> VerbsDev
         .filter(|s| !s.is_empty());
         out.vendor_id = Some(attr.vendor_id);
         out.vendor_part_id = Some(attr.vendor_part_id);
-        for port in 1..=attr.phys_port_cnt {
-            // SAFETY: zeroed plain struct, filled by the library.
-            let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
-            let call = format!("ibv_query_port({name}, {port})");
-            // SAFETY: ctx is open; the exported ibv_query_port writes the compat prefix of ibv_port_attr.
-            let rc = watch.call(call.clone(), || unsafe {
-                (api.query_port.get())(ctx, port, &mut pa)
-            });
-            out.ports.push(if rc == 0 {
-                VerbsPort {
-                    port: u32::from(port),
-                    query: Observed::Value(()),
-                    state: Some(port_state(pa.state).to_string()),
-                    link_layer: Some(link_layer(pa.link_layer).to_string()),
-                    active_mtu: (1..=5)
-                        .contains(&pa.active_mtu)
-                        .then(|| 128 << pa.active_mtu),
-                }
-            } else {
-                VerbsPort {
-                    port: u32::from(port),
-                    query: Observed::Error(FactError::new(call, errno_text(rc))),
-                    state: None,
-                    link_layer: None,
-                    active_mtu: None,
-                }
-            });
-        }
+        out.ports = query_ports(watch, api, &name, ctx, attr.phys_port_cnt);
         out.memreg = Some(memreg(watch, api, &name, ctx, bytes));
     } else {
         out.open = Observed::Error(FactError::new(
@@ -372,11 +394,11 @@ pub fn gather(watch: &Watch, library: &str, memreg_bytes: u64) -> Outcome {
     };
     let mut count: c_int = 0;
     // SAFETY: count is a valid out-pointer.
-    let list = watch.call("ibv_get_device_list", || unsafe {
-        (api.get_device_list.get())(&mut count)
+    let (list, errno) = watch.call("ibv_get_device_list", || unsafe {
+        let list = (api.get_device_list.get())(&mut count);
+        (list, last_errno())
     });
     let devices = if list.is_null() {
-        let errno = last_errno();
         let what = if errno == libc::ENOSYS {
             " (the kernel has no RDMA verbs support: no ib_uverbs)"
         } else {

@@ -8,7 +8,7 @@
 //! (an IPv4 link-local address) breaks the job even when bootstrap is fine.
 
 use super::Problem;
-use crate::facts::{EnvValue, Facts, Observed};
+use crate::facts::{EnvValue, Facts, Interface, Observed};
 use crate::finding::Severity;
 use crate::layout;
 use crate::nccl::interface::choose_interface;
@@ -26,44 +26,138 @@ pub(super) fn suggestion(facts: &Facts) -> String {
     }
 }
 
+/// A value NCCL cannot use as a filter at all: not UTF-8, or one character or less.
+fn unusable_value(facts: &Facts, value: &EnvValue, shown: &str) -> Option<Problem> {
+    let summary = if value.not_utf8 {
+        format!("{shown} is not valid UTF-8 and cannot name an interface NCCL will find")
+    } else if IfnameFilter::parse(&value.value).is_none() {
+        format!(
+            "{shown} is ignored by NCCL (values of one character or less mean automatic selection)"
+        )
+    } else {
+        return None;
+    };
+    Some(Problem {
+        status: Severity::Warn,
+        summary,
+        evidence: vec![],
+        remediation: suggestion(facts),
+    })
+}
+
+fn unreadable_interfaces(facts: &Facts, shown: &str) -> Problem {
+    Problem {
+        status: Severity::Warn,
+        summary: format!("could not check {shown}: the interface list is unreadable"),
+        evidence: facts
+            .network
+            .interfaces
+            .error()
+            .map(|e| e.to_string())
+            .into_iter()
+            .collect(),
+        remediation: "Run the check where getifaddrs works (the pod's own network namespace)."
+            .into(),
+    }
+}
+
+/// The interface bootstrap takes: loopback or a local bridge (fails across nodes), or a veth.
+fn lint_bootstrap_interface(
+    facts: &Facts,
+    shown: &str,
+    filter: &IfnameFilter,
+    first: &str,
+    interfaces: &[Interface],
+    evidence: &[String],
+) -> Option<Problem> {
+    let link = interfaces.iter().find(|i| i.name == first);
+    let is_loopback = link.is_some_and(|l| l.loopback) || first.starts_with("lo");
+    if is_loopback || first.starts_with("docker") || first.starts_with("virbr") {
+        let what = if is_loopback {
+            "loopback"
+        } else {
+            "a local bridge whose address every node shares"
+        };
+        let (status, reach) = if layout::is_multi_node(&facts.launcher) {
+            (
+                Severity::Fail,
+                "the job spans several nodes, so ranks on other nodes cannot reach it",
+            )
+        } else {
+            (Severity::Warn, "this works on one node only")
+        };
+        let fix = if filter.exclude && !filter.names.iter().any(|n| first.starts_with(n.as_str())) {
+            format!(
+                "NCCL_SOCKET_IFNAME='^{}{},{first}' (exclude {first} too), or {}",
+                if filter.exact { "=" } else { "" },
+                filter.names.join(","),
+                suggestion(facts)
+            )
+        } else {
+            suggestion(facts)
+        };
+        Some(Problem {
+            status,
+            summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
+            evidence: evidence.to_vec(),
+            remediation: fix,
+        })
+    } else if first.starts_with("veth") {
+        Some(Problem {
+            status: Severity::Warn,
+            summary: format!(
+                "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
+            ),
+            evidence: evidence.to_vec(),
+            remediation: suggestion(facts),
+        })
+    } else {
+        None
+    }
+}
+
+/// A prefix that matches several interfaces: NCCL's socket transport drives them all.
+fn lint_prefix_matches(
+    facts: &Facts,
+    shown: &str,
+    filter: &IfnameFilter,
+    selected: &[String],
+    evidence: Vec<String>,
+) -> Option<Problem> {
+    if filter.exclude || filter.exact || selected.len() <= 1 {
+        return None;
+    }
+    let first = selected.first()?;
+    // The exact value keeps the interface the tuner would pick when it is
+    // among the matches, else the one bootstrap already uses.
+    let keep = choose_interface(facts)
+        .map(|c| c.name)
+        .filter(|n| selected.contains(n))
+        .unwrap_or_else(|| first.clone());
+    Some(Problem {
+        status: Severity::Warn,
+        summary: format!(
+            "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
+            selected.len(),
+            selected.join(", ")
+        ),
+        evidence,
+        remediation: format!("NCCL_SOCKET_IFNAME='={keep}' (exact name: only {keep})"),
+    })
+}
+
 pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem> {
     let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
-    if value.not_utf8 {
-        return vec![Problem {
-            status: Severity::Warn,
-            summary: format!(
-                "{shown} is not valid UTF-8 and cannot name an interface NCCL will find"
-            ),
-            evidence: vec![],
-            remediation: suggestion(facts),
-        }];
+    if let Some(p) = unusable_value(facts, value, &shown) {
+        return vec![p];
     }
     let Some(filter) = IfnameFilter::parse(&value.value) else {
-        return vec![Problem {
-            status: Severity::Warn,
-            summary: format!(
-                "{shown} is ignored by NCCL (values of one character or less mean automatic selection)"
-            ),
-            evidence: vec![],
-            remediation: suggestion(facts),
-        }];
+        return Vec::new();
     };
     let (Observed::Value(interfaces), Observed::Value(addresses)) =
         (&facts.network.interfaces, &facts.network.addresses)
     else {
-        return vec![Problem {
-            status: Severity::Warn,
-            summary: format!("could not check {shown}: the interface list is unreadable"),
-            evidence: facts
-                .network
-                .interfaces
-                .error()
-                .map(|e| e.to_string())
-                .into_iter()
-                .collect(),
-            remediation: "Run the check where getifaddrs works (the pod's own network namespace)."
-                .into(),
-        }];
+        return vec![unreadable_interfaces(facts, &shown)];
     };
     let family_var = facts
         .nccl_env
@@ -80,7 +174,6 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         "running interfaces with an address, in NCCL's order: {}",
         running.join(", ")
     )];
-    let multi_node = layout::is_multi_node(&facts.launcher);
     if let Some(nodes) = layout::nodes(&facts.launcher) {
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
@@ -101,70 +194,16 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         "NCCL would use: {} (bootstrap on {first})",
         selected.join(", ")
     ));
-    let link = interfaces.iter().find(|i| &i.name == first);
-    let is_loopback = link.is_some_and(|l| l.loopback) || first.starts_with("lo");
-    let mut lints = Vec::new();
-    if is_loopback || first.starts_with("docker") || first.starts_with("virbr") {
-        let what = if is_loopback {
-            "loopback"
-        } else {
-            "a local bridge whose address every node shares"
-        };
-        let (status, reach) = if multi_node {
-            (
-                Severity::Fail,
-                "the job spans several nodes, so ranks on other nodes cannot reach it",
-            )
-        } else {
-            (Severity::Warn, "this works on one node only")
-        };
-        let fix = if filter.exclude && !filter.names.iter().any(|n| first.starts_with(n.as_str())) {
-            format!(
-                "NCCL_SOCKET_IFNAME='^{}{},{first}' (exclude {first} too), or {}",
-                if filter.exact { "=" } else { "" },
-                filter.names.join(","),
-                suggestion(facts)
-            )
-        } else {
-            suggestion(facts)
-        };
-        lints.push(Problem {
-            status,
-            summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
-            evidence: evidence.clone(),
-            remediation: fix,
-        });
-    } else if first.starts_with("veth") {
-        lints.push(Problem {
-            status: Severity::Warn,
-            summary: format!(
-                "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
-            ),
-            evidence: evidence.clone(),
-            remediation: suggestion(facts),
-        });
-    }
+    let mut lints: Vec<Problem> =
+        lint_bootstrap_interface(facts, &shown, &filter, first, interfaces, &evidence)
+            .into_iter()
+            .collect();
     lints.extend(lint_link_local(
         &shown, &filter, &selected, addresses, family, &evidence, facts,
     ));
-    if !filter.exclude && !filter.exact && selected.len() > 1 {
-        // The exact value keeps the interface the tuner would pick when it is
-        // among the matches, else the one bootstrap already uses.
-        let keep = choose_interface(facts)
-            .map(|c| c.name)
-            .filter(|n| selected.contains(n))
-            .unwrap_or_else(|| first.clone());
-        lints.push(Problem {
-            status: Severity::Warn,
-            summary: format!(
-                "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
-                selected.len(),
-                selected.join(", ")
-            ),
-            evidence,
-            remediation: format!("NCCL_SOCKET_IFNAME='={keep}' (exact name: only {keep})"),
-        });
-    }
+    lints.extend(lint_prefix_matches(
+        facts, &shown, &filter, &selected, evidence,
+    ));
     lints
 }
 

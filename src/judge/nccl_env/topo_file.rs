@@ -22,11 +22,11 @@ pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
         .value()
         .and_then(|p| p.as_deref())
         .unwrap_or("");
-    for (marker, platform) in [
-        ("p4de-24xl", "p4de.24xlarge"),
-        ("p4d-24xl", "p4d.24xlarge"),
-        ("g5.48xl", "g5.48xlarge"),
-    ] {
+    // The topology files aws-ofi-nccl ships name their instance type (p4d-24xl-topo.xml).
+    let described = crate::platform::PLATFORMS
+        .iter()
+        .filter_map(|p| Some((p.topology_marker()?, *p.names.first()?)));
+    for (marker, platform) in described {
         if path.contains(marker) {
             if product != platform {
                 out.push(Problem::new(

@@ -163,6 +163,45 @@ fn on_nvswitch_fabric(facts: &Facts) -> Option<bool> {
     Some(!states.iter().all(|s| s.as_str() == "not_supported"))
 }
 
+/// Why nothing the forced algorithms allow can run here, and the fix; `None` when one can.
+/// From NCCL 2.28.9's ncclTopoTuneModel (tuning.cc) and updateCollCostTable (enqueue.cc).
+fn nothing_runs(facts: &Facts, forced: &[String]) -> Option<(&'static str, &'static str)> {
+    let only = |allowed: &[&str]| forced.iter().all(|n| allowed.contains(&n.as_str()));
+    let nvls_off = get(facts, "NCCL_NVLS_ENABLE").is_some_and(|v| v.trim() == "0");
+    let collnet_on = get(facts, "NCCL_COLLNET_ENABLE").is_some_and(|v| v.trim() == "1");
+    let nodes = crate::layout::nodes(&facts.launcher);
+    if only(&["nvls", "nvlstree"]) && nvls_off {
+        // Measured with NCCL 2.28.9 on 2x H200: "Error : no algorithm/protocol
+        // available for function AllReduce", invalid usage, at the first all-reduce.
+        Some((
+            "NVLS, which NCCL_NVLS_ENABLE=0 turns off",
+            "Unset NCCL_ALGO, or unset NCCL_NVLS_ENABLE where the fabric supports NVLS.",
+        ))
+    } else if only(&["nvls", "nvlstree"]) && on_nvswitch_fabric(facts) == Some(false) {
+        Some((
+            "NVLS, which needs NVSwitch multicast, and these GPUs are not on an NVSwitch fabric",
+            "Unset NCCL_ALGO (NCCL uses NVLS by itself where the fabric supports it).",
+        ))
+    } else if only(&["nvlstree"]) && nodes == Some(1) {
+        Some((
+            "NVLSTree, which NCCL disables on a single node",
+            "Unset NCCL_ALGO (NCCL picks NVLSTree by itself across nodes).",
+        ))
+    } else if only(&["nvls"]) && nodes.is_some_and(|n| n > 1) && !collnet_on {
+        Some((
+            "NVLS, which NCCL disables across nodes without NCCL_COLLNET_ENABLE=1",
+            "Unset NCCL_ALGO (NCCL picks NVLS by itself where it applies).",
+        ))
+    } else if only(&["collnet", "collnetdirect", "collnetchain"]) && !collnet_on {
+        Some((
+            "CollNet, which NCCL disables without NCCL_COLLNET_ENABLE=1 and a CollNet (SHARP) net plugin",
+            "Unset NCCL_ALGO, or enable CollNet (NCCL_COLLNET_ENABLE=1 with the SHARP plugin) where the fabric has it.",
+        ))
+    } else {
+        None
+    }
+}
+
 pub(super) fn lint_algo(
     facts: &Facts,
     catalog: &Catalog,
@@ -187,40 +226,7 @@ pub(super) fn lint_algo(
         }
         return Vec::new();
     }
-    let only = |allowed: &[&str]| forced.iter().all(|n| allowed.contains(&n.as_str()));
-    let nvls_off = get(facts, "NCCL_NVLS_ENABLE").is_some_and(|v| v.trim() == "0");
-    let collnet_on = get(facts, "NCCL_COLLNET_ENABLE").is_some_and(|v| v.trim() == "1");
-    let nodes = crate::layout::nodes(&facts.launcher);
-    // Why nothing NCCL_ALGO allows can run here, from NCCL 2.28.9's
-    // ncclTopoTuneModel (tuning.cc) and updateCollCostTable (enqueue.cc).
-    let (left, fix) = if only(&["nvls", "nvlstree"]) && nvls_off {
-        // Measured with NCCL 2.28.9 on 2x H200: "Error : no algorithm/protocol
-        // available for function AllReduce", invalid usage, at the first all-reduce.
-        (
-            "NVLS, which NCCL_NVLS_ENABLE=0 turns off",
-            "Unset NCCL_ALGO, or unset NCCL_NVLS_ENABLE where the fabric supports NVLS.",
-        )
-    } else if only(&["nvls", "nvlstree"]) && on_nvswitch_fabric(facts) == Some(false) {
-        (
-            "NVLS, which needs NVSwitch multicast, and these GPUs are not on an NVSwitch fabric",
-            "Unset NCCL_ALGO (NCCL uses NVLS by itself where the fabric supports it).",
-        )
-    } else if only(&["nvlstree"]) && nodes == Some(1) {
-        (
-            "NVLSTree, which NCCL disables on a single node",
-            "Unset NCCL_ALGO (NCCL picks NVLSTree by itself across nodes).",
-        )
-    } else if only(&["nvls"]) && nodes.is_some_and(|n| n > 1) && !collnet_on {
-        (
-            "NVLS, which NCCL disables across nodes without NCCL_COLLNET_ENABLE=1",
-            "Unset NCCL_ALGO (NCCL picks NVLS by itself where it applies).",
-        )
-    } else if only(&["collnet", "collnetdirect", "collnetchain"]) && !collnet_on {
-        (
-            "CollNet, which NCCL disables without NCCL_COLLNET_ENABLE=1 and a CollNet (SHARP) net plugin",
-            "Unset NCCL_ALGO, or enable CollNet (NCCL_COLLNET_ENABLE=1 with the SHARP plugin) where the fabric has it.",
-        )
-    } else {
+    let Some((left, fix)) = nothing_runs(facts, &forced) else {
         return vec![forced_cost(value)];
     };
     // NCCL <= 2.20 re-enabled Ring and Tree when a forced list left nothing
