@@ -112,7 +112,7 @@ pub struct PairRow {
 
 /// Turns what was measured into the report and its two findings.
 pub fn judge(
-    measured: Measured,
+    mut measured: Measured,
     nvml: Option<&NvmlFacts>,
     settings: (&Settings, Duration),
 ) -> BenchReport {
@@ -123,59 +123,18 @@ pub fn judge(
         expect::link(nvml?, a, b)
     };
     let mut findings = Vec::new();
-    let p2p = measured.p2p.map(|pairs| {
-        let rows: Vec<PairRow> = pairs
-            .into_iter()
-            .map(|m| {
-                let figure = expected(m.src, m.dst);
-                let fraction = |v: Option<f64>, k: f64| Some(v? / (figure.as_ref()?.gbps * k));
-                PairRow {
-                    unidirectional_fraction: fraction(m.unidirectional_gbps, 1.0),
-                    bidirectional_fraction: fraction(m.bidirectional_gbps, 2.0),
-                    expected_gbps: figure.as_ref().map(|f| f.gbps),
-                    expected_basis: figure.map(|f| f.basis),
-                    measured: m,
-                }
-            })
-            .collect();
-        P2pSection {
-            buffer_bytes: settings.p2p_bytes as u64,
-            iterations: settings.iterations,
-            pairs: rows,
-        }
-    });
-    let gpus_found = measured.gpus.len();
-    let unavailable = |id: &str| -> Option<Finding> {
-        if let Some(why) = &measured.no_driver {
-            return Some(Finding::skip(id, "no CUDA driver on this machine").evidence(why.clone()));
-        }
-        if let Some(e) = &measured.driver_error {
-            return Some(
-                Finding::fail(
-                    id,
-                    "the CUDA driver could not be used",
-                    "nvidia-smi   # is the driver loaded and every GPU listed?\n\
-                         nccl-preflight check   # gpu-devices names what CUDA refuses",
-                )
-                .evidence(e.to_string()),
-            );
-        }
-        if gpus_found < 2 {
-            return Some(Finding::skip(
-                id,
-                format!("{gpus_found} GPU visible: nothing to measure between GPUs"),
-            ));
-        }
-        None
-    };
+    let p2p = measured
+        .p2p
+        .take()
+        .map(|pairs| p2p_section(pairs, &expected, settings));
     if let Some(section) = &p2p {
         findings.push(
-            unavailable(ids::GPU_BANDWIDTH)
+            unavailable(&measured, ids::GPU_BANDWIDTH)
                 .unwrap_or_else(|| judge_p2p(section, settings.min_fraction)),
         );
     }
     if let Some(result) = &measured.nccl {
-        let finding = unavailable(ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
+        let finding = unavailable(&measured, ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
             None => Finding::skip(ids::NCCL_ALLREDUCE, "no NCCL library found")
                 .evidence(format!("tried: {}", settings.nccl_candidates.join(", "))),
             Some(r) => {
@@ -208,6 +167,60 @@ pub fn judge(
         nccl: measured.nccl.flatten(),
         findings,
     }
+}
+
+/// Each measured pair beside what its link should give (`expected(src, dst)`).
+fn p2p_section(
+    pairs: Vec<p2p::PairResult>,
+    expected: &dyn Fn(u32, u32) -> Option<expect::LinkFigure>,
+    settings: &Settings,
+) -> P2pSection {
+    let rows: Vec<PairRow> = pairs
+        .into_iter()
+        .map(|m| {
+            let figure = expected(m.src, m.dst);
+            let fraction = |v: Option<f64>, k: f64| Some(v? / (figure.as_ref()?.gbps * k));
+            PairRow {
+                unidirectional_fraction: fraction(m.unidirectional_gbps, 1.0),
+                bidirectional_fraction: fraction(m.bidirectional_gbps, 2.0),
+                expected_gbps: figure.as_ref().map(|f| f.gbps),
+                expected_basis: figure.map(|f| f.basis),
+                measured: m,
+            }
+        })
+        .collect();
+    P2pSection {
+        buffer_bytes: settings.p2p_bytes as u64,
+        iterations: settings.iterations,
+        pairs: rows,
+    }
+}
+
+/// Check `id`'s finding when nothing between GPUs could be measured: no driver,
+/// a driver that failed, fewer than two GPUs.
+fn unavailable(measured: &Measured, id: &str) -> Option<Finding> {
+    if let Some(why) = &measured.no_driver {
+        return Some(Finding::skip(id, "no CUDA driver on this machine").evidence(why.clone()));
+    }
+    if let Some(e) = &measured.driver_error {
+        return Some(
+            Finding::fail(
+                id,
+                "the CUDA driver could not be used",
+                "nvidia-smi   # is the driver loaded and every GPU listed?\n\
+                     nccl-preflight check   # gpu-devices names what CUDA refuses",
+            )
+            .evidence(e.to_string()),
+        );
+    }
+    let gpus_found = measured.gpus.len();
+    if gpus_found < 2 {
+        return Some(Finding::skip(
+            id,
+            format!("{gpus_found} GPU visible: nothing to measure between GPUs"),
+        ));
+    }
+    None
 }
 
 const LINK_FIX: &str = "nvidia-smi nvlink -s          # every link up, at full speed?\n\
@@ -299,12 +312,8 @@ fn judge_p2p(section: &P2pSection, min_fraction: f64) -> Finding {
     finding
 }
 
-fn judge_nccl(
-    r: &nccl::NcclResult,
-    link: Option<&expect::LinkFigure>,
-    min_fraction: f64,
-) -> Finding {
-    let id = ids::NCCL_ALLREDUCE;
+/// The NCCL run's library, transports and one line per size, as evidence.
+fn nccl_evidence(r: &nccl::NcclResult) -> Vec<String> {
     let version = r.version.as_deref().unwrap_or("version unknown");
     let mut evidence = vec![format!("{} ({version}), {} GPUs", r.library, r.gpus)];
     if !r.transports.is_empty() {
@@ -325,14 +334,26 @@ fn judge_nccl(
             if s.verified { "" } else { ", RESULT WRONG" }
         ));
     }
-    let fail = |summary: String, evidence: Vec<String>, fix: &str| {
-        let mut f = Finding::fail(id, summary, fix);
-        f.evidence = evidence;
-        f
-    };
+    evidence
+}
+
+/// A failing nccl-allreduce finding.
+fn nccl_fail(summary: String, evidence: Vec<String>, fix: &str) -> Finding {
+    let mut f = Finding::fail(ids::NCCL_ALLREDUCE, summary, fix);
+    f.evidence = evidence;
+    f
+}
+
+fn judge_nccl(
+    r: &nccl::NcclResult,
+    link: Option<&expect::LinkFigure>,
+    min_fraction: f64,
+) -> Finding {
+    let id = ids::NCCL_ALLREDUCE;
+    let mut evidence = nccl_evidence(r);
     if let Some(e) = &r.error {
         evidence.push(e.to_string());
-        return fail(
+        return nccl_fail(
             String::from("NCCL all-reduce did not complete"),
             evidence,
             "NCCL_DEBUG=INFO nccl-preflight bench nccl   # NCCL's own log says why\n\
@@ -340,7 +361,7 @@ fn judge_nccl(
         );
     }
     if r.sizes.iter().any(|s| !s.verified) {
-        return fail(
+        return nccl_fail(
             String::from("NCCL all-reduce returned wrong sums"),
             evidence,
             LINK_FIX,
@@ -351,26 +372,8 @@ fn judge_nccl(
         f.evidence = evidence;
         return f;
     };
-    let families: std::collections::BTreeSet<&str> = r
-        .transports
-        .keys()
-        .map(|t| crate::explain::transport::family(t))
-        .collect();
-    if let Some(link) = link.filter(|l| l.nvlink)
-        && !families.is_empty()
-        && !families.contains("P2P")
-    {
-        return fail(
-            format!(
-                "NCCL used {} between GPUs joined by NVLink",
-                families.iter().copied().collect::<Vec<_>>().join(", ")
-            ),
-            evidence,
-            &format!(
-                "env | grep -E 'NCCL_(P2P|SHM)_DISABLE|NCCL_P2P_LEVEL'   # unset what turns P2P off\n{LINK_FIX}\n# link: {}",
-                link.basis
-            ),
-        );
+    if let Some(f) = off_nvlink(r, link, &evidence) {
+        return f;
     }
     let Some(link) = link else {
         let mut f = Finding::pass(
@@ -398,11 +401,39 @@ fn judge_nccl(
         fraction * 100.0
     );
     if fraction < min_fraction {
-        return fail(summary, evidence, LINK_FIX);
+        return nccl_fail(summary, evidence, LINK_FIX);
     }
     let mut f = Finding::pass(id, summary);
     f.evidence = evidence;
     f
+}
+
+/// NCCL logged transports, none of them P2P, between GPUs joined by NVLink.
+fn off_nvlink(
+    r: &nccl::NcclResult,
+    link: Option<&expect::LinkFigure>,
+    evidence: &[String],
+) -> Option<Finding> {
+    let families: std::collections::BTreeSet<&str> = r
+        .transports
+        .keys()
+        .map(|t| crate::explain::transport::family(t))
+        .collect();
+    let link = link.filter(|l| l.nvlink)?;
+    if families.is_empty() || families.contains("P2P") {
+        return None;
+    }
+    Some(nccl_fail(
+        format!(
+            "NCCL used {} between GPUs joined by NVLink",
+            families.iter().copied().collect::<Vec<_>>().join(", ")
+        ),
+        evidence.to_vec(),
+        &format!(
+            "env | grep -E 'NCCL_(P2P|SHM)_DISABLE|NCCL_P2P_LEVEL'   # unset what turns P2P off\n{LINK_FIX}\n# link: {}",
+            link.basis
+        ),
+    ))
 }
 
 /// The knobs of one bench run.

@@ -260,6 +260,37 @@ fn without_cuda(args: &ServeArgs) -> ServeArgs {
     args
 }
 
+/// The check thread: a run every --interval, or at once after a new XID event,
+/// until STOP.
+fn start_checks(
+    shared: &Arc<Shared>,
+    env: &[(OsString, OsString)],
+    args: &ServeArgs,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
+    std::thread::Builder::new()
+        .name("checks".into())
+        .spawn(move || {
+            let mut runs = 0u64;
+            let mut probed = None;
+            while !STOP.load(Ordering::Relaxed) {
+                runs += 1;
+                let seen = shared.xid_events();
+                if !run_once(&args, &env, &shared, runs, &mut probed) {
+                    return;
+                }
+                let next = Instant::now() + args.interval;
+                while !STOP.load(Ordering::Relaxed)
+                    && Instant::now() < next
+                    && shared.xid_events() == seen
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+        .context("starting the check thread")
+}
+
 pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.interval < Duration::from_secs(1) {
         anyhow::bail!("--interval {:?}: at least 1s", args.interval);
@@ -298,30 +329,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = {
-        let (shared, env, args) = (Arc::clone(&shared), env.to_vec(), args.clone());
-        std::thread::Builder::new()
-            .name("checks".into())
-            .spawn(move || {
-                let mut runs = 0u64;
-                let mut probed = None;
-                while !STOP.load(Ordering::Relaxed) {
-                    runs += 1;
-                    let seen = shared.xid_events();
-                    if !run_once(&args, &env, &shared, runs, &mut probed) {
-                        return;
-                    }
-                    let next = Instant::now() + args.interval;
-                    while !STOP.load(Ordering::Relaxed)
-                        && Instant::now() < next
-                        && shared.xid_events() == seen
-                    {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            })
-            .context("starting the check thread")?
-    };
+    let checker = start_checks(&shared, env, args)?;
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
