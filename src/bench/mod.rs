@@ -605,4 +605,142 @@ mod tests {
         let empty = judge_nccl(&result(vec![], &[]), Some(&link), 0.7);
         assert_eq!(empty.status(), Status::Skip);
     }
+
+    fn settings() -> Settings {
+        Settings {
+            p2p_bytes: 1 << 20,
+            nccl_sizes: vec![1 << 20],
+            iterations: 5,
+            min_fraction: 0.7,
+            budget: Duration::from_secs(60),
+            nccl_candidates: vec!["libnccl.so.2".into()],
+        }
+    }
+
+    fn measured(gpus: usize) -> Measured {
+        Measured {
+            no_driver: None,
+            driver_error: None,
+            gpus: (0..gpus as u32)
+                .map(|i| (i, format!("0000:{:02x}:00.0", 0x18 + i)))
+                .collect(),
+            p2p: Some(Vec::new()),
+            nccl: Some(None),
+        }
+    }
+
+    #[test]
+    fn nothing_to_measure_skips_both_checks_and_the_verdict_says_skip() {
+        let s = settings();
+        let mut none = measured(0);
+        none.no_driver = Some("libcuda.so.1: cannot open shared object file".into());
+        let r = judge(none, None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Skip);
+        assert_eq!(
+            r.findings
+                .iter()
+                .map(|f| (f.id.as_str(), f.status()))
+                .collect::<Vec<_>>(),
+            [
+                (ids::GPU_BANDWIDTH, Status::Skip),
+                (ids::NCCL_ALLREDUCE, Status::Skip)
+            ]
+        );
+        assert_eq!(
+            r.findings[0].evidence,
+            ["libcuda.so.1: cannot open shared object file"]
+        );
+        let r = judge(measured(1), None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Skip);
+        assert_eq!(
+            r.findings[0].summary,
+            "1 GPU visible: nothing to measure between GPUs"
+        );
+    }
+
+    #[test]
+    fn a_broken_driver_fails_with_a_fix_and_a_missing_nccl_names_what_was_tried() {
+        let s = settings();
+        let mut broken = measured(2);
+        broken.driver_error = Some(FactError::new("cuInit", "CUDA_ERROR_NO_DEVICE (100)"));
+        broken.nccl = None;
+        let r = judge(broken, None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Fail);
+        assert_eq!(r.findings.len(), 1, "nccl was not asked for");
+        let f = &r.findings[0];
+        assert_eq!(f.summary, "the CUDA driver could not be used");
+        assert!(f.remediation().is_some_and(|r| r.starts_with("nvidia-smi")));
+        assert!(
+            f.evidence[0].contains("CUDA_ERROR_NO_DEVICE"),
+            "{:?}",
+            f.evidence
+        );
+        let r = judge(measured(2), None, (&s, Duration::ZERO));
+        let nccl = r
+            .findings
+            .iter()
+            .find(|f| f.id == ids::NCCL_ALLREDUCE)
+            .unwrap();
+        assert_eq!(
+            (nccl.status(), nccl.summary.as_str()),
+            (Status::Skip, "no NCCL library found")
+        );
+        assert_eq!(nccl.evidence, ["tried: libnccl.so.2"]);
+        assert_eq!(r.gpus.len(), 2);
+    }
+
+    #[test]
+    fn the_human_view_shows_each_pair_each_size_and_the_verdict() {
+        let s = settings();
+        let mut m = measured(2);
+        let mut corrupt = pair(1, 0, 380.0, 740.0);
+        corrupt.verified = Some(false);
+        m.p2p = Some(vec![pair(0, 1, 390.0, 740.0), corrupt]);
+        m.nccl = Some(Some(nccl::NcclResult {
+            library: "libnccl.so.2".into(),
+            version: Some("2.27.3".into()),
+            gpus: 2,
+            sizes: vec![size(1 << 20, 120.0, true)],
+            transports: [("P2P/CUMEM".to_string(), 4)].into_iter().collect(),
+            error: None,
+        }));
+        let text = render::human(&judge(m, None, (&s, Duration::from_millis(1500))), false);
+        assert!(
+            text.starts_with(
+                "nccl-preflight bench: 2 GPU(s): GPU0 0000:18:00.0, GPU1 0000:19:00.0\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  GPU0 -> GPU1     390.0     -    740.0     -  verified  unknown\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  GPU1 -> GPU0     380.0     -    740.0     -  CORRUPT   unknown\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "NCCL all-reduce (libnccl.so.2, 2.27.3, 2 GPUs, float32 sum, 20 iterations):"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("       1 MiB         1.0     120.0     120.0  verified\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  transports (NCCL's log): P2P/CUMEM x4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(" in 1.50 s (budget 60 s, threshold 70% of the link)\n"),
+            "{text}"
+        );
+        let skipped = render::human(&judge(measured(1), None, (&s, Duration::ZERO)), false);
+        assert!(
+            skipped.contains("\nNOTHING MEASURED: gpu-bandwidth: 1 GPU visible"),
+            "{skipped}"
+        );
+    }
 }

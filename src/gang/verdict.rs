@@ -140,6 +140,23 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
     f
 }
 
+/// The nodes whose value in `r` is not a number or is below the largest one.
+fn below_the_most(r: &Row) -> Vec<usize> {
+    let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
+    let max = nums.iter().flatten().max().copied().unwrap_or(0);
+    nodes_where(r, |v| v.parse::<u64>().ok().is_none_or(|n| n < max))
+}
+
+/// The nodes whose value in `r` satisfies `keep`.
+fn nodes_where(r: &Row, keep: impl Fn(&str) -> bool) -> Vec<usize> {
+    r.values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| keep(v))
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// What one differing row means: None for rows that are only evidence (a
 /// per-check row; a local verdict where no pod failed).
 fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
@@ -155,15 +172,6 @@ fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
             .push(format!("{}: {}", r.field, shown.join(", ")));
         Some(pr)
     };
-    let numeric_min = || -> Vec<usize> {
-        let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
-        let max = nums.iter().flatten().max().copied().unwrap_or(0);
-        nums.iter()
-            .enumerate()
-            .filter(|(_, n)| n.is_none_or(|n| n < max))
-            .map(|(i, _)| i)
-            .collect()
-    };
     match r.field.as_str() {
         "nccl version" => p(
             Severity::Fail,
@@ -175,7 +183,7 @@ fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
             "Build every pod from the same image (one libnccl for the whole job); ranks with different NCCL versions fail init or hang",
         ),
         "gpus" | "rdma devices" => {
-            let fewer = numeric_min();
+            let fewer = below_the_most(r);
             p(
                 Severity::Fail,
                 format!(
@@ -192,22 +200,15 @@ fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
             )
         }
         "local verdict" => {
-            let failed: Vec<usize> = r
-                .values
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.as_str() == "fail")
-                .map(|(i, _)| i)
-                .collect();
-            if !failed.is_empty() {
-                p(
-                    Severity::Fail,
-                    format!("{} failed its own checks", list(&failed, names)),
-                    "Read that pod's report (its check rows say what failed and how to fix it)",
-                )
-            } else {
-                None
+            let failed = nodes_where(r, |v| v == "fail");
+            if failed.is_empty() {
+                return None;
             }
+            p(
+                Severity::Fail,
+                format!("{} failed its own checks", list(&failed, names)),
+                "Read that pod's report (its check rows say what failed and how to fix it)",
+            )
         }
         f if f.starts_with("env NCCL_") => p(
             Severity::Fail,

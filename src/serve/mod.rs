@@ -411,4 +411,84 @@ mod tests {
             Err("a driver call hung; checks stopped (gpu-devices: hung)".into())
         );
     }
+
+    #[test]
+    fn route_answers_each_endpoint_from_the_snapshot() {
+        let xids = xid::Xids::default();
+        let hour = Duration::from_secs(3600);
+        let ask = |snapshot: &Snapshot, xid: Finding, path: &str, started: Instant| {
+            let live = Live {
+                snapshot,
+                xids: &xids,
+                xid,
+            };
+            route(&live, path, hour, started)
+        };
+        let pass_xid = || Finding::pass("gpu-xid", "none");
+        let now = Instant::now();
+        // Before the first run: alive while the server is young, no report yet.
+        let first = Snapshot::default();
+        let r = ask(&first, pass_xid(), "/healthz", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "ok: first check running\n")
+        );
+        let Some(long_ago) = now.checked_sub(hour * 2) else {
+            return; // a machine up for less than two hours cannot date the stale cases
+        };
+        let r = ask(&first, pass_xid(), "/healthz", long_ago);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (503, "stale: no check has finished yet\n")
+        );
+        let r = ask(&first, pass_xid(), "/report", now);
+        assert_eq!(r.status, 503);
+        // A fresh run: alive, ready, and /report carries the live gpu-xid finding.
+        let fresh = Snapshot {
+            finished: Some(now),
+            report: Some(report(vec![Finding::pass("memlock", "unlimited")])),
+            ..Snapshot::default()
+        };
+        assert_eq!(ask(&fresh, pass_xid(), "/healthz", now).status, 200);
+        let r = ask(&fresh, pass_xid(), "/readyz", now);
+        assert_eq!((r.status, r.body.as_str()), (200, "ready\n"));
+        let fatal = Finding::fail("gpu-xid", "GPU 0: XID 79", "reboot");
+        let r = ask(&fresh, fatal.clone(), "/readyz", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (503, "not ready: gpu-xid: GPU 0: XID 79\n")
+        );
+        let r = ask(&fresh, fatal, "/report", now);
+        assert_eq!((r.status, r.content_type), (200, "application/json"));
+        let json: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(json["verdict"], "fail", "the XID finding makes the verdict");
+        assert_eq!(json["checks"][1]["id"], "gpu-xid");
+        let r = ask(&fresh, pass_xid(), "/metrics", now);
+        assert_eq!(r.status, 200);
+        assert!(r.content_type.starts_with("application/openmetrics-text"));
+        assert!(r.body.ends_with("# EOF\n"), "{}", r.body);
+        // A run that finished long ago, halted by a hung call: stale, saying why.
+        let halted = Snapshot {
+            finished: Some(long_ago),
+            halted: Some("a driver call hung".into()),
+            ..Snapshot::default()
+        };
+        let r = ask(&halted, pass_xid(), "/healthz", long_ago);
+        assert_eq!(r.status, 503);
+        assert!(
+            r.body.starts_with("stale: the last check finished "),
+            "{}",
+            r.body
+        );
+        assert!(
+            r.body.ends_with("(limit 3600 s); a driver call hung\n"),
+            "{}",
+            r.body
+        );
+        let r = ask(&halted, pass_xid(), "/nope", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (404, "not found: try /healthz, /readyz, /metrics, /report\n")
+        );
+    }
 }
