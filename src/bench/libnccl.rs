@@ -19,6 +19,7 @@ use crate::facts::FactError;
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol, is_missing};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// An ncclResult_t.
 pub type Code = c_int;
@@ -138,22 +139,42 @@ fn nonblocking_config() -> Config {
 /// A communicator: made only by an init call here, ended (destroyed or aborted)
 /// by value, so it is ended at most once. It remembers its rank count, which
 /// bounds the all-gather's receive buffer and the p2p peer.
+///
+/// NCCL may write the handle after the init call returns: a non-blocking (or
+/// grouped) init keeps the caller's `ncclComm_t*` and stores the handle when its
+/// job ends (NVIDIA/nccl v2.18.5-1 and v2.28.9-1 src/init.cc
+/// `ncclCommInitRankFunc`: `__atomic_store_n(job->newcomm, comm, ...)`; v2.14.3-1
+/// allocates through `*newcomm` in that job). So the handle lives in a slot NCCL
+/// owns for the rest of the process (a few bytes per communicator, never freed)
+/// and is read atomically.
 pub struct Comm {
-    raw: RawComm,
+    slot: &'static AtomicPtr<c_void>,
     nranks: usize,
 }
 
 impl Comm {
-    fn unset(nranks: usize) -> Comm {
-        Comm {
-            raw: std::ptr::null_mut(),
-            nranks,
-        }
+    /// Slots for `n` communicators, contiguous (ncclCommInitAll fills an array).
+    fn slots(n: usize) -> &'static [AtomicPtr<c_void>] {
+        let slots: Box<[AtomicPtr<c_void>]> = (0..n)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        Box::leak(slots)
     }
 
-    /// Whether init never gave this communicator a handle.
+    /// The slot's address as NCCL's `ncclComm_t*`. AtomicPtr<T> has the same
+    /// in-memory representation as *mut T (std::sync::atomic::AtomicPtr docs).
+    fn out(slot: &'static AtomicPtr<c_void>) -> *mut RawComm {
+        slot.as_ptr()
+    }
+
+    /// The handle NCCL has written so far.
+    fn raw(&self) -> RawComm {
+        self.slot.load(Ordering::Acquire)
+    }
+
+    /// Whether NCCL has not (yet) given this communicator a handle.
     pub fn is_null(&self) -> bool {
-        self.raw.is_null()
+        self.raw().is_null()
     }
 }
 
@@ -363,7 +384,7 @@ impl<C> Nccl<C> {
                 count,
                 dtype.code(),
                 op.code(),
-                comm.raw,
+                comm.raw(),
                 gpu.stream,
             )
         }
@@ -376,11 +397,14 @@ impl Nccl<SingleProcess> {
         let Ok(count) = c_int::try_from(n) else {
             return (INVALID_ARGUMENT, Vec::new());
         };
-        let mut raw: Vec<RawComm> = vec![std::ptr::null_mut(); n];
-        // SAFETY: `raw` has room for one communicator per device; a NULL device list
-        // means devices 0..n-1.
-        let rc = unsafe { (self.calls.init_all.get())(raw.as_mut_ptr(), count, std::ptr::null()) };
-        let comms = raw.into_iter().map(|raw| Comm { raw, nranks: n }).collect();
+        let slots = Comm::slots(n);
+        let comms = slots.iter().map(|slot| Comm { slot, nranks: n }).collect();
+        let Some(first) = slots.first() else {
+            return (INVALID_ARGUMENT, comms);
+        };
+        // SAFETY: `first` starts `n` contiguous handle slots that live for the rest of
+        // the process (NCCL may fill them later); a NULL device list means devices 0..n-1.
+        let rc = unsafe { (self.calls.init_all.get())(Comm::out(first), count, std::ptr::null()) };
         (rc, comms)
     }
 
@@ -390,7 +414,7 @@ impl Nccl<SingleProcess> {
             return SUCCESS;
         }
         // SAFETY: a communicator from ncclCommInitAll, destroyed once (taken by value).
-        unsafe { (self.calls.destroy.get())(comm.raw) }
+        unsafe { (self.calls.destroy.get())(comm.raw()) }
     }
 }
 
@@ -409,14 +433,18 @@ impl Nccl<Ranked> {
     /// Non-blocking ncclCommInitRankConfig for `rank` of `nranks` on the calling
     /// thread's current CUDA context; the communicator is unset when NCCL gave none.
     pub fn init_rank(&self, nranks: usize, id: UniqueId, rank: usize) -> (Code, Comm) {
-        let mut comm = Comm::unset(nranks);
+        let comm = Comm {
+            slot: &Comm::slots(1)[0],
+            nranks,
+        };
         let (Ok(n), Ok(r)) = (c_int::try_from(nranks), c_int::try_from(rank)) else {
             return (INVALID_ARGUMENT, comm);
         };
         let mut config = nonblocking_config();
-        // SAFETY: `comm.raw` is an out-pointer; the id is passed by value; the config
-        // outlives the call (NCCL copies it, src/init.cc parseCommConfig).
-        let rc = unsafe { (self.calls.init.get())(&mut comm.raw, n, id, r, &mut config) };
+        // SAFETY: the out-pointer is a handle slot that lives for the rest of the process
+        // (NCCL stores into it when the non-blocking init ends); the id is passed by value;
+        // the config outlives the call (NCCL copies it, src/init.cc parseCommConfig).
+        let rc = unsafe { (self.calls.init.get())(Comm::out(comm.slot), n, id, r, &mut config) };
         (rc, comm)
     }
 
@@ -427,7 +455,7 @@ impl Nccl<Ranked> {
         }
         // SAFETY: a live communicator (not ended: ending takes it by value); an
         // out-pointer to a live int.
-        unsafe { (self.calls.async_error.get())(comm.raw, state) }
+        unsafe { (self.calls.async_error.get())(comm.raw(), state) }
     }
 
     /// ncclCommAbort; a communicator that init never set is left alone.
@@ -436,7 +464,7 @@ impl Nccl<Ranked> {
             return SUCCESS;
         }
         // SAFETY: a communicator from init, aborted once (taken by value).
-        unsafe { (self.calls.abort.get())(comm.raw) }
+        unsafe { (self.calls.abort.get())(comm.raw()) }
     }
 
     /// ncclAllGather of `count` bytes per rank: `recv` must hold one block per rank.
@@ -463,7 +491,7 @@ impl Nccl<Ranked> {
                 recv.device_ptr(),
                 count,
                 DataType::U8.code(),
-                comm.raw,
+                comm.raw(),
                 gpu.stream,
             )
         }
@@ -517,7 +545,7 @@ impl Nccl<Ranked> {
                 bytes,
                 DataType::U8.code(),
                 peer,
-                comm.raw,
+                comm.raw(),
                 gpu.stream,
             )
         }
@@ -556,6 +584,28 @@ mod tests {
             [(1, 1), (7, 4), (8, 8)]
         );
         assert_eq!([RedOp::Sum, RedOp::Max].map(RedOp::code), [0, 2]);
+    }
+
+    #[test]
+    fn a_handle_written_after_init_returned_reaches_the_moved_communicator() {
+        // What a non-blocking ncclCommInitRankConfig does: it keeps the out-pointer
+        // and stores the handle when its job ends, after the Comm has moved.
+        let comm = Comm {
+            slot: &Comm::slots(1)[0],
+            nranks: 2,
+        };
+        let out = Comm::out(comm.slot);
+        let moved = [comm];
+        assert!(moved[0].is_null());
+        let mut pretend = 0u8;
+        // SAFETY: `out` is the slot's address, alive for the process; no other thread
+        // touches it in this test.
+        unsafe { *out = (&raw mut pretend).cast() };
+        assert!(!moved[0].is_null());
+        // ncclCommInitAll fills an array: the slots are contiguous.
+        let slots = Comm::slots(3);
+        // SAFETY: pointer arithmetic inside one allocation of three slots.
+        assert_eq!(Comm::out(&slots[2]), unsafe { Comm::out(&slots[0]).add(2) });
     }
 
     #[test]
