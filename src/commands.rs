@@ -222,43 +222,24 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         None
     };
     let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
-    if let Some(identity) = &identity {
-        if hung.0 {
-            eprintln!(
-                "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout; the gang cannot run NCCL here",
-                args.command[0].to_string_lossy()
-            );
-            return Ok(Exit::new(crate::gang::command::EXIT_CANNOT_RUN, hung));
-        }
-        // The gang runs NCCL in a child; this process only reads its result, so
-        // nothing of NCCL's survives into CMD.
-        let run = crate::gang::command::attach(
-            &mut report,
-            &policy,
-            &args.check,
-            identity,
-            &args.gang_opts,
-            env,
-        )?;
-        match args.check.format {
-            Format::Human => emit_err(&crate::gang::command::human(&report, &run, false))?,
-            Format::Json => emit_err(&crate::gang::render::json(&report, &run))?,
-        }
+    if let Some(identity) = &identity
+        && let Some(exit) = exec_gang(args, env, &policy, identity, &mut report, hung)?
+    {
+        return Ok(exit);
     }
     let failed = report.verdict == Status::Fail;
-    // The command's standard output is its own: the report goes to standard error.
-    let show = |report: &Report| match args.check.format {
-        Format::Human => emit_err(&render::human::render(report, false)),
-        Format::Json => emit_err(&render::json::render(report)),
-    };
     let tuned: Vec<&tune::Setting> = report
         .settings
         .iter()
         .filter(|s| s.source == tune::Source::Tuned)
         .collect();
     // With --gang the report was shown with the gang's rendering above.
+    // The command's standard output is its own: the report goes to standard error.
     if (args.dry_run || failed || hung.0) && !args.gang {
-        show(&report)?;
+        match args.check.format {
+            Format::Human => emit_err(&render::human::render(&report, false))?,
+            Format::Json => emit_err(&render::json::render(&report))?,
+        }
     }
     if failed {
         crate::diagnostic::line(format_args!(
@@ -267,7 +248,11 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         ));
         return Ok(Exit::new(EXIT_FAILED, hung));
     }
-    if hung.0 && !args.dry_run {
+    if args.dry_run {
+        dry_run(args, env, &tuned)?;
+        return Ok(Exit::new(EXIT_OK, hung));
+    }
+    if hung.0 {
         // Issue 16: this used to print "starting ..." and exit 1 with no reason. A
         // driver call is still stuck in a thread of this process (its check was
         // ignored, so the verdict passed). execve(2) must first end every other
@@ -282,37 +267,72 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         ));
         return Ok(Exit::new(EXIT_FAILED, hung));
     }
-    if !args.dry_run {
-        crate::diagnostic::line(format_args!(
-            "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
-            report.verdict.label(),
-            report.count_text(),
-            args.command[0].to_string_lossy(),
-            tuned.len()
-        ));
+    crate::diagnostic::line(format_args!(
+        "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
+        report.verdict.label(),
+        report.count_text(),
+        args.command[0].to_string_lossy(),
+        tuned.len()
+    ));
+    Ok(exec_command(
+        args,
+        exec_environment(env, &report.settings),
+        hung,
+    ))
+}
+
+/// `exec --gang`: the gang runs (in a child, so nothing of NCCL's survives into
+/// CMD) and its report is shown; Some(exit) when CMD must not start because a
+/// driver call hung.
+fn exec_gang(
+    args: &ExecArgs,
+    env: &[(OsString, OsString)],
+    policy: &crate::policy::Policy,
+    identity: &crate::layout::GangIdentity,
+    report: &mut Report,
+    hung: HungCall,
+) -> Result<Option<Exit>> {
+    if hung.0 {
+        eprintln!(
+            "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout; the gang cannot run NCCL here",
+            args.command[0].to_string_lossy()
+        );
+        return Ok(Some(Exit::new(crate::gang::command::EXIT_CANNOT_RUN, hung)));
     }
-    let environment = exec_environment(env, &report.settings);
-    if args.dry_run {
-        for s in &tuned {
-            if env.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
-                continue;
-            }
-            emit(&format!(
-                "{}={}\n",
-                s.name,
-                render::env_file::shell_quote(&s.value)
-            ))?;
+    let run =
+        crate::gang::command::attach(report, policy, &args.check, identity, &args.gang_opts, env)?;
+    match args.check.format {
+        Format::Human => emit_err(&crate::gang::command::human(report, &run, false))?,
+        Format::Json => emit_err(&crate::gang::render::json(report, &run))?,
+    }
+    Ok(None)
+}
+
+/// `exec --dry-run`: the tuned variables the environment lacks and the exec line,
+/// as sh would take them.
+fn dry_run(args: &ExecArgs, env: &[(OsString, OsString)], tuned: &[&tune::Setting]) -> Result<()> {
+    for s in tuned {
+        if env.iter().any(|(k, _)| k.as_os_str() == s.name.as_str()) {
+            continue;
         }
         emit(&format!(
-            "exec {}\n",
-            args.command
-                .iter()
-                .map(|a| render::env_file::shell_quote(&a.to_string_lossy()))
-                .collect::<Vec<_>>()
-                .join(" ")
+            "{}={}\n",
+            s.name,
+            render::env_file::shell_quote(&s.value)
         ))?;
-        return Ok(Exit::new(EXIT_OK, hung));
     }
+    emit(&format!(
+        "exec {}\n",
+        args.command
+            .iter()
+            .map(|a| render::env_file::shell_quote(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ))
+}
+
+/// Replaces this process with CMD; returns only when execve failed.
+fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: HungCall) -> Exit {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -327,13 +347,13 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         "nccl-preflight: exec {}: {err}",
         args.command[0].to_string_lossy()
     ));
-    Ok(Exit::new(
+    Exit::new(
         match err.kind() {
             std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
             _ => EXIT_NOT_EXECUTABLE,
         },
         hung,
-    ))
+    )
 }
 
 /// `install DIR`: this very binary, copied whole into DIR under a temp name and

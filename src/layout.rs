@@ -138,6 +138,54 @@ pub fn gang_identity(
     let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     let mut sources = Vec::new();
     let mpi = get("OMPI_COMM_WORLD_RANK").is_some() || get("PMI_RANK").is_some();
+    unsupported_launch(&get)?;
+    let node_rank = gang_rank(flags, &get, &mut sources)?;
+    let nodes = gang_nodes(flags, &get, &mut sources)?;
+    if nodes == 0 {
+        return Err(IdentityError("the pod count is 0".to_string()));
+    }
+    if node_rank >= nodes {
+        return Err(IdentityError(format!(
+            "rank {node_rank} is not below the pod count {nodes}"
+        )));
+    }
+    let root = gang_root(flags, &get, mpi, &mut sources)?;
+    let port = gang_port(flags, &get, &mut sources)?;
+    if port == 0 {
+        return Err(IdentityError("the gang port is 0".to_string()));
+    }
+    let peers = if !flags.peers.is_empty() {
+        if flags.peers.len() as u64 != nodes {
+            return Err(IdentityError(format!(
+                "--gang-peers names {} pods, the gang has {nodes}",
+                flags.peers.len()
+            )));
+        }
+        flags.peers.clone()
+    } else {
+        peer_names(&root, nodes)
+    };
+    Ok(GangIdentity {
+        launcher: launcher(flags, &get, mpi).to_string(),
+        node_rank,
+        nodes,
+        root,
+        port,
+        peers,
+        sources,
+    })
+}
+
+/// A set variable, with empty values counted as unset.
+type Lookup<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// The first of `names` that is set, with its value.
+fn first_set<'n>(names: &[&'n str], get: &Lookup<'_>) -> Option<(&'n str, String)> {
+    names.iter().find_map(|n| get(n).map(|v| (*n, v)))
+}
+
+/// Launches the gang cannot run in: several MPI processes per pod, an elastic job.
+fn unsupported_launch(get: &Lookup<'_>) -> Result<(), IdentityError> {
     if let Some(local) = get("OMPI_COMM_WORLD_LOCAL_SIZE")
         && local.trim() != "1"
     {
@@ -154,6 +202,19 @@ pub fn gang_identity(
             "PET_NNODES={n} is an elastic range: an elastic job has no fixed pod count or ranks, so the gang cannot run; use a fixed node count or --gang-nodes/--gang-rank"
         )));
     }
+    Ok(())
+}
+
+/// This pod's rank: --gang-rank, else the first launcher variable set.
+fn gang_rank(
+    flags: &GangFlags,
+    get: &Lookup<'_>,
+    sources: &mut Vec<String>,
+) -> Result<u64, IdentityError> {
+    if let Some(r) = flags.rank {
+        sources.push("rank from --gang-rank".to_string());
+        return Ok(r);
+    }
     let rank_vars = [
         "PET_NODE_RANK",
         "RANK",
@@ -161,108 +222,103 @@ pub fn gang_identity(
         "PMI_RANK",
         "JOB_COMPLETION_INDEX",
     ];
-    let node_rank = match flags.rank {
-        Some(r) => {
-            sources.push("rank from --gang-rank".to_string());
-            r
-        }
-        None => {
-            let Some((name, value)) = rank_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
-                return Err(IdentityError(format!(
-                    "no gang rank: set --gang-rank (NCCL_PREFLIGHT_GANG_RANK); none of {} is set",
-                    rank_vars.join(", ")
-                )));
-            };
-            sources.push(format!("rank from {name}"));
-            parse_count(name, &value)?
-        }
+    let Some((name, value)) = first_set(&rank_vars, get) else {
+        return Err(IdentityError(format!(
+            "no gang rank: set --gang-rank (NCCL_PREFLIGHT_GANG_RANK); none of {} is set",
+            rank_vars.join(", ")
+        )));
     };
+    sources.push(format!("rank from {name}"));
+    parse_count(name, &value)
+}
+
+/// The pod count: --gang-nodes, else the first launcher variable set.
+fn gang_nodes(
+    flags: &GangFlags,
+    get: &Lookup<'_>,
+    sources: &mut Vec<String>,
+) -> Result<u64, IdentityError> {
+    if let Some(n) = flags.nodes {
+        sources.push("nodes from --gang-nodes".to_string());
+        return Ok(n);
+    }
     let node_vars = [
         "PET_NNODES",
         "WORLD_SIZE",
         "OMPI_COMM_WORLD_SIZE",
         "PMI_SIZE",
     ];
-    let nodes = match flags.nodes {
-        Some(n) => {
-            sources.push("nodes from --gang-nodes".to_string());
-            n
-        }
-        None => {
-            let Some((name, value)) = node_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
-                return Err(IdentityError(format!(
-                    "no pod count: set --gang-nodes (NCCL_PREFLIGHT_GANG_NODES) or --nodes; none of {} is set",
-                    node_vars.join(", ")
-                )));
-            };
-            sources.push(format!("nodes from {name}"));
-            // PET_NNODES `N:N` is fixed.
-            let value = value.split(':').next().unwrap_or("").to_string();
-            parse_count(name, &value)?
-        }
-    };
-    if nodes == 0 {
-        return Err(IdentityError("the pod count is 0".to_string()));
-    }
-    if node_rank >= nodes {
+    let Some((name, value)) = first_set(&node_vars, get) else {
         return Err(IdentityError(format!(
-            "rank {node_rank} is not below the pod count {nodes}"
+            "no pod count: set --gang-nodes (NCCL_PREFLIGHT_GANG_NODES) or --nodes; none of {} is set",
+            node_vars.join(", ")
         )));
+    };
+    sources.push(format!("nodes from {name}"));
+    // PET_NNODES `N:N` is fixed.
+    let value = value.split(':').next().unwrap_or("").to_string();
+    parse_count(name, &value)
+}
+
+/// The rank-0 pod's host: --gang-root, else MASTER_ADDR or PET_MASTER_ADDR.
+fn gang_root(
+    flags: &GangFlags,
+    get: &Lookup<'_>,
+    mpi: bool,
+    sources: &mut Vec<String>,
+) -> Result<String, IdentityError> {
+    if let Some(r) = &flags.root
+        && !r.trim().is_empty()
+    {
+        sources.push("root from --gang-root".to_string());
+        return Ok(r.trim().to_string());
     }
     let root_vars = ["MASTER_ADDR", "PET_MASTER_ADDR"];
-    let root = match &flags.root {
-        Some(r) if !r.trim().is_empty() => {
-            sources.push("root from --gang-root".to_string());
-            r.trim().to_string()
-        }
-        _ => {
-            let Some((name, value)) = root_vars.iter().find_map(|n| get(n).map(|v| (*n, v))) else {
-                return Err(IdentityError(format!(
-                    "no root host: set --gang-root (NCCL_PREFLIGHT_GANG_ROOT) to the rank-0 pod's name{}; none of {} is set",
-                    if mpi {
-                        " (for MPI, pass it with mpirun -x NCCL_PREFLIGHT_GANG_ROOT=<first host of the hostfile>)"
-                    } else {
-                        ""
-                    },
-                    root_vars.join(", ")
-                )));
-            };
-            sources.push(format!("root from {name}"));
-            value.trim().to_string()
-        }
+    let Some((name, value)) = first_set(&root_vars, get) else {
+        return Err(IdentityError(format!(
+            "no root host: set --gang-root (NCCL_PREFLIGHT_GANG_ROOT) to the rank-0 pod's name{}; none of {} is set",
+            if mpi {
+                " (for MPI, pass it with mpirun -x NCCL_PREFLIGHT_GANG_ROOT=<first host of the hostfile>)"
+            } else {
+                ""
+            },
+            root_vars.join(", ")
+        )));
     };
-    let port = match flags.port {
-        Some(p) => {
-            sources.push("port from --gang-port".to_string());
-            p
-        }
-        None => match ["MASTER_PORT", "PET_MASTER_PORT"]
-            .iter()
-            .find_map(|n| get(n).map(|v| (*n, v)))
-        {
-            Some((name, value)) => {
-                let base: u16 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| IdentityError(format!("{name}={value:?} is not a port number")))?;
-                let port = base.checked_add(1).ok_or_else(|| {
-                    IdentityError(format!(
-                        "{name}={value}: no port above it for the gang; set --gang-port"
-                    ))
-                })?;
-                sources.push(format!("port {name} + 1"));
-                port
-            }
-            None => {
-                sources.push(format!("port default {DEFAULT_GANG_PORT}"));
-                DEFAULT_GANG_PORT
-            }
-        },
-    };
-    if port == 0 {
-        return Err(IdentityError("the gang port is 0".to_string()));
+    sources.push(format!("root from {name}"));
+    Ok(value.trim().to_string())
+}
+
+/// The gang's port: --gang-port, else the launcher's MASTER_PORT + 1, else the default.
+fn gang_port(
+    flags: &GangFlags,
+    get: &Lookup<'_>,
+    sources: &mut Vec<String>,
+) -> Result<u16, IdentityError> {
+    if let Some(p) = flags.port {
+        sources.push("port from --gang-port".to_string());
+        return Ok(p);
     }
-    let launcher = if flags.rank.is_some() && flags.root.is_some() {
+    let Some((name, value)) = first_set(&["MASTER_PORT", "PET_MASTER_PORT"], get) else {
+        sources.push(format!("port default {DEFAULT_GANG_PORT}"));
+        return Ok(DEFAULT_GANG_PORT);
+    };
+    let base: u16 = value
+        .trim()
+        .parse()
+        .map_err(|_| IdentityError(format!("{name}={value:?} is not a port number")))?;
+    let port = base.checked_add(1).ok_or_else(|| {
+        IdentityError(format!(
+            "{name}={value}: no port above it for the gang; set --gang-port"
+        ))
+    })?;
+    sources.push(format!("port {name} + 1"));
+    Ok(port)
+}
+
+/// Which launcher set the pod up, by the variables it leaves.
+fn launcher(flags: &GangFlags, get: &Lookup<'_>, mpi: bool) -> &'static str {
+    if flags.rank.is_some() && flags.root.is_some() {
         "flags"
     } else if get("PET_NODE_RANK").is_some() && get("MASTER_ADDR").is_some() {
         "PyTorchJob"
@@ -274,27 +330,7 @@ pub fn gang_identity(
         "Indexed Job"
     } else {
         "flags"
-    };
-    let peers = if !flags.peers.is_empty() {
-        if flags.peers.len() as u64 != nodes {
-            return Err(IdentityError(format!(
-                "--gang-peers names {} pods, the gang has {nodes}",
-                flags.peers.len()
-            )));
-        }
-        flags.peers.clone()
-    } else {
-        peer_names(&root, nodes)
-    };
-    Ok(GangIdentity {
-        launcher: launcher.to_string(),
-        node_rank,
-        nodes,
-        root,
-        port,
-        peers,
-        sources,
-    })
+    }
 }
 
 /// The first host of an MPI hostfile: Open MPI's `host slots=N` lines, Hydra's

@@ -354,6 +354,11 @@ impl DeviceBuffer<'_, '_> {
         self.bytes == 0
     }
 
+    /// The CUDA ordinal of the GPU the buffer lives on.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
     /// All of the buffer.
     pub fn all(&self) -> DeviceSlice<'_> {
         DeviceSlice {

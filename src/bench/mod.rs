@@ -7,6 +7,7 @@ pub mod child;
 pub mod command;
 pub mod driver;
 pub mod expect;
+pub mod libnccl;
 pub mod nccl;
 pub mod p2p;
 pub mod render;
@@ -111,7 +112,7 @@ pub struct PairRow {
 
 /// Turns what was measured into the report and its two findings.
 pub fn judge(
-    measured: Measured,
+    mut measured: Measured,
     nvml: Option<&NvmlFacts>,
     settings: (&Settings, Duration),
 ) -> BenchReport {
@@ -122,59 +123,18 @@ pub fn judge(
         expect::link(nvml?, a, b)
     };
     let mut findings = Vec::new();
-    let p2p = measured.p2p.map(|pairs| {
-        let rows: Vec<PairRow> = pairs
-            .into_iter()
-            .map(|m| {
-                let figure = expected(m.src, m.dst);
-                let fraction = |v: Option<f64>, k: f64| Some(v? / (figure.as_ref()?.gbps * k));
-                PairRow {
-                    unidirectional_fraction: fraction(m.unidirectional_gbps, 1.0),
-                    bidirectional_fraction: fraction(m.bidirectional_gbps, 2.0),
-                    expected_gbps: figure.as_ref().map(|f| f.gbps),
-                    expected_basis: figure.map(|f| f.basis),
-                    measured: m,
-                }
-            })
-            .collect();
-        P2pSection {
-            buffer_bytes: settings.p2p_bytes as u64,
-            iterations: settings.iterations,
-            pairs: rows,
-        }
-    });
-    let gpus_found = measured.gpus.len();
-    let unavailable = |id: &str| -> Option<Finding> {
-        if let Some(why) = &measured.no_driver {
-            return Some(Finding::skip(id, "no CUDA driver on this machine").evidence(why.clone()));
-        }
-        if let Some(e) = &measured.driver_error {
-            return Some(
-                Finding::fail(
-                    id,
-                    "the CUDA driver could not be used",
-                    "nvidia-smi   # is the driver loaded and every GPU listed?\n\
-                         nccl-preflight check   # gpu-devices names what CUDA refuses",
-                )
-                .evidence(e.to_string()),
-            );
-        }
-        if gpus_found < 2 {
-            return Some(Finding::skip(
-                id,
-                format!("{gpus_found} GPU visible: nothing to measure between GPUs"),
-            ));
-        }
-        None
-    };
+    let p2p = measured
+        .p2p
+        .take()
+        .map(|pairs| p2p_section(pairs, &expected, settings));
     if let Some(section) = &p2p {
         findings.push(
-            unavailable(ids::GPU_BANDWIDTH)
+            unavailable(&measured, ids::GPU_BANDWIDTH)
                 .unwrap_or_else(|| judge_p2p(section, settings.min_fraction)),
         );
     }
     if let Some(result) = &measured.nccl {
-        let finding = unavailable(ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
+        let finding = unavailable(&measured, ids::NCCL_ALLREDUCE).unwrap_or_else(|| match result {
             None => Finding::skip(ids::NCCL_ALLREDUCE, "no NCCL library found")
                 .evidence(format!("tried: {}", settings.nccl_candidates.join(", "))),
             Some(r) => {
@@ -207,6 +167,60 @@ pub fn judge(
         nccl: measured.nccl.flatten(),
         findings,
     }
+}
+
+/// Each measured pair beside what its link should give (`expected(src, dst)`).
+fn p2p_section(
+    pairs: Vec<p2p::PairResult>,
+    expected: &dyn Fn(u32, u32) -> Option<expect::LinkFigure>,
+    settings: &Settings,
+) -> P2pSection {
+    let rows: Vec<PairRow> = pairs
+        .into_iter()
+        .map(|m| {
+            let figure = expected(m.src, m.dst);
+            let fraction = |v: Option<f64>, k: f64| Some(v? / (figure.as_ref()?.gbps * k));
+            PairRow {
+                unidirectional_fraction: fraction(m.unidirectional_gbps, 1.0),
+                bidirectional_fraction: fraction(m.bidirectional_gbps, 2.0),
+                expected_gbps: figure.as_ref().map(|f| f.gbps),
+                expected_basis: figure.map(|f| f.basis),
+                measured: m,
+            }
+        })
+        .collect();
+    P2pSection {
+        buffer_bytes: settings.p2p_bytes as u64,
+        iterations: settings.iterations,
+        pairs: rows,
+    }
+}
+
+/// Check `id`'s finding when nothing between GPUs could be measured: no driver,
+/// a driver that failed, fewer than two GPUs.
+fn unavailable(measured: &Measured, id: &str) -> Option<Finding> {
+    if let Some(why) = &measured.no_driver {
+        return Some(Finding::skip(id, "no CUDA driver on this machine").evidence(why.clone()));
+    }
+    if let Some(e) = &measured.driver_error {
+        return Some(
+            Finding::fail(
+                id,
+                "the CUDA driver could not be used",
+                "nvidia-smi   # is the driver loaded and every GPU listed?\n\
+                     nccl-preflight check   # gpu-devices names what CUDA refuses",
+            )
+            .evidence(e.to_string()),
+        );
+    }
+    let gpus_found = measured.gpus.len();
+    if gpus_found < 2 {
+        return Some(Finding::skip(
+            id,
+            format!("{gpus_found} GPU visible: nothing to measure between GPUs"),
+        ));
+    }
+    None
 }
 
 const LINK_FIX: &str = "nvidia-smi nvlink -s          # every link up, at full speed?\n\
@@ -298,12 +312,8 @@ fn judge_p2p(section: &P2pSection, min_fraction: f64) -> Finding {
     finding
 }
 
-fn judge_nccl(
-    r: &nccl::NcclResult,
-    link: Option<&expect::LinkFigure>,
-    min_fraction: f64,
-) -> Finding {
-    let id = ids::NCCL_ALLREDUCE;
+/// The NCCL run's library, transports and one line per size, as evidence.
+fn nccl_evidence(r: &nccl::NcclResult) -> Vec<String> {
     let version = r.version.as_deref().unwrap_or("version unknown");
     let mut evidence = vec![format!("{} ({version}), {} GPUs", r.library, r.gpus)];
     if !r.transports.is_empty() {
@@ -324,14 +334,26 @@ fn judge_nccl(
             if s.verified { "" } else { ", RESULT WRONG" }
         ));
     }
-    let fail = |summary: String, evidence: Vec<String>, fix: &str| {
-        let mut f = Finding::fail(id, summary, fix);
-        f.evidence = evidence;
-        f
-    };
+    evidence
+}
+
+/// A failing nccl-allreduce finding.
+fn nccl_fail(summary: String, evidence: Vec<String>, fix: &str) -> Finding {
+    let mut f = Finding::fail(ids::NCCL_ALLREDUCE, summary, fix);
+    f.evidence = evidence;
+    f
+}
+
+fn judge_nccl(
+    r: &nccl::NcclResult,
+    link: Option<&expect::LinkFigure>,
+    min_fraction: f64,
+) -> Finding {
+    let id = ids::NCCL_ALLREDUCE;
+    let mut evidence = nccl_evidence(r);
     if let Some(e) = &r.error {
         evidence.push(e.to_string());
-        return fail(
+        return nccl_fail(
             String::from("NCCL all-reduce did not complete"),
             evidence,
             "NCCL_DEBUG=INFO nccl-preflight bench nccl   # NCCL's own log says why\n\
@@ -339,7 +361,7 @@ fn judge_nccl(
         );
     }
     if r.sizes.iter().any(|s| !s.verified) {
-        return fail(
+        return nccl_fail(
             String::from("NCCL all-reduce returned wrong sums"),
             evidence,
             LINK_FIX,
@@ -350,26 +372,8 @@ fn judge_nccl(
         f.evidence = evidence;
         return f;
     };
-    let families: std::collections::BTreeSet<&str> = r
-        .transports
-        .keys()
-        .map(|t| crate::explain::transport::family(t))
-        .collect();
-    if let Some(link) = link.filter(|l| l.nvlink)
-        && !families.is_empty()
-        && !families.contains("P2P")
-    {
-        return fail(
-            format!(
-                "NCCL used {} between GPUs joined by NVLink",
-                families.iter().copied().collect::<Vec<_>>().join(", ")
-            ),
-            evidence,
-            &format!(
-                "env | grep -E 'NCCL_(P2P|SHM)_DISABLE|NCCL_P2P_LEVEL'   # unset what turns P2P off\n{LINK_FIX}\n# link: {}",
-                link.basis
-            ),
-        );
+    if let Some(f) = off_nvlink(r, link, &evidence) {
+        return f;
     }
     let Some(link) = link else {
         let mut f = Finding::pass(
@@ -397,11 +401,39 @@ fn judge_nccl(
         fraction * 100.0
     );
     if fraction < min_fraction {
-        return fail(summary, evidence, LINK_FIX);
+        return nccl_fail(summary, evidence, LINK_FIX);
     }
     let mut f = Finding::pass(id, summary);
     f.evidence = evidence;
     f
+}
+
+/// NCCL logged transports, none of them P2P, between GPUs joined by NVLink.
+fn off_nvlink(
+    r: &nccl::NcclResult,
+    link: Option<&expect::LinkFigure>,
+    evidence: &[String],
+) -> Option<Finding> {
+    let families: std::collections::BTreeSet<&str> = r
+        .transports
+        .keys()
+        .map(|t| crate::explain::transport::family(t))
+        .collect();
+    let link = link.filter(|l| l.nvlink)?;
+    if families.is_empty() || families.contains("P2P") {
+        return None;
+    }
+    Some(nccl_fail(
+        format!(
+            "NCCL used {} between GPUs joined by NVLink",
+            families.iter().copied().collect::<Vec<_>>().join(", ")
+        ),
+        evidence.to_vec(),
+        &format!(
+            "env | grep -E 'NCCL_(P2P|SHM)_DISABLE|NCCL_P2P_LEVEL'   # unset what turns P2P off\n{LINK_FIX}\n# link: {}",
+            link.basis
+        ),
+    ))
 }
 
 /// The knobs of one bench run.
@@ -572,5 +604,143 @@ mod tests {
         );
         let empty = judge_nccl(&result(vec![], &[]), Some(&link), 0.7);
         assert_eq!(empty.status(), Status::Skip);
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            p2p_bytes: 1 << 20,
+            nccl_sizes: vec![1 << 20],
+            iterations: 5,
+            min_fraction: 0.7,
+            budget: Duration::from_secs(60),
+            nccl_candidates: vec!["libnccl.so.2".into()],
+        }
+    }
+
+    fn measured(gpus: usize) -> Measured {
+        Measured {
+            no_driver: None,
+            driver_error: None,
+            gpus: (0..gpus as u32)
+                .map(|i| (i, format!("0000:{:02x}:00.0", 0x18 + i)))
+                .collect(),
+            p2p: Some(Vec::new()),
+            nccl: Some(None),
+        }
+    }
+
+    #[test]
+    fn nothing_to_measure_skips_both_checks_and_the_verdict_says_skip() {
+        let s = settings();
+        let mut none = measured(0);
+        none.no_driver = Some("libcuda.so.1: cannot open shared object file".into());
+        let r = judge(none, None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Skip);
+        assert_eq!(
+            r.findings
+                .iter()
+                .map(|f| (f.id.as_str(), f.status()))
+                .collect::<Vec<_>>(),
+            [
+                (ids::GPU_BANDWIDTH, Status::Skip),
+                (ids::NCCL_ALLREDUCE, Status::Skip)
+            ]
+        );
+        assert_eq!(
+            r.findings[0].evidence,
+            ["libcuda.so.1: cannot open shared object file"]
+        );
+        let r = judge(measured(1), None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Skip);
+        assert_eq!(
+            r.findings[0].summary,
+            "1 GPU visible: nothing to measure between GPUs"
+        );
+    }
+
+    #[test]
+    fn a_broken_driver_fails_with_a_fix_and_a_missing_nccl_names_what_was_tried() {
+        let s = settings();
+        let mut broken = measured(2);
+        broken.driver_error = Some(FactError::new("cuInit", "CUDA_ERROR_NO_DEVICE (100)"));
+        broken.nccl = None;
+        let r = judge(broken, None, (&s, Duration::ZERO));
+        assert_eq!(r.verdict, Status::Fail);
+        assert_eq!(r.findings.len(), 1, "nccl was not asked for");
+        let f = &r.findings[0];
+        assert_eq!(f.summary, "the CUDA driver could not be used");
+        assert!(f.remediation().is_some_and(|r| r.starts_with("nvidia-smi")));
+        assert!(
+            f.evidence[0].contains("CUDA_ERROR_NO_DEVICE"),
+            "{:?}",
+            f.evidence
+        );
+        let r = judge(measured(2), None, (&s, Duration::ZERO));
+        let nccl = r
+            .findings
+            .iter()
+            .find(|f| f.id == ids::NCCL_ALLREDUCE)
+            .unwrap();
+        assert_eq!(
+            (nccl.status(), nccl.summary.as_str()),
+            (Status::Skip, "no NCCL library found")
+        );
+        assert_eq!(nccl.evidence, ["tried: libnccl.so.2"]);
+        assert_eq!(r.gpus.len(), 2);
+    }
+
+    #[test]
+    fn the_human_view_shows_each_pair_each_size_and_the_verdict() {
+        let s = settings();
+        let mut m = measured(2);
+        let mut corrupt = pair(1, 0, 380.0, 740.0);
+        corrupt.verified = Some(false);
+        m.p2p = Some(vec![pair(0, 1, 390.0, 740.0), corrupt]);
+        m.nccl = Some(Some(nccl::NcclResult {
+            library: "libnccl.so.2".into(),
+            version: Some("2.27.3".into()),
+            gpus: 2,
+            sizes: vec![size(1 << 20, 120.0, true)],
+            transports: [("P2P/CUMEM".to_string(), 4)].into_iter().collect(),
+            error: None,
+        }));
+        let text = render::human(&judge(m, None, (&s, Duration::from_millis(1500))), false);
+        assert!(
+            text.starts_with(
+                "nccl-preflight bench: 2 GPU(s): GPU0 0000:18:00.0, GPU1 0000:19:00.0\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  GPU0 -> GPU1     390.0     -    740.0     -  verified  unknown\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  GPU1 -> GPU0     380.0     -    740.0     -  CORRUPT   unknown\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "NCCL all-reduce (libnccl.so.2, 2.27.3, 2 GPUs, float32 sum, 20 iterations):"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("       1 MiB         1.0     120.0     120.0  verified\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  transports (NCCL's log): P2P/CUMEM x4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(" in 1.50 s (budget 60 s, threshold 70% of the link)\n"),
+            "{text}"
+        );
+        let skipped = render::human(&judge(measured(1), None, (&s, Duration::ZERO)), false);
+        assert!(
+            skipped.contains("\nNOTHING MEASURED: gpu-bandwidth: 1 GPU visible"),
+            "{skipped}"
+        );
     }
 }

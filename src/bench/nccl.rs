@@ -2,39 +2,16 @@
 //! (ncclCommInitAll), all-reduces a range of sizes and reports algbw and busbw
 //! as nccl-tests computes them, with the transports NCCL's own log names.
 
-use super::driver::{Driver, Gpu};
+use super::driver::{DeviceBuffer, Driver, Gpu};
+use super::libnccl::{self, Code, Comm, DataType, LoadFailure, Nccl, RedOp, SingleProcess};
 use super::{Budget, gbps};
 use crate::facts::FactError;
 use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, Symbol, is_missing};
 use serde::Serialize;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::c_int;
 
-type Comm = *mut c_void;
-type R = c_int;
-const NCCL_FLOAT32: c_int = 7;
-const NCCL_SUM: c_int = 0;
+type Api = Nccl<SingleProcess>;
 const WARMUP: u32 = 3;
-
-struct Api {
-    version: Symbol<unsafe extern "C" fn(*mut c_int) -> R>,
-    init_all: Symbol<unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> R>,
-    all_reduce: Symbol<
-        unsafe extern "C" fn(
-            *const c_void,
-            *mut c_void,
-            usize,
-            c_int,
-            c_int,
-            Comm,
-            *mut c_void,
-        ) -> R,
-    >,
-    group_start: Symbol<unsafe extern "C" fn() -> R>,
-    group_end: Symbol<unsafe extern "C" fn() -> R>,
-    destroy: Symbol<unsafe extern "C" fn(Comm) -> R>,
-    error_string: Symbol<unsafe extern "C" fn(R) -> *const c_char>,
-}
 
 /// One all-reduce size.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -63,61 +40,22 @@ pub struct NcclResult {
     pub error: Option<FactError>,
 }
 
-fn load(watch: &Watch, candidates: &[String]) -> Result<Option<(Api, String)>, FactError> {
-    let mut missing = true;
-    let mut last = None;
-    for name in candidates {
-        match watch.call(format!("dlopen({name})"), || Library::open(name)) {
-            Ok(lib) => {
-                let api = Api {
-                    version: lib.symbol("ncclGetVersion")?,
-                    init_all: lib.symbol("ncclCommInitAll")?,
-                    all_reduce: lib.symbol("ncclAllReduce")?,
-                    group_start: lib.symbol("ncclGroupStart")?,
-                    group_end: lib.symbol("ncclGroupEnd")?,
-                    destroy: lib.symbol("ncclCommDestroy")?,
-                    error_string: lib.symbol("ncclGetErrorString")?,
-                };
-                // NCCL starts threads; it stays loaded.
-                std::mem::forget(lib);
-                return Ok(Some((api, name.clone())));
-            }
-            Err(e) => {
-                missing &= is_missing(name, &e.message);
-                last = Some(e);
-            }
-        }
+/// Makes one NCCL call under `watch`; a failing code becomes an error naming the call.
+fn call(
+    api: &Api,
+    watch: &Watch,
+    call: impl Into<String>,
+    f: impl FnOnce() -> Code,
+) -> Result<(), FactError> {
+    let call = call.into();
+    let rc = watch.call(call.clone(), f);
+    if rc == libnccl::SUCCESS {
+        return Ok(());
     }
-    match last {
-        Some(e) if !missing => Err(e),
-        _ => Ok(None),
-    }
-}
-
-impl Api {
-    fn run(
-        &self,
-        watch: &Watch,
-        call: impl Into<String>,
-        f: impl FnOnce() -> R,
-    ) -> Result<(), FactError> {
-        let call = call.into();
-        let rc = watch.call(call.clone(), f);
-        if rc == 0 {
-            return Ok(());
-        }
-        // SAFETY: ncclGetErrorString returns a static string for any code.
-        let text = unsafe { (self.error_string.get())(rc) };
-        let text = if text.is_null() {
-            String::from("unknown error")
-        } else {
-            // SAFETY: a NUL-terminated static string.
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        Err(FactError::new(call, format!("{text} ({rc})")))
-    }
+    let text = api
+        .error_text(rc)
+        .unwrap_or_else(|| String::from("unknown error"));
+    Err(FactError::new(call, format!("{text} ({rc})")))
 }
 
 /// The value every element of GPU `rank`'s send buffer holds; the sum over n
@@ -141,10 +79,10 @@ pub fn run(
     plan: &Plan<'_>,
     budget: &Budget,
 ) -> Option<NcclResult> {
-    let (api, library) = match load(watch, plan.candidates) {
-        Ok(Some(found)) => found,
-        Ok(None) => return None,
-        Err(e) => {
+    let api: Api = match libnccl::load(watch, plan.candidates) {
+        Ok(api) => api,
+        Err(LoadFailure::Missing(_)) => return None,
+        Err(LoadFailure::Failed(e)) => {
             return Some(NcclResult {
                 library: plan.candidates.first().cloned().unwrap_or_default(),
                 error: Some(e),
@@ -153,18 +91,12 @@ pub fn run(
         }
     };
     let mut result = NcclResult {
-        library,
+        library: api.library().to_string(),
         gpus: gpus.len() as u32,
         ..NcclResult::default()
     };
     let mut code: c_int = 0;
-    // SAFETY: out-pointer to an int.
-    if api
-        .run(watch, "ncclGetVersion", || unsafe {
-            (api.version.get())(&mut code)
-        })
-        .is_ok()
-    {
+    if call(&api, watch, "ncclGetVersion", || api.version(&mut code)).is_ok() {
         result.version = Some(crate::gather::rdma::nccl::version_text(code));
     }
     if let Err(e) = all_reduces(driver, watch, &api, gpus, plan, budget, &mut result.sizes) {
@@ -191,31 +123,29 @@ fn all_reduces(
         driver.sync(gpu)?;
         buffers.push((send, recv));
     }
-    let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); gpus.len()];
-    // SAFETY: `comms` has room for one communicator per GPU; a null device list means 0..n-1.
-    api.run(
+    let mut comms = Vec::new();
+    call(
+        api,
         watch,
         format!("ncclCommInitAll({} GPUs)", gpus.len()),
-        || unsafe {
-            (api.init_all.get())(comms.as_mut_ptr(), gpus.len() as c_int, std::ptr::null())
+        || {
+            let (rc, made) = api.init_all(gpus.len());
+            comms = made;
+            rc
         },
     )?;
     let outcome = sizes(
         driver, watch, api, gpus, &comms, &buffers, plan, budget, out,
     );
-    for (rank, comm) in comms.iter().enumerate() {
-        // SAFETY: a communicator from ncclCommInitAll, destroyed once.
-        let _ = api.run(watch, format!("ncclCommDestroy({rank})"), || unsafe {
-            (api.destroy.get())(*comm)
+    for (rank, comm) in comms.into_iter().enumerate() {
+        let _ = call(api, watch, format!("ncclCommDestroy({rank})"), || {
+            api.destroy(comm)
         });
     }
     outcome
 }
 
-type Buffers<'d, 'w> = [(
-    super::driver::DeviceBuffer<'d, 'w>,
-    super::driver::DeviceBuffer<'d, 'w>,
-)];
+type Buffers<'d, 'w> = [(DeviceBuffer<'d, 'w>, DeviceBuffer<'d, 'w>)];
 
 /// Queues one all-reduce of `count` floats on every GPU, as one NCCL group.
 fn group(
@@ -237,32 +167,16 @@ fn group(
             ));
         }
     }
-    // SAFETY: no arguments.
-    api.run(watch, "ncclGroupStart", || unsafe {
-        (api.group_start.get())()
-    })?;
-    for (rank, gpu) in gpus.iter().enumerate() {
-        let (send, recv) = &buffers[rank];
-        // SAFETY: both buffers hold at least `count` floats on this GPU (checked above); the
-        // stream is this GPU's.
-        api.run(
+    call(api, watch, "ncclGroupStart", || api.group_start())?;
+    for (rank, ((gpu, (send, recv)), comm)) in gpus.iter().zip(buffers).zip(comms).enumerate() {
+        call(
+            api,
             watch,
             format!("ncclAllReduce({rank}, {bytes} bytes)"),
-            || unsafe {
-                (api.all_reduce.get())(
-                    send.device_ptr() as *const c_void,
-                    recv.device_ptr() as *mut c_void,
-                    count,
-                    NCCL_FLOAT32,
-                    NCCL_SUM,
-                    comms[rank],
-                    gpu.stream,
-                )
-            },
+            || api.all_reduce(send, recv, count, DataType::F32, RedOp::Sum, comm, gpu),
         )?;
     }
-    // SAFETY: no arguments.
-    api.run(watch, "ncclGroupEnd", || unsafe { (api.group_end.get())() })
+    call(api, watch, "ncclGroupEnd", || api.group_end())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -322,4 +236,21 @@ fn sizes(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contributions_sum_exactly_in_float32_for_every_gpu_count_up_to_a_rack() {
+        // The result check compares with ==: the float32 sum must be exact, in the
+        // order a ring adds it (rank by rank) as in any other.
+        for n in 1..=72usize {
+            let forward: f32 = (0..n).map(contribution).sum();
+            let backward: f32 = (0..n).rev().map(contribution).sum();
+            let want = (n * (n + 1) / 2) as f32;
+            assert_eq!((forward, backward), (want, want), "{n} GPUs");
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! all-reduce size, the findings and the verdict.
 
 use super::BenchReport;
+use super::P2pSection;
+use super::nccl::NcclResult;
 use crate::units::format_bytes;
 use std::fmt::Write;
 
@@ -30,77 +32,10 @@ pub fn human(report: &BenchReport, color: bool) -> String {
         gpus.join(", ")
     );
     if let Some(p2p) = report.p2p.as_ref().filter(|p| !p.pairs.is_empty()) {
-        let _ = writeln!(
-            out,
-            "peer copies ({} x {} per measurement, GB/s = 10^9 B/s):",
-            p2p.iterations,
-            format_bytes(p2p.buffer_bytes)
-        );
-        let _ = writeln!(
-            out,
-            "  {:<14} {:>7} {:>5}  {:>7} {:>5}  {:<9} link",
-            "pair", "one-way", "", "both", "", "data"
-        );
-        for row in &p2p.pairs {
-            let m = &row.measured;
-            let data = match (m.verified, &m.error, m.peer_access) {
-                (_, Some(_), _) => "error",
-                (_, None, false) => "no peer",
-                (Some(true), ..) => "verified",
-                (Some(false), ..) => "CORRUPT",
-                (None, ..) => "-",
-            };
-            let link = match (&row.expected_basis, row.expected_gbps) {
-                (Some(b), Some(g)) => format!("{b} = {g:.1} GB/s"),
-                _ => String::from("unknown"),
-            };
-            let _ = writeln!(
-                out,
-                "  {:<14} {} {}  {} {}  {:<9} {link}",
-                format!("GPU{} -> GPU{}", m.src, m.dst),
-                gb(m.unidirectional_gbps),
-                pct(row.unidirectional_fraction),
-                gb(m.bidirectional_gbps),
-                pct(row.bidirectional_fraction),
-                data
-            );
-        }
-        out.push('\n');
+        peer_copies(&mut out, p2p);
     }
     if let Some(n) = &report.nccl {
-        let _ = writeln!(
-            out,
-            "NCCL all-reduce ({}, {}, {} GPUs, float32 sum, {} iterations):",
-            n.library,
-            n.version.as_deref().unwrap_or("version unknown"),
-            n.gpus,
-            n.sizes.first().map(|s| s.iterations).unwrap_or(0)
-        );
-        let _ = writeln!(
-            out,
-            "  {:>10} {:>11} {:>9} {:>9}  result",
-            "size", "time (us)", "algbw", "busbw"
-        );
-        for s in &n.sizes {
-            let _ = writeln!(
-                out,
-                "  {:>10} {:>11.1} {:>9.1} {:>9.1}  {}",
-                format_bytes(s.bytes),
-                s.time_us,
-                s.algbw_gbps,
-                s.busbw_gbps,
-                if s.verified { "verified" } else { "WRONG" }
-            );
-        }
-        if !n.transports.is_empty() {
-            let list: Vec<String> = n
-                .transports
-                .iter()
-                .map(|(t, c)| format!("{t} x{c}"))
-                .collect();
-            let _ = writeln!(out, "  transports (NCCL's log): {}", list.join(", "));
-        }
-        out.push('\n');
+        all_reduce(&mut out, n);
     }
     crate::render::human::findings(&mut out, &report.findings, color);
     if report.verdict == crate::finding::Status::Skip {
@@ -125,4 +60,81 @@ pub fn human(report: &BenchReport, color: bool) -> String {
         report.min_bandwidth_fraction * 100.0
     );
     out
+}
+
+/// One line per peer direction: one-way and both-ways GB/s against the link.
+fn peer_copies(out: &mut String, p2p: &P2pSection) {
+    let _ = writeln!(
+        out,
+        "peer copies ({} x {} per measurement, GB/s = 10^9 B/s):",
+        p2p.iterations,
+        format_bytes(p2p.buffer_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<14} {:>7} {:>5}  {:>7} {:>5}  {:<9} link",
+        "pair", "one-way", "", "both", "", "data"
+    );
+    for row in &p2p.pairs {
+        let m = &row.measured;
+        let data = match (m.verified, &m.error, m.peer_access) {
+            (_, Some(_), _) => "error",
+            (_, None, false) => "no peer",
+            (Some(true), ..) => "verified",
+            (Some(false), ..) => "CORRUPT",
+            (None, ..) => "-",
+        };
+        let link = match (&row.expected_basis, row.expected_gbps) {
+            (Some(b), Some(g)) => format!("{b} = {g:.1} GB/s"),
+            _ => String::from("unknown"),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<14} {} {}  {} {}  {:<9} {link}",
+            format!("GPU{} -> GPU{}", m.src, m.dst),
+            gb(m.unidirectional_gbps),
+            pct(row.unidirectional_fraction),
+            gb(m.bidirectional_gbps),
+            pct(row.bidirectional_fraction),
+            data
+        );
+    }
+    out.push('\n');
+}
+
+/// One line per all-reduce size, then the transports NCCL logged.
+fn all_reduce(out: &mut String, n: &NcclResult) {
+    let _ = writeln!(
+        out,
+        "NCCL all-reduce ({}, {}, {} GPUs, float32 sum, {} iterations):",
+        n.library,
+        n.version.as_deref().unwrap_or("version unknown"),
+        n.gpus,
+        n.sizes.first().map(|s| s.iterations).unwrap_or(0)
+    );
+    let _ = writeln!(
+        out,
+        "  {:>10} {:>11} {:>9} {:>9}  result",
+        "size", "time (us)", "algbw", "busbw"
+    );
+    for s in &n.sizes {
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>11.1} {:>9.1} {:>9.1}  {}",
+            format_bytes(s.bytes),
+            s.time_us,
+            s.algbw_gbps,
+            s.busbw_gbps,
+            if s.verified { "verified" } else { "WRONG" }
+        );
+    }
+    if !n.transports.is_empty() {
+        let list: Vec<String> = n
+            .transports
+            .iter()
+            .map(|(t, c)| format!("{t} x{c}"))
+            .collect();
+        let _ = writeln!(out, "  transports (NCCL's log): {}", list.join(", "));
+    }
+    out.push('\n');
 }

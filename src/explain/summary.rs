@@ -278,31 +278,7 @@ impl LogSummary {
         } else if let Some(v) = m.strip_prefix("cudaDriverVersion ") {
             insert_capped(&mut self.cuda_driver_versions, v.trim(), &mut self.dropped);
         } else if let Some(rest) = m.strip_prefix("NET/Plugin") {
-            let rest = rest.trim_start_matches([' ', ':']);
-            if let Some(libs) = rest.strip_prefix("Could not find:") {
-                // 2.19 on: `Could not find: libA libB. Using internal net plugin.`
-                // (src/plugin/plugin_open.cc:107 at v2.28.9-1: names, then ". " and the fallback).
-                let libs = libs.split(". ").next().unwrap_or(libs);
-                for lib in libs.split_whitespace() {
-                    insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
-                }
-            } else if let Some(lib) = rest.strip_prefix("No plugin found (") {
-                // 2.4 to 2.16: `No plugin found (libnccl-net.so), using internal
-                // implementation` (src/init.cc:63 at v2.5.6-1, src/net.cc:125 at v2.12.12-1).
-                let lib = lib.split(')').next().unwrap_or(lib);
-                insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
-            } else if rest.starts_with("No plugin found") {
-                // 2.17-2.18 print no name (src/net.cc:180 at v2.18.1-1).
-                insert_capped(
-                    &mut self.plugins.not_found,
-                    "(name not printed)",
-                    &mut self.dropped,
-                );
-            } else if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
-                insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
-            } else if rest.contains("oaded") {
-                insert_capped(&mut self.plugins.loaded, rest, &mut self.dropped);
-            }
+            self.plugin_line(rest);
         } else if let Some(path) = m.strip_prefix("Plugin Path : ") {
             insert_capped(&mut self.plugins.paths, path.trim(), &mut self.dropped);
         } else if let Some(name) = m.strip_prefix("P2P plugin ") {
@@ -338,22 +314,7 @@ impl LogSummary {
             .then(|| m.find(" set by environment to "))
             .flatten()
         {
-            let name = &m[..at];
-            if !name.contains(' ') {
-                let value = m[at + 23..].trim_end();
-                // NCCL_PARAM prints "to %s." with a period; plain getenv reports do not.
-                let value = value.strip_suffix('.').unwrap_or(value);
-                if self.settings.contains_key(name) || self.settings.len() < MAX_SET {
-                    let values = self.settings.entry(name.to_string()).or_default();
-                    insert_capped(values, value, &mut self.dropped);
-                    self.setting_examples
-                        .entry(name.to_string())
-                        .or_default()
-                        .keep(line_no, m);
-                } else {
-                    self.dropped += 1;
-                }
-            }
+            self.setting_line(line_no, m, at);
         } else if m.starts_with("Pattern ") {
             if let Some(t) = field(m, "type") {
                 insert_capped(
@@ -369,6 +330,56 @@ impl LogSummary {
             self.nvlink_in_topology = true;
         } else if m.starts_with("ncclCommInit") || m.starts_with("comm 0x") {
             self.communicator(line, m);
+        }
+    }
+
+    /// `NET/Plugin...` lines: the net plugins NCCL could not find or loaded.
+    fn plugin_line(&mut self, rest: &str) {
+        let rest = rest.trim_start_matches([' ', ':']);
+        if let Some(libs) = rest.strip_prefix("Could not find:") {
+            // 2.19 on: `Could not find: libA libB. Using internal net plugin.`
+            // (src/plugin/plugin_open.cc:107 at v2.28.9-1: names, then ". " and the fallback).
+            let libs = libs.split(". ").next().unwrap_or(libs);
+            for lib in libs.split_whitespace() {
+                insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+            }
+        } else if let Some(lib) = rest.strip_prefix("No plugin found (") {
+            // 2.4 to 2.16: `No plugin found (libnccl-net.so), using internal
+            // implementation` (src/init.cc:63 at v2.5.6-1, src/net.cc:125 at v2.12.12-1).
+            let lib = lib.split(')').next().unwrap_or(lib);
+            insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+        } else if rest.starts_with("No plugin found") {
+            // 2.17-2.18 print no name (src/net.cc:180 at v2.18.1-1).
+            insert_capped(
+                &mut self.plugins.not_found,
+                "(name not printed)",
+                &mut self.dropped,
+            );
+        } else if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
+            insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
+        } else if rest.contains("oaded") {
+            insert_capped(&mut self.plugins.loaded, rest, &mut self.dropped);
+        }
+    }
+
+    /// `NCCL_X set by environment to V`: a setting that reached NCCL (`at` is
+    /// where " set by environment to " starts).
+    fn setting_line(&mut self, line_no: u64, m: &str, at: usize) {
+        let name = &m[..at];
+        if !name.contains(' ') {
+            let value = m[at + 23..].trim_end();
+            // NCCL_PARAM prints "to %s." with a period; plain getenv reports do not.
+            let value = value.strip_suffix('.').unwrap_or(value);
+            if self.settings.contains_key(name) || self.settings.len() < MAX_SET {
+                let values = self.settings.entry(name.to_string()).or_default();
+                insert_capped(values, value, &mut self.dropped);
+                self.setting_examples
+                    .entry(name.to_string())
+                    .or_default()
+                    .keep(line_no, m);
+            } else {
+                self.dropped += 1;
+            }
         }
     }
 

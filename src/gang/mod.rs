@@ -516,15 +516,64 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         transports: BTreeMap::new(),
         findings: Vec::new(),
     };
-    let skip = |id: &str, why: &str| Finding::skip(id, why);
     // 2. Names and the root's address.
     run.peers = wait_for_names(identity, opts.gang_wait);
-    let missing: Vec<&Peer> = run.peers.iter().filter(|p| p.address.is_none()).collect();
-    let missing_text = missing
+    let missing_text = run
+        .peers
         .iter()
+        .filter(|p| p.address.is_none())
         .map(|p| format!("node {} ({}): no DNS record", p.node, p.name))
         .collect::<Vec<_>>();
-    let root_ip = if identity.node_rank == 0 {
+    let Some(root_ip) = root_ip(&run, report, identity) else {
+        let mut f = no_root(identity, opts);
+        f.evidence.extend(missing_text);
+        run.findings = vec![
+            f,
+            Finding::skip(ids::GANG_CONSISTENCY, "the gang did not join"),
+            Finding::skip(ids::GANG_BANDWIDTH, "the gang did not join"),
+        ];
+        return run;
+    };
+    let root = SocketAddr::new(root_ip, identity.port);
+    run.root_address = Some(root.to_string());
+    let record = match own_record(report, identity, settings) {
+        Ok(r) => r,
+        Err(findings) => {
+            run.findings = findings;
+            return run;
+        }
+    };
+    // 4-9, consistency phase.
+    let first = finished(phase(identity, settings, Phase::Consistency, root, &record).0);
+    let join = join_finding(&run, &first, identity, opts, &missing_text);
+    if !first.joined {
+        return not_joined(run, first, join);
+    }
+    if !first.done {
+        return exchange_unfinished(run, first, join);
+    }
+    let consistency = compare_fingerprints(&mut run, &first);
+    run.consistency = Some(strip(first));
+    // Every rank sees the same rows, so every rank decides the same here.
+    if consistency.status() == Status::Fail {
+        run.findings = vec![
+            join,
+            consistency,
+            Finding::skip(
+                ids::GANG_BANDWIDTH,
+                "not measured: the pods disagree (see gang-consistency)",
+            ),
+        ];
+        return run;
+    }
+    let bandwidth = bandwidth_phase(&mut run, identity, settings, root, &record);
+    run.findings = vec![join, consistency, bandwidth];
+    run
+}
+
+/// The root's address: this pod's own on rank 0, the resolved name elsewhere.
+fn root_ip(run: &GangRun, report: &Report, identity: &GangIdentity) -> Option<IpAddr> {
+    if identity.node_rank == 0 {
         root_address_here(&identity.root, report)
     } else {
         run.peers
@@ -532,36 +581,37 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
             .find(|p| p.node == 0)
             .and_then(|p| p.address.as_ref())
             .and_then(|a| a.parse().ok())
+    }
+}
+
+/// gang-join's failure when the root has no address.
+fn no_root(identity: &GangIdentity, opts: &GangOpts) -> Finding {
+    let why = if identity.node_rank == 0 {
+        format!(
+            "rank 0 has no local address for the root {:?} (not local, and no default route's address)",
+            identity.root
+        )
+    } else {
+        format!(
+            "the root {:?} did not resolve within --gang-wait {:.0} s (its pod is not Ready or not scheduled)",
+            identity.root,
+            opts.gang_wait.as_secs_f64()
+        )
     };
-    let Some(root_ip) = root_ip else {
-        let why = if identity.node_rank == 0 {
-            format!(
-                "rank 0 has no local address for the root {:?} (not local, and no default route's address)",
-                identity.root
-            )
-        } else {
-            format!(
-                "the root {:?} did not resolve within --gang-wait {:.0} s (its pod is not Ready or not scheduled)",
-                identity.root,
-                opts.gang_wait.as_secs_f64()
-            )
-        };
-        let mut f = Finding::fail(
-            ids::GANG_JOIN,
-            why,
-            "Check that the rank-0 pod is running and its Service name resolves (kubectl get pods, nslookup), or pass --gang-root",
-        );
-        f.evidence.extend(missing_text);
-        run.findings = vec![
-            f,
-            skip(ids::GANG_CONSISTENCY, "the gang did not join"),
-            skip(ids::GANG_BANDWIDTH, "the gang did not join"),
-        ];
-        return run;
-    };
-    let root = SocketAddr::new(root_ip, identity.port);
-    run.root_address = Some(root.to_string());
-    // The fingerprint.
+    Finding::fail(
+        ids::GANG_JOIN,
+        why,
+        "Check that the rank-0 pod is running and its Service name resolves (kubectl get pods, nslookup), or pass --gang-root",
+    )
+}
+
+/// This pod's encoded fingerprint, or the findings that end the gang when it
+/// cannot be encoded.
+fn own_record(
+    report: &Report,
+    identity: &GangIdentity,
+    settings: &Settings<'_>,
+) -> Result<Vec<u8>, Vec<Finding>> {
     let gpus = report
         .facts
         .gpus
@@ -574,129 +624,142 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         gpus,
         socket_speed(report, &settings.host_root),
     );
-    let record = match mine.encode() {
-        Ok(r) => r,
-        Err(e) => {
-            run.findings = vec![
-                skip(ids::GANG_JOIN, "the gang did not start"),
-                Finding::fail(
-                    ids::GANG_CONSISTENCY,
-                    e.to_string(),
-                    "Unset NCCL/FI variables the job does not need",
-                ),
-                skip(ids::GANG_BANDWIDTH, "the gang did not start"),
-            ];
-            return run;
-        }
-    };
-    // 4-9, consistency phase.
-    let (first, _) = phase(identity, settings, Phase::Consistency, root, &record);
-    let first = match first {
-        Ok(r) => r,
-        Err(e) => WorkerResult {
-            error: Some(e),
-            ..WorkerResult::default()
-        },
-    };
+    mine.encode().map_err(|e| {
+        vec![
+            Finding::skip(ids::GANG_JOIN, "the gang did not start"),
+            Finding::fail(
+                ids::GANG_CONSISTENCY,
+                e.to_string(),
+                "Unset NCCL/FI variables the job does not need",
+            ),
+            Finding::skip(ids::GANG_BANDWIDTH, "the gang did not start"),
+        ]
+    })
+}
+
+/// A phase's result; a worker that could not run becomes one with its error.
+fn finished(result: Result<WorkerResult, String>) -> WorkerResult {
+    result.unwrap_or_else(|e| WorkerResult {
+        error: Some(e),
+        ..WorkerResult::default()
+    })
+}
+
+/// gang-join from the consistency phase's result.
+fn join_finding(
+    run: &GangRun,
+    first: &WorkerResult,
+    identity: &GangIdentity,
+    opts: &GangOpts,
+    missing_text: &[String],
+) -> Finding {
     let nodes_text = format!("{} pod(s)", identity.nodes);
-    let join = if first.joined {
-        Finding::pass(
+    if first.joined {
+        return Finding::pass(
             ids::GANG_JOIN,
             format!(
                 "all {nodes_text} joined in {:.2} s",
                 first.join_seconds.unwrap_or(0.0)
             ),
-        )
-    } else {
-        let mut f = Finding::fail(
-            ids::GANG_JOIN,
-            if first.timed_out {
-                format!(
-                    "not all {nodes_text} joined within --gang-timeout {:.0} s (this is node {})",
-                    opts.gang_timeout.as_secs_f64(),
-                    identity.node_rank
-                )
-            } else {
-                format!(
-                    "NCCL could not form the gang's communicator: {}",
-                    first.error.clone().unwrap_or_else(|| "no result".into())
-                )
-            },
-            "Check that every pod started (kubectl get pods), that pods reach each other on the gang port (NetworkPolicy, security groups), and the NCCL WARN line above",
         );
-        f.evidence.extend(missing_text.clone());
-        // Where every rank was to meet: an unreachable root is the commonest cause.
-        if let Some(addr) = &run.root_address {
-            f.evidence
-                .push(format!("the gang's root: {} at {addr}", identity.root));
-        }
-        if missing.is_empty() && !run.peers.is_empty() && first.timed_out {
-            f.evidence.push(
-                "every peer name resolved: a pod that exists but never reached NCCL (crashed, stuck in an earlier step, or blocked on the network)".into(),
-            );
-        }
-        if let Some(e) = &first.error {
-            f.evidence.push(format!("error: {e}"));
-        }
-        if let Some(e) = &first.last_error {
-            f.evidence.push(format!("NCCL: {e}"));
-        }
-        f.evidence.push(format!("stopped at: {}", first.stage));
-        f
-    };
+    }
+    let mut f = Finding::fail(
+        ids::GANG_JOIN,
+        if first.timed_out {
+            format!(
+                "not all {nodes_text} joined within --gang-timeout {:.0} s (this is node {})",
+                opts.gang_timeout.as_secs_f64(),
+                identity.node_rank
+            )
+        } else {
+            format!(
+                "NCCL could not form the gang's communicator: {}",
+                first.error.clone().unwrap_or_else(|| "no result".into())
+            )
+        },
+        "Check that every pod started (kubectl get pods), that pods reach each other on the gang port (NetworkPolicy, security groups), and the NCCL WARN line above",
+    );
+    f.evidence.extend(missing_text.iter().cloned());
+    // Where every rank was to meet: an unreachable root is the commonest cause.
+    if let Some(addr) = &run.root_address {
+        f.evidence
+            .push(format!("the gang's root: {} at {addr}", identity.root));
+    }
+    if missing_text.is_empty() && !run.peers.is_empty() && first.timed_out {
+        f.evidence.push(
+            "every peer name resolved: a pod that exists but never reached NCCL (crashed, stuck in an earlier step, or blocked on the network)".into(),
+        );
+    }
+    if let Some(e) = &first.error {
+        f.evidence.push(format!("error: {e}"));
+    }
+    stopped(&mut f, first);
+    f
+}
+
+/// NCCL's last error and the worker's stage, as evidence of where it stopped.
+fn stopped(f: &mut Finding, result: &WorkerResult) {
+    if let Some(e) = &result.last_error {
+        f.evidence.push(format!("NCCL: {e}"));
+    }
+    f.evidence.push(format!("stopped at: {}", result.stage));
+}
+
+/// The gang did not join: a version mismatch names its ranks, anything else skips.
+fn not_joined(mut run: GangRun, first: WorkerResult, join: Finding) -> GangRun {
     // 10. A version mismatch stops NCCL's init before any all-gather.
     let mismatch = first
         .last_error
         .as_deref()
         .and_then(version_mismatch)
         .or_else(|| first.error.as_deref().and_then(version_mismatch));
-    if !first.joined {
-        let consistency = match mismatch {
-            Some((a, x, b, y)) => {
-                let names = run.names();
-                Finding::fail(
-                    ids::GANG_CONSISTENCY,
-                    "NCCL could not form a communicator: ranks load different NCCL versions",
-                    "Build every pod from the same image (one libnccl for the whole job)",
-                )
-                .evidence(format!(
-                    "{} loads NCCL {x}, {} loads NCCL {y}",
-                    verdict::node_name(a as usize, &names),
-                    verdict::node_name(b as usize, &names)
-                ))
-            }
-            None => skip(ids::GANG_CONSISTENCY, "the gang did not join"),
-        };
-        run.consistency = Some(strip(first));
-        run.findings = vec![
-            join,
-            consistency,
-            skip(ids::GANG_BANDWIDTH, "the gang did not join"),
-        ];
-        return run;
-    }
-    if !first.done {
-        // Joined, then a peer died or the exchange stalled: nothing to compare.
-        let mut f = Finding::fail(
-            ids::GANG_CONSISTENCY,
-            format!(
-                "the fingerprint exchange did not finish: {}",
-                first.error.clone().unwrap_or_else(|| "no result".into())
-            ),
-            "A pod left the gang mid-way (crashed, killed or its network failed): check every pod's state and logs",
-        );
-        if let Some(e) = &first.last_error {
-            f.evidence.push(format!("NCCL: {e}"));
+    let consistency = match mismatch {
+        Some((a, x, b, y)) => {
+            let names = run.names();
+            Finding::fail(
+                ids::GANG_CONSISTENCY,
+                "NCCL could not form a communicator: ranks load different NCCL versions",
+                "Build every pod from the same image (one libnccl for the whole job)",
+            )
+            .evidence(format!(
+                "{} loads NCCL {x}, {} loads NCCL {y}",
+                verdict::node_name(a as usize, &names),
+                verdict::node_name(b as usize, &names)
+            ))
         }
-        f.evidence.push(format!("stopped at: {}", first.stage));
-        run.consistency = Some(strip(first));
-        run.findings = vec![
-            join,
-            f,
-            skip(ids::GANG_BANDWIDTH, "the gang did not finish its exchange"),
-        ];
-        return run;
-    }
+        None => Finding::skip(ids::GANG_CONSISTENCY, "the gang did not join"),
+    };
+    run.consistency = Some(strip(first));
+    run.findings = vec![
+        join,
+        consistency,
+        Finding::skip(ids::GANG_BANDWIDTH, "the gang did not join"),
+    ];
+    run
+}
+
+/// Joined, then a peer died or the exchange stalled: nothing to compare.
+fn exchange_unfinished(mut run: GangRun, first: WorkerResult, join: Finding) -> GangRun {
+    let mut f = Finding::fail(
+        ids::GANG_CONSISTENCY,
+        format!(
+            "the fingerprint exchange did not finish: {}",
+            first.error.clone().unwrap_or_else(|| "no result".into())
+        ),
+        "A pod left the gang mid-way (crashed, killed or its network failed): check every pod's state and logs",
+    );
+    stopped(&mut f, &first);
+    run.consistency = Some(strip(first));
+    run.findings = vec![
+        join,
+        f,
+        Finding::skip(ids::GANG_BANDWIDTH, "the gang did not finish its exchange"),
+    ];
+    run
+}
+
+/// Decodes every node's fingerprint into `run` and judges gang-consistency.
+fn compare_fingerprints(run: &mut GangRun, first: &WorkerResult) -> Finding {
     for (i, hex) in first.fingerprints.iter().enumerate() {
         match handle::from_hex(hex)
             .ok_or(fingerprint::DecodeError::NotARecord)
@@ -710,52 +773,44 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         }
     }
     run.rows = verdict::rows(&run.fingerprints);
-    let names = run.names();
-    let mut consistency = verdict::consistency(&run.rows, &names);
-    if !run.fingerprint_errors.is_empty() {
-        // A record that does not decode fails the check whatever the readable ones say.
-        let summary = if consistency.status() == Status::Fail {
-            consistency.summary.clone()
-        } else {
-            format!(
-                "{} pod(s) sent a fingerprint this build cannot read",
-                run.fingerprint_errors.len()
-            )
-        };
-        let fix = consistency
-            .remediation()
-            .unwrap_or("Run the same nccl-preflight version in every pod")
-            .to_string();
-        let mut f = Finding::fail(ids::GANG_CONSISTENCY, summary, fix);
-        f.evidence = consistency.evidence.clone();
-        f.evidence.extend(run.fingerprint_errors.iter().cloned());
-        consistency = f;
+    let consistency = verdict::consistency(&run.rows, &run.names());
+    if run.fingerprint_errors.is_empty() {
+        return consistency;
     }
-    run.consistency = Some(strip(first));
-    // Every rank sees the same rows, so every rank decides the same here.
-    if consistency.status() == Status::Fail {
-        run.findings = vec![
-            join,
-            consistency,
-            skip(
-                ids::GANG_BANDWIDTH,
-                "not measured: the pods disagree (see gang-consistency)",
-            ),
-        ];
-        return run;
-    }
-    let (second, transports) = phase(identity, settings, Phase::Bandwidth, root, &record);
-    run.transports = transports;
-    let second = match second {
-        Ok(r) => r,
-        Err(e) => WorkerResult {
-            error: Some(e),
-            ..WorkerResult::default()
-        },
+    // A record that does not decode fails the check whatever the readable ones say.
+    let summary = if consistency.status() == Status::Fail {
+        consistency.summary.clone()
+    } else {
+        format!(
+            "{} pod(s) sent a fingerprint this build cannot read",
+            run.fingerprint_errors.len()
+        )
     };
+    let fix = consistency
+        .remediation()
+        .unwrap_or("Run the same nccl-preflight version in every pod")
+        .to_string();
+    let mut f = Finding::fail(ids::GANG_CONSISTENCY, summary, fix);
+    f.evidence = consistency.evidence.clone();
+    f.evidence.extend(run.fingerprint_errors.iter().cloned());
+    f
+}
+
+/// The bandwidth phase and its gang-bandwidth finding.
+fn bandwidth_phase(
+    run: &mut GangRun,
+    identity: &GangIdentity,
+    settings: &Settings<'_>,
+    root: SocketAddr,
+    record: &[u8],
+) -> Finding {
+    let (second, transports) = phase(identity, settings, Phase::Bandwidth, root, record);
+    run.transports = transports;
+    let second = finished(second);
     let bandwidth = if second.done {
         run.matrix = verdict::matrix(&second.round_seconds, run.p2p_bytes);
         run.straggler = verdict::straggler(&run.matrix);
+        let names = run.names();
         verdict::bandwidth(&verdict::BandwidthInput {
             sizes: &second.allreduce,
             fps: &run.fingerprints,
@@ -773,15 +828,11 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
             ),
             "Rerun with NCCL_DEBUG=INFO; check the network between the pods and each pod's NCCL variables",
         );
-        if let Some(e) = &second.last_error {
-            f.evidence.push(format!("NCCL: {e}"));
-        }
-        f.evidence.push(format!("stopped at: {}", second.stage));
+        stopped(&mut f, &second);
         f
     };
     run.bandwidth = Some(strip(second));
-    run.findings = vec![join, consistency, bandwidth];
-    run
+    bandwidth
 }
 
 /// A worker result without the raw fingerprint records (decoded into the run).

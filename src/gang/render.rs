@@ -34,25 +34,7 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
     for f in &run.findings {
         let _ = writeln!(s, "  [{}] {}: {}", f.status().label(), f.id, f.summary);
     }
-    let differing: Vec<_> = run.rows.iter().filter(|r| r.differs()).collect();
-    if !run.rows.is_empty() {
-        let _ = writeln!(
-            s,
-            "Consistency: {} node(s) agree on {} of {} fields",
-            id.nodes,
-            run.rows.len() - differing.len(),
-            run.rows.len()
-        );
-        for r in &differing {
-            let values: Vec<String> = r
-                .values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| format!("{}={}", node_name(i, &names), crate::render::visible(v)))
-                .collect();
-            let _ = writeln!(s, "  {}: {}", r.field, values.join(", "));
-        }
-    }
+    consistency(&mut s, run, &names);
     if let Some(b) = &run.bandwidth {
         for row in &b.allreduce {
             let _ = writeln!(
@@ -73,45 +55,7 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
             .collect();
         let _ = writeln!(s, "Transports (this pod): {}", t.join(", "));
     }
-    let n = run.matrix.len();
-    if n > 1 {
-        let _ = writeln!(
-            s,
-            "Node x node send/recv, GB/s ({} each way per pairwise exchange):",
-            crate::units::format_bytes(run.p2p_bytes)
-        );
-        if n <= MATRIX_NODES {
-            let _ = write!(s, "     ");
-            for j in 0..n {
-                let _ = write!(s, "{j:>8}");
-            }
-            let _ = writeln!(s);
-            for (i, row) in run.matrix.iter().enumerate() {
-                let _ = write!(s, "{i:>5}");
-                for v in row {
-                    match v {
-                        Some(v) => {
-                            let _ = write!(s, "{v:>8.2}");
-                        }
-                        None => {
-                            let _ = write!(s, "{:>8}", "-");
-                        }
-                    }
-                }
-                let _ = writeln!(s);
-            }
-        } else {
-            let all = super::verdict::links(&run.matrix);
-            let min = all.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = all.iter().copied().fold(0.0, f64::max);
-            let _ = writeln!(
-                s,
-                "  {n} nodes, {} links: min {min:.2}, median {:.2}, max {max:.2} (--format json has every link)",
-                all.len(),
-                super::verdict::median(&run.matrix).unwrap_or(0.0)
-            );
-        }
-    }
+    matrix(&mut s, run);
     if let Some(st) = &run.straggler {
         let _ = writeln!(
             s,
@@ -123,6 +67,74 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
     }
     let _ = writeln!(s, "Job verdict: {}", verdict.label());
     s
+}
+
+/// The consistency rows that differ, with a count of those that agree.
+fn consistency(s: &mut String, run: &GangRun, names: &[String]) {
+    let differing: Vec<_> = run.rows.iter().filter(|r| r.differs()).collect();
+    if run.rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Consistency: {} node(s) agree on {} of {} fields",
+        run.identity.nodes,
+        run.rows.len() - differing.len(),
+        run.rows.len()
+    );
+    for r in &differing {
+        let values: Vec<String> = r
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{}={}", node_name(i, names), crate::render::visible(v)))
+            .collect();
+        let _ = writeln!(s, "  {}: {}", r.field, values.join(", "));
+    }
+}
+
+/// The node x node matrix, whole up to MATRIX_NODES nodes, summarised beyond.
+fn matrix(s: &mut String, run: &GangRun) {
+    let n = run.matrix.len();
+    if n < 2 {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Node x node send/recv, GB/s ({} each way per pairwise exchange):",
+        crate::units::format_bytes(run.p2p_bytes)
+    );
+    if n <= MATRIX_NODES {
+        let _ = write!(s, "     ");
+        for j in 0..n {
+            let _ = write!(s, "{j:>8}");
+        }
+        let _ = writeln!(s);
+        for (i, row) in run.matrix.iter().enumerate() {
+            let _ = write!(s, "{i:>5}");
+            for v in row {
+                match v {
+                    Some(v) => {
+                        let _ = write!(s, "{v:>8.2}");
+                    }
+                    None => {
+                        let _ = write!(s, "{:>8}", "-");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
+    } else {
+        let all = super::verdict::links(&run.matrix);
+        let min = all.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = all.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "  {n} nodes, {} links: min {min:.2}, median {:.2}, max {max:.2} (--format json has every link)",
+            all.len(),
+            super::verdict::median(&run.matrix).unwrap_or(0.0)
+        );
+    }
 }
 
 /// A non-root rank's line.

@@ -120,90 +120,10 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
         "{nodes} node(s) agree on {agree} of {} fields",
         rows.len()
     )];
-    let mut problems = Vec::new();
-    for r in &differing {
-        let shown: Vec<String> = r
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("{}={v}", node_name(i, names)))
-            .collect();
-        let mut p = |status, summary: String, fix: &str| {
-            let mut pr = Problem::new(status, summary, fix);
-            pr.evidence
-                .push(format!("{}: {}", r.field, shown.join(", ")));
-            problems.push(pr);
-        };
-        let numeric_min = || -> Vec<usize> {
-            let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
-            let max = nums.iter().flatten().max().copied().unwrap_or(0);
-            nums.iter()
-                .enumerate()
-                .filter(|(_, n)| n.is_none_or(|n| n < max))
-                .map(|(i, _)| i)
-                .collect()
-        };
-        match r.field.as_str() {
-            "nccl version" => p(
-                Severity::Fail,
-                format!(
-                    "pods load different NCCL versions: {} differ from {}",
-                    list(&r.odd, names),
-                    r.majority
-                ),
-                "Build every pod from the same image (one libnccl for the whole job); ranks with different NCCL versions fail init or hang",
-            ),
-            "gpus" | "rdma devices" => {
-                let fewer = numeric_min();
-                p(
-                    Severity::Fail,
-                    format!(
-                        "{} {} fewer {} than its peers",
-                        list(&fewer, names),
-                        if fewer.len() == 1 { "has" } else { "have" },
-                        if r.field == "gpus" {
-                            "GPUs"
-                        } else {
-                            "usable RDMA devices"
-                        }
-                    ),
-                    "Give every pod the same GPU and RDMA resources (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) and drain the node whose devices are missing or down; the whole job runs at the slowest node's speed",
-                )
-            }
-            "local verdict" => {
-                let failed: Vec<usize> = r
-                    .values
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.as_str() == "fail")
-                    .map(|(i, _)| i)
-                    .collect();
-                if !failed.is_empty() {
-                    p(
-                        Severity::Fail,
-                        format!("{} failed its own checks", list(&failed, names)),
-                        "Read that pod's report (its check rows say what failed and how to fix it)",
-                    )
-                }
-            }
-            f if f.starts_with("env NCCL_") => p(
-                Severity::Fail,
-                format!(
-                    "{} differs across pods ({} against {})",
-                    &f[4..],
-                    list(&r.odd, names),
-                    r.majority
-                ),
-                "Set NCCL variables the same in every pod (one pod template): ranks that choose different algorithms or protocols hang in the first collective",
-            ),
-            f if f.starts_with("check ") => {}
-            _ => p(
-                Severity::Warn,
-                format!("{} differs across pods ({})", r.field, list(&r.odd, names)),
-                "Run every pod from the same image on the same node type",
-            ),
-        }
-    }
+    let problems = differing
+        .iter()
+        .filter_map(|r| row_problem(r, names))
+        .collect();
     // A failed check on one pod also shows as "local verdict"; the per-check rows are evidence.
     let checks: Vec<String> = differing
         .iter()
@@ -218,6 +138,95 @@ pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
     );
     f.evidence.extend(checks);
     f
+}
+
+/// The nodes whose value in `r` is not a number or is below the largest one.
+fn below_the_most(r: &Row) -> Vec<usize> {
+    let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
+    let max = nums.iter().flatten().max().copied().unwrap_or(0);
+    nodes_where(r, |v| v.parse::<u64>().ok().is_none_or(|n| n < max))
+}
+
+/// The nodes whose value in `r` satisfies `keep`.
+fn nodes_where(r: &Row, keep: impl Fn(&str) -> bool) -> Vec<usize> {
+    r.values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| keep(v))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// What one differing row means: None for rows that are only evidence (a
+/// per-check row; a local verdict where no pod failed).
+fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
+    let shown: Vec<String> = r
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{}={v}", node_name(i, names)))
+        .collect();
+    let p = |status, summary: String, fix: &str| {
+        let mut pr = Problem::new(status, summary, fix);
+        pr.evidence
+            .push(format!("{}: {}", r.field, shown.join(", ")));
+        Some(pr)
+    };
+    match r.field.as_str() {
+        "nccl version" => p(
+            Severity::Fail,
+            format!(
+                "pods load different NCCL versions: {} differ from {}",
+                list(&r.odd, names),
+                r.majority
+            ),
+            "Build every pod from the same image (one libnccl for the whole job); ranks with different NCCL versions fail init or hang",
+        ),
+        "gpus" | "rdma devices" => {
+            let fewer = below_the_most(r);
+            p(
+                Severity::Fail,
+                format!(
+                    "{} {} fewer {} than its peers",
+                    list(&fewer, names),
+                    if fewer.len() == 1 { "has" } else { "have" },
+                    if r.field == "gpus" {
+                        "GPUs"
+                    } else {
+                        "usable RDMA devices"
+                    }
+                ),
+                "Give every pod the same GPU and RDMA resources (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) and drain the node whose devices are missing or down; the whole job runs at the slowest node's speed",
+            )
+        }
+        "local verdict" => {
+            let failed = nodes_where(r, |v| v == "fail");
+            if failed.is_empty() {
+                return None;
+            }
+            p(
+                Severity::Fail,
+                format!("{} failed its own checks", list(&failed, names)),
+                "Read that pod's report (its check rows say what failed and how to fix it)",
+            )
+        }
+        f if f.starts_with("env NCCL_") => p(
+            Severity::Fail,
+            format!(
+                "{} differs across pods ({} against {})",
+                &f[4..],
+                list(&r.odd, names),
+                r.majority
+            ),
+            "Set NCCL variables the same in every pod (one pod template): ranks that choose different algorithms or protocols hang in the first collective",
+        ),
+        f if f.starts_with("check ") => None,
+        _ => p(
+            Severity::Warn,
+            format!("{} differs across pods ({})", r.field, list(&r.odd, names)),
+            "Run every pod from the same image on the same node type",
+        ),
+    }
 }
 
 /// The pairwise exchange schedule: rounds of disjoint node pairs in which every
@@ -454,6 +463,37 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
             transports.join(", ")
         ));
     }
+    problems.extend(socket_despite_rdma(input));
+    against_network(input, &mut evidence, &mut problems);
+    if let Some(s) = input.straggler {
+        problems.push(straggler_problem(input, s));
+    } else if let Some(m) = median(input.matrix) {
+        evidence.push(format!(
+            "node x node links: median {m:.2} GB/s, no straggler"
+        ));
+    }
+    combine(
+        ids::GANG_BANDWIDTH,
+        match best_busbw(input) {
+            Some(b) => format!("all-reduce across the job: busbw up to {b:.2} GB/s"),
+            None => "nothing measured".to_string(),
+        },
+        evidence,
+        problems,
+    )
+}
+
+/// The highest busbw over the sizes measured.
+fn best_busbw(input: &BandwidthInput<'_>) -> Option<f64> {
+    input
+        .sizes
+        .iter()
+        .map(|s| s.busbw_gbps)
+        .max_by(f64::total_cmp)
+}
+
+/// NCCL fell back to TCP sockets although some node has RDMA devices.
+fn socket_despite_rdma(input: &BandwidthInput<'_>) -> Option<Problem> {
     let socket = input.transports.keys().any(|t| t.starts_with("NET/Socket"));
     let rdma_nodes: Vec<usize> = input
         .fps
@@ -462,18 +502,24 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
         .filter(|(_, f)| f.as_ref().is_some_and(|f| f.rdma_devices > 0))
         .map(|(i, _)| i)
         .collect();
-    if socket && !rdma_nodes.is_empty() {
-        problems.push(Problem::new(
-            Severity::Fail,
-            format!(
-                "NCCL sends over NET/Socket (TCP) although {} {} RDMA devices",
-                list(&rdma_nodes, input.names),
-                if rdma_nodes.len() == 1 { "has" } else { "have" }
-            ),
-            "Give every pod its RDMA devices and the net plugin (vpc.amazonaws.com/efa or rdma/... resources, aws-ofi-nccl in the image), and check nccl-net-plugin and rdma-devices on each pod",
-        ));
-    }
-    // Judged against the slowest node's figure: the job runs at its speed.
+    (socket && !rdma_nodes.is_empty()).then(|| Problem::new(
+        Severity::Fail,
+        format!(
+            "NCCL sends over NET/Socket (TCP) although {} {} RDMA devices",
+            list(&rdma_nodes, input.names),
+            if rdma_nodes.len() == 1 { "has" } else { "have" }
+        ),
+        "Give every pod its RDMA devices and the net plugin (vpc.amazonaws.com/efa or rdma/... resources, aws-ofi-nccl in the image), and check nccl-net-plugin and rdma-devices on each pod",
+    ))
+}
+
+/// The best busbw judged against the slowest node's network figure: the job
+/// runs at its speed.
+fn against_network(
+    input: &BandwidthInput<'_>,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
     let figures: Vec<(usize, f64, String)> = input
         .fps
         .iter()
@@ -481,86 +527,67 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
         .filter_map(|(i, f)| f.as_ref().and_then(node_figure).map(|(g, b)| (i, g, b)))
         .collect();
     let slowest = figures.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-    if let (Some((node, gbps, basis)), Some(best)) = (
-        slowest,
-        input
-            .sizes
-            .iter()
-            .map(|s| s.busbw_gbps)
-            .max_by(f64::total_cmp),
-    ) {
-        let fraction = best / gbps;
-        evidence.push(format!(
-            "slowest node's network: {:.2} GB/s ({}: {basis}); best busbw is {:.0}% of it",
-            gbps,
-            node_name(*node, input.names),
-            fraction * 100.0
-        ));
-        let fix = "Check each node's links (ibstat, the rdma rate files, ethtool), the NICs NCCL picks (NCCL_IB_HCA, NCCL_SOCKET_IFNAME) and the transport above";
-        if fraction < FAIL_FRACTION {
-            problems.push(Problem::new(
-                Severity::Fail,
-                format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", FAIL_FRACTION * 100.0),
-                fix,
-            ));
-        } else if fraction < WARN_FRACTION {
-            problems.push(Problem::new(
-                Severity::Warn,
-                format!("all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)", WARN_FRACTION * 100.0),
-                fix,
-            ));
+    let (Some((node, gbps, basis)), Some(best)) = (slowest, best_busbw(input)) else {
+        if !input.sizes.is_empty() {
+            evidence.push("no node's network figure is known (no RDMA rate, no interface speed): busbw not judged against one".to_string());
         }
-    } else if !input.sizes.is_empty() {
-        evidence.push("no node's network figure is known (no RDMA rate, no interface speed): busbw not judged against one".to_string());
-    }
-    if let Some(s) = input.straggler {
-        let facts = input
-            .fps
-            .get(s.node)
-            .and_then(|f| f.as_ref())
-            .map(|f| {
-                format!(
-                    "{} RDMA device(s) [{}], socket {} {}",
-                    f.rdma_devices,
-                    f.rdma_rates.join(", "),
-                    f.socket_interface.as_deref().unwrap_or("?"),
-                    f.socket_speed_mbps
-                        .map_or("speed unknown".to_string(), |m| format!("{m} Mb/s"))
-                )
-            })
-            .unwrap_or_default();
-        let mut p = Problem::new(
-            Severity::Fail,
+        return;
+    };
+    let fraction = best / gbps;
+    evidence.push(format!(
+        "slowest node's network: {:.2} GB/s ({}: {basis}); best busbw is {:.0}% of it",
+        gbps,
+        node_name(*node, input.names),
+        fraction * 100.0
+    ));
+    let fix = "Check each node's links (ibstat, the rdma rate files, ethtool), the NICs NCCL picks (NCCL_IB_HCA, NCCL_SOCKET_IFNAME) and the transport above";
+    let below = |severity, limit: f64| {
+        Problem::new(
+            severity,
             format!(
-                "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
-                node_name(s.node, input.names),
-                s.mean_gbps,
-                STRAGGLER_FACTOR * 100.0,
-                s.median_gbps
+                "all-reduce busbw {best:.2} GB/s is under {:.0}% of the slowest node's network ({gbps:.2} GB/s)",
+                limit * 100.0
             ),
-            "Drain that node or fix its links (a NIC trained at a lower rate, a missing NIC, a rate limit), then rerun",
-        );
-        p.evidence.push(format!("its NIC facts: {facts}"));
-        problems.push(p);
-    } else if let Some(m) = median(input.matrix) {
-        evidence.push(format!(
-            "node x node links: median {m:.2} GB/s, no straggler"
-        ));
+            fix,
+        )
+    };
+    if fraction < FAIL_FRACTION {
+        problems.push(below(Severity::Fail, FAIL_FRACTION));
+    } else if fraction < WARN_FRACTION {
+        problems.push(below(Severity::Warn, WARN_FRACTION));
     }
-    combine(
-        ids::GANG_BANDWIDTH,
-        match input
-            .sizes
-            .iter()
-            .map(|s| s.busbw_gbps)
-            .max_by(f64::total_cmp)
-        {
-            Some(b) => format!("all-reduce across the job: busbw up to {b:.2} GB/s"),
-            None => "nothing measured".to_string(),
-        },
-        evidence,
-        problems,
-    )
+}
+
+/// The straggler node, with its NIC facts as evidence.
+fn straggler_problem(input: &BandwidthInput<'_>, s: &Straggler) -> Problem {
+    let facts = input
+        .fps
+        .get(s.node)
+        .and_then(|f| f.as_ref())
+        .map(|f| {
+            format!(
+                "{} RDMA device(s) [{}], socket {} {}",
+                f.rdma_devices,
+                f.rdma_rates.join(", "),
+                f.socket_interface.as_deref().unwrap_or("?"),
+                f.socket_speed_mbps
+                    .map_or("speed unknown".to_string(), |m| format!("{m} Mb/s"))
+            )
+        })
+        .unwrap_or_default();
+    let mut p = Problem::new(
+        Severity::Fail,
+        format!(
+            "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
+            node_name(s.node, input.names),
+            s.mean_gbps,
+            STRAGGLER_FACTOR * 100.0,
+            s.median_gbps
+        ),
+        "Drain that node or fix its links (a NIC trained at a lower rate, a missing NIC, a rate limit), then rerun",
+    );
+    p.evidence.push(format!("its NIC facts: {facts}"));
+    p
 }
 
 #[cfg(test)]

@@ -18,10 +18,13 @@
 use super::handle::{self, Phase};
 use super::verdict::SizeRow;
 use crate::bench::driver::{DeviceBuffer, Driver, Gpu, Opened};
+use crate::bench::libnccl::{
+    self, Code, Comm, DataType, IN_PROGRESS, LoadFailure, Nccl, Ranked, RedOp, SUCCESS, UniqueId,
+};
 use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, Symbol, is_missing};
+use crate::gather::dl::{Library, Symbol};
 use serde::{Deserialize, Serialize};
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_void};
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -82,92 +85,16 @@ pub struct WorkerResult {
     pub done: bool,
 }
 
-type R = c_int;
-type Comm = *mut c_void;
-const SUCCESS: R = 0;
-const IN_PROGRESS: R = 7;
-const UINT8: c_int = 1;
-const FLOAT32: c_int = 7;
-const FLOAT64: c_int = 8;
-const SUM: c_int = 0;
-const MAX: c_int = 2;
 /// CUDA_ERROR_NOT_READY: cuStreamQuery's "still running".
 const CUDA_NOT_READY: c_int = 600;
 
-/// ncclUniqueId, passed by value as the C struct.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct UniqueId {
-    internal: [u8; handle::HANDLE_BYTES],
-}
-
-/// ncclConfig_t as of NCCL 2.17 (ncclConfig_v21700 in src/nccl.h.in). NCCL copies
-/// `size` bytes of it when `version` >= 2.17.0 and reads the 2.17 fields otherwise
-/// (src/init.cc parseCommConfig), so this prefix works with every later NCCL.
-#[repr(C)]
-struct Config {
-    size: usize,
-    magic: c_uint,
-    version: c_uint,
-    blocking: c_int,
-    cga_cluster_size: c_int,
-    min_ctas: c_int,
-    max_ctas: c_int,
-    net_name: *const c_char,
-    split_share: c_int,
-}
-
-/// NCCL_CONFIG_INITIALIZER with blocking = 0.
-fn nonblocking_config() -> Config {
-    const UNDEF: c_int = c_int::MIN;
-    Config {
-        size: std::mem::size_of::<Config>(),
-        magic: 0xcafe_beef,
-        version: 21700,
-        blocking: 0,
-        cga_cluster_size: UNDEF,
-        min_ctas: UNDEF,
-        max_ctas: UNDEF,
-        net_name: std::ptr::null(),
-        split_share: UNDEF,
-    }
-}
-
 type Stream = *mut c_void;
 type Ptr = u64;
-
-struct Nccl {
-    version: Symbol<unsafe extern "C" fn(*mut c_int) -> R>,
-    unique_id: Option<Symbol<unsafe extern "C" fn(*mut UniqueId) -> R>>,
-    init: Symbol<unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int, *mut Config) -> R>,
-    async_error: Symbol<unsafe extern "C" fn(Comm, *mut R) -> R>,
-    abort: Symbol<unsafe extern "C" fn(Comm) -> R>,
-    group_start: Symbol<unsafe extern "C" fn() -> R>,
-    group_end: Symbol<unsafe extern "C" fn() -> R>,
-    all_gather: Symbol<unsafe extern "C" fn(Ptr, Ptr, usize, c_int, Comm, Stream) -> R>,
-    all_reduce: Symbol<unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, Comm, Stream) -> R>,
-    send: Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Stream) -> R>,
-    recv: Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, Comm, Stream) -> R>,
-    error_string: Symbol<unsafe extern "C" fn(R) -> *const c_char>,
-    last_error: Option<Symbol<unsafe extern "C" fn(Comm) -> *const c_char>>,
-}
 
 /// The two driver calls the gang needs beyond bench's wrapper.
 struct CudaExtra {
     stream_query: Symbol<unsafe extern "C" fn(Stream) -> c_int>,
     copy_htod: Symbol<unsafe extern "C" fn(Ptr, *const c_void, usize) -> c_int>,
-}
-
-fn text(p: *const c_char) -> Option<String> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: NCCL returns NUL-terminated strings it owns; read at once.
-    let s = unsafe { CStr::from_ptr(p) }
-        .to_string_lossy()
-        .trim()
-        .to_string();
-    (!s.is_empty()).then_some(s)
 }
 
 /// Why a step stopped.
@@ -177,7 +104,7 @@ enum Stop {
 }
 
 struct Gang<'a> {
-    nccl: &'a Nccl,
+    nccl: &'a Nccl<Ranked>,
     cuda: &'a CudaExtra,
     driver: &'a Driver<'a>,
     gpus: &'a [Gpu],
@@ -187,13 +114,12 @@ struct Gang<'a> {
 }
 
 impl Gang<'_> {
-    fn nccl_error(&self, call: &str, rc: R) -> Stop {
-        // SAFETY: ncclGetErrorString returns a static string for any code.
-        let what = text(unsafe { (self.nccl.error_string.get())(rc) }).unwrap_or_default();
+    fn nccl_error(&self, call: &str, rc: Code) -> Stop {
+        let what = self.nccl.error_text(rc).unwrap_or_default();
         Stop::Error(format!("{call}: {what} ({rc})"))
     }
 
-    fn check(&self, call: &str, rc: R) -> Result<(), Stop> {
+    fn check(&self, call: &str, rc: Code) -> Result<(), Stop> {
         if rc == SUCCESS || rc == IN_PROGRESS {
             Ok(())
         } else {
@@ -207,9 +133,8 @@ impl Gang<'_> {
         loop {
             let mut pending = false;
             for (g, comm) in self.comms.iter().enumerate() {
-                let mut state: R = IN_PROGRESS;
-                // SAFETY: a communicator from ncclCommInitRankConfig; out-pointer to an int.
-                let rc = unsafe { (self.nccl.async_error.get())(*comm, &mut state) };
+                let mut state: Code = IN_PROGRESS;
+                let rc = self.nccl.async_error(comm, &mut state);
                 if rc != SUCCESS {
                     return Err(self.nccl_error("ncclCommGetAsyncError", rc));
                 }
@@ -245,19 +170,17 @@ impl Gang<'_> {
     }
 
     /// One NCCL group: `each(g)` enqueues GPU g's part.
-    fn group(&self, what: &str, each: impl Fn(usize) -> R) -> Result<(), Stop> {
-        // SAFETY: no arguments.
-        self.check("ncclGroupStart", unsafe { (self.nccl.group_start.get())() })?;
+    fn group(&self, what: &str, each: impl Fn(usize) -> Code) -> Result<(), Stop> {
+        self.check("ncclGroupStart", self.nccl.group_start())?;
         for g in 0..self.comms.len() {
             let rc = each(g);
             if rc != SUCCESS && rc != IN_PROGRESS {
-                // SAFETY: closes the group opened above.
-                unsafe { (self.nccl.group_end.get())() };
+                // Closes the group opened above; the first error is the one reported.
+                self.nccl.group_end();
                 return Err(self.nccl_error(what, rc));
             }
         }
-        // SAFETY: no arguments.
-        self.check(what, unsafe { (self.nccl.group_end.get())() })?;
+        self.check(what, self.nccl.group_end())?;
         self.wait(what, true)
     }
 
@@ -291,61 +214,15 @@ impl Gang<'_> {
     /// Aborts every communicator (grouped where NCCL supports it).
     fn abort(&mut self) {
         if self.grouped_abort {
-            // SAFETY: no arguments.
-            unsafe { (self.nccl.group_start.get())() };
+            self.nccl.group_start();
         }
         for comm in self.comms.drain(..) {
-            if !comm.is_null() {
-                // SAFETY: a communicator from init, aborted once.
-                unsafe { (self.nccl.abort.get())(comm) };
-            }
+            self.nccl.abort(comm);
         }
         if self.grouped_abort {
-            // SAFETY: closes the group opened above.
-            unsafe { (self.nccl.group_end.get())() };
+            self.nccl.group_end();
         }
     }
-}
-
-fn load_nccl(candidates: &[String]) -> Result<(Nccl, String), (bool, String)> {
-    let mut missing = true;
-    let mut last = String::from("no candidates");
-    for name in candidates {
-        match Library::open(name) {
-            Ok(lib) => {
-                let api = (|| {
-                    Ok::<Nccl, crate::facts::FactError>(Nccl {
-                        version: lib.symbol("ncclGetVersion")?,
-                        unique_id: lib.symbol("ncclGetUniqueId").ok(),
-                        init: lib.symbol("ncclCommInitRankConfig")?,
-                        async_error: lib.symbol("ncclCommGetAsyncError")?,
-                        abort: lib.symbol("ncclCommAbort")?,
-                        group_start: lib.symbol("ncclGroupStart")?,
-                        group_end: lib.symbol("ncclGroupEnd")?,
-                        all_gather: lib.symbol("ncclAllGather")?,
-                        all_reduce: lib.symbol("ncclAllReduce")?,
-                        send: lib.symbol("ncclSend")?,
-                        recv: lib.symbol("ncclRecv")?,
-                        error_string: lib.symbol("ncclGetErrorString")?,
-                        last_error: lib.symbol("ncclGetLastError").ok(),
-                    })
-                })();
-                return match api {
-                    Ok(api) => {
-                        // NCCL starts threads; it stays loaded until the worker exits.
-                        std::mem::forget(lib);
-                        Ok((api, name.clone()))
-                    }
-                    Err(e) => Err((false, e.to_string())),
-                };
-            }
-            Err(e) => {
-                missing &= is_missing(name, &e.message);
-                last = e.to_string();
-            }
-        }
-    }
-    Err((missing, last))
 }
 
 /// The worker's shared result: the main thread fills it in, the watchdog or the
@@ -415,108 +292,28 @@ pub fn main() -> ! {
     shared.finish(false)
 }
 
+/// Why the worker stopped before joining.
+enum Halt {
+    /// Libnccl, libcuda or a GPU is missing: the gang cannot run here.
+    Unavailable(String),
+    Failed(String),
+}
+
 fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
     let stage = |s: &str| shared.update(|r| r.stage = s.to_string());
-    let fail = |e: String| shared.update(|r| r.error = Some(e));
-    stage("loading libnccl");
-    let (nccl, library) = match load_nccl(&plan.nccl_candidates) {
-        Ok(x) => x,
-        Err((true, why)) => {
-            return shared.update(|r| r.unavailable = Some(format!("no libnccl: {why}")));
-        }
-        Err((false, why)) => return fail(format!("libnccl could not be loaded: {why}")),
-    };
-    let mut code: c_int = 0;
-    // SAFETY: out-pointer to an int.
-    unsafe { (nccl.version.get())(&mut code) };
-    shared.update(|r| {
-        r.library = Some(library);
-        r.nccl_version = Some(code);
-    });
-    // Before 2.16 the uniqueId is a bare sockaddr at offset 0, with no magic
-    // (v2.14.3-1 src/bootstrap.cc bootstrapGetUniqueId): not the handle built here.
-    if code < 21600 {
-        return fail(format!(
-            "NCCL {} is older than 2.16, whose uniqueId layout the gang builds; the gang needs NCCL 2.16 or later",
-            super::fingerprint::version_text(code)
-        ));
-    }
-    stage("opening the CUDA driver");
     let watch = Watch::default();
-    let driver = match Driver::open(&watch, &plan.cuda_lib) {
-        Opened::Ready(d) => d,
-        Opened::NotFound(why) => {
-            return shared.update(|r| r.unavailable = Some(format!("no CUDA driver: {why}")));
-        }
-        Opened::Failed(e) => return fail(format!("the CUDA driver failed: {e}")),
-    };
-    let extra = Library::open(&plan.cuda_lib).and_then(|lib| {
-        let api = CudaExtra {
-            stream_query: lib.symbol("cuStreamQuery")?,
-            copy_htod: lib.symbol("cuMemcpyHtoD_v2")?,
-        };
-        std::mem::forget(lib);
-        Ok(api)
+    stage("loading libnccl");
+    let prepared = open_nccl(&watch, plan, shared).and_then(|(nccl, code)| {
+        stage("opening the CUDA driver");
+        let (driver, cuda, gpus) = open_gpus(&watch, plan, shared)?;
+        let id = unique_id(&nccl, code, plan, shared)?;
+        Ok((nccl, code, driver, cuda, gpus, id))
     });
-    let cuda = match extra {
-        Ok(c) => c,
-        Err(e) => return fail(format!("the CUDA driver lacks a call the gang needs: {e}")),
+    let (nccl, code, driver, cuda, gpus, id) = match prepared {
+        Ok(p) => p,
+        Err(Halt::Unavailable(why)) => return shared.update(|r| r.unavailable = Some(why)),
+        Err(Halt::Failed(why)) => return shared.update(|r| r.error = Some(why)),
     };
-    let mut gpus = match driver.gpus() {
-        Ok(g) => g,
-        Err(e) => return fail(format!("listing GPUs: {e}")),
-    };
-    if gpus.is_empty() {
-        return shared.update(|r| r.unavailable = Some("no GPU visible to the CUDA driver".into()));
-    }
-    // The consistency phase joins one rank per pod (GPU 0), so pods with different GPU
-    // counts still form a communicator and the difference is reported; the bandwidth
-    // phase drives every local GPU, nranks = pods x GPUs, as the trainer's communicator.
-    if plan.phase == Phase::Consistency {
-        gpus.truncate(1);
-    }
-    let local = gpus.len() as u64;
-    let nranks = plan.nodes.saturating_mul(local);
-    if nranks > c_int::MAX as u64 {
-        return fail(format!(
-            "{} pods x {local} GPUs is more ranks than NCCL counts (an int)",
-            plan.nodes
-        ));
-    }
-    shared.update(|r| {
-        r.local_gpus = local as u32;
-        r.nranks = nranks;
-    });
-    let Some(bytes) = handle::from_hex(&plan.handle).filter(|b| b.len() == handle::HANDLE_BYTES)
-    else {
-        return fail("gang-worker: the handle is not 128 bytes of hex".into());
-    };
-    let mut id = UniqueId {
-        internal: [0; handle::HANDLE_BYTES],
-    };
-    id.internal.copy_from_slice(&bytes);
-    // Rank 0 on NCCL >= 2.22: NCCL's own id for NCCL_COMM_ID must carry the same
-    // address bytes (src/bootstrap.cc bootstrapGetUniqueId) - a layout self-check.
-    if plan.node_rank == 0
-        && code >= 22200
-        && let Some(get) = &nccl.unique_id
-    {
-        stage("checking ncclGetUniqueId's layout");
-        let mut own = UniqueId {
-            internal: [0; handle::HANDLE_BYTES],
-        };
-        // SAFETY: out-pointer to a 128-byte id.
-        let rc = unsafe { (get.get())(&mut own) };
-        if rc == SUCCESS
-            && handle::address_bytes(&own.internal) != handle::address_bytes(&id.internal)
-        {
-            return fail(format!(
-                "unknown NCCL uniqueId layout: ncclGetUniqueId for NCCL_COMM_ID gave address bytes {} where the gang built {}",
-                handle::to_hex(handle::address_bytes(&own.internal)),
-                handle::to_hex(handle::address_bytes(&id.internal))
-            ));
-        }
-    }
     let mut gang = Gang {
         nccl: &nccl,
         cuda: &cuda,
@@ -528,13 +325,8 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
     };
     stage("joining (ncclCommInitRankConfig)");
     let started = Instant::now();
-    let outcome = join_and_measure(&mut gang, plan, id, shared, started);
-    if let Err(stop) = outcome {
-        let last = nccl
-            .last_error
-            .as_ref()
-            // SAFETY: ncclGetLastError accepts NULL (the process-wide last error).
-            .and_then(|f| text(unsafe { (f.get())(std::ptr::null_mut()) }));
+    if let Err(stop) = join_and_measure(&mut gang, plan, id, shared, started) {
+        let last = nccl.last_error();
         shared.update(|r| {
             r.last_error = last;
             match stop {
@@ -553,6 +345,112 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
     }
 }
 
+/// Loads libnccl and records its name and version; NCCL older than 2.16 halts.
+fn open_nccl(watch: &Watch, plan: &Plan, shared: &Shared) -> Result<(Nccl<Ranked>, c_int), Halt> {
+    let nccl: Nccl<Ranked> = match libnccl::load(watch, &plan.nccl_candidates) {
+        Ok(n) => n,
+        Err(LoadFailure::Missing(why)) => {
+            return Err(Halt::Unavailable(format!("no libnccl: {why}")));
+        }
+        Err(LoadFailure::Failed(e)) => {
+            return Err(Halt::Failed(format!("libnccl could not be loaded: {e}")));
+        }
+    };
+    let mut code: c_int = 0;
+    nccl.version(&mut code);
+    shared.update(|r| {
+        r.library = Some(nccl.library().to_string());
+        r.nccl_version = Some(code);
+    });
+    // Before 2.16 the uniqueId is a bare sockaddr at offset 0, with no magic
+    // (v2.14.3-1 src/bootstrap.cc bootstrapGetUniqueId): not the handle built here.
+    if code < 21600 {
+        return Err(Halt::Failed(format!(
+            "NCCL {} is older than 2.16, whose uniqueId layout the gang builds; the gang needs NCCL 2.16 or later",
+            super::fingerprint::version_text(code)
+        )));
+    }
+    Ok((nccl, code))
+}
+
+/// Opens the CUDA driver and the GPUs this phase drives, and records the rank count.
+fn open_gpus<'w>(
+    watch: &'w Watch,
+    plan: &Plan,
+    shared: &Shared,
+) -> Result<(Driver<'w>, CudaExtra, Vec<Gpu>), Halt> {
+    let driver = match Driver::open(watch, &plan.cuda_lib) {
+        Opened::Ready(d) => d,
+        Opened::NotFound(why) => return Err(Halt::Unavailable(format!("no CUDA driver: {why}"))),
+        Opened::Failed(e) => return Err(Halt::Failed(format!("the CUDA driver failed: {e}"))),
+    };
+    let extra = Library::open(&plan.cuda_lib).and_then(|lib| {
+        Ok(CudaExtra {
+            stream_query: lib.symbol("cuStreamQuery")?,
+            copy_htod: lib.symbol("cuMemcpyHtoD_v2")?,
+        })
+    });
+    let cuda = extra
+        .map_err(|e| Halt::Failed(format!("the CUDA driver lacks a call the gang needs: {e}")))?;
+    let mut gpus = driver
+        .gpus()
+        .map_err(|e| Halt::Failed(format!("listing GPUs: {e}")))?;
+    if gpus.is_empty() {
+        return Err(Halt::Unavailable(
+            "no GPU visible to the CUDA driver".into(),
+        ));
+    }
+    // The consistency phase joins one rank per pod (GPU 0), so pods with different GPU
+    // counts still form a communicator and the difference is reported; the bandwidth
+    // phase drives every local GPU, nranks = pods x GPUs, as the trainer's communicator.
+    if plan.phase == Phase::Consistency {
+        gpus.truncate(1);
+    }
+    let local = gpus.len() as u64;
+    let nranks = plan.nodes.saturating_mul(local);
+    if nranks > c_int::MAX as u64 {
+        return Err(Halt::Failed(format!(
+            "{} pods x {local} GPUs is more ranks than NCCL counts (an int)",
+            plan.nodes
+        )));
+    }
+    shared.update(|r| {
+        r.local_gpus = local as u32;
+        r.nranks = nranks;
+    });
+    Ok((driver, cuda, gpus))
+}
+
+/// The plan's handle as an ncclUniqueId, cross-checked on rank 0 against NCCL's own.
+fn unique_id(
+    nccl: &Nccl<Ranked>,
+    code: c_int,
+    plan: &Plan,
+    shared: &Shared,
+) -> Result<UniqueId, Halt> {
+    let Some(id) = handle::from_hex(&plan.handle).and_then(|b| UniqueId::from_bytes(&b)) else {
+        return Err(Halt::Failed(
+            "gang-worker: the handle is not 128 bytes of hex".into(),
+        ));
+    };
+    // Rank 0 on NCCL >= 2.22: NCCL's own id for NCCL_COMM_ID must carry the same
+    // address bytes (src/bootstrap.cc bootstrapGetUniqueId) - a layout self-check.
+    if plan.node_rank != 0 || code < 22200 {
+        return Ok(id);
+    }
+    shared.update(|r| r.stage = "checking ncclGetUniqueId's layout".into());
+    if let Some((SUCCESS, own)) = nccl.unique_id()
+        && handle::address_bytes(own.bytes()) != handle::address_bytes(id.bytes())
+    {
+        return Err(Halt::Failed(format!(
+            "unknown NCCL uniqueId layout: ncclGetUniqueId for NCCL_COMM_ID gave address bytes {} where the gang built {}",
+            handle::to_hex(handle::address_bytes(own.bytes())),
+            handle::to_hex(handle::address_bytes(id.bytes()))
+        )));
+    }
+    Ok(id)
+}
+
 fn join_and_measure(
     gang: &mut Gang<'_>,
     plan: &Plan,
@@ -560,43 +458,7 @@ fn join_and_measure(
     shared: &Shared,
     started: Instant,
 ) -> Result<(), Stop> {
-    let local = gang.gpus.len() as u64;
-    let nranks = plan.nodes * local;
-    let mut config = nonblocking_config();
-    gang.comms = vec![std::ptr::null_mut(); gang.gpus.len()];
-    // SAFETY: no arguments.
-    gang.check("ncclGroupStart", unsafe { (gang.nccl.group_start.get())() })?;
-    for (g, gpu) in gang.gpus.iter().enumerate() {
-        // NCCL takes the device from the calling thread's current context (src/init.cc).
-        gang.driver
-            .make_current(gpu)
-            .map_err(|e| Stop::Error(e.to_string()))?;
-        let rank = plan.node_rank * local + g as u64;
-        // SAFETY: `comms[g]` is an out-pointer; the id is passed by value; the config
-        // outlives the call (NCCL copies it).
-        let rc = unsafe {
-            (gang.nccl.init.get())(
-                &mut gang.comms[g],
-                nranks as c_int,
-                id,
-                rank as c_int,
-                &mut config,
-            )
-        };
-        if rc != SUCCESS && rc != IN_PROGRESS {
-            // SAFETY: closes the group opened above.
-            unsafe { (gang.nccl.group_end.get())() };
-            return Err(gang.nccl_error(
-                &format!("ncclCommInitRankConfig(rank {rank} of {nranks})"),
-                rc,
-            ));
-        }
-    }
-    // SAFETY: no arguments.
-    gang.check("ncclCommInitRankConfig", unsafe {
-        (gang.nccl.group_end.get())()
-    })?;
-    gang.wait("joining", false)?;
+    join(gang, plan, id)?;
     shared.update(|r| {
         r.joined = true;
         r.join_seconds = Some(started.elapsed().as_secs_f64());
@@ -615,11 +477,34 @@ fn join_and_measure(
     Ok(())
 }
 
-fn alloc<'d>(
-    gang: &Gang<'d>,
-    gpu: &Gpu,
-    bytes: usize,
-) -> Result<crate::bench::driver::DeviceBuffer<'d, 'd>, Stop> {
+/// Every local GPU's ncclCommInitRankConfig in one group, then polled until joined.
+fn join(gang: &mut Gang<'_>, plan: &Plan, id: UniqueId) -> Result<(), Stop> {
+    let local = gang.gpus.len();
+    let nranks = plan.nodes as usize * local;
+    gang.comms = Vec::with_capacity(local);
+    gang.check("ncclGroupStart", gang.nccl.group_start())?;
+    for (g, gpu) in gang.gpus.iter().enumerate() {
+        // NCCL takes the device from the calling thread's current context (src/init.cc).
+        gang.driver
+            .make_current(gpu)
+            .map_err(|e| Stop::Error(e.to_string()))?;
+        let rank = plan.node_rank as usize * local + g;
+        let (rc, comm) = gang.nccl.init_rank(nranks, id, rank);
+        gang.comms.push(comm);
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            // Closes the group opened above; the init error is the one reported.
+            gang.nccl.group_end();
+            return Err(gang.nccl_error(
+                &format!("ncclCommInitRankConfig(rank {rank} of {nranks})"),
+                rc,
+            ));
+        }
+    }
+    gang.check("ncclCommInitRankConfig", gang.nccl.group_end())?;
+    gang.wait("joining", false)
+}
+
+fn alloc<'d>(gang: &Gang<'d>, gpu: &Gpu, bytes: usize) -> Result<DeviceBuffer<'d, 'd>, Stop> {
     gang.driver
         .alloc(gpu, bytes.max(8))
         .map_err(|e| Stop::Error(e.to_string()))
@@ -631,6 +516,18 @@ fn read(gang: &Gang<'_>, src: &DeviceBuffer<'_, '_>, out: &mut [u8]) -> Result<(
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
+/// One buffer per local GPU holding `bytes`.
+fn upload_all<'d>(gang: &Gang<'d>, bytes: &[u8]) -> Result<Vec<DeviceBuffer<'d, 'd>>, Stop> {
+    gang.gpus
+        .iter()
+        .map(|gpu| {
+            let b = alloc(gang, gpu, bytes.len())?;
+            gang.upload(gpu, &b, bytes)?;
+            Ok(b)
+        })
+        .collect()
+}
+
 fn barrier(gang: &Gang<'_>) -> Result<(), Stop> {
     let bufs = gang
         .gpus
@@ -638,19 +535,39 @@ fn barrier(gang: &Gang<'_>) -> Result<(), Stop> {
         .map(|gpu| alloc(gang, gpu, 8))
         .collect::<Result<Vec<_>, _>>()?;
     gang.group("the final barrier all-reduce", |g| {
-        // SAFETY: an 8-byte device buffer on GPU g; its communicator and stream.
-        unsafe {
-            (gang.nccl.all_reduce.get())(
-                bufs[g].device_ptr(),
-                bufs[g].device_ptr(),
-                1,
-                FLOAT64,
-                MAX,
-                gang.comms[g],
-                gang.gpus[g].stream,
-            )
-        }
+        let (buf, gpu) = (&bufs[g], &gang.gpus[g]);
+        gang.nccl
+            .all_reduce(buf, buf, 1, DataType::F64, RedOp::Max, &gang.comms[g], gpu)
     })
+}
+
+/// All-gathers `record` (the same on every local rank) over every rank and
+/// returns each node's, as node i's is rank i x local's.
+fn gather_per_node(
+    gang: &Gang<'_>,
+    record: &[u8],
+    nodes: usize,
+    what: &str,
+) -> Result<Vec<Vec<u8>>, Stop> {
+    let local = gang.gpus.len();
+    let total = record.len() * nodes * local;
+    let mut bufs = Vec::new();
+    for (send, gpu) in upload_all(gang, record)?.into_iter().zip(gang.gpus) {
+        bufs.push((send, alloc(gang, gpu, total)?));
+    }
+    gang.group(what, |g| {
+        let (send, recv) = &bufs[g];
+        gang.nccl
+            .all_gather(send, recv, record.len(), &gang.comms[g], &gang.gpus[g])
+    })?;
+    let mut all = vec![0u8; total];
+    read(gang, &bufs[0].1, &mut all)?;
+    Ok((0..nodes)
+        .map(|i| {
+            let at = i * local * record.len();
+            all[at..at + record.len()].to_vec()
+        })
+        .collect())
 }
 
 /// The fingerprint all-gather: every rank sends its pod's record.
@@ -658,80 +575,69 @@ fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     shared.update(|r| r.stage = "fingerprint all-gather".into());
     let record = handle::from_hex(&plan.fingerprint)
         .ok_or_else(|| Stop::Error("gang-worker: the fingerprint is not hex".into()))?;
-    let n = plan.nodes as usize;
-    let local = gang.gpus.len();
-    let mut bufs = Vec::new();
-    for gpu in gang.gpus {
-        let send = alloc(gang, gpu, record.len())?;
-        let recv = alloc(gang, gpu, record.len() * n * local)?;
-        gang.upload(gpu, &send, &record)?;
-        bufs.push((send, recv));
-    }
-    gang.group("the fingerprint all-gather", |g| {
-        // SAFETY: send holds one record, recv one per rank, both on GPU g.
-        unsafe {
-            (gang.nccl.all_gather.get())(
-                bufs[g].0.device_ptr(),
-                bufs[g].1.device_ptr(),
-                record.len(),
-                UINT8,
-                gang.comms[g],
-                gang.gpus[g].stream,
-            )
-        }
-    })?;
-    let mut all = vec![0u8; record.len() * n * local];
-    read(gang, &bufs[0].1, &mut all)?;
-    // Ranks of one pod carry the same record: node i's is rank i x local's.
-    let records: Vec<String> = (0..n)
-        .map(|i| {
-            let at = i * local * record.len();
-            handle::to_hex(&all[at..at + record.len()])
-        })
-        .collect();
+    let per_node = gather_per_node(
+        gang,
+        &record,
+        plan.nodes as usize,
+        "the fingerprint all-gather",
+    )?;
+    let records = per_node.iter().map(|r| handle::to_hex(r)).collect();
     shared.update(|r| r.fingerprints = records);
     Ok(())
 }
 
+fn to_bytes(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect()
+}
+
 /// Element-wise max over every rank of `values` (f64).
 fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64>, Stop> {
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let bufs = gang
-        .gpus
-        .iter()
-        .map(|gpu| {
-            let b = alloc(gang, gpu, bytes.len())?;
-            gang.upload(gpu, &b, &bytes)?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<_>, Stop>>()?;
+    let bytes = to_bytes(values);
+    let bufs = upload_all(gang, &bytes)?;
     gang.group(what, |g| {
-        // SAFETY: `values.len()` doubles on GPU g, reduced in place.
-        unsafe {
-            (gang.nccl.all_reduce.get())(
-                bufs[g].device_ptr(),
-                bufs[g].device_ptr(),
-                values.len(),
-                FLOAT64,
-                MAX,
-                gang.comms[g],
-                gang.gpus[g].stream,
-            )
-        }
+        let (buf, gpu) = (&bufs[g], &gang.gpus[g]);
+        gang.nccl.all_reduce(
+            buf,
+            buf,
+            values.len(),
+            DataType::F64,
+            RedOp::Max,
+            &gang.comms[g],
+            gpu,
+        )
     })?;
     let mut out = vec![0u8; bytes.len()];
     read(gang, &bufs[0], &mut out)?;
-    Ok(out
-        .chunks(8)
-        .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect())
+    Ok(from_bytes(&out))
+}
+
+type Pairs<'d> = [(DeviceBuffer<'d, 'd>, DeviceBuffer<'d, 'd>)];
+
+/// Runs `op` once untimed, then `iterations` times; the mean time of one, seconds.
+fn timed(
+    gang: &Gang<'_>,
+    iterations: u32,
+    warm_up: &str,
+    what: &str,
+    op: impl Fn(usize) -> Code,
+) -> Result<f64, Stop> {
+    gang.group(warm_up, &op)?;
+    let t0 = Instant::now();
+    for _ in 0..iterations {
+        gang.group(what, &op)?;
+    }
+    Ok(t0.elapsed().as_secs_f64() / f64::from(iterations))
 }
 
 /// All-reduce busbw at each size, then the pairwise rounds.
 fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
-    let local = gang.gpus.len();
-    let n = plan.nodes as usize;
-    let nranks = (n * local) as u64;
     let largest = plan
         .sizes
         .iter()
@@ -743,31 +649,51 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     for gpu in gang.gpus {
         bufs.push((alloc(gang, gpu, largest)?, alloc(gang, gpu, largest)?));
     }
-    let iterations = plan.iterations.max(1);
+    all_reduce_sizes(gang, plan, shared, &bufs)?;
+    let rounds = pairwise_rounds(gang, plan, shared, &bufs)?;
+    // Every node's round times to every rank: an all-gather of R doubles per rank.
+    let per_node = gather_per_node(
+        gang,
+        &to_bytes(&rounds),
+        plan.nodes as usize,
+        "the round-time all-gather",
+    )?;
+    shared.update(|r| r.round_seconds = per_node.iter().map(|b| from_bytes(b)).collect());
+    Ok(())
+}
+
+/// The all-reduce at each size; every rank keeps the slowest rank's time.
+fn all_reduce_sizes(
+    gang: &Gang<'_>,
+    plan: &Plan,
+    shared: &Shared,
+    bufs: &Pairs<'_>,
+) -> Result<(), Stop> {
+    let nranks = (plan.nodes as usize * gang.gpus.len()) as u64;
     let mut times = Vec::new();
     for &bytes in &plan.sizes {
         shared.update(|r| r.stage = format!("all-reduce of {bytes} bytes"));
         let count = bytes as usize / 4;
         let op = |g: usize| {
-            // SAFETY: both buffers hold `largest` >= count x 4 bytes on GPU g.
-            unsafe {
-                (gang.nccl.all_reduce.get())(
-                    bufs[g].0.device_ptr(),
-                    bufs[g].1.device_ptr(),
-                    count,
-                    FLOAT32,
-                    SUM,
-                    gang.comms[g],
-                    gang.gpus[g].stream,
-                )
-            }
+            let (send, recv) = &bufs[g];
+            gang.nccl.all_reduce(
+                send,
+                recv,
+                count,
+                DataType::F32,
+                RedOp::Sum,
+                &gang.comms[g],
+                &gang.gpus[g],
+            )
         };
-        gang.group("a warm-up all-reduce", op)?;
-        let t0 = Instant::now();
-        for _ in 0..iterations {
-            gang.group("an all-reduce", op)?;
-        }
-        times.push(t0.elapsed().as_secs_f64() / f64::from(iterations));
+        let iterations = plan.iterations.max(1);
+        times.push(timed(
+            gang,
+            iterations,
+            "a warm-up all-reduce",
+            "an all-reduce",
+            op,
+        )?);
     }
     // The slowest rank's time (nccl-tests averages; a straggler's view is the max).
     let slowest = max_over_ranks(gang, &times, "the all-reduce time exchange")?;
@@ -778,13 +704,24 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
         .map(|(&b, &t)| super::verdict::size_row(b, t, nranks))
         .collect();
     shared.update(|r| r.allreduce = rows);
-    // Pairwise rounds (`verdict::schedule`): in each round the nodes meet in
-    // disjoint pairs and both ends of a pair send to and receive from each other in
-    // one group, GPU g to GPU g (rail-aligned), so a round's time is that link's
-    // alone. One untimed warm-up per round: NCCL connects p2p peers lazily (since
-    // v2.22.3-1), and the warm-up cannot end before the partner has finished its
-    // previous round, which lines the pair up before the timed exchanges. A node
-    // that sits the round out (odd N) records 0.
+    Ok(())
+}
+
+/// Pairwise rounds (`verdict::schedule`): in each round the nodes meet in
+/// disjoint pairs and both ends of a pair send to and receive from each other in
+/// one group, GPU g to GPU g (rail-aligned), so a round's time is that link's
+/// alone. One untimed warm-up per round: NCCL connects p2p peers lazily (since
+/// v2.22.3-1), and the warm-up cannot end before the partner has finished its
+/// previous round, which lines the pair up before the timed exchanges. A node
+/// that sits the round out (odd N) records 0. Returns this node's round times.
+fn pairwise_rounds(
+    gang: &Gang<'_>,
+    plan: &Plan,
+    shared: &Shared,
+    bufs: &Pairs<'_>,
+) -> Result<Vec<f64>, Stop> {
+    let local = gang.gpus.len();
+    let n = plan.nodes as usize;
     let schedule = super::verdict::schedule(n);
     let mut rounds = vec![0f64; schedule.len().max(1)];
     let node = plan.node_rank as usize;
@@ -794,72 +731,24 @@ fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
             continue;
         };
         shared.update(|res| res.stage = format!("pairwise round {} with node {peer}", r + 1));
+        // Send and receive sit in one group, so the two ends of the pair do not deadlock.
         let op = |g: usize| {
-            let peer = (peer * local + g) as c_int;
-            // SAFETY: both buffers hold `largest` >= p2p bytes on GPU g; send and receive
-            // sit in one group, so the two ends of the pair do not deadlock.
-            unsafe {
-                let rc = (gang.nccl.send.get())(
-                    bufs[g].0.device_ptr(),
-                    p2p,
-                    UINT8,
-                    peer,
-                    gang.comms[g],
-                    gang.gpus[g].stream,
-                );
-                if rc != SUCCESS && rc != IN_PROGRESS {
-                    return rc;
-                }
-                (gang.nccl.recv.get())(
-                    bufs[g].1.device_ptr(),
-                    p2p,
-                    UINT8,
-                    peer,
-                    gang.comms[g],
-                    gang.gpus[g].stream,
-                )
+            let (send, recv) = &bufs[g];
+            let (comm, gpu) = (&gang.comms[g], &gang.gpus[g]);
+            let rc = gang.nccl.send(send, p2p, peer * local + g, comm, gpu);
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                return rc;
             }
+            gang.nccl.recv(recv, p2p, peer * local + g, comm, gpu)
         };
-        gang.group("a warm-up pairwise exchange", op)?;
-        let t0 = Instant::now();
-        for _ in 0..iterations {
-            gang.group("a pairwise exchange", op)?;
-        }
-        *slot = t0.elapsed().as_secs_f64() / f64::from(iterations);
+        let iterations = plan.iterations.max(1);
+        *slot = timed(
+            gang,
+            iterations,
+            "a warm-up pairwise exchange",
+            "a pairwise exchange",
+            op,
+        )?;
     }
-    // Every node's round times to every rank: an all-gather of R doubles per rank.
-    let bytes: Vec<u8> = rounds.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let mut gathered = Vec::new();
-    for gpu in gang.gpus {
-        let send = alloc(gang, gpu, bytes.len())?;
-        let recv = alloc(gang, gpu, bytes.len() * n * local)?;
-        gang.upload(gpu, &send, &bytes)?;
-        gathered.push((send, recv));
-    }
-    gang.group("the round-time all-gather", |g| {
-        // SAFETY: send holds R doubles, recv R per rank, on GPU g.
-        unsafe {
-            (gang.nccl.all_gather.get())(
-                gathered[g].0.device_ptr(),
-                gathered[g].1.device_ptr(),
-                bytes.len(),
-                UINT8,
-                gang.comms[g],
-                gang.gpus[g].stream,
-            )
-        }
-    })?;
-    let mut all = vec![0u8; bytes.len() * n * local];
-    read(gang, &gathered[0].1, &mut all)?;
-    let per_node: Vec<Vec<f64>> = (0..n)
-        .map(|i| {
-            let at = i * local * bytes.len();
-            all[at..at + bytes.len()]
-                .chunks(8)
-                .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect()
-        })
-        .collect();
-    shared.update(|r| r.round_seconds = per_node);
-    Ok(())
+    Ok(rounds)
 }

@@ -3,7 +3,8 @@
 //! CUDA view, then the report `check` prints.
 
 use super::{human, visible};
-use crate::facts::gpu::LibraryState;
+use crate::facts::gpu::{GpuFacts, LibraryState};
+use crate::facts::rdma::{RdmaDevice, RdmaFacts, RdmaPort, UverbsNode};
 use crate::report::Report;
 use crate::topology::affinity;
 use crate::topology::matrix::{self, Matrices};
@@ -56,57 +57,74 @@ fn rdma_section(out: &mut String, report: &Report) {
     } else {
         let _ = writeln!(out, "RDMA devices: {}", devices.len());
         for d in &devices {
-            let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
-            let access = match node.and_then(|n| n.open.as_ref()) {
-                Some(o) if o.refused.is_none() => format!(
-                    "/dev/infiniband/{} opens",
-                    node.map_or("?", |n| n.name.as_str())
-                ),
-                Some(o) => format!(
-                    "/dev/infiniband/{} refused ({})",
-                    node.map_or("?", |n| n.name.as_str()),
-                    o.refused.as_deref().unwrap_or("")
-                ),
-                None => "not in this container".into(),
-            };
-            let device = format!(
-                "  {:<12} {:<10} {:<13} NUMA {:<2} {}; netdevs {}",
-                d.name,
-                d.driver.as_deref().unwrap_or("?"),
-                d.pci_bus_id.as_deref().unwrap_or("?"),
-                d.numa_node.map_or("?".into(), |n| n.to_string()),
-                access,
-                if d.netdevs.is_empty() {
-                    "none".into()
-                } else {
-                    d.netdevs.join(",")
-                }
-            );
-            host_line(out, &device);
+            rdma_device(out, d, &uverbs);
             for p in &d.ports {
-                let v2: Vec<String> = p
-                    .gids
-                    .iter()
-                    .filter(|g| g.kind.as_deref() == Some("RoCE v2"))
-                    .map(|g| g.index.to_string())
-                    .collect();
-                let port = format!(
-                    "    port {}: {} ({}), {}, {}{}",
-                    p.port,
-                    p.state.as_deref().unwrap_or("?"),
-                    p.phys_state.as_deref().unwrap_or("?"),
-                    p.link_layer.as_deref().unwrap_or("?"),
-                    p.rate.as_deref().unwrap_or("?"),
-                    if v2.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", RoCE v2 GID index {}", v2.join(","))
-                    }
-                );
-                host_line(out, &port);
+                rdma_port(out, p);
             }
         }
     }
+    rdma_libraries(out, r);
+    out.push('\n');
+    affinity_grid(out, report);
+}
+
+/// One RDMA device: driver, PCI address, NUMA node, its /dev/infiniband node, netdevs.
+fn rdma_device(out: &mut String, d: &RdmaDevice, uverbs: &[UverbsNode]) {
+    let node = uverbs.iter().find(|u| u.ibdev.as_deref() == Some(&d.name));
+    let access = match node.and_then(|n| n.open.as_ref()) {
+        Some(o) if o.refused.is_none() => format!(
+            "/dev/infiniband/{} opens",
+            node.map_or("?", |n| n.name.as_str())
+        ),
+        Some(o) => format!(
+            "/dev/infiniband/{} refused ({})",
+            node.map_or("?", |n| n.name.as_str()),
+            o.refused.as_deref().unwrap_or("")
+        ),
+        None => "not in this container".into(),
+    };
+    let device = format!(
+        "  {:<12} {:<10} {:<13} NUMA {:<2} {}; netdevs {}",
+        d.name,
+        d.driver.as_deref().unwrap_or("?"),
+        d.pci_bus_id.as_deref().unwrap_or("?"),
+        d.numa_node.map_or("?".into(), |n| n.to_string()),
+        access,
+        if d.netdevs.is_empty() {
+            "none".into()
+        } else {
+            d.netdevs.join(",")
+        }
+    );
+    host_line(out, &device);
+}
+
+/// One port of an RDMA device: state, link layer, rate, RoCE v2 GID indexes.
+fn rdma_port(out: &mut String, p: &RdmaPort) {
+    let v2: Vec<String> = p
+        .gids
+        .iter()
+        .filter(|g| g.kind.as_deref() == Some("RoCE v2"))
+        .map(|g| g.index.to_string())
+        .collect();
+    let port = format!(
+        "    port {}: {} ({}), {}, {}{}",
+        p.port,
+        p.state.as_deref().unwrap_or("?"),
+        p.phys_state.as_deref().unwrap_or("?"),
+        p.link_layer.as_deref().unwrap_or("?"),
+        p.rate.as_deref().unwrap_or("?"),
+        if v2.is_empty() {
+            String::new()
+        } else {
+            format!(", RoCE v2 GID index {}", v2.join(","))
+        }
+    );
+    host_line(out, &port);
+}
+
+/// libibverbs, libfabric, NCCL and its net plugin, one line each.
+fn rdma_libraries(out: &mut String, r: &RdmaFacts) {
     host_line(
         out,
         &library_line("libibverbs", &r.verbs, |v| match &v.devices {
@@ -143,7 +161,10 @@ fn rdma_section(out: &mut String, report: &Report) {
             }
         ),
     );
-    out.push('\n');
+}
+
+/// The GPU-NIC affinity grid, when there are GPUs and NICs to relate.
+fn affinity_grid(out: &mut String, report: &Report) {
     if let Some(m) = affinity::matrix(&report.facts) {
         out.push_str("GPU-NIC affinity (PIX/PXB: GPUDirect RDMA distance)\n");
         let mut grid = vec![
@@ -231,6 +252,16 @@ const P2P_LEGEND: &str = "  OK = supported, CNS = chipset not supported, GNS = G
 pub fn render(report: &Report, color: bool) -> String {
     let mut out = String::new();
     let gpus = &report.facts.gpus;
+    nvml_section(&mut out, gpus);
+    cuda_section(&mut out, gpus);
+    pci_section(&mut out, gpus);
+    rdma_section(&mut out, report);
+    out.push_str(&super::human::render(report, color));
+    out
+}
+
+/// NVML's view: the GPU count and driver, then the topology and P2P matrices.
+fn nvml_section(out: &mut String, gpus: &GpuFacts) {
     match &gpus.nvml.state {
         LibraryState::Loaded(nvml) if !nvml.gpus.is_empty() => {
             let m = matrix::matrices(nvml);
@@ -251,7 +282,7 @@ pub fn render(report: &Report, color: bool) -> String {
                 ("Name", col(&|g| val(g.name.value().cloned()))),
             ];
             host_line(
-                &mut out,
+                out,
                 &format!(
                     "GPUs: {} (driver {}, CUDA {})",
                     nvml.gpus.len(),
@@ -265,7 +296,7 @@ pub fn render(report: &Report, color: bool) -> String {
             );
             out.push('\n');
             table(
-                &mut out,
+                out,
                 "Topology (nvidia-smi topo -m)",
                 &m,
                 &m.topology,
@@ -273,36 +304,40 @@ pub fn render(report: &Report, color: bool) -> String {
             );
             out.push_str(TOPOLOGY_LEGEND);
             table(
-                &mut out,
+                out,
                 "P2P read and write (nvidia-smi topo -p2p rw)",
                 &m,
                 &m.p2p_read_write,
                 &[],
             );
-            table(&mut out, "P2P read (-p2p r)", &m, &m.p2p_read, &[]);
-            table(&mut out, "P2P write (-p2p w)", &m, &m.p2p_write, &[]);
-            table(&mut out, "P2P over NVLink (-p2p n)", &m, &m.p2p_nvlink, &[]);
-            table(&mut out, "P2P atomics (-p2p a)", &m, &m.p2p_atomics, &[]);
+            table(out, "P2P read (-p2p r)", &m, &m.p2p_read, &[]);
+            table(out, "P2P write (-p2p w)", &m, &m.p2p_write, &[]);
+            table(out, "P2P over NVLink (-p2p n)", &m, &m.p2p_nvlink, &[]);
+            table(out, "P2P atomics (-p2p a)", &m, &m.p2p_atomics, &[]);
             out.push_str(P2P_LEGEND);
         }
         LibraryState::Loaded(_) => out.push_str("GPUs: NVML lists none\n\n"),
         LibraryState::NotFound { message } => {
-            host_line(&mut out, &format!("GPUs: no NVML ({message})"));
+            host_line(out, &format!("GPUs: no NVML ({message})"));
             out.push('\n');
         }
         LibraryState::Failed(e) => {
-            host_line(&mut out, &format!("GPUs: NVML failed: {e}"));
+            host_line(out, &format!("GPUs: NVML failed: {e}"));
             out.push('\n');
         }
         LibraryState::Skipped { reason } => {
-            host_line(&mut out, &format!("GPUs: NVML not probed ({reason})"));
+            host_line(out, &format!("GPUs: NVML not probed ({reason})"));
             out.push('\n');
         }
     }
+}
+
+/// The CUDA driver's view: cuInit's result and each device's bus id.
+fn cuda_section(out: &mut String, gpus: &GpuFacts) {
     match &gpus.cuda.state {
         LibraryState::Loaded(c) => {
             host_line(
-                &mut out,
+                out,
                 &format!(
                     "CUDA driver: cuInit {} ({}), {} device(s)",
                     c.init_result_name,
@@ -312,7 +347,7 @@ pub fn render(report: &Report, color: bool) -> String {
             );
             for d in &c.devices {
                 host_line(
-                    &mut out,
+                    out,
                     &format!(
                         "  CUDA {} -> {}",
                         d.ordinal,
@@ -323,28 +358,32 @@ pub fn render(report: &Report, color: bool) -> String {
             out.push('\n');
         }
         LibraryState::NotFound { message } => {
-            host_line(&mut out, &format!("CUDA driver: not found ({message})"));
+            host_line(out, &format!("CUDA driver: not found ({message})"));
             out.push('\n');
         }
         LibraryState::Failed(e) => {
-            host_line(&mut out, &format!("CUDA driver: failed: {e}"));
+            host_line(out, &format!("CUDA driver: failed: {e}"));
             out.push('\n');
         }
         LibraryState::Skipped { reason } => {
-            host_line(&mut out, &format!("CUDA driver: not probed ({reason})"));
+            host_line(out, &format!("CUDA driver: not probed ({reason})"));
             out.push('\n');
         }
     }
+}
+
+/// The NVIDIA GPUs on the PCI bus, whether or not this container sees them.
+fn pci_section(out: &mut String, gpus: &GpuFacts) {
     if let Some(pci) = gpus.pci_gpus.value()
         && !pci.is_empty()
     {
         host_line(
-            &mut out,
+            out,
             &format!("NVIDIA GPUs on the PCI bus (the whole node): {}", pci.len()),
         );
         for g in pci {
             host_line(
-                &mut out,
+                out,
                 &format!(
                     "  {} {} NUMA {} {}",
                     g.bus_id,
@@ -356,9 +395,6 @@ pub fn render(report: &Report, color: bool) -> String {
         }
         out.push('\n');
     }
-    rdma_section(&mut out, report);
-    out.push_str(&super::human::render(report, color));
-    out
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use super::human::{findings, paint};
 use super::visible;
 use crate::explain::Explanation;
+use crate::explain::summary::LogSummary;
 use crate::finding::Finding;
 use std::fmt::Write;
 
@@ -63,6 +64,26 @@ pub fn render(e: &Explanation, color: bool) -> String {
             .map(|e| format!(", decoded from {e}"))
             .unwrap_or_default(),
     );
+    libraries(&mut out, s);
+    communicators(&mut out, s);
+    transports(&mut out, s);
+    out.push('\n');
+    if e.findings.is_empty() {
+        out.push_str("No problems found.\n");
+    } else {
+        let shown: Vec<Finding> = e.findings.iter().map(visible_finding).collect();
+        findings(&mut out, &shown, color);
+    }
+    let _ = writeln!(
+        out,
+        "\nVerdict: {}",
+        paint(e.verdict.label(), e.verdict, color)
+    );
+    out
+}
+
+/// Versions, network, net plugins, aws-ofi-nccl and the devices NCCL named.
+fn libraries(out: &mut String, s: &LogSummary) {
     let absent = "not in the log";
     let _ = writeln!(out, "NCCL:          {}", list_or(&s.nccl_versions, absent));
     let _ = writeln!(
@@ -110,6 +131,10 @@ pub fn render(e: &Explanation, color: bool) -> String {
     if !s.socket_interfaces.is_empty() {
         let _ = writeln!(out, "Socket:        {}", list(&s.socket_interfaces));
     }
+}
+
+/// One line per communicator, then the settings that reached NCCL.
+fn communicators(out: &mut String, s: &LogSummary) {
     for (id, c) in &s.communicators {
         let hosts: std::collections::BTreeSet<&str> =
             c.ranks.values().filter_map(|r| r.host.as_deref()).collect();
@@ -143,6 +168,10 @@ pub fn render(e: &Explanation, color: bool) -> String {
             );
         }
     }
+}
+
+/// The transports' connection counts, or why there are none.
+fn transports(out: &mut String, s: &LogSummary) {
     if s.transport_counts.is_empty() {
         // A job that failed before connecting prints no connection lines; that
         // is no logging mistake. Only a log without any WARN hints at one.
@@ -166,7 +195,7 @@ pub fn render(e: &Explanation, color: bool) -> String {
             .unwrap_or(0);
         for (t, n) in &shown {
             out.push_str("  ");
-            crate::render::human::pad(&mut out, t, width);
+            crate::render::human::pad(out, t, width);
             let _ = writeln!(out, "  {n}");
         }
         if s.proxied_connections > 0 {
@@ -177,19 +206,6 @@ pub fn render(e: &Explanation, color: bool) -> String {
             );
         }
     }
-    out.push('\n');
-    if e.findings.is_empty() {
-        out.push_str("No problems found.\n");
-    } else {
-        let shown: Vec<Finding> = e.findings.iter().map(visible_finding).collect();
-        findings(&mut out, &shown, color);
-    }
-    let _ = writeln!(
-        out,
-        "\nVerdict: {}",
-        paint(e.verdict.label(), e.verdict, color)
-    );
-    out
 }
 
 #[cfg(test)]

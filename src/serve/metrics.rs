@@ -230,41 +230,36 @@ fn register_gpus(registry: &mut Registry, facts: &crate::facts::Facts) {
         links.clone().filter(|l| l.active).count(),
         links.count(),
     );
+    register_gpu_health(registry, gpu_list);
+    register_nvlink_errors(registry, gpu_list);
+}
+
+/// The health NVML reports per GPU: ECC, row remapping, recovery action.
+fn register_gpu_health(registry: &mut Registry, gpu_list: &[crate::facts::gpu::NvmlGpu]) {
     let ecc = Family::<GpuLabels, Counter>::default();
     let remap_pending = Family::<GpuLabels, Gauge>::default();
     let remap_failure = Family::<GpuLabels, Gauge>::default();
     let recovery = Family::<GpuLabels, Gauge>::default();
-    let link_errors = Family::<LinkCounterLabels, Counter>::default();
     for g in gpu_list {
         let label = GpuLabels {
             gpu: g.index.to_string(),
         };
-        if let Some(h) = &g.health {
-            if let Some(&a) = h.recovery_action.value() {
-                recovery.get_or_create(&label).set(i64::from(a));
-            }
-            if let Some(n) = h.ecc_uncorrected_volatile.value() {
-                ecc.get_or_create(&label).inc_by(*n);
-            }
-            if let Some(r) = h.remapped_rows.value() {
-                remap_pending
-                    .get_or_create(&label)
-                    .set(i64::from(r.pending));
-                remap_failure
-                    .get_or_create(&label)
-                    .set(i64::from(r.failure));
-            }
+        let Some(h) = &g.health else {
+            continue;
+        };
+        if let Some(&a) = h.recovery_action.value() {
+            recovery.get_or_create(&label).set(i64::from(a));
         }
-        for l in &g.nvlinks {
-            for (counter, value) in &l.error_counters {
-                link_errors
-                    .get_or_create(&LinkCounterLabels {
-                        gpu: g.index.to_string(),
-                        link: l.link.to_string(),
-                        counter: label_value(counter),
-                    })
-                    .inc_by(*value);
-            }
+        if let Some(n) = h.ecc_uncorrected_volatile.value() {
+            ecc.get_or_create(&label).inc_by(*n);
+        }
+        if let Some(r) = h.remapped_rows.value() {
+            remap_pending
+                .get_or_create(&label)
+                .set(i64::from(r.pending));
+            remap_failure
+                .get_or_create(&label)
+                .set(i64::from(r.failure));
         }
     }
     registry.register(
@@ -287,6 +282,24 @@ fn register_gpus(registry: &mut Registry, facts: &crate::facts::Facts) {
         "1 when a row remapping failed",
         remap_failure,
     );
+}
+
+/// Every GPU's non-zero NVLink error counters.
+fn register_nvlink_errors(registry: &mut Registry, gpu_list: &[crate::facts::gpu::NvmlGpu]) {
+    let link_errors = Family::<LinkCounterLabels, Counter>::default();
+    for g in gpu_list {
+        for l in &g.nvlinks {
+            for (counter, value) in &l.error_counters {
+                link_errors
+                    .get_or_create(&LinkCounterLabels {
+                        gpu: g.index.to_string(),
+                        link: l.link.to_string(),
+                        counter: label_value(counter),
+                    })
+                    .inc_by(*value);
+            }
+        }
+    }
     registry.register(
         "nvlink_errors",
         "Non-zero NVLink error counters (replay, recovery, crc_flit, crc_data) since the driver loaded",

@@ -273,6 +273,37 @@ fn without_cuda(args: &ServeArgs) -> ServeArgs {
     args
 }
 
+/// The check thread: a run every --interval, or at once after a new XID event,
+/// until STOP.
+fn start_checks(
+    shared: &Arc<Shared>,
+    env: &[(OsString, OsString)],
+    args: &ServeArgs,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
+    std::thread::Builder::new()
+        .name("checks".into())
+        .spawn(move || {
+            let mut runs = 0u64;
+            let mut probed = None;
+            while !STOP.load(Ordering::Relaxed) {
+                runs += 1;
+                let seen = shared.xid_events();
+                if !run_once(&args, &env, &shared, runs, &mut probed) {
+                    return;
+                }
+                let next = Instant::now() + args.interval;
+                while !STOP.load(Ordering::Relaxed)
+                    && Instant::now() < next
+                    && shared.xid_events() == seen
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+        .context("starting the check thread")
+}
+
 pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.interval < Duration::from_secs(1) {
         anyhow::bail!("--interval {:?}: at least 1s", args.interval);
@@ -311,30 +342,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = {
-        let (shared, env, args) = (Arc::clone(&shared), env.to_vec(), args.clone());
-        std::thread::Builder::new()
-            .name("checks".into())
-            .spawn(move || {
-                let mut runs = 0u64;
-                let mut probed = None;
-                while !STOP.load(Ordering::Relaxed) {
-                    runs += 1;
-                    let seen = shared.xid_events();
-                    if !run_once(&args, &env, &shared, runs, &mut probed) {
-                        return;
-                    }
-                    let next = Instant::now() + args.interval;
-                    while !STOP.load(Ordering::Relaxed)
-                        && Instant::now() < next
-                        && shared.xid_events() == seen
-                    {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            })
-            .context("starting the check thread")?
-    };
+    let checker = start_checks(&shared, env, args)?;
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
@@ -414,6 +422,86 @@ mod tests {
         assert_eq!(
             readiness(&halted, &fatal_xid),
             Err("a driver call hung; checks stopped (gpu-devices: hung)".into())
+        );
+    }
+
+    #[test]
+    fn route_answers_each_endpoint_from_the_snapshot() {
+        let xids = xid::Xids::default();
+        let hour = Duration::from_secs(3600);
+        let ask = |snapshot: &Snapshot, xid: Finding, path: &str, started: Instant| {
+            let live = Live {
+                snapshot,
+                xids: &xids,
+                xid,
+            };
+            route(&live, path, hour, started)
+        };
+        let pass_xid = || Finding::pass("gpu-xid", "none");
+        let now = Instant::now();
+        // Before the first run: alive while the server is young, no report yet.
+        let first = Snapshot::default();
+        let r = ask(&first, pass_xid(), "/healthz", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "ok: first check running\n")
+        );
+        let Some(long_ago) = now.checked_sub(hour * 2) else {
+            return; // a machine up for less than two hours cannot date the stale cases
+        };
+        let r = ask(&first, pass_xid(), "/healthz", long_ago);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (503, "stale: no check has finished yet\n")
+        );
+        let r = ask(&first, pass_xid(), "/report", now);
+        assert_eq!(r.status, 503);
+        // A fresh run: alive, ready, and /report carries the live gpu-xid finding.
+        let fresh = Snapshot {
+            finished: Some(now),
+            report: Some(report(vec![Finding::pass("memlock", "unlimited")])),
+            ..Snapshot::default()
+        };
+        assert_eq!(ask(&fresh, pass_xid(), "/healthz", now).status, 200);
+        let r = ask(&fresh, pass_xid(), "/readyz", now);
+        assert_eq!((r.status, r.body.as_str()), (200, "ready\n"));
+        let fatal = Finding::fail("gpu-xid", "GPU 0: XID 79", "reboot");
+        let r = ask(&fresh, fatal.clone(), "/readyz", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (503, "not ready: gpu-xid: GPU 0: XID 79\n")
+        );
+        let r = ask(&fresh, fatal, "/report", now);
+        assert_eq!((r.status, r.content_type), (200, "application/json"));
+        let json: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(json["verdict"], "fail", "the XID finding makes the verdict");
+        assert_eq!(json["checks"][1]["id"], "gpu-xid");
+        let r = ask(&fresh, pass_xid(), "/metrics", now);
+        assert_eq!(r.status, 200);
+        assert!(r.content_type.starts_with("application/openmetrics-text"));
+        assert!(r.body.ends_with("# EOF\n"), "{}", r.body);
+        // A run that finished long ago, halted by a hung call: stale, saying why.
+        let halted = Snapshot {
+            finished: Some(long_ago),
+            halted: Some("a driver call hung".into()),
+            ..Snapshot::default()
+        };
+        let r = ask(&halted, pass_xid(), "/healthz", long_ago);
+        assert_eq!(r.status, 503);
+        assert!(
+            r.body.starts_with("stale: the last check finished "),
+            "{}",
+            r.body
+        );
+        assert!(
+            r.body.ends_with("(limit 3600 s); a driver call hung\n"),
+            "{}",
+            r.body
+        );
+        let r = ask(&halted, pass_xid(), "/nope", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (404, "not found: try /healthz, /readyz, /metrics, /report\n")
         );
     }
 }

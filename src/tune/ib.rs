@@ -47,27 +47,32 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
     if ib.is_empty() {
         return Vec::new();
     }
+    let close = close_to_gpus(facts);
+    let chosen = chosen_ports(&ib, &close);
     let mut out = Vec::new();
-    let active = |d: &&RdmaDevice| {
+    out.extend(hca(devices, &chosen, close.is_empty()));
+    out.extend(gid_index(facts, &ib, &chosen));
+    out
+}
+
+/// The ACTIVE ports of the openable IB/RoCE devices, narrowed to the NICs close
+/// to the GPUs (`close`) when any are.
+fn chosen_ports(ib: &[&RdmaDevice], close: &[String]) -> Vec<(String, u32)> {
+    let all = ib.iter().flat_map(|d| {
         d.ports
             .iter()
             .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-            .map(|p| p.port)
-            .collect::<Vec<_>>()
-    };
-    let all: Vec<(String, u32)> = ib
-        .iter()
-        .flat_map(|d| active(d).into_iter().map(|p| (d.name.clone(), p)))
-        .collect();
-    let close = close_to_gpus(facts);
-    let chosen: Vec<(String, u32)> = if close.is_empty() {
-        all.clone()
+            .map(|p| (d.name.clone(), p.port))
+    });
+    if close.is_empty() {
+        all.collect()
     } else {
-        all.iter()
-            .filter(|(n, _)| close.contains(n))
-            .cloned()
-            .collect()
-    };
+        all.filter(|(n, _)| close.contains(n)).collect()
+    }
+}
+
+/// NCCL_IB_HCA naming the chosen ports exactly, when they leave some port out.
+fn hca(devices: &[RdmaDevice], chosen: &[(String, u32)], no_close: bool) -> Option<Setting> {
     // Compared with every port of every IB/RoCE device sysfs lists: NCCL's libibverbs sees
     // them all, and tries the ones this container cannot open or that are down.
     let every_port: usize = devices
@@ -75,27 +80,32 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
         .filter(|d| !d.is_efa())
         .map(|d| d.ports.len())
         .sum();
-    let leaves_out = chosen.len() < every_port;
-    if !chosen.is_empty() && leaves_out {
-        let value = format!(
-            "={}",
-            chosen
-                .iter()
-                .map(|(n, p)| format!("{n}:{p}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        let why = if close.is_empty() {
-            "only ACTIVE ports of the devices this container can open".to_string()
-        } else {
-            "the NICs that share a PCIe switch with the GPUs, ACTIVE ports only".to_string()
-        };
-        out.push(Setting::tuned(
-            "NCCL_IB_HCA",
-            value,
-            format!("{why}; exact names, since mlx5_1 alone would also match mlx5_10..19"),
-        ));
+    if chosen.is_empty() || chosen.len() >= every_port {
+        return None;
     }
+    let value = format!(
+        "={}",
+        chosen
+            .iter()
+            .map(|(n, p)| format!("{n}:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let why = if no_close {
+        "only ACTIVE ports of the devices this container can open"
+    } else {
+        "the NICs that share a PCIe switch with the GPUs, ACTIVE ports only"
+    };
+    Some(Setting::tuned(
+        "NCCL_IB_HCA",
+        value,
+        format!("{why}; exact names, since mlx5_1 alone would also match mlx5_10..19"),
+    ))
+}
+
+/// NCCL_IB_GID_INDEX for RoCE under NCCL older than 2.21: the first chosen
+/// port's RoCE v2 GID, one with an IPv4-mapped address first.
+fn gid_index(facts: &Facts, ib: &[&RdmaDevice], chosen: &[(String, u32)]) -> Option<Setting> {
     let roce = chosen.iter().any(|(n, _)| {
         ib.iter().any(|d| {
             &d.name == n
@@ -104,29 +114,25 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
                     .any(|p| p.link_layer.as_deref() == Some("Ethernet"))
         })
     });
-    if roce
-        && let Some(v) = crate::nccl::version(facts)
-        && v < (2, 21, 0)
-    {
-        let gid = chosen.iter().find_map(|(n, port)| {
-            let d = ib.iter().find(|d| &d.name == n)?;
-            let p = d.ports.iter().find(|p| p.port == *port)?;
-            let v2 = p
-                .gids
-                .iter()
-                .filter(|g| g.kind.as_deref() == Some("RoCE v2"));
-            let mapped = v2.clone().find(|g| g.gid.contains("ffff:"));
-            mapped.or_else(|| v2.clone().next()).map(|g| g.index)
-        });
-        if let Some(index) = gid {
-            out.push(Setting::tuned(
-                "NCCL_IB_GID_INDEX",
-                index.to_string(),
-                format!("NCCL {}.{}.{} predates dynamic GID selection (2.21): RoCE v2 GID with an IPv4-mapped address", v.0, v.1, v.2),
-            ));
-        }
-    }
-    out
+    let v = crate::nccl::version(facts).filter(|v| roce && *v < (2, 21, 0))?;
+    let index = chosen.iter().find_map(|(n, port)| {
+        let d = ib.iter().find(|d| &d.name == n)?;
+        let p = d.ports.iter().find(|p| p.port == *port)?;
+        let v2 = p
+            .gids
+            .iter()
+            .filter(|g| g.kind.as_deref() == Some("RoCE v2"));
+        let mapped = v2.clone().find(|g| g.gid.contains("ffff:"));
+        mapped.or_else(|| v2.clone().next()).map(|g| g.index)
+    })?;
+    Some(Setting::tuned(
+        "NCCL_IB_GID_INDEX",
+        index.to_string(),
+        format!(
+            "NCCL {}.{}.{} predates dynamic GID selection (2.21): RoCE v2 GID with an IPv4-mapped address",
+            v.0, v.1, v.2
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -201,5 +207,160 @@ mod tests {
             (s[1].name.as_str(), s[1].value.as_str()),
             ("NCCL_IB_GID_INDEX", "3")
         );
+    }
+
+    fn roce_gid(index: u32, gid: &str) -> Gid {
+        Gid {
+            index,
+            gid: gid.into(),
+            kind: Some("RoCE v2".into()),
+            netdev: None,
+        }
+    }
+
+    fn old_nccl(mut f: Facts) -> Facts {
+        if let LibraryState::Loaded(l) = &mut f.rdma.nccl.library.state {
+            l.version = Observed::Value("2.18.5".into());
+        }
+        f
+    }
+
+    #[test]
+    fn hca_prefers_the_nic_that_shares_a_pcie_switch_with_the_gpus() {
+        let mut f = healthy();
+        f.gpus = crate::test_facts::h200x2_gpus();
+        let gpu = f.gpus.pci_gpus.value().unwrap()[0]
+            .sysfs_path
+            .clone()
+            .unwrap();
+        // mlx5_1 sits under the first GPU's switch (PIX); mlx5_0 under another root.
+        let f = with_rdma(
+            f,
+            vec![
+                rdma_device(
+                    "mlx5_0",
+                    "mlx5_core",
+                    "0000:99:00.0",
+                    "/sys/devices/pci0000:80/0000:99:00.0",
+                    "ACTIVE",
+                    "InfiniBand",
+                ),
+                rdma_device(
+                    "mlx5_1",
+                    "mlx5_core",
+                    "0000:1a:00.0",
+                    &format!("{gpu}/0000:1a:00.0"),
+                    "ACTIVE",
+                    "InfiniBand",
+                ),
+            ],
+        );
+        let s = rule(&f);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(
+            (s[0].name.as_str(), s[0].value.as_str()),
+            ("NCCL_IB_HCA", "=mlx5_1:1")
+        );
+        assert!(
+            s[0].reason.contains("share a PCIe switch with the GPUs"),
+            "{}",
+            s[0].reason
+        );
+        assert!(s[0].reason.contains("mlx5_10..19"), "{}", s[0].reason);
+        assert_eq!(s[0].source, crate::tune::Source::Tuned);
+    }
+
+    #[test]
+    fn hca_reason_names_active_ports_when_no_nic_is_close() {
+        let s = rule(&two_nics("DOWN"));
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(
+            s[0].reason
+                .starts_with("only ACTIVE ports of the devices this container can open"),
+            "{}",
+            s[0].reason
+        );
+    }
+
+    #[test]
+    fn a_device_this_container_cannot_open_is_left_out() {
+        let mut f = two_nics("ACTIVE");
+        if let Observed::Value(nodes) = &mut f.rdma.uverbs {
+            nodes[1].open = Some(crate::facts::rdma::Openable {
+                refused: Some("EACCES".into()),
+            });
+        }
+        let s = rule(&f);
+        assert_eq!(
+            s.iter().map(|s| s.value.as_str()).collect::<Vec<_>>(),
+            ["=mlx5_0:1"]
+        );
+    }
+
+    #[test]
+    fn nothing_without_an_open_active_ib_port() {
+        assert_eq!(rule(&healthy()), vec![], "no RDMA devices");
+        assert_eq!(
+            rule(&crate::test_facts::with_efa(healthy())),
+            vec![],
+            "EFA is not IB"
+        );
+        let mut f = two_nics("DOWN");
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].state = Some("DOWN".into());
+        }
+        assert_eq!(rule(&f), vec![], "every port down: nothing to name");
+    }
+
+    #[test]
+    fn gid_index_falls_back_to_the_first_roce_v2_gid() {
+        let mut f = old_nccl(two_nics("DOWN"));
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].gids = vec![roce_gid(2, "fe80::2"), roce_gid(5, "fe80::5")];
+        }
+        let s = rule(&f);
+        let gid = s.iter().find(|s| s.name == "NCCL_IB_GID_INDEX").unwrap();
+        assert_eq!(gid.value, "2");
+        assert!(gid.reason.contains("NCCL 2.18.5"), "{}", gid.reason);
+        assert!(gid.reason.contains("(2.21)"), "{}", gid.reason);
+    }
+
+    #[test]
+    fn no_gid_index_on_infiniband_even_for_old_nccl() {
+        let mut f = old_nccl(two_nics("DOWN"));
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].link_layer = Some("InfiniBand".into());
+            d[0].ports[0].gids = vec![roce_gid(3, "::ffff:10.0.0.1")];
+        }
+        let names: Vec<String> = rule(&f).into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["NCCL_IB_HCA"]);
+    }
+
+    #[test]
+    fn the_users_hca_and_gid_index_are_never_overridden() {
+        let mut f = old_nccl(two_nics("DOWN"));
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].gids = vec![roce_gid(3, "::ffff:192.168.1.5")];
+        }
+        assert_eq!(rule(&f).len(), 2, "both would be tuned");
+        let f =
+            crate::test_facts::with_env(f, &[("NCCL_IB_HCA", "mlx5"), ("NCCL_IB_GID_INDEX", "0")]);
+        let settings = crate::tune::tune(&f);
+        for (name, value, ours) in [
+            ("NCCL_IB_HCA", "mlx5", "=mlx5_0:1"),
+            ("NCCL_IB_GID_INDEX", "0", "3"),
+        ] {
+            let s = settings.iter().find(|s| s.name == name).unwrap();
+            assert_eq!(
+                (s.value.as_str(), s.source),
+                (value, crate::tune::Source::User)
+            );
+            assert!(
+                s.reason
+                    .contains(&format!("nccl-preflight would set {ours:?}")),
+                "{}",
+                s.reason
+            );
+        }
     }
 }

@@ -119,4 +119,127 @@ mod tests {
         let tuned = super::tune(&with_env(healthy(), &[("NCCL_VERSION", "2.21.5-1")]));
         assert!(tuned.iter().all(|s| s.name != "NCCL_VERSION"));
     }
+
+    use super::{RULES, Source, tune};
+    use crate::facts::Facts;
+    use crate::facts::Observed;
+    use crate::test_facts::{rdma_device, with_efa, with_rdma};
+
+    /// Nodes on which the rules propose something: a pod network, EFA, RoCE with
+    /// a port down under an old NCCL (HCA and GID index).
+    fn tuned_nodes() -> Vec<Facts> {
+        let mut roce = with_rdma(
+            healthy(),
+            vec![
+                rdma_device(
+                    "mlx5_0",
+                    "mlx5_core",
+                    "0000:19:00.0",
+                    "/sys/devices/x/0000:19:00.0",
+                    "ACTIVE",
+                    "Ethernet",
+                ),
+                rdma_device(
+                    "mlx5_1",
+                    "mlx5_core",
+                    "0000:9a:00.0",
+                    "/sys/devices/y/0000:9a:00.0",
+                    "DOWN",
+                    "Ethernet",
+                ),
+            ],
+        );
+        if let Observed::Value(d) = &mut roce.rdma.devices {
+            d[0].ports[0].gids = vec![crate::facts::rdma::Gid {
+                index: 3,
+                gid: "::ffff:10.1.0.5".into(),
+                kind: Some("RoCE v2".into()),
+                netdev: None,
+            }];
+        }
+        if let crate::facts::gpu::LibraryState::Loaded(l) = &mut roce.rdma.nccl.library.state {
+            l.version = Observed::Value("2.18.5".into());
+        }
+        vec![healthy(), with_efa(healthy()), roce]
+    }
+
+    #[test]
+    fn no_two_rules_propose_one_variable() {
+        for (n, facts) in tuned_nodes().iter().enumerate() {
+            let mut seen = std::collections::BTreeMap::new();
+            for rule in RULES {
+                for s in (rule.propose)(facts) {
+                    assert_eq!(s.source, Source::Tuned, "{}", s.name);
+                    assert!(!s.reason.is_empty(), "{} has no reason", s.name);
+                    if let Some(other) = seen.insert(s.name.clone(), rule.about) {
+                        panic!(
+                            "node {n}: {} proposed by {other:?} and {:?}",
+                            s.name, rule.about
+                        );
+                    }
+                }
+            }
+            assert!(
+                !seen.is_empty(),
+                "node {n} tunes nothing: the test proves nothing"
+            );
+        }
+    }
+
+    #[test]
+    fn every_variable_any_rule_tunes_is_left_to_a_user_who_set_it() {
+        for facts in tuned_nodes() {
+            let tuned = tune(&facts);
+            let names: Vec<&str> = tuned
+                .iter()
+                .map(|s| s.name.as_str())
+                .filter(|n| crate::nccl::catalog::is_setting(n))
+                .collect();
+            assert!(!names.is_empty());
+            for name in names {
+                let theirs = tune(&with_env(facts.clone(), &[(name, "users-own")]));
+                let s = theirs.iter().find(|s| s.name == name).unwrap();
+                assert_eq!(
+                    (s.value.as_str(), s.source),
+                    ("users-own", Source::User),
+                    "{name}"
+                );
+                assert!(s.reason.starts_with("set by the user"), "{}", s.reason);
+                assert!(
+                    s.reason.contains("nccl-preflight would set"),
+                    "{}",
+                    s.reason
+                );
+                // The other variables are still tuned as before.
+                assert_eq!(
+                    theirs.iter().filter(|t| t.name != name).collect::<Vec<_>>(),
+                    tuned.iter().filter(|t| t.name != name).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_user_value_equal_to_ours_is_reported_as_theirs_without_a_counter_proposal() {
+        let facts = with_env(healthy(), &[("NCCL_SOCKET_IFNAME", "=eth0")]);
+        let s = tune(&facts)
+            .into_iter()
+            .find(|s| s.name == "NCCL_SOCKET_IFNAME")
+            .unwrap();
+        assert_eq!(s.source, Source::User);
+        assert_eq!(
+            s.reason,
+            "set by the user; kept as is and checked by nccl-env"
+        );
+    }
+
+    #[test]
+    fn settings_come_sorted_by_name() {
+        for facts in tuned_nodes() {
+            let names: Vec<String> = tune(&facts).into_iter().map(|s| s.name).collect();
+            let mut sorted = names.clone();
+            sorted.sort();
+            assert_eq!(names, sorted);
+        }
+    }
 }
