@@ -149,6 +149,19 @@ fn declared(line: &str) -> Option<String> {
     None
 }
 
+/// Whether the function declared on line `start` is a `#[test]` (in a file that is a
+/// test module of its own, such as a fuzz target's).
+fn is_test(text: &str, start: usize) -> bool {
+    text.lines()
+        .take(start)
+        .collect::<Vec<_>>()
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
+        .any(|l| l == "#[test]")
+}
+
 /// (lines, name, first line) of every function over `MAX_LINES` in `text`, up to its
 /// test module.
 fn long_functions(text: &str) -> Vec<(usize, String, usize)> {
@@ -164,6 +177,9 @@ fn long_functions(text: &str) -> Vec<(usize, String, usize)> {
         let Some(name) = declared(line) else {
             continue;
         };
+        if is_test(text, start) {
+            continue;
+        }
         let mut depth = 0i32;
         let mut opened = false;
         let mut last = None;
@@ -225,9 +241,11 @@ fn a_long_function_is_caught_and_braces_in_literals_do_not_count() {
          pub async fn long<'a>(x: &'a str) -> Result<(), String> {{\n{}    Ok(())\n}}\n\
          fn exactly() {{\n{}}}\n\
          fn declared_only();\n\
+         /// A test outside a test module.\n#[test]\nfn long_test_fn() {{\n{}}}\n\
          #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
         body(78),
         body(78),
+        body(100),
         body(100)
     );
     assert_eq!(long_functions(&text), vec![(81, "long".to_string(), 5)]);
