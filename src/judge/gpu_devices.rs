@@ -5,7 +5,8 @@
 
 use super::{Finding, Problem, Status};
 use crate::facts::Facts;
-use crate::facts::gpu::{LibraryState, NvmlFacts};
+use crate::facts::FailureKind;
+use crate::facts::gpu::{FabricState, LibraryState, NvmlFacts};
 use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::visible;
@@ -63,10 +64,11 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
     if let LibraryState::Loaded(_) = facts.gpus.cuda.state {
         return None;
     }
-    let fabric_state = nvml
-        .gpus
-        .iter()
-        .any(|g| g.fabric_state.value().is_some_and(|s| s != "not_supported"));
+    let fabric_state = nvml.gpus.iter().any(|g| {
+        g.fabric_state
+            .value()
+            .is_some_and(|s| *s != FabricState::NotSupported)
+    });
     let switches = facts.gpus.pci_nvswitches.value().map_or(0, Vec::len);
     let switch_links = nvml
         .gpus
@@ -176,15 +178,15 @@ const OWN_RESOURCES_FIX: &str = "\
 Run nccl-preflight with room to load the NVIDIA libraries and start its threads: a larger address-space
 limit (ulimit -v; NVML and libcuda map hundreds of MiB) and thread limit (ulimit -u, the pod's pids limit).";
 
-fn nvml_failure_fix(message: &str) -> &'static str {
-    if message.contains("did not return") {
-        "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it."
-    } else if message.contains("DriverNotLoaded") || message.contains("driver not loaded") {
-        "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node)."
-    } else if message.contains("dlopen") {
-        "libnvidia-ml.so.1 is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."
-    } else {
-        "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs."
+/// The fix for a vendor library (`library`) that failed, by what gather recorded the
+/// failure as.
+fn library_failure_fix(kind: Option<FailureKind>, library: &str) -> String {
+    match kind {
+        Some(FailureKind::Timeout) => "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it.".into(),
+        Some(FailureKind::DriverNotLoaded) => "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node).".into(),
+        Some(FailureKind::Unloadable) => format!("{library} is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."),
+        Some(FailureKind::OwnResources) => OWN_RESOURCES_FIX.into(),
+        None => "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs.".into(),
     }
 }
 
@@ -243,7 +245,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             return Finding::fail(
                 ID,
                 format!("NVML failed: {e}"),
-                nvml_failure_fix(&e.to_string()),
+                library_failure_fix(e.kind, &gpus.nvml.library),
             )
             .evidence(format!("library {}", gpus.nvml.library));
         }
@@ -282,10 +284,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         .iter()
         .filter_map(|g| {
             let state = g.fabric_state.value()?;
-            let bad = state == "not_started"
-                || state == "in_progress"
-                || state.starts_with("completed with error");
-            bad.then(|| format!("GPU {} {state}", g.index))
+            state
+                .incomplete()
+                .then(|| format!("GPU {} {state}", g.index))
         })
         .collect();
     if !unregistered.is_empty() {
@@ -327,7 +328,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         LibraryState::Failed(e) => problems.push(Problem::new(
             Severity::Fail,
             format!("CUDA driver failed: {e}"),
-            nvml_failure_fix(&e.to_string()),
+            library_failure_fix(e.kind, &gpus.cuda.library),
         )),
         LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Severity::Fail,
             "cuInit failed with CUDA_ERROR_SYSTEM_NOT_READY (802): the NVSwitch fabric manager is not running",
@@ -592,7 +593,7 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
             n.gpus
                 .iter_mut()
-                .for_each(|g| g.fabric_state = Observed::Value("completed".into()));
+                .for_each(|g| g.fabric_state = Observed::Value(FabricState::Completed));
         }
         darken(&mut f, &[0, 1]);
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
@@ -665,10 +666,13 @@ mod tests {
     #[test]
     fn hung_or_failed_libraries_fail_with_the_call() {
         let mut f = healthy();
-        f.gpus.nvml.state = LibraryState::Failed(crate::facts::FactError::new(
-            "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)",
-            "did not return within 10.0 s: the driver or a GPU is hung",
-        ));
+        f.gpus.nvml.state = LibraryState::Failed(
+            crate::facts::FactError::new(
+                "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)",
+                "did not return within 10.0 s: the driver or a GPU is hung",
+            )
+            .with_kind(FailureKind::Timeout),
+        );
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("nvmlDeviceGetP2PStatus"));
@@ -678,5 +682,37 @@ mod tests {
             message: "libcuda.so.1: cannot open".into(),
         };
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+    }
+
+    #[test]
+    fn the_fix_follows_the_recorded_failure_kind_not_its_text() {
+        let failed = |kind: Option<FailureKind>, message: &str| {
+            let mut e = crate::facts::FactError::new("nvmlInit_v2", message);
+            e.kind = kind;
+            let mut f = healthy();
+            f.gpus.nvml.state = LibraryState::Failed(e);
+            let j = judge(&f, &Policy::default());
+            assert_eq!(j.status(), Status::Fail, "{j:?}");
+            j.remediation().unwrap_or_default().to_string()
+        };
+        assert!(failed(Some(FailureKind::Timeout), "x").contains("Xid"));
+        assert!(failed(Some(FailureKind::DriverNotLoaded), "x").contains("kernel module"));
+        assert!(
+            failed(Some(FailureKind::Unloadable), "x").contains("libnvidia-ml.so.1 is present")
+        );
+        // Text that once picked a fix no longer does: a plain NVML error gets the generic one.
+        let plain = failed(None, "did not return; DriverNotLoaded; dlopen");
+        assert!(plain.contains("Run `nvidia-smi`"), "{plain}");
+        // The CUDA driver's unloadable library is named as itself, not as NVML.
+        let mut f = healthy();
+        f.gpus.cuda.state = LibraryState::Failed(
+            crate::facts::FactError::new("dlopen(libcuda.so.1)", "undefined symbol")
+                .with_kind(FailureKind::Unloadable),
+        );
+        let j = judge(&f, &Policy::default());
+        assert!(
+            j.remediation().unwrap().contains("libcuda.so.1 is present"),
+            "{j:?}"
+        );
     }
 }

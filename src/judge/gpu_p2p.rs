@@ -7,7 +7,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
-use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
+use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts, P2pStatus};
 use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::matrix;
@@ -58,8 +58,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let (mut no_read, mut read_only, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for p in &nvml.pairs {
         let label = matrix::link_label(nvml, p.a, p.b);
-        let read = p.p2p_read.value().map_or("?", String::as_str);
-        let write = p.p2p_write.value().map_or("?", String::as_str);
+        let (read, write) = (p.p2p_read.value().copied(), p.p2p_write.value().copied());
+        let text = |s: Option<P2pStatus>| s.map_or("?", P2pStatus::label);
         let cuda_peer = cuda.and_then(|c| {
             let (ca, cb) = (cuda_ordinal(nvml, c, p.a)?, cuda_ordinal(nvml, c, p.b)?);
             c.peer_access
@@ -70,9 +70,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                 .copied()
         });
         let line = format!(
-            "GPU {} -> GPU {}: {label}, read {read}, write {write}{}",
+            "GPU {} -> GPU {}: {label}, read {}, write {}{}",
             p.a,
             p.b,
+            text(read),
+            text(write),
             cuda_peer.map_or(String::new(), |c| format!(
                 ", CUDA peer access {}",
                 if c { "yes" } else { "no" }
@@ -82,12 +84,13 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         if should {
             expected += 1;
             labels.insert(label.clone());
-            if read != "OK" {
+            let read_ok = read == Some(P2pStatus::Ok);
+            if !read_ok {
                 no_read.push(line.clone());
-            } else if write != "OK" {
+            } else if write != Some(P2pStatus::Ok) {
                 read_only.push(line.clone());
             }
-            if read == "OK" && cuda_peer == Some(false) {
+            if read_ok && cuda_peer == Some(false) {
                 refused.push(line.clone());
             }
         }
@@ -243,11 +246,11 @@ mod tests {
     fn nvlink_pairs_must_read_and_write() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let mut f = healthy();
-        nvml(&mut f).pairs[0].p2p_write = Observed::Value("NS".into());
+        nvml(&mut f).pairs[0].p2p_write = Observed::Value(P2pStatus::NotSupported);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("read mode"));
-        nvml(&mut f).pairs[1].p2p_read = Observed::Value("CNS".into());
+        nvml(&mut f).pairs[1].p2p_read = Observed::Value(P2pStatus::ChipsetNotSupported);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.starts_with("2 problems"));
@@ -260,8 +263,8 @@ mod tests {
             g.mig_mode = Observed::Value(true);
         }
         for p in &mut nvml(&mut f).pairs {
-            p.p2p_read = Observed::Value("NS".into());
-            p.p2p_write = Observed::Value("NS".into());
+            p.p2p_read = Observed::Value(P2pStatus::NotSupported);
+            p.p2p_write = Observed::Value(P2pStatus::NotSupported);
         }
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
@@ -287,7 +290,7 @@ mod tests {
         }
         for p in &mut nvml(&mut f).pairs {
             p.common_ancestor = Observed::Value("SYSTEM".into());
-            p.p2p_read = Observed::Value("TNS".into());
+            p.p2p_read = Observed::Value(P2pStatus::TopologyNotSupported);
         }
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Pass);

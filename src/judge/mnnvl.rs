@@ -18,7 +18,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
-use crate::facts::gpu::NvmlGpu;
+use crate::facts::gpu::{FabricState, NvmlGpu};
 use crate::finding::Severity;
 use crate::policy::Policy;
 
@@ -65,18 +65,20 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let mut problems = Vec::new();
     let mut cliques = std::collections::BTreeSet::new();
     for g in &nvml.gpus {
-        let state = g.fabric_state.value().map_or("unreadable", String::as_str);
+        let state = g.fabric_state.value().copied();
+        let state_text = state.map_or_else(|| "unreadable".to_string(), |s| s.to_string());
         let clique = g.fabric_clique.as_ref();
         evidence.push(format!(
-            "GPU {}: fabric {state}, cluster {}, clique {}",
+            "GPU {}: fabric {state_text}, cluster {}, clique {}",
             g.index,
             clique.map_or("none", |c| c.cluster_uuid.as_str()),
             clique.map_or_else(|| "none".to_string(), |c| c.clique_id.to_string())
         ));
-        if state != "completed" {
+        let completed = state == Some(FabricState::Completed);
+        if !completed {
             problems.push(Problem::new(
                 status,
-                format!("GPU {}: NVLink fabric state {state}: NCCL turns multi-node NVLink off for the whole job", g.index),
+                format!("GPU {}: NVLink fabric state {state_text}: NCCL turns multi-node NVLink off for the whole job", g.index),
                 "The fabric has not finished taking the GPU in: check `nvidia-smi -q | grep -A6 Fabric` on the node, the NVLink \
                  switch trays and their fabric manager (NMX); a tray whose GPUs stay in_progress or not_started needs the fabric brought up, or draining.",
             ));
@@ -85,7 +87,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             Some(c) if c.has_cluster() => {
                 cliques.insert((c.cluster_uuid.clone(), c.clique_id));
             }
-            _ if state == "completed" => problems.push(Problem::new(
+            _ if completed => problems.push(Problem::new(
                 status,
                 format!("GPU {}: fabric completed but no cluster UUID: NCCL reads a zero UUID as no multi-node NVLink", g.index),
                 "The GPU was not registered in an NVLink domain: check the NVLink switch trays' fabric manager (NMX) partition for this tray.",
@@ -159,7 +161,7 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
             for g in &mut n.gpus {
                 g.name = Observed::Value("NVIDIA GB200".into());
-                g.fabric_state = Observed::Value("completed".into());
+                g.fabric_state = Observed::Value(FabricState::Completed);
                 g.fabric_clique = Some(FabricClique {
                     cluster_uuid: CLUSTER.into(),
                     clique_id: 32766,
@@ -194,7 +196,7 @@ mod tests {
         assert_eq!(f.status(), Status::Fail);
         assert!(f.remediation().unwrap().contains("ComputeDomain"));
         let mut not_done = multi(tray());
-        gpus(&mut not_done)[1].fabric_state = Observed::Value("in_progress".into());
+        gpus(&mut not_done)[1].fabric_state = Observed::Value(FabricState::InProgress);
         assert_eq!(judge(&not_done, &Policy::default()).status(), Status::Fail);
         let mut zero = multi(tray());
         gpus(&mut zero)[0].fabric_clique = Some(FabricClique {

@@ -6,7 +6,7 @@
 //! process's CUDA ordinals.
 
 use crate::facts::gpu::{CudaDevice, CudaFacts, PeerAccess, normalize_bus_id};
-use crate::facts::{FactError, Observed};
+use crate::facts::{FactError, FailureKind, Observed};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol};
 use std::ffi::{CStr, c_char, c_int, c_uint};
@@ -85,11 +85,16 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
     let lib = match crate::gather::dl::load(watch, library) {
         Ok(lib) => lib,
         Err(crate::gather::dl::LoadError::Missing(why)) => return Outcome::NotFound(why),
-        Err(crate::gather::dl::LoadError::Failed(e)) => return Outcome::Failed(e),
+        // There but not loadable (a missing dependency, a bad ELF); gpu::mark_own_resources
+        // re-marks dlopen's ENOMEM as this process's own limit.
+        Err(crate::gather::dl::LoadError::Failed(e)) => {
+            return Outcome::Failed(e.with_kind(FailureKind::Unloadable));
+        }
     };
     let api = match Api::load(&lib) {
         Ok(api) => api,
-        Err(e) => return Outcome::Failed(e),
+        // A libcuda without the driver API's symbols is a stub or not the driver's.
+        Err(e) => return Outcome::Failed(e.with_kind(FailureKind::Unloadable)),
     };
     // SAFETY: `CUresult cuInit(unsigned int Flags)`; flags must be 0.
     let init_result = watch.call("cuInit", || unsafe { (api.init.get())(0) });

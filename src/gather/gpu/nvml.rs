@@ -3,10 +3,10 @@
 //! call that fails degrades its own fact only; the run goes on.
 
 use crate::facts::gpu::{
-    FabricClique, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath, RemappedRows,
-    normalize_bus_id,
+    FabricClique, FabricState, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath,
+    RemappedRows, normalize_bus_id,
 };
-use crate::facts::{FactError, Observed};
+use crate::facts::{FactError, FailureKind, Observed};
 use crate::gather::deadline::Watch;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -27,16 +27,17 @@ fn observed<T>(call: &str, r: Result<T, NvmlError>) -> Observed<T> {
     }
 }
 
-/// Name of an NVML P2P status in `nvidia-smi topo -p2p` notation.
-pub fn p2p_label(s: &P2pStatus) -> &'static str {
+/// nvml-wrapper's P2P status as the fact's type (the same nvmlGpuP2PStatus_t values).
+fn p2p_status(s: &P2pStatus) -> crate::facts::gpu::P2pStatus {
+    use crate::facts::gpu::P2pStatus as Fact;
     match s {
-        P2pStatus::Ok => "OK",
-        P2pStatus::ChipsetNotSupported => "CNS",
-        P2pStatus::GpuNotSupported => "GNS",
-        P2pStatus::IohTopologyNotSupported => "TNS",
-        P2pStatus::DisabledByRegkey => "DISABLED",
-        P2pStatus::NotSupported => "NS",
-        P2pStatus::Unknown => "U",
+        P2pStatus::Ok => Fact::Ok,
+        P2pStatus::ChipsetNotSupported => Fact::ChipsetNotSupported,
+        P2pStatus::GpuNotSupported => Fact::GpuNotSupported,
+        P2pStatus::IohTopologyNotSupported => Fact::TopologyNotSupported,
+        P2pStatus::DisabledByRegkey => Fact::DisabledByRegkey,
+        P2pStatus::NotSupported => Fact::NotSupported,
+        P2pStatus::Unknown => Fact::Unknown,
     }
 }
 
@@ -253,7 +254,7 @@ fn nvlink_speed(fields: &Fields, link: Option<u32>) -> Result<u32, NvmlError> {
 fn fabric_info(
     device: &Device<'_>,
     nvml: &Nvml,
-) -> Result<(String, Option<FabricClique>), NvmlError> {
+) -> Result<(FabricState, Option<FabricClique>), NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetGpuFabricInfo
@@ -266,14 +267,7 @@ fn fabric_info(
     if rc != 0 {
         return Err(nvml_error(rc));
     }
-    let state = match (info.state, info.status) {
-        (0, _) => "not_supported".into(),
-        (1, _) => "not_started".into(),
-        (2, _) => "in_progress".into(),
-        (3, 0) => "completed".into(),
-        (3, status) => format!("completed with error {status}"),
-        (other, _) => format!("unknown state {other}"),
-    };
+    let state = FabricState::from_nvml(u32::from(info.state), info.status);
     let clique = (info.state != 0).then(|| FabricClique {
         cluster_uuid: uuid_text(&info.clusterUuid),
         clique_id: info.cliqueId,
@@ -699,7 +693,7 @@ fn pair(watch: &Watch, nvml: &Nvml, a: (u32, &Device<'_>), b: (u32, &Device<'_>)
             &name,
             watch.call(name.clone(), || a.1.p2p_status(b.1, index)),
         )
-        .map(|s| p2p_label(&s).to_string())
+        .map(|s| p2p_status(&s))
     };
     let name = format!(
         "nvmlDeviceGetTopologyCommonAncestor(GPU {}, GPU {})",
@@ -743,8 +737,22 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
             return if crate::gather::dl::is_missing(library, &message) {
                 Outcome::NotFound(message)
             } else {
-                Outcome::Failed(FactError::new(format!("dlopen({library})"), message))
+                Outcome::Failed(
+                    FactError::new(format!("dlopen({library})"), message)
+                        .with_kind(FailureKind::Unloadable),
+                )
             };
+        }
+        // A libnvidia-ml without a symbol nvml-wrapper needs is not this driver's library.
+        Err(e @ NvmlError::FailedToLoadSymbol(_)) => {
+            return Outcome::Failed(
+                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::Unloadable),
+            );
+        }
+        Err(e @ NvmlError::DriverNotLoaded) => {
+            return Outcome::Failed(
+                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::DriverNotLoaded),
+            );
         }
         Err(e) => return Outcome::Failed(FactError::new("nvmlInit_v2", e)),
     };
