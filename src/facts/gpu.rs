@@ -536,6 +536,11 @@ pub struct PciGpu {
     /// last) with their ACS control register; empty for facts saved before it was read.
     #[serde(default)]
     pub upstream_acs: Vec<BridgeAcs>,
+    /// Attributes that exist but could not be read or parsed (the path and why): the
+    /// fields above they feed are `None` or empty for that reason, not because sysfs
+    /// lacks them. Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<FactError>,
 }
 
 /// A PCIe bridge above a GPU and its Access Control Services control register.

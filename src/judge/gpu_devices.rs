@@ -128,6 +128,7 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
     };
     let mut narrow = Vec::new();
     let mut slow = Vec::new();
+    let mut unreadable = Vec::new();
     for g in &nvml.gpus {
         let Some(bus) = g.pci_bus_id.value() else {
             continue;
@@ -136,6 +137,9 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
         let Some(p) = pci.iter().find(|p| p.bus_id == bus) else {
             continue;
         };
+        if !p.unreadable.is_empty() {
+            unreadable.push(pci_unreadable(g.index, p));
+        }
         if let (Some(c), Some(m)) = (p.current_link_width, p.max_link_width)
             && c > 0
             && c < m
@@ -170,8 +174,23 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
             )
         })
         .into_iter()
+        .chain(unreadable)
         .collect();
     (problem, slow)
+}
+
+/// Evidence line for a GPU whose PCI attributes (link width and speed, NUMA node) could
+/// not all be read: what the link rules above could not see, and why.
+pub fn pci_unreadable(index: u32, p: &crate::facts::gpu::PciGpu) -> String {
+    format!(
+        "GPU {index} ({}): PCI attributes not read: {}",
+        p.bus_id,
+        p.unreadable
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    )
 }
 
 const OWN_RESOURCES_FIX: &str = "\
@@ -461,6 +480,22 @@ mod tests {
         assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.summary.contains("x8 of x16"), "{}", j.summary);
         assert!(j.remediation().unwrap().contains("LnkSta"));
+        // Attributes that could not be read are said, with their path.
+        let mut f = healthy();
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            pci[1].max_link_width = None;
+            pci[1].unreadable.push(crate::facts::FactError::new(
+                "/sys/bus/pci/devices/0000:10:1d.0/max_link_width",
+                "\"sixteen\" is not a number",
+            ));
+        }
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Pass, "{j:?}");
+        assert!(
+            j.evidence.iter().any(|e| e.starts_with("GPU 1 (")
+                && e.contains("PCI attributes not read: /sys/bus/pci/devices/0000:10:1d.0/max_link_width: \"sixteen\" is not a number")),
+            "{j:?}"
+        );
         // A width of 0 (link down or unknown) is not a narrow link.
         let mut f = healthy();
         set_link(&mut f, 1, "Unknown", 0);
