@@ -116,8 +116,104 @@ A GPU's PCIe link trained with fewer lanes than it has: host<->GPU copies, and G
 that fraction of the bus. Compare LnkSta with LnkCap in `lspci -vv -s <bus id>` on the node; reseat the GPU or
 its riser/cable, check the slot's BIOS lane setting, and drain the node if it persists after a reboot.";
 
-/// This container's GPUs whose PCIe link runs narrower than its maximum (a warning), and
-/// those below their maximum speed (evidence only). The speed is not judged: NVIDIA GPUs
+/// Bandwidth of one PCIe lane per direction in GB/s at a generation's rate (GT/s), as
+/// PCI-SIG quotes it per generation: 2.5 GT/s 0.25, 5 GT/s 0.5 (8b/10b encoding), 8 GT/s
+/// 1, 16 GT/s 2, 32 GT/s 4, 64 GT/s 8 (128b/130b and FLIT encoding, rounded), which
+/// gives FACTS.md's x16 figures (section 6: Gen4 32 GB/s, Gen5 64 GB/s per direction).
+/// With the generation number; `None` for a rate that is no PCIe generation.
+fn pcie_lane(gts: f64) -> Option<(u32, f64)> {
+    [
+        (2.5, 1, 0.25),
+        (5.0, 2, 0.5),
+        (8.0, 3, 1.0),
+        (16.0, 4, 2.0),
+        (32.0, 5, 4.0),
+        (64.0, 6, 8.0),
+    ]
+    .into_iter()
+    .find(|(rate, _, _)| (gts - rate).abs() < 0.01)
+    .map(|(_, generation, gbytes)| (generation, gbytes))
+}
+
+/// A GPU whose PCIe link trained with fewer lanes than it has.
+struct NarrowLink {
+    line: String,
+    /// `x8 Gen5 = 32 GB/s`, and the GB/s, where the maximum speed is a known generation.
+    bandwidth: Option<(String, f64)>,
+}
+
+/// The fastest ACTIVE port of the RDMA devices this container can use (the first such
+/// device in sysfs order): the device's name and the port's rate in Gb/s.
+fn fastest_nic(scope: &super::rdma_scope::Scope<'_>) -> Option<(String, f64)> {
+    scope
+        .usable
+        .iter()
+        .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+        .filter(|(_, p)| p.state.as_deref() == Some("ACTIVE"))
+        .filter_map(|(d, p)| {
+            let gbps = crate::facts::rdma::rate_gbps(p.rate.as_deref()?)?;
+            Some((d.name.clone(), gbps))
+        })
+        // The first of the fastest: min_by keeps the first of equals.
+        .min_by(|a, b| b.1.total_cmp(&a.1))
+}
+
+/// The problem narrow links make. GPUDirect RDMA moves a multi-node job's traffic
+/// between the NIC and GPU memory over the GPU's own PCIe link (NCCL's NET transport
+/// with /GDRDMA), so a link whose lanes at full speed carry less than the fastest NIC
+/// port caps that GPU's inter-node bandwidth: a failure where the launcher says the job
+/// spans nodes and this container has an RDMA NIC. The link's speed is taken at its
+/// maximum, which it trains up to under load. Elsewhere (one node, no NIC, a link still
+/// faster than the NIC) a narrow link is a warning.
+fn narrow_links_problem(facts: &Facts, narrow: Vec<NarrowLink>) -> Option<Problem> {
+    if narrow.is_empty() {
+        return None;
+    }
+    let scope = super::rdma_scope::Scope::of(facts);
+    let multi = matches!(scope.span, crate::layout::Span::Multi(_));
+    if let Some((nic, gbps)) = fastest_nic(&scope).filter(|_| multi) {
+        let nic_gbytes = gbps / 8.0;
+        let capped: Vec<String> = narrow
+            .iter()
+            .filter_map(|n| {
+                let (text, gbytes) = n.bandwidth.as_ref()?;
+                (*gbytes < nic_gbytes).then(|| {
+                    format!(
+                        "{}: {text} under {nic}'s {gbps:.0} Gb/s = {nic_gbytes:.0} GB/s",
+                        n.line
+                    )
+                })
+            })
+            .collect();
+        if !capped.is_empty() {
+            return Some(Problem::new(
+                Severity::Fail,
+                format!(
+                    "PCIe link trained narrower than the GPU's caps its inter-node bandwidth: {} ({}, and GPUDirect RDMA moves that traffic over the GPU's link)",
+                    capped.join(", "),
+                    scope.span_words()
+                ),
+                NARROW_PCIE_FIX,
+            ));
+        }
+    }
+    Some(Problem::new(
+        Severity::Warn,
+        format!(
+            "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
+            narrow
+                .iter()
+                .map(|n| n.line.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        NARROW_PCIE_FIX,
+    ))
+}
+
+/// This container's GPUs whose PCIe link runs narrower than its maximum (see
+/// `narrow_links_problem`), those below their maximum speed (evidence only), and those
+/// whose PCI attributes could not be read (evidence). The speed is not judged: NVIDIA GPUs
 /// train their link down to 2.5 GT/s when idle to save power (`nvidia-smi
 /// --help-query-gpu`, pcie.link.gen.current: "may be reduced when the GPU is not in
 /// use"), and this check runs before the job loads them, so a low speed at idle is the
@@ -140,32 +236,29 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
         if !p.unreadable.is_empty() {
             unreadable.push(pci_unreadable(g.index, p));
         }
+        let max_gts = p
+            .max_link_speed
+            .as_deref()
+            .and_then(crate::facts::rdma::PcieLink::gts);
         if let (Some(c), Some(m)) = (p.current_link_width, p.max_link_width)
             && c > 0
             && c < m
         {
-            narrow.push(format!("GPU {} ({bus}) x{c} of x{m}", g.index));
+            narrow.push(NarrowLink {
+                line: format!("GPU {} ({bus}) x{c} of x{m}", g.index),
+                bandwidth: max_gts.and_then(pcie_lane).map(|(generation, lane)| {
+                    let gbytes = f64::from(c) * lane;
+                    (format!("x{c} Gen{generation} = {gbytes:.0} GB/s"), gbytes)
+                }),
+            });
         }
         if let (Some(c), Some(m)) = (&p.current_link_speed, &p.max_link_speed)
-            && let (Some(cg), Some(mg)) = (
-                crate::facts::rdma::PcieLink::gts(c),
-                crate::facts::rdma::PcieLink::gts(m),
-            )
+            && let (Some(cg), Some(mg)) = (crate::facts::rdma::PcieLink::gts(c), max_gts)
             && cg < mg
         {
             slow.push(format!("GPU {} at {c} of {m}", g.index));
         }
     }
-    let problem = (!narrow.is_empty()).then(|| {
-        Problem::new(
-            Severity::Warn,
-            format!(
-                "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
-                narrow.join(", ")
-            ),
-            NARROW_PCIE_FIX,
-        )
-    });
     let slow = (!slow.is_empty())
         .then(|| {
             format!(
@@ -176,7 +269,7 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
         .into_iter()
         .chain(unreadable)
         .collect();
-    (problem, slow)
+    (narrow_links_problem(facts, narrow), slow)
 }
 
 /// Evidence line for a GPU whose PCI attributes (link width and speed, NUMA node) could
@@ -485,7 +578,7 @@ mod tests {
         if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
             pci[1].max_link_width = None;
             pci[1].unreadable.push(crate::facts::FactError::new(
-                "/sys/bus/pci/devices/0000:10:1d.0/max_link_width",
+                "/sys/bus/pci/devices/0000:00:07.0/max_link_width",
                 "\"sixteen\" is not a number",
             ));
         }
@@ -493,13 +586,79 @@ mod tests {
         assert_eq!(j.status(), Status::Pass, "{j:?}");
         assert!(
             j.evidence.iter().any(|e| e.starts_with("GPU 1 (")
-                && e.contains("PCI attributes not read: /sys/bus/pci/devices/0000:10:1d.0/max_link_width: \"sixteen\" is not a number")),
+                && e.contains("PCI attributes not read: /sys/bus/pci/devices/0000:00:07.0/max_link_width: \"sixteen\" is not a number")),
             "{j:?}"
         );
         // A width of 0 (link down or unknown) is not a narrow link.
         let mut f = healthy();
         set_link(&mut f, 1, "Unknown", 0);
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
+    }
+
+    /// The healthy pair with an NDR HCA (400 Gb/s) this container can open, on a job of
+    /// `nodes` nodes, GPU 1's link trained at `width` of its x16 Gen5 lanes.
+    fn narrow_with_ndr(nodes: &str, width: u32) -> Facts {
+        let mut f = crate::test_facts::with_ib(healthy());
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].rate = Some("400 Gb/sec (4X NDR)".into());
+        }
+        set_link(&mut f, 1, "2.5 GT/s PCIe", width);
+        with_env(f, &[("PET_NNODES", nodes)])
+    }
+
+    #[test]
+    fn a_narrow_link_under_the_nics_rate_fails_a_multi_node_job() {
+        // x8 Gen5 = 32 GB/s under the HCA's 400 Gb/s = 50 GB/s, across nodes: capped.
+        let j = judge(&narrow_with_ndr("2", 8), &Policy::default());
+        assert_eq!(j.status(), Status::Fail, "{j:?}");
+        assert!(
+            j.summary.contains(
+                "GPU 1 (0000:00:07.0) x8 of x16: x8 Gen5 = 32 GB/s under mlx5_0's 400 Gb/s = 50 GB/s"
+            ) && j.summary.contains("the job spans 2 nodes"),
+            "{}",
+            j.summary
+        );
+        assert!(j.remediation().unwrap().contains("LnkSta"));
+        // One node: NCCL sends nothing over the NIC, the narrow link only warns.
+        let j = judge(&narrow_with_ndr("1", 8), &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(
+            j.summary.contains("x8 of x16 (LnkSta below LnkCap)"),
+            "{}",
+            j.summary
+        );
+        // A link still faster than the NIC: x16 would be, and so is x8 Gen5 against 100 Gb/s.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].rate = Some("100 Gb/sec (4X EDR)".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // A NIC whose port is down carries nothing.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].state = Some("DOWN".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // No NIC in the container: the traffic goes over sockets, not this link.
+        let mut f = with_env(healthy(), &[("PET_NNODES", "2")]);
+        set_link(&mut f, 1, "2.5 GT/s PCIe", 8);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // A maximum speed that is no PCIe generation: the bandwidth is unknown, so it warns.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            pci[1].max_link_speed = Some("Unknown".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+    }
+
+    #[test]
+    fn pcie_lane_figures_per_generation() {
+        assert_eq!(pcie_lane(2.5), Some((1, 0.25)));
+        assert_eq!(pcie_lane(8.0), Some((3, 1.0)));
+        assert_eq!(pcie_lane(16.0), Some((4, 2.0)));
+        assert_eq!(pcie_lane(32.0), Some((5, 4.0)));
+        assert_eq!(pcie_lane(64.0), Some((6, 8.0)));
+        assert_eq!(pcie_lane(20.0), None);
     }
 
     #[test]
