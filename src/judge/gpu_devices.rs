@@ -302,16 +302,12 @@ fn library_failure_fix(kind: Option<FailureKind>, library: &str) -> String {
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+/// NVML's facts, or the finding when NVML did not load: absent (no NVIDIA runtime, or not a
+/// GPU node), not probed, failed for this process's own limits, or failed.
+fn loaded_nvml<'a>(facts: &'a Facts, policy: &Policy) -> Result<&'a NvmlFacts, Finding> {
     let gpus = &facts.gpus;
     let node_gpus = gpus.pci_gpus.value().map(Vec::len);
-    let product = facts
-        .platform
-        .product_name
-        .value()
-        .and_then(|p| p.as_deref());
-    let platform = product.and_then(crate::platform::lookup);
-    let nvml = match &gpus.nvml.state {
+    match &gpus.nvml.state {
         LibraryState::NotFound { message } => {
             let status = if policy.require.gpus.is_some() || node_gpus.unwrap_or(0) > 0 {
                 Status::Fail
@@ -333,10 +329,10 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             } else {
                 Finding::skip(ID, summary)
             };
-            return f.evidence(message.clone());
+            Err(f.evidence(message.clone()))
         }
         LibraryState::Skipped { reason } => {
-            return Finding::skip(ID, format!("NVML not probed ({reason})"));
+            Err(Finding::skip(ID, format!("NVML not probed ({reason})")))
         }
         LibraryState::Failed(e) if e.is_own_resources() => {
             // Not the node's fault: never ask to drain it for this process's limits.
@@ -345,27 +341,29 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             } else {
                 Severity::Warn
             };
-            return Finding::flagged(
+            Err(Finding::flagged(
                 ID,
                 status,
                 format!("could not determine the GPUs: {e}"),
                 OWN_RESOURCES_FIX,
             )
-            .evidence(format!("library {}", gpus.nvml.library));
+            .evidence(format!("library {}", gpus.nvml.library)))
         }
-        LibraryState::Failed(e) => {
-            return Finding::fail(
-                ID,
-                format!("NVML failed: {e}"),
-                library_failure_fix(e.kind, &gpus.nvml.library),
-            )
-            .evidence(format!("library {}", gpus.nvml.library));
-        }
-        LibraryState::Loaded(n) => n,
-    };
+        LibraryState::Failed(e) => Err(Finding::fail(
+            ID,
+            format!("NVML failed: {e}"),
+            library_failure_fix(e.kind, &gpus.nvml.library),
+        )
+        .evidence(format!("library {}", gpus.nvml.library))),
+        LibraryState::Loaded(n) => Ok(n),
+    }
+}
+
+/// GPUs missing: fewer than `--require gpus=N`, fewer on the PCI bus than the instance
+/// type has, or one NVML cannot query.
+fn missing_gpus(facts: &Facts, policy: &Policy, nvml: &NvmlFacts) -> Vec<Problem> {
+    let mut problems = Vec::new();
     let count = nvml.gpus.len();
-    let mut evidence: Vec<String> = (0..count).map(|i| gpu_line(nvml, i)).collect();
-    let mut problems: Vec<Problem> = Vec::new();
     if let Some(need) = policy.require.gpus
         && (count as u32) < need
     {
@@ -375,6 +373,13 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             REQUEST_GPUS,
         ));
     }
+    let product = facts
+        .platform
+        .product_name
+        .value()
+        .and_then(|p| p.as_deref());
+    let platform = product.and_then(crate::platform::lookup);
+    let node_gpus = facts.gpus.pci_gpus.value().map(Vec::len);
     if let (Some(p), Some(n)) = (platform, node_gpus)
         && (n as u32) < p.gpus
     {
@@ -391,6 +396,11 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ));
         }
     }
+    problems
+}
+
+/// GPUs whose NVSwitch fabric registration has not finished or finished with an error.
+fn unregistered_fabric(nvml: &NvmlFacts) -> Option<Problem> {
     let unregistered: Vec<String> = nvml
         .gpus
         .iter()
@@ -401,22 +411,28 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 .then(|| format!("GPU {} {state}", g.index))
         })
         .collect();
-    if !unregistered.is_empty() {
-        problems.push(Problem::new(
+    (!unregistered.is_empty()).then(|| {
+        Problem::new(
             Severity::Fail,
             format!(
                 "NVSwitch fabric registration incomplete ({}): the fabric manager has not taken these GPUs in, so NVLink peer traffic cannot run",
                 unregistered.join(", ")
             ),
             FABRIC_MANAGER_FIX,
-        ));
-    }
-    if let Some(p) = dark_nvswitch_links(facts, nvml) {
-        problems.push(p);
-    }
-    let (narrow, slow) = pcie_links(facts, nvml);
-    evidence.extend(slow);
-    problems.extend(narrow);
+        )
+    })
+}
+
+/// What the CUDA driver says: missing, not probed, failed, cuInit's error, or the devices
+/// it sees against NVML's GPUs.
+fn cuda_driver(
+    facts: &Facts,
+    policy: &Policy,
+    nvml: &NvmlFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    let gpus = &facts.gpus;
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
             evidence.push(message.clone());
@@ -454,52 +470,101 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 "Run a CUDA sample (deviceQuery) in the container; the driver and the image's CUDA must match."
             },
         )),
-        LibraryState::Loaded(c) => {
-            evidence.push(format!(
-                "CUDA driver {}: {} device(s)",
-                c.driver_version.value().map_or("?".to_string(), |v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
-                c.devices.len()
-            ));
-            let nvml_buses: Vec<&String> = nvml.gpus.iter().filter_map(|g| g.pci_bus_id.value()).collect();
-            for d in &c.devices {
-                if let Some(bus) = d.pci_bus_id.value()
-                    && !nvml_buses.contains(&bus)
-                {
-                    problems.push(Problem::new(Severity::Warn,
-                        format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
-                        "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
-                    ));
-                }
-            }
-            let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
-            if visible_var.is_none() && c.devices.len() != count {
-                problems.push(Problem::new(Severity::Warn,
-                    format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
-                    "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
-                ));
-            }
-        }
+        LibraryState::Loaded(c) => cuda_devices(facts, nvml, c, evidence, problems),
     }
-    if let Some(v) = facts.launcher.get("CUDA_VISIBLE_DEVICES") {
-        let uuids: Vec<(u32, String)> = nvml
-            .gpus
-            .iter()
-            .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
-            .collect();
-        let sel = visible::select(&v.value, &uuids);
-        evidence.push(format!(
-            "CUDA_VISIBLE_DEVICES={:?} selects NVML GPU(s) {:?}",
-            v.value, sel.gpus
-        ));
-        if let Some((entry, why)) = sel.stopped_at
-            && !sel.mig
+}
+
+/// CUDA's devices against NVML's GPUs: a bus id NVML does not list, or another count
+/// where no CUDA_VISIBLE_DEVICES explains it.
+fn cuda_devices(
+    facts: &Facts,
+    nvml: &NvmlFacts,
+    c: &crate::facts::gpu::CudaFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    evidence.push(format!(
+        "CUDA driver {}: {} device(s)",
+        c.driver_version
+            .value()
+            .map_or("?".to_string(), |v| format!(
+                "{}.{}",
+                v / 1000,
+                (v % 1000) / 10
+            )),
+        c.devices.len()
+    ));
+    let nvml_buses: Vec<&String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .collect();
+    for d in &c.devices {
+        if let Some(bus) = d.pci_bus_id.value()
+            && !nvml_buses.contains(&bus)
         {
             problems.push(Problem::new(Severity::Warn,
-                format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
-                "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
+                format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
+                "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
             ));
         }
     }
+    let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
+    let count = nvml.gpus.len();
+    if visible_var.is_none() && c.devices.len() != count {
+        problems.push(Problem::new(
+            Severity::Warn,
+            format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
+            "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
+        ));
+    }
+}
+
+/// The GPUs CUDA_VISIBLE_DEVICES selects, and an entry CUDA would stop at.
+fn visible_devices(
+    facts: &Facts,
+    nvml: &NvmlFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    let Some(v) = facts.launcher.get("CUDA_VISIBLE_DEVICES") else {
+        return;
+    };
+    let uuids: Vec<(u32, String)> = nvml
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
+        .collect();
+    let sel = visible::select(&v.value, &uuids);
+    evidence.push(format!(
+        "CUDA_VISIBLE_DEVICES={:?} selects NVML GPU(s) {:?}",
+        v.value, sel.gpus
+    ));
+    if let Some((entry, why)) = sel.stopped_at
+        && !sel.mig
+    {
+        problems.push(Problem::new(Severity::Warn,
+            format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
+            "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
+        ));
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let nvml = match loaded_nvml(facts, policy) {
+        Ok(n) => n,
+        Err(finding) => return finding,
+    };
+    let count = nvml.gpus.len();
+    let mut evidence: Vec<String> = (0..count).map(|i| gpu_line(nvml, i)).collect();
+    let mut problems = missing_gpus(facts, policy, nvml);
+    problems.extend(unregistered_fabric(nvml));
+    problems.extend(dark_nvswitch_links(facts, nvml));
+    let (narrow, slow) = pcie_links(facts, nvml);
+    evidence.extend(slow);
+    problems.extend(narrow);
+    cuda_driver(facts, policy, nvml, &mut evidence, &mut problems);
+    visible_devices(facts, nvml, &mut evidence, &mut problems);
     let names: std::collections::BTreeSet<&str> = nvml
         .gpus
         .iter()
