@@ -80,6 +80,34 @@ fn int_out(watch: &Watch, name: &str, f: &Symbol<CuIntOut>) -> Result<i32, FactE
     }
 }
 
+/// cuDeviceCanAccessPeer for every ordered pair of (ordinal, device) `handles`.
+fn peer_access(watch: &Watch, api: &Api, handles: &[(u32, c_int)]) -> Vec<PeerAccess> {
+    let mut out = Vec::new();
+    for &(a, da) in handles {
+        for &(b, db) in handles {
+            if a == b {
+                continue;
+            }
+            let call = format!("cuDeviceCanAccessPeer({a}, {b})");
+            let mut can: c_int = 0;
+            // SAFETY: `CUresult cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`.
+            let rc = watch.call(call.clone(), || unsafe {
+                (api.can_access_peer.get())(&mut can, da, db)
+            });
+            out.push(PeerAccess {
+                a,
+                b,
+                can_access: if rc == 0 {
+                    Observed::Value(can != 0)
+                } else {
+                    Observed::Error(failure(&call, rc))
+                },
+            });
+        }
+    }
+    out
+}
+
 /// Loads libcuda from `library` and reads devices and peer access.
 pub fn gather(watch: &Watch, library: &str) -> Outcome {
     let lib = match crate::gather::dl::load(watch, library) {
@@ -144,28 +172,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
             pci_bus_id,
         });
     }
-    for &(a, da) in &handles {
-        for &(b, db) in &handles {
-            if a == b {
-                continue;
-            }
-            let call = format!("cuDeviceCanAccessPeer({a}, {b})");
-            let mut can: c_int = 0;
-            // SAFETY: `CUresult cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`.
-            let rc = watch.call(call.clone(), || unsafe {
-                (api.can_access_peer.get())(&mut can, da, db)
-            });
-            facts.peer_access.push(PeerAccess {
-                a,
-                b,
-                can_access: if rc == 0 {
-                    Observed::Value(can != 0)
-                } else {
-                    Observed::Error(failure(&call, rc))
-                },
-            });
-        }
-    }
+    facts.peer_access = peer_access(watch, &api, &handles);
     // `lib` is never unloaded (gather::dl): libcuda after cuInit must not be.
     Outcome::Loaded(facts)
 }

@@ -561,6 +561,83 @@ fn requests() -> Vec<(u32, u32)> {
     out
 }
 
+/// One NVLink of GPU `index`: its remote end (an NVSwitch without asking where
+/// `all_switch` says every link ends at one) and its error counters.
+fn nvlink(
+    watch: &Watch,
+    (nvml, device, index): (&Nvml, &Device<'_>, u32),
+    LinkState {
+        link,
+        active,
+        version,
+    }: LinkState,
+    all_switch: bool,
+    fields: &Fields,
+    paths: &mut Paths,
+    unjudged: bool,
+) -> NvLink {
+    let wrapper = device.link_wrapper_for(link);
+    let name = |what: &str| format!("{what}(GPU {index}, link {link})");
+    let remote_type = if all_switch {
+        paths.note("nvlink_remote_type", ReadPath::FieldValues);
+        Observed::Value("switch".to_string())
+    } else {
+        paths.note("nvlink_remote_type", ReadPath::PerCall);
+        observed(
+            &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
+            watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
+                remote_type(device, nvml, link)
+            }),
+        )
+    };
+    // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
+    // nothing reads one: the call is saved.
+    let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
+        Observed::Error(FactError::new(
+            name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            "not read: an NVSwitch end, which has no bus id in NVML",
+        ))
+    } else {
+        observed(
+            &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
+                wrapper.remote_pci_info()
+            }),
+        )
+        .map(|p| normalize_bus_id(&p.bus_id))
+    };
+    NvLink {
+        link,
+        active,
+        version,
+        remote_pci_bus_id,
+        remote_type,
+        error_counters: link_errors(watch, (index, link), &wrapper, fields, paths, unjudged),
+    }
+}
+
+/// The NUMA nodes close to the GPU, read only with `unjudged` (no check judges them).
+fn numa_affinity(
+    watch: &Watch,
+    index: u32,
+    device: &Device<'_>,
+    unjudged: bool,
+) -> Observed<String> {
+    if !unjudged {
+        return Observed::Error(FactError::new(
+            "nvmlDeviceGetMemoryAffinity",
+            "not read: no check judges it (doctor, facts and serve read it)",
+        ));
+    }
+    let call = format!("nvmlDeviceGetMemoryAffinity(GPU {index})");
+    // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
+    observed(
+        &call,
+        watch.call(call.clone(), || device.memory_affinity(1, 0)),
+    )
+    .map(|words| cpu_list(&words))
+}
+
 fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bool) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
     let requests = requests();
@@ -576,59 +653,17 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         .is_ok_and(|n| n > 0 && n == states.len() as u64);
     let links: Vec<NvLink> = states
         .into_iter()
-        .map(
-            |LinkState {
-                 link,
-                 active,
-                 version,
-             }| {
-                let wrapper = device.link_wrapper_for(link);
-                let name = |what: &str| format!("{what}(GPU {index}, link {link})");
-                let remote_type = if all_switch {
-                    paths.note("nvlink_remote_type", ReadPath::FieldValues);
-                    Observed::Value("switch".to_string())
-                } else {
-                    paths.note("nvlink_remote_type", ReadPath::PerCall);
-                    observed(
-                        &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
-                        watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
-                            remote_type(device, nvml, link)
-                        }),
-                    )
-                };
-                // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
-                // nothing reads one: the call is saved.
-                let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
-                    Observed::Error(FactError::new(
-                        name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                        "not read: an NVSwitch end, which has no bus id in NVML",
-                    ))
-                } else {
-                    observed(
-                        &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                        watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
-                            wrapper.remote_pci_info()
-                        }),
-                    )
-                    .map(|p| normalize_bus_id(&p.bus_id))
-                };
-                NvLink {
-                    link,
-                    active,
-                    version,
-                    remote_pci_bus_id,
-                    remote_type,
-                    error_counters: link_errors(
-                        watch,
-                        (index, link),
-                        &wrapper,
-                        &fields,
-                        &mut paths,
-                        unjudged,
-                    ),
-                }
-            },
-        )
+        .map(|state| {
+            nvlink(
+                watch,
+                (nvml, device, index),
+                state,
+                all_switch,
+                &fields,
+                &mut paths,
+                unjudged,
+            )
+        })
         .collect();
     let first_active = links.iter().find(|l| l.active).map(|l| l.link);
     let speed = nvlink_speed(&fields, first_active);
@@ -652,16 +687,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         .map(|c| format!("{}.{}", c.major, c.minor)),
         memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
         numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
-        // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
-        numa_affinity: if unjudged {
-            ask!("nvmlDeviceGetMemoryAffinity", device.memory_affinity(1, 0))
-                .map(|words| cpu_list(&words))
-        } else {
-            Observed::Error(FactError::new(
-                "nvmlDeviceGetMemoryAffinity",
-                "not read: no check judges it (doctor, facts and serve read it)",
-            ))
-        },
+        numa_affinity: numa_affinity(watch, index, device, unjudged),
         cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
             .map(|words| cpu_list(&words)),
         persistence_mode: ask!(
@@ -723,6 +749,31 @@ fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
     Observed::Error(FactError::new(call, e))
 }
 
+/// A GPU NVML gives no handle for: its index, with every fact the error of that call.
+fn lost_gpu(index: u32, call: &str, e: &NvmlError) -> NvmlGpu {
+    NvmlGpu {
+        index,
+        name: lost(call, e),
+        uuid: lost(call, e),
+        pci_bus_id: lost(call, e),
+        compute_capability: lost(call, e),
+        memory_bytes: lost(call, e),
+        numa_node: lost(call, e),
+        numa_affinity: lost(call, e),
+        cpu_affinity: lost(call, e),
+        persistence_mode: lost(call, e),
+        mig_mode: lost(call, e),
+        nvlink_speed_mbps: lost(call, e),
+        pcie_max_generation: lost(call, e),
+        pcie_max_width: lost(call, e),
+        fabric_state: lost(call, e),
+        fabric_clique: None,
+        nvlinks: Vec::new(),
+        read_paths: Default::default(),
+        health: None,
+    }
+}
+
 /// Loads NVML from `library` and reads every GPU fact (those no check judges, the
 /// NVLink error counters and the NUMA affinity, only with `unjudged`).
 pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
@@ -773,27 +824,7 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
             Err(e) => {
                 // A lost GPU: keep the index with every fact in error.
                 let call = format!("nvmlDeviceGetHandleByIndex_v2({index})");
-                gpus.push(NvmlGpu {
-                    index,
-                    name: lost(&call, &e),
-                    uuid: lost(&call, &e),
-                    pci_bus_id: lost(&call, &e),
-                    compute_capability: lost(&call, &e),
-                    memory_bytes: lost(&call, &e),
-                    numa_node: lost(&call, &e),
-                    numa_affinity: lost(&call, &e),
-                    cpu_affinity: lost(&call, &e),
-                    persistence_mode: lost(&call, &e),
-                    mig_mode: lost(&call, &e),
-                    nvlink_speed_mbps: lost(&call, &e),
-                    pcie_max_generation: lost(&call, &e),
-                    pcie_max_width: lost(&call, &e),
-                    fabric_state: lost(&call, &e),
-                    fabric_clique: None,
-                    nvlinks: Vec::new(),
-                    read_paths: Default::default(),
-                    health: None,
-                });
+                gpus.push(lost_gpu(index, &call, &e));
             }
         }
     }
