@@ -36,33 +36,14 @@ const IMEX_FIX: &str = "Give the pod an IMEX channel: in Kubernetes, a ComputeDo
 the device /dev/nvidia-caps-imex-channels/channel0 (docker --device). On the node, nvidia-imex must run \
 (nvidia-imex-ctl -N shows the domain). Or set NCCL_MNNVL_ENABLE=0 to run without multi-node NVLink.";
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
-    };
-    let in_cluster = nvml
-        .gpus
-        .iter()
-        .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
-    let parts = nvml.gpus.iter().any(is_mnnvl_part);
-    if !in_cluster && !parts {
-        return Finding::skip(
-            ID,
-            "no GPU is in a multi-node NVLink cluster: not an MNNVL system",
-        );
-    }
-    let env = |name: &str| facts.nccl_env.get(name).map(|v| v.value.trim().to_string());
-    if env("NCCL_MNNVL_ENABLE").as_deref() == Some("0") {
-        return Finding::warn(
-            ID,
-            "NCCL_MNNVL_ENABLE=0 on a multi-node NVLink system: traffic between trays goes over the network instead of NVLink",
-            "Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).",
-        );
-    }
-    // A problem with MNNVL matters to jobs that cross trays; one node only warns.
-    let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
-    let mut evidence = Vec::new();
-    let mut problems = Vec::new();
+/// Each GPU's fabric state and clique: a GPU not completed, or completed without a
+/// cluster, turns MNNVL off. Returns the (cluster, clique) pairs seen.
+fn fabric(
+    nvml: &crate::facts::gpu::NvmlFacts,
+    status: Severity,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) -> std::collections::BTreeSet<(String, u32)> {
     let mut cliques = std::collections::BTreeSet::new();
     for g in &nvml.gpus {
         let state = g.fabric_state.value().copied();
@@ -95,16 +76,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             _ => {}
         }
     }
-    if cliques.len() > 1 {
-        problems.push(Problem::new(
-            status,
-            format!(
-                "this node's GPUs are in {} different NVLink cliques: NCCL only joins ranks of the same cluster and clique",
-                cliques.len()
-            ),
-            "A tray's GPUs belong in one NVLink partition: check the fabric manager (NMX) partition configuration for this tray.",
-        ));
-    }
+    cliques
+}
+
+/// The IMEX channel fabric handles need in this container.
+fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &mut Vec<Problem>) {
     let channels = facts.gpus.imex_channels.value().cloned().flatten();
     match &channels {
         Some(c) if !c.is_empty() => evidence.push(format!("IMEX channels: {}", c.join(", "))),
@@ -119,6 +95,47 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             IMEX_FIX,
         )),
     }
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
+    };
+    let in_cluster = nvml
+        .gpus
+        .iter()
+        .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
+    let parts = nvml.gpus.iter().any(is_mnnvl_part);
+    if !in_cluster && !parts {
+        return Finding::skip(
+            ID,
+            "no GPU is in a multi-node NVLink cluster: not an MNNVL system",
+        );
+    }
+    let env = |name: &str| facts.nccl_env.get(name).map(|v| v.value.trim().to_string());
+    if env("NCCL_MNNVL_ENABLE").as_deref() == Some("0") {
+        return Finding::warn(
+            ID,
+            "NCCL_MNNVL_ENABLE=0 on a multi-node NVLink system: traffic between trays goes over the network instead of NVLink",
+            "Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).",
+        );
+    }
+    // A problem with MNNVL matters to jobs that cross trays; one node only warns.
+    let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
+    let mut evidence = Vec::new();
+    let mut problems = Vec::new();
+    let cliques = fabric(nvml, status, &mut evidence, &mut problems);
+    if cliques.len() > 1 {
+        problems.push(Problem::new(
+            status,
+            format!(
+                "this node's GPUs are in {} different NVLink cliques: NCCL only joins ranks of the same cluster and clique",
+                cliques.len()
+            ),
+            "A tray's GPUs belong in one NVLink partition: check the fabric manager (NMX) partition configuration for this tray.",
+        ));
+    }
+    imex(facts, status, &mut evidence, &mut problems);
     if let Some(v) = crate::nccl::version(facts)
         && v < (2, 21, 0)
     {
