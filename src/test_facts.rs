@@ -147,6 +147,7 @@ pub fn h200x2_gpus() -> gpu::GpuFacts {
                     current_link_speed: Some("32.0 GT/s PCIe".into()),
                     current_link_width: Some(16),
                     upstream_acs: Vec::new(),
+                    unreadable: Vec::new(),
                 })
                 .collect(),
         ),

@@ -2,15 +2,50 @@
 //! lists on the PCI bus. Pairs are ordered (a, b) with a != b, as
 //! `nvidia-smi topo` prints them.
 
-use super::{FactError, Observed};
-use serde::{Deserialize, Serialize};
+use super::{FactError, FailureKind, Observed};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
 
 /// A vendor library loaded at run time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Library<T> {
     /// The name or path passed to dlopen.
     pub library: String,
+    #[serde(deserialize_with = "state_with_kind")]
+    #[serde(bound(deserialize = "T: Deserialize<'de>"))]
     pub state: LibraryState<T>,
+}
+
+/// Reads a library's state, giving a failure saved without its kind (by versions that
+/// kept the kind in the text only) the kind its text names, so a replayed capture is
+/// judged as it was when it was taken. New captures carry the kind and skip this.
+fn state_with_kind<'de, D, T>(d: D) -> Result<LibraryState<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let mut state = LibraryState::<T>::deserialize(d)?;
+    if let LibraryState::Failed(e) = &mut state
+        && e.kind.is_none()
+    {
+        e.kind = legacy_kind(e);
+    }
+    Ok(state)
+}
+
+/// The kind an untyped saved failure's text names: the deadline's "did not return
+/// within", NVML's "NVIDIA driver is not loaded" (nvml-wrapper's DriverNotLoaded text),
+/// or a dlopen that failed for another reason than an absent file.
+fn legacy_kind(e: &FactError) -> Option<FailureKind> {
+    if e.message.contains("did not return within") {
+        Some(FailureKind::Timeout)
+    } else if e.message.contains("driver is not loaded") {
+        Some(FailureKind::DriverNotLoaded)
+    } else if e.source.starts_with("dlopen(") {
+        Some(FailureKind::Unloadable)
+    } else {
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,10 +200,8 @@ pub struct NvmlGpu {
     pub nvlink_speed_mbps: Observed<u32>,
     pub pcie_max_generation: Observed<u32>,
     pub pcie_max_width: Observed<u32>,
-    /// NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo, Hopper and later):
-    /// `completed`, `in_progress`, `not_started` (the fabric manager has not taken
-    /// the GPU in), `not_supported`, or `completed with error N`.
-    pub fabric_state: Observed<String>,
+    /// NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo, Hopper and later).
+    pub fabric_state: Observed<FabricState>,
     /// The multi-node NVLink domain the fabric placed the GPU in (nvmlDeviceGetGpuFabricInfo:
     /// GB200 NVL72 and other MNNVL systems): `None` where the call failed or the GPU has no
     /// fabric (state not_supported), and in facts from older versions.
@@ -288,13 +321,162 @@ pub struct GpuPair {
     pub b: u32,
     /// nvmlDeviceGetTopologyCommonAncestor: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM.
     pub common_ancestor: Observed<String>,
-    /// nvmlDeviceGetP2PStatus per capability, in nvidia-smi's notation: OK, CNS, GNS, TNS, NS, U
-    /// (and DISABLED for disabled by registry key).
-    pub p2p_read: Observed<String>,
-    pub p2p_write: Observed<String>,
-    pub p2p_nvlink: Observed<String>,
-    pub p2p_atomics: Observed<String>,
-    pub p2p_prop: Observed<String>,
+    /// nvmlDeviceGetP2PStatus per capability.
+    pub p2p_read: Observed<P2pStatus>,
+    pub p2p_write: Observed<P2pStatus>,
+    pub p2p_nvlink: Observed<P2pStatus>,
+    pub p2p_atomics: Observed<P2pStatus>,
+    pub p2p_prop: Observed<P2pStatus>,
+}
+
+/// What nvmlDeviceGetP2PStatus answers for one capability of a pair (nvml.h
+/// `nvmlGpuP2PStatus_t`), saved in `nvidia-smi topo -p2p`'s notation. A call that
+/// failed is the `Observed` error around it, not a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum P2pStatus {
+    /// NVML_P2P_STATUS_OK.
+    #[serde(rename = "OK")]
+    Ok,
+    /// NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED.
+    #[serde(rename = "CNS")]
+    ChipsetNotSupported,
+    /// NVML_P2P_STATUS_GPU_NOT_SUPPORTED.
+    #[serde(rename = "GNS")]
+    GpuNotSupported,
+    /// NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED.
+    #[serde(rename = "TNS")]
+    TopologyNotSupported,
+    /// NVML_P2P_STATUS_DISABLED_BY_REGKEY (NVreg_RegistryDwords).
+    #[serde(rename = "DISABLED")]
+    DisabledByRegkey,
+    /// NVML_P2P_STATUS_NOT_SUPPORTED.
+    #[serde(rename = "NS")]
+    NotSupported,
+    /// NVML_P2P_STATUS_UNKNOWN.
+    #[serde(rename = "U")]
+    Unknown,
+}
+
+impl P2pStatus {
+    /// The status in `nvidia-smi topo -p2p` notation (`OK`, `CNS`, `NS`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            P2pStatus::Ok => "OK",
+            P2pStatus::ChipsetNotSupported => "CNS",
+            P2pStatus::GpuNotSupported => "GNS",
+            P2pStatus::TopologyNotSupported => "TNS",
+            P2pStatus::DisabledByRegkey => "DISABLED",
+            P2pStatus::NotSupported => "NS",
+            P2pStatus::Unknown => "U",
+        }
+    }
+
+    /// The status a `nvidia-smi topo -p2p` label names (`OK`, `CNS`, ...).
+    pub fn from_label(label: &str) -> Option<P2pStatus> {
+        [
+            P2pStatus::Ok,
+            P2pStatus::ChipsetNotSupported,
+            P2pStatus::GpuNotSupported,
+            P2pStatus::TopologyNotSupported,
+            P2pStatus::DisabledByRegkey,
+            P2pStatus::NotSupported,
+            P2pStatus::Unknown,
+        ]
+        .into_iter()
+        .find(|s| s.label() == label)
+    }
+}
+
+impl fmt::Display for P2pStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A GPU's NVSwitch fabric registration (nvml.h `nvmlGpuFabricState_t` with the
+/// `nvmlReturn_t` status NVML gives a completed registration). Saved as the text earlier
+/// versions wrote (`completed`, `not_started`, `completed with error 3`), which reads back
+/// into the same value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum FabricState {
+    /// NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: the GPU has no NVSwitch fabric.
+    NotSupported,
+    /// NVML_GPU_FABRIC_STATE_NOT_STARTED: the fabric manager has not taken the GPU in.
+    NotStarted,
+    /// NVML_GPU_FABRIC_STATE_IN_PROGRESS.
+    InProgress,
+    /// NVML_GPU_FABRIC_STATE_COMPLETED with status NVML_SUCCESS.
+    Completed,
+    /// Completed, but with this NVML return code as its status.
+    CompletedWithError(u32),
+    /// A state this version does not know.
+    Unknown(u32),
+}
+
+impl FabricState {
+    /// From nvmlGpuFabricInfo_t's `state` and `status`.
+    pub fn from_nvml(state: u32, status: u32) -> FabricState {
+        match (state, status) {
+            (0, _) => FabricState::NotSupported,
+            (1, _) => FabricState::NotStarted,
+            (2, _) => FabricState::InProgress,
+            (3, 0) => FabricState::Completed,
+            (3, status) => FabricState::CompletedWithError(status),
+            (other, _) => FabricState::Unknown(other),
+        }
+    }
+
+    /// Registration has not finished or finished with an error: NVLink peer traffic
+    /// through the NVSwitches cannot run.
+    pub fn incomplete(self) -> bool {
+        matches!(
+            self,
+            FabricState::NotStarted | FabricState::InProgress | FabricState::CompletedWithError(_)
+        )
+    }
+}
+
+impl fmt::Display for FabricState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FabricState::NotSupported => f.write_str("not_supported"),
+            FabricState::NotStarted => f.write_str("not_started"),
+            FabricState::InProgress => f.write_str("in_progress"),
+            FabricState::Completed => f.write_str("completed"),
+            FabricState::CompletedWithError(n) => write!(f, "completed with error {n}"),
+            FabricState::Unknown(n) => write!(f, "unknown state {n}"),
+        }
+    }
+}
+
+impl From<FabricState> for String {
+    fn from(s: FabricState) -> String {
+        s.to_string()
+    }
+}
+
+impl TryFrom<String> for FabricState {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<FabricState, String> {
+        let number = |rest: &str| rest.trim().parse::<u32>().ok();
+        Ok(match text.as_str() {
+            "not_supported" => FabricState::NotSupported,
+            "not_started" => FabricState::NotStarted,
+            "in_progress" => FabricState::InProgress,
+            "completed" => FabricState::Completed,
+            t => {
+                if let Some(n) = t.strip_prefix("completed with error ").and_then(number) {
+                    FabricState::CompletedWithError(n)
+                } else if let Some(n) = t.strip_prefix("unknown state ").and_then(number) {
+                    FabricState::Unknown(n)
+                } else {
+                    return Err(format!("{text:?} is no fabric state"));
+                }
+            }
+        })
+    }
 }
 
 /// The CUDA driver's view (libcuda), which applies CUDA_VISIBLE_DEVICES and
@@ -354,6 +536,11 @@ pub struct PciGpu {
     /// last) with their ACS control register; empty for facts saved before it was read.
     #[serde(default)]
     pub upstream_acs: Vec<BridgeAcs>,
+    /// Attributes that exist but could not be read or parsed (the path and why): the
+    /// fields above they feed are `None` or empty for that reason, not because sysfs
+    /// lacks them. Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<FactError>,
 }
 
 /// A PCIe bridge above a GPU and its Access Control Services control register.
@@ -428,5 +615,93 @@ mod tests {
         assert_eq!(normalize_bus_id("0000:10:1c.0\0\0"), "0000:10:1c.0");
         assert_eq!(normalize_bus_id("00000001:a0:00.0"), "0001:a0:00.0");
         assert_eq!(normalize_bus_id("garbage"), "garbage");
+    }
+
+    #[test]
+    fn fabric_states_read_back_from_the_text_they_are_saved_as() {
+        for state in [
+            FabricState::NotSupported,
+            FabricState::NotStarted,
+            FabricState::InProgress,
+            FabricState::Completed,
+            FabricState::CompletedWithError(3),
+            FabricState::Unknown(9),
+        ] {
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(serde_json::from_str::<FabricState>(&json).unwrap(), state);
+        }
+        assert_eq!(
+            serde_json::to_string(&FabricState::CompletedWithError(3)).unwrap(),
+            "\"completed with error 3\""
+        );
+        assert_eq!(FabricState::from_nvml(3, 0), FabricState::Completed);
+        assert_eq!(
+            FabricState::from_nvml(3, 17),
+            FabricState::CompletedWithError(17)
+        );
+        assert!(FabricState::from_nvml(2, 0).incomplete());
+        assert!(!FabricState::Completed.incomplete() && !FabricState::NotSupported.incomplete());
+        let e = serde_json::from_str::<FabricState>("\"completed with error x\"").unwrap_err();
+        assert!(e.to_string().contains("no fabric state"), "{e}");
+    }
+
+    #[test]
+    fn p2p_statuses_are_saved_in_nvidia_smi_notation() {
+        assert_eq!(
+            serde_json::to_string(&P2pStatus::ChipsetNotSupported).unwrap(),
+            "\"CNS\""
+        );
+        assert_eq!(
+            serde_json::from_str::<P2pStatus>("\"DISABLED\"").unwrap(),
+            P2pStatus::DisabledByRegkey
+        );
+        assert_eq!(P2pStatus::from_label("U"), Some(P2pStatus::Unknown));
+        assert_eq!(P2pStatus::from_label("maybe"), None);
+        assert!(serde_json::from_str::<P2pStatus>("\"maybe\"").is_err());
+    }
+
+    #[test]
+    fn regression_failures_saved_without_a_kind_read_back_with_the_kind_their_text_names() {
+        let saved = |source: &str, message: &str| {
+            let json = serde_json::json!({
+                "library": "libnvidia-ml.so.1",
+                "state": {"failed": {"source": source, "message": message}}
+            });
+            match serde_json::from_value::<Library<NvmlFacts>>(json)
+                .unwrap()
+                .state
+            {
+                LibraryState::Failed(e) => e.kind,
+                _ => unreachable!("a failed state was saved"),
+            }
+        };
+        assert_eq!(
+            saved("nvmlInit_v2", "NVIDIA driver is not loaded"),
+            Some(FailureKind::DriverNotLoaded)
+        );
+        assert_eq!(
+            saved(
+                "nvmlDeviceGetCount_v2",
+                "did not return within 1.0 s: the driver or a GPU is hung"
+            ),
+            Some(FailureKind::Timeout)
+        );
+        assert_eq!(
+            saved(
+                "dlopen(libnvidia-ml.so.1)",
+                "libz.so: cannot open shared object file"
+            ),
+            Some(FailureKind::Unloadable)
+        );
+        assert_eq!(saved("nvmlInit_v2", "Unknown Error"), None);
+        // A saved kind is kept as it is.
+        let json = serde_json::json!({
+            "library": "x",
+            "state": {"failed": {"source": "dlopen(x)", "message": "m", "kind": "own_resources"}}
+        });
+        let state = serde_json::from_value::<Library<CudaFacts>>(json)
+            .unwrap()
+            .state;
+        assert!(matches!(state, LibraryState::Failed(e) if e.is_own_resources()));
     }
 }

@@ -80,6 +80,11 @@ pub enum FailureKind {
     /// This process ran out of its own resources (a thread it could not start, ENOMEM from
     /// dlopen or mmap under a small `ulimit -v`): the tool's limits, not the node's fault.
     OwnResources,
+    /// A vendor library is there but does not load or lacks a symbol it must have (a
+    /// missing dependency, a bad ELF, driver libraries of another version).
+    Unloadable,
+    /// The vendor library loaded but the kernel driver is not (NVML_ERROR_DRIVER_NOT_LOADED).
+    DriverNotLoaded,
 }
 
 impl FactError {

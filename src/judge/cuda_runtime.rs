@@ -71,17 +71,53 @@ pub fn fit(runtime: i32, driver: i32) -> Fit {
     }
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let rt = &facts.gpus.cuda_runtime;
-    if facts.image == ImageRole::Own {
-        return Finding::skip(
-            ID,
-            format!("the CUDA runtime not dated: {}", ImageRole::OWN_REASON),
-        );
+/// The problem a runtime of CUDA `v` makes on a driver of CUDA `driver` (`compat`: the
+/// image has the forward-compatibility package).
+fn fit_problem(v: i32, driver: i32, compat: bool) -> Option<Problem> {
+    let (v_text, driver_text) = (cuda_version_text(v), cuda_version_text(driver));
+    match fit(v, driver) {
+        Fit::Supported => None,
+        Fit::MinorCompatible => Some(Problem::new(
+            Severity::Warn,
+            format!(
+                "libcudart {v_text} runs on this CUDA {driver_text} driver only through minor-version compatibility: \
+                 calls the driver lacks fail (cudaErrorCallRequiresNewerDriver) and PTX from the {v_text} toolkit cannot be JIT-compiled (cudaErrorUnsupportedPtxVersion)"
+            ),
+            format!(
+                "Upgrade the node's driver to one that supports CUDA {v_text}, or use an image built for CUDA {driver_text} or older \
+                 (e.g. the PyTorch wheel for that CUDA version)."
+            ),
+        )),
+        Fit::TooNew => {
+            let fix = if !compat {
+                format!(
+                    "Upgrade the node's driver to one that supports CUDA {v_text}, or use an image built for CUDA {driver_text} or older \
+                     (e.g. the PyTorch wheel for that CUDA version). On data-center GPUs the forward-compatibility package \
+                     (cuda-compat-{}-{}) in the image also works: it installs {CUDA_COMPAT_DIR}; put that directory first on LD_LIBRARY_PATH.",
+                    v / 1000,
+                    (v % 1000) / 10
+                )
+            } else {
+                format!(
+                    "The image has the forward-compatibility package, but this process did not load its libcuda: \
+                     put it first on the library path (LD_LIBRARY_PATH={CUDA_COMPAT_DIR}:$LD_LIBRARY_PATH); it works on data-center GPUs only. \
+                     Otherwise upgrade the node's driver to one that supports CUDA {v_text}."
+                )
+            };
+            Some(Problem::new(
+                Severity::Fail,
+                format!(
+                    "libcudart {v_text} needs a newer driver than this one (CUDA {driver_text}): \
+                     the first CUDA call fails with \"CUDA driver version is insufficient for CUDA runtime version\""
+                ),
+                fix,
+            ))
+        }
     }
-    if let Some(reason) = &rt.skipped {
-        return Finding::skip(ID, format!("the CUDA runtime not dated: {reason}"));
-    }
+}
+
+/// The image's runtimes and forward-compatibility files, as evidence.
+fn runtime_evidence(rt: &crate::facts::gpu::CudaRuntimeFacts) -> Vec<String> {
     let mut evidence: Vec<String> = Vec::new();
     for r in &rt.libraries {
         evidence.push(match r.version.value() {
@@ -99,6 +135,42 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             ),
         });
     }
+    for f in &rt.compat_libcuda {
+        evidence.push(format!(
+            "forward-compatibility package: {CUDA_COMPAT_DIR}/{f}"
+        ));
+    }
+    evidence
+}
+
+/// Neither libcuda nor NVML gave the driver's CUDA version: nothing to date against (a
+/// skip where there is no NVML at all).
+fn driver_unknown(facts: &Facts, evidence: Vec<String>) -> Finding {
+    let summary =
+        "the driver's CUDA version is unknown: the image's CUDA runtime cannot be dated against it";
+    let mut f = match facts.gpus.nvml.state {
+        LibraryState::NotFound { .. } => Finding::skip(ID, summary),
+        _ => Finding::warn(
+            ID,
+            summary,
+            "See gpu-devices for why neither libcuda nor NVML answered.",
+        ),
+    };
+    f.evidence = evidence;
+    f
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let rt = &facts.gpus.cuda_runtime;
+    if facts.image == ImageRole::Own {
+        return Finding::skip(
+            ID,
+            format!("the CUDA runtime not dated: {}", ImageRole::OWN_REASON),
+        );
+    }
+    if let Some(reason) = &rt.skipped {
+        return Finding::skip(ID, format!("the CUDA runtime not dated: {reason}"));
+    }
     if rt.libraries.is_empty() {
         return Finding::skip(
             ID,
@@ -106,28 +178,14 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         )
         .evidence(rt.attempts.join("; "));
     }
-    for f in &rt.compat_libcuda {
-        evidence.push(format!(
-            "forward-compatibility package: {CUDA_COMPAT_DIR}/{f}"
-        ));
-    }
+    let mut evidence = runtime_evidence(rt);
     let kernel_cuda = facts
         .gpus
         .nvml
         .loaded()
         .and_then(|n| n.cuda_driver_version.value().copied());
     let Some((driver, source)) = driver_cuda(facts) else {
-        let summary = "the driver's CUDA version is unknown: the image's CUDA runtime cannot be dated against it";
-        let mut f = match facts.gpus.nvml.state {
-            LibraryState::NotFound { .. } => Finding::skip(ID, summary),
-            _ => Finding::warn(
-                ID,
-                summary,
-                "See gpu-devices for why neither libcuda nor NVML answered.",
-            ),
-        };
-        f.evidence = evidence;
-        return f;
+        return driver_unknown(facts, evidence);
     };
     evidence.insert(
         0,
@@ -157,46 +215,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             continue;
         };
         newest = Some(newest.map_or(v, |n| n.max(v)));
-        let v_text = cuda_version_text(v);
-        match fit(v, driver) {
-            Fit::Supported => {}
-            Fit::MinorCompatible => problems.push(Problem::new(
-                Severity::Warn,
-                format!(
-                    "libcudart {v_text} runs on this CUDA {driver_text} driver only through minor-version compatibility: \
-                     calls the driver lacks fail (cudaErrorCallRequiresNewerDriver) and PTX from the {v_text} toolkit cannot be JIT-compiled (cudaErrorUnsupportedPtxVersion)"
-                ),
-                format!(
-                    "Upgrade the node's driver to one that supports CUDA {v_text}, or use an image built for CUDA {driver_text} or older \
-                     (e.g. the PyTorch wheel for that CUDA version)."
-                ),
-            )),
-            Fit::TooNew => {
-                let fix = if rt.compat_libcuda.is_empty() {
-                    format!(
-                        "Upgrade the node's driver to one that supports CUDA {v_text}, or use an image built for CUDA {driver_text} or older \
-                         (e.g. the PyTorch wheel for that CUDA version). On data-center GPUs the forward-compatibility package \
-                         (cuda-compat-{}-{}) in the image also works: it installs {CUDA_COMPAT_DIR}; put that directory first on LD_LIBRARY_PATH.",
-                        v / 1000,
-                        (v % 1000) / 10
-                    )
-                } else {
-                    format!(
-                        "The image has the forward-compatibility package, but this process did not load its libcuda: \
-                         put it first on the library path (LD_LIBRARY_PATH={CUDA_COMPAT_DIR}:$LD_LIBRARY_PATH); it works on data-center GPUs only. \
-                         Otherwise upgrade the node's driver to one that supports CUDA {v_text}."
-                    )
-                };
-                problems.push(Problem::new(
-                    Severity::Fail,
-                    format!(
-                        "libcudart {v_text} needs a newer driver than this one (CUDA {driver_text}): \
-                         the first CUDA call fails with \"CUDA driver version is insufficient for CUDA runtime version\""
-                    ),
-                    fix,
-                ));
-            }
-        }
+        problems.extend(fit_problem(v, driver, !rt.compat_libcuda.is_empty()));
     }
     let summary = match newest {
         Some(v) => format!(

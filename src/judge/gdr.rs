@@ -19,10 +19,8 @@ driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on
 (GPU operator: driver.useOpenKernelModules=true). On EFA: the EFA installer's efa_nv_peermem
 (efa_installer.sh --enable-gdr; modprobe efa_nv_peermem).";
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let Some(m) = affinity::matrix(facts) else {
-        return Finding::skip(ID, "no GPU and RDMA device pair on this node");
-    };
+/// GPU-NIC pairs that share a PCIe switch (PIX/PXB), as lines, and their GPUs.
+fn close_pairs(m: &affinity::AffinityMatrix) -> (Vec<String>, Vec<String>) {
     let mut close = Vec::new();
     let mut close_gpus = Vec::new();
     for (i, gpu) in m.gpus.iter().enumerate() {
@@ -35,12 +33,12 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             }
         }
     }
-    if close.is_empty() {
-        return Finding::skip(
-            ID,
-            "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here",
-        );
-    }
+    (close, close_gpus)
+}
+
+/// How GPUDirect RDMA would work here (the peer-memory module, EFA's own provider, or
+/// dma-buf), with what was found as evidence; `None` when nothing provides it.
+fn gdr_path(facts: &Facts, evidence: &mut Vec<String>) -> Option<String> {
     let g = &facts.rdma.gdr;
     let peermem = g.peermem_module.value().cloned().flatten();
     let kernel = g.kernel_release.value().cloned();
@@ -49,7 +47,6 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         .and_then(kernel_version)
         .is_some_and(|v| v >= (5, 12));
     let open_modules = g.nvidia_open_modules.value().cloned().flatten() == Some(true);
-    let mut evidence = close.clone();
     evidence.push(format!(
         "peer-memory module: {}; kernel {}; NVIDIA open kernel modules: {}",
         peermem.as_deref().unwrap_or("none"),
@@ -83,7 +80,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             d.efa_p2p.as_deref().unwrap_or("")
         ));
     }
-    let via = if let Some(m) = &peermem {
+    if let Some(m) = &peermem {
         Some(m.clone())
     } else if let Some(efa) = efa_p2p {
         Some(efa)
@@ -91,44 +88,47 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         Some("dma-buf".to_string())
     } else {
         None
-    };
-    let mut f = match via {
-        Some(v) => Finding::pass(
-            ID,
-            format!(
-                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) at PIX/PXB",
-                close.len()
-            ),
+    }
+}
+
+/// GPUDirect RDMA unavailable for `pairs` close pairs: a failure where the instance type
+/// requires it and the job crosses nodes through a NIC this container uses.
+fn unavailable(facts: &Facts, pairs: usize) -> Finding {
+    // GDR matters where NCCL's traffic crosses nodes through a NIC this container uses.
+    let scope = super::rdma_scope::Scope::of(facts);
+    let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
+        && scope.in_use()
+        && scope.in_use_status(false) == Severity::Fail;
+    Finding::flagged(
+        ID,
+        if required {
+            Severity::Fail
+        } else {
+            Severity::Warn
+        },
+        format!(
+            "{} GPU-NIC pair(s) share a PCIe switch but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
+            pairs,
+            if required {
+                ": aws-ofi-nccl refuses to run on this instance type without it"
+            } else {
+                ": NCCL stages through host memory"
+            }
         ),
-        None => {
-            // GDR matters where NCCL's traffic crosses nodes through a NIC this container uses.
-            let scope = super::rdma_scope::Scope::of(facts);
-            let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
-                && scope.in_use()
-                && scope.in_use_status(false) == Severity::Fail;
-            Finding::flagged(
-                ID,
-                if required {
-                    Severity::Fail
-                } else {
-                    Severity::Warn
-                },
-                format!(
-                    "{} GPU-NIC pair(s) share a PCIe switch but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
-                    close.len(),
-                    if required {
-                        ": aws-ofi-nccl refuses to run on this instance type without it"
-                    } else {
-                        ": NCCL stages through host memory"
-                    }
-                ),
-                FIX,
-            )
-        }
-    };
-    // GPUDirect RDMA between a GPU and a NIC below one switch is peer traffic too: ACS
-    // redirection sends it through the root complex (topology::acs).
-    let acs = crate::topology::acs::above(facts, &close_gpus);
+        FIX,
+    )
+}
+
+/// ACS redirection above the close GPUs: GPUDirect RDMA between a GPU and a NIC below one
+/// switch is peer traffic too, which redirection sends through the root complex
+/// (topology::acs). A pass becomes a warning.
+fn acs_redirection(
+    facts: &Facts,
+    mut f: Finding,
+    close_gpus: &[String],
+    evidence: &mut Vec<String>,
+) -> Finding {
+    let acs = crate::topology::acs::above(facts, close_gpus);
     if !acs.redirecting.is_empty() {
         evidence.extend(acs.redirecting.iter().cloned());
         if f.status() == crate::finding::Status::Pass {
@@ -149,6 +149,32 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             acs.unreadable.len()
         ));
     }
+    f
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(m) = affinity::matrix(facts) else {
+        return Finding::skip(ID, "no GPU and RDMA device pair on this node");
+    };
+    let (close, close_gpus) = close_pairs(&m);
+    if close.is_empty() {
+        return Finding::skip(
+            ID,
+            "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here",
+        );
+    }
+    let mut evidence = close.clone();
+    let f = match gdr_path(facts, &mut evidence) {
+        Some(v) => Finding::pass(
+            ID,
+            format!(
+                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) at PIX/PXB",
+                close.len()
+            ),
+        ),
+        None => unavailable(facts, close.len()),
+    };
+    let mut f = acs_redirection(facts, f, &close_gpus, &mut evidence);
     f.evidence = evidence;
     f
 }

@@ -5,7 +5,8 @@
 
 use super::{Finding, Problem, Status};
 use crate::facts::Facts;
-use crate::facts::gpu::{LibraryState, NvmlFacts};
+use crate::facts::FailureKind;
+use crate::facts::gpu::{FabricState, LibraryState, NvmlFacts};
 use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::visible;
@@ -63,10 +64,11 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
     if let LibraryState::Loaded(_) = facts.gpus.cuda.state {
         return None;
     }
-    let fabric_state = nvml
-        .gpus
-        .iter()
-        .any(|g| g.fabric_state.value().is_some_and(|s| s != "not_supported"));
+    let fabric_state = nvml.gpus.iter().any(|g| {
+        g.fabric_state
+            .value()
+            .is_some_and(|s| *s != FabricState::NotSupported)
+    });
     let switches = facts.gpus.pci_nvswitches.value().map_or(0, Vec::len);
     let switch_links = nvml
         .gpus
@@ -114,8 +116,104 @@ A GPU's PCIe link trained with fewer lanes than it has: host<->GPU copies, and G
 that fraction of the bus. Compare LnkSta with LnkCap in `lspci -vv -s <bus id>` on the node; reseat the GPU or
 its riser/cable, check the slot's BIOS lane setting, and drain the node if it persists after a reboot.";
 
-/// This container's GPUs whose PCIe link runs narrower than its maximum (a warning), and
-/// those below their maximum speed (evidence only). The speed is not judged: NVIDIA GPUs
+/// Bandwidth of one PCIe lane per direction in GB/s at a generation's rate (GT/s), as
+/// PCI-SIG quotes it per generation: 2.5 GT/s 0.25, 5 GT/s 0.5 (8b/10b encoding), 8 GT/s
+/// 1, 16 GT/s 2, 32 GT/s 4, 64 GT/s 8 (128b/130b and FLIT encoding, rounded), which
+/// gives FACTS.md's x16 figures (section 6: Gen4 32 GB/s, Gen5 64 GB/s per direction).
+/// With the generation number; `None` for a rate that is no PCIe generation.
+fn pcie_lane(gts: f64) -> Option<(u32, f64)> {
+    [
+        (2.5, 1, 0.25),
+        (5.0, 2, 0.5),
+        (8.0, 3, 1.0),
+        (16.0, 4, 2.0),
+        (32.0, 5, 4.0),
+        (64.0, 6, 8.0),
+    ]
+    .into_iter()
+    .find(|(rate, _, _)| (gts - rate).abs() < 0.01)
+    .map(|(_, generation, gbytes)| (generation, gbytes))
+}
+
+/// A GPU whose PCIe link trained with fewer lanes than it has.
+struct NarrowLink {
+    line: String,
+    /// `x8 Gen5 = 32 GB/s`, and the GB/s, where the maximum speed is a known generation.
+    bandwidth: Option<(String, f64)>,
+}
+
+/// The fastest ACTIVE port of the RDMA devices this container can use (the first such
+/// device in sysfs order): the device's name and the port's rate in Gb/s.
+fn fastest_nic(scope: &super::rdma_scope::Scope<'_>) -> Option<(String, f64)> {
+    scope
+        .usable
+        .iter()
+        .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+        .filter(|(_, p)| p.state.as_deref() == Some("ACTIVE"))
+        .filter_map(|(d, p)| {
+            let gbps = crate::facts::rdma::rate_gbps(p.rate.as_deref()?)?;
+            Some((d.name.clone(), gbps))
+        })
+        // The first of the fastest: min_by keeps the first of equals.
+        .min_by(|a, b| b.1.total_cmp(&a.1))
+}
+
+/// The problem narrow links make. GPUDirect RDMA moves a multi-node job's traffic
+/// between the NIC and GPU memory over the GPU's own PCIe link (NCCL's NET transport
+/// with /GDRDMA), so a link whose lanes at full speed carry less than the fastest NIC
+/// port caps that GPU's inter-node bandwidth: a failure where the launcher says the job
+/// spans nodes and this container has an RDMA NIC. The link's speed is taken at its
+/// maximum, which it trains up to under load. Elsewhere (one node, no NIC, a link still
+/// faster than the NIC) a narrow link is a warning.
+fn narrow_links_problem(facts: &Facts, narrow: Vec<NarrowLink>) -> Option<Problem> {
+    if narrow.is_empty() {
+        return None;
+    }
+    let scope = super::rdma_scope::Scope::of(facts);
+    let multi = matches!(scope.span, crate::layout::Span::Multi(_));
+    if let Some((nic, gbps)) = fastest_nic(&scope).filter(|_| multi) {
+        let nic_gbytes = gbps / 8.0;
+        let capped: Vec<String> = narrow
+            .iter()
+            .filter_map(|n| {
+                let (text, gbytes) = n.bandwidth.as_ref()?;
+                (*gbytes < nic_gbytes).then(|| {
+                    format!(
+                        "{}: {text} under {nic}'s {gbps:.0} Gb/s = {nic_gbytes:.0} GB/s",
+                        n.line
+                    )
+                })
+            })
+            .collect();
+        if !capped.is_empty() {
+            return Some(Problem::new(
+                Severity::Fail,
+                format!(
+                    "PCIe link trained narrower than the GPU's caps its inter-node bandwidth: {} ({}, and GPUDirect RDMA moves that traffic over the GPU's link)",
+                    capped.join(", "),
+                    scope.span_words()
+                ),
+                NARROW_PCIE_FIX,
+            ));
+        }
+    }
+    Some(Problem::new(
+        Severity::Warn,
+        format!(
+            "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
+            narrow
+                .iter()
+                .map(|n| n.line.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        NARROW_PCIE_FIX,
+    ))
+}
+
+/// This container's GPUs whose PCIe link runs narrower than its maximum (see
+/// `narrow_links_problem`), those below their maximum speed (evidence only), and those
+/// whose PCI attributes could not be read (evidence). The speed is not judged: NVIDIA GPUs
 /// train their link down to 2.5 GT/s when idle to save power (`nvidia-smi
 /// --help-query-gpu`, pcie.link.gen.current: "may be reduced when the GPU is not in
 /// use"), and this check runs before the job loads them, so a low speed at idle is the
@@ -126,6 +224,7 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
     };
     let mut narrow = Vec::new();
     let mut slow = Vec::new();
+    let mut unreadable = Vec::new();
     for g in &nvml.gpus {
         let Some(bus) = g.pci_bus_id.value() else {
             continue;
@@ -134,32 +233,32 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
         let Some(p) = pci.iter().find(|p| p.bus_id == bus) else {
             continue;
         };
+        if !p.unreadable.is_empty() {
+            unreadable.push(pci_unreadable(g.index, p));
+        }
+        let max_gts = p
+            .max_link_speed
+            .as_deref()
+            .and_then(crate::facts::rdma::PcieLink::gts);
         if let (Some(c), Some(m)) = (p.current_link_width, p.max_link_width)
             && c > 0
             && c < m
         {
-            narrow.push(format!("GPU {} ({bus}) x{c} of x{m}", g.index));
+            narrow.push(NarrowLink {
+                line: format!("GPU {} ({bus}) x{c} of x{m}", g.index),
+                bandwidth: max_gts.and_then(pcie_lane).map(|(generation, lane)| {
+                    let gbytes = f64::from(c) * lane;
+                    (format!("x{c} Gen{generation} = {gbytes:.0} GB/s"), gbytes)
+                }),
+            });
         }
         if let (Some(c), Some(m)) = (&p.current_link_speed, &p.max_link_speed)
-            && let (Some(cg), Some(mg)) = (
-                crate::facts::rdma::PcieLink::gts(c),
-                crate::facts::rdma::PcieLink::gts(m),
-            )
+            && let (Some(cg), Some(mg)) = (crate::facts::rdma::PcieLink::gts(c), max_gts)
             && cg < mg
         {
             slow.push(format!("GPU {} at {c} of {m}", g.index));
         }
     }
-    let problem = (!narrow.is_empty()).then(|| {
-        Problem::new(
-            Severity::Warn,
-            format!(
-                "PCIe link narrower than the GPU's: {} (LnkSta below LnkCap)",
-                narrow.join(", ")
-            ),
-            NARROW_PCIE_FIX,
-        )
-    });
     let slow = (!slow.is_empty())
         .then(|| {
             format!(
@@ -168,36 +267,47 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
             )
         })
         .into_iter()
+        .chain(unreadable)
         .collect();
-    (problem, slow)
+    (narrow_links_problem(facts, narrow), slow)
+}
+
+/// Evidence line for a GPU whose PCI attributes (link width and speed, NUMA node) could
+/// not all be read: what the link rules above could not see, and why.
+pub fn pci_unreadable(index: u32, p: &crate::facts::gpu::PciGpu) -> String {
+    format!(
+        "GPU {index} ({}): PCI attributes not read: {}",
+        p.bus_id,
+        p.unreadable
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    )
 }
 
 const OWN_RESOURCES_FIX: &str = "\
 Run nccl-preflight with room to load the NVIDIA libraries and start its threads: a larger address-space
 limit (ulimit -v; NVML and libcuda map hundreds of MiB) and thread limit (ulimit -u, the pod's pids limit).";
 
-fn nvml_failure_fix(message: &str) -> &'static str {
-    if message.contains("did not return") {
-        "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it."
-    } else if message.contains("DriverNotLoaded") || message.contains("driver not loaded") {
-        "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node)."
-    } else if message.contains("dlopen") {
-        "libnvidia-ml.so.1 is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."
-    } else {
-        "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs."
+/// The fix for a vendor library (`library`) that failed, by what gather recorded the
+/// failure as.
+fn library_failure_fix(kind: Option<FailureKind>, library: &str) -> String {
+    match kind {
+        Some(FailureKind::Timeout) => "A GPU or the driver is hung: look for Xid errors (dmesg | grep -i xid) and drain the node; a reboot usually clears it.".into(),
+        Some(FailureKind::DriverNotLoaded) => "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node).".into(),
+        Some(FailureKind::Unloadable) => format!("{library} is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."),
+        Some(FailureKind::OwnResources) => OWN_RESOURCES_FIX.into(),
+        None => "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs.".into(),
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+/// NVML's facts, or the finding when NVML did not load: absent (no NVIDIA runtime, or not a
+/// GPU node), not probed, failed for this process's own limits, or failed.
+fn loaded_nvml<'a>(facts: &'a Facts, policy: &Policy) -> Result<&'a NvmlFacts, Finding> {
     let gpus = &facts.gpus;
     let node_gpus = gpus.pci_gpus.value().map(Vec::len);
-    let product = facts
-        .platform
-        .product_name
-        .value()
-        .and_then(|p| p.as_deref());
-    let platform = product.and_then(crate::platform::lookup);
-    let nvml = match &gpus.nvml.state {
+    match &gpus.nvml.state {
         LibraryState::NotFound { message } => {
             let status = if policy.require.gpus.is_some() || node_gpus.unwrap_or(0) > 0 {
                 Status::Fail
@@ -219,10 +329,10 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             } else {
                 Finding::skip(ID, summary)
             };
-            return f.evidence(message.clone());
+            Err(f.evidence(message.clone()))
         }
         LibraryState::Skipped { reason } => {
-            return Finding::skip(ID, format!("NVML not probed ({reason})"));
+            Err(Finding::skip(ID, format!("NVML not probed ({reason})")))
         }
         LibraryState::Failed(e) if e.is_own_resources() => {
             // Not the node's fault: never ask to drain it for this process's limits.
@@ -231,27 +341,29 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             } else {
                 Severity::Warn
             };
-            return Finding::flagged(
+            Err(Finding::flagged(
                 ID,
                 status,
                 format!("could not determine the GPUs: {e}"),
                 OWN_RESOURCES_FIX,
             )
-            .evidence(format!("library {}", gpus.nvml.library));
+            .evidence(format!("library {}", gpus.nvml.library)))
         }
-        LibraryState::Failed(e) => {
-            return Finding::fail(
-                ID,
-                format!("NVML failed: {e}"),
-                nvml_failure_fix(&e.to_string()),
-            )
-            .evidence(format!("library {}", gpus.nvml.library));
-        }
-        LibraryState::Loaded(n) => n,
-    };
+        LibraryState::Failed(e) => Err(Finding::fail(
+            ID,
+            format!("NVML failed: {e}"),
+            library_failure_fix(e.kind, &gpus.nvml.library),
+        )
+        .evidence(format!("library {}", gpus.nvml.library))),
+        LibraryState::Loaded(n) => Ok(n),
+    }
+}
+
+/// GPUs missing: fewer than `--require gpus=N`, fewer on the PCI bus than the instance
+/// type has, or one NVML cannot query.
+fn missing_gpus(facts: &Facts, policy: &Policy, nvml: &NvmlFacts) -> Vec<Problem> {
+    let mut problems = Vec::new();
     let count = nvml.gpus.len();
-    let mut evidence: Vec<String> = (0..count).map(|i| gpu_line(nvml, i)).collect();
-    let mut problems: Vec<Problem> = Vec::new();
     if let Some(need) = policy.require.gpus
         && (count as u32) < need
     {
@@ -261,6 +373,13 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             REQUEST_GPUS,
         ));
     }
+    let product = facts
+        .platform
+        .product_name
+        .value()
+        .and_then(|p| p.as_deref());
+    let platform = product.and_then(crate::platform::lookup);
+    let node_gpus = facts.gpus.pci_gpus.value().map(Vec::len);
     if let (Some(p), Some(n)) = (platform, node_gpus)
         && (n as u32) < p.gpus
     {
@@ -277,33 +396,43 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             ));
         }
     }
+    problems
+}
+
+/// GPUs whose NVSwitch fabric registration has not finished or finished with an error.
+fn unregistered_fabric(nvml: &NvmlFacts) -> Option<Problem> {
     let unregistered: Vec<String> = nvml
         .gpus
         .iter()
         .filter_map(|g| {
             let state = g.fabric_state.value()?;
-            let bad = state == "not_started"
-                || state == "in_progress"
-                || state.starts_with("completed with error");
-            bad.then(|| format!("GPU {} {state}", g.index))
+            state
+                .incomplete()
+                .then(|| format!("GPU {} {state}", g.index))
         })
         .collect();
-    if !unregistered.is_empty() {
-        problems.push(Problem::new(
+    (!unregistered.is_empty()).then(|| {
+        Problem::new(
             Severity::Fail,
             format!(
                 "NVSwitch fabric registration incomplete ({}): the fabric manager has not taken these GPUs in, so NVLink peer traffic cannot run",
                 unregistered.join(", ")
             ),
             FABRIC_MANAGER_FIX,
-        ));
-    }
-    if let Some(p) = dark_nvswitch_links(facts, nvml) {
-        problems.push(p);
-    }
-    let (narrow, slow) = pcie_links(facts, nvml);
-    evidence.extend(slow);
-    problems.extend(narrow);
+        )
+    })
+}
+
+/// What the CUDA driver says: missing, not probed, failed, cuInit's error, or the devices
+/// it sees against NVML's GPUs.
+fn cuda_driver(
+    facts: &Facts,
+    policy: &Policy,
+    nvml: &NvmlFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    let gpus = &facts.gpus;
     match &gpus.cuda.state {
         LibraryState::NotFound { message } => {
             evidence.push(message.clone());
@@ -327,7 +456,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         LibraryState::Failed(e) => problems.push(Problem::new(
             Severity::Fail,
             format!("CUDA driver failed: {e}"),
-            nvml_failure_fix(&e.to_string()),
+            library_failure_fix(e.kind, &gpus.cuda.library),
         )),
         LibraryState::Loaded(c) if c.init_result == 802 => problems.push(Problem::new(Severity::Fail,
             "cuInit failed with CUDA_ERROR_SYSTEM_NOT_READY (802): the NVSwitch fabric manager is not running",
@@ -341,52 +470,101 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 "Run a CUDA sample (deviceQuery) in the container; the driver and the image's CUDA must match."
             },
         )),
-        LibraryState::Loaded(c) => {
-            evidence.push(format!(
-                "CUDA driver {}: {} device(s)",
-                c.driver_version.value().map_or("?".to_string(), |v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
-                c.devices.len()
-            ));
-            let nvml_buses: Vec<&String> = nvml.gpus.iter().filter_map(|g| g.pci_bus_id.value()).collect();
-            for d in &c.devices {
-                if let Some(bus) = d.pci_bus_id.value()
-                    && !nvml_buses.contains(&bus)
-                {
-                    problems.push(Problem::new(Severity::Warn,
-                        format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
-                        "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
-                    ));
-                }
-            }
-            let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
-            if visible_var.is_none() && c.devices.len() != count {
-                problems.push(Problem::new(Severity::Warn,
-                    format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
-                    "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
-                ));
-            }
-        }
+        LibraryState::Loaded(c) => cuda_devices(facts, nvml, c, evidence, problems),
     }
-    if let Some(v) = facts.launcher.get("CUDA_VISIBLE_DEVICES") {
-        let uuids: Vec<(u32, String)> = nvml
-            .gpus
-            .iter()
-            .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
-            .collect();
-        let sel = visible::select(&v.value, &uuids);
-        evidence.push(format!(
-            "CUDA_VISIBLE_DEVICES={:?} selects NVML GPU(s) {:?}",
-            v.value, sel.gpus
-        ));
-        if let Some((entry, why)) = sel.stopped_at
-            && !sel.mig
+}
+
+/// CUDA's devices against NVML's GPUs: a bus id NVML does not list, or another count
+/// where no CUDA_VISIBLE_DEVICES explains it.
+fn cuda_devices(
+    facts: &Facts,
+    nvml: &NvmlFacts,
+    c: &crate::facts::gpu::CudaFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    evidence.push(format!(
+        "CUDA driver {}: {} device(s)",
+        c.driver_version
+            .value()
+            .map_or("?".to_string(), |v| format!(
+                "{}.{}",
+                v / 1000,
+                (v % 1000) / 10
+            )),
+        c.devices.len()
+    ));
+    let nvml_buses: Vec<&String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .collect();
+    for d in &c.devices {
+        if let Some(bus) = d.pci_bus_id.value()
+            && !nvml_buses.contains(&bus)
         {
             problems.push(Problem::new(Severity::Warn,
-                format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
-                "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
+                format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
+                "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
             ));
         }
     }
+    let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
+    let count = nvml.gpus.len();
+    if visible_var.is_none() && c.devices.len() != count {
+        problems.push(Problem::new(
+            Severity::Warn,
+            format!("CUDA sees {} device(s), NVML {count}", c.devices.len()),
+            "Check NVIDIA_VISIBLE_DEVICES and the device nodes mounted into the container.",
+        ));
+    }
+}
+
+/// The GPUs CUDA_VISIBLE_DEVICES selects, and an entry CUDA would stop at.
+fn visible_devices(
+    facts: &Facts,
+    nvml: &NvmlFacts,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    let Some(v) = facts.launcher.get("CUDA_VISIBLE_DEVICES") else {
+        return;
+    };
+    let uuids: Vec<(u32, String)> = nvml
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.uuid.value().cloned().unwrap_or_default()))
+        .collect();
+    let sel = visible::select(&v.value, &uuids);
+    evidence.push(format!(
+        "CUDA_VISIBLE_DEVICES={:?} selects NVML GPU(s) {:?}",
+        v.value, sel.gpus
+    ));
+    if let Some((entry, why)) = sel.stopped_at
+        && !sel.mig
+    {
+        problems.push(Problem::new(Severity::Warn,
+            format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
+            "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
+        ));
+    }
+}
+
+pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+    let nvml = match loaded_nvml(facts, policy) {
+        Ok(n) => n,
+        Err(finding) => return finding,
+    };
+    let count = nvml.gpus.len();
+    let mut evidence: Vec<String> = (0..count).map(|i| gpu_line(nvml, i)).collect();
+    let mut problems = missing_gpus(facts, policy, nvml);
+    problems.extend(unregistered_fabric(nvml));
+    problems.extend(dark_nvswitch_links(facts, nvml));
+    let (narrow, slow) = pcie_links(facts, nvml);
+    evidence.extend(slow);
+    problems.extend(narrow);
+    cuda_driver(facts, policy, nvml, &mut evidence, &mut problems);
+    visible_devices(facts, nvml, &mut evidence, &mut problems);
     let names: std::collections::BTreeSet<&str> = nvml
         .gpus
         .iter()
@@ -460,10 +638,92 @@ mod tests {
         assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.summary.contains("x8 of x16"), "{}", j.summary);
         assert!(j.remediation().unwrap().contains("LnkSta"));
+        // Attributes that could not be read are said, with their path.
+        let mut f = healthy();
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            pci[1].max_link_width = None;
+            pci[1].unreadable.push(crate::facts::FactError::new(
+                "/sys/bus/pci/devices/0000:00:07.0/max_link_width",
+                "\"sixteen\" is not a number",
+            ));
+        }
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Pass, "{j:?}");
+        assert!(
+            j.evidence.iter().any(|e| e.starts_with("GPU 1 (")
+                && e.contains("PCI attributes not read: /sys/bus/pci/devices/0000:00:07.0/max_link_width: \"sixteen\" is not a number")),
+            "{j:?}"
+        );
         // A width of 0 (link down or unknown) is not a narrow link.
         let mut f = healthy();
         set_link(&mut f, 1, "Unknown", 0);
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
+    }
+
+    /// The healthy pair with an NDR HCA (400 Gb/s) this container can open, on a job of
+    /// `nodes` nodes, GPU 1's link trained at `width` of its x16 Gen5 lanes.
+    fn narrow_with_ndr(nodes: &str, width: u32) -> Facts {
+        let mut f = crate::test_facts::with_ib(healthy());
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].rate = Some("400 Gb/sec (4X NDR)".into());
+        }
+        set_link(&mut f, 1, "2.5 GT/s PCIe", width);
+        with_env(f, &[("PET_NNODES", nodes)])
+    }
+
+    #[test]
+    fn a_narrow_link_under_the_nics_rate_fails_a_multi_node_job() {
+        // x8 Gen5 = 32 GB/s under the HCA's 400 Gb/s = 50 GB/s, across nodes: capped.
+        let j = judge(&narrow_with_ndr("2", 8), &Policy::default());
+        assert_eq!(j.status(), Status::Fail, "{j:?}");
+        assert!(
+            j.summary.contains(
+                "GPU 1 (0000:00:07.0) x8 of x16: x8 Gen5 = 32 GB/s under mlx5_0's 400 Gb/s = 50 GB/s"
+            ) && j.summary.contains("the job spans 2 nodes"),
+            "{}",
+            j.summary
+        );
+        assert!(j.remediation().unwrap().contains("LnkSta"));
+        // One node: NCCL sends nothing over the NIC, the narrow link only warns.
+        let j = judge(&narrow_with_ndr("1", 8), &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(
+            j.summary.contains("x8 of x16 (LnkSta below LnkCap)"),
+            "{}",
+            j.summary
+        );
+        // A link still faster than the NIC: x16 would be, and so is x8 Gen5 against 100 Gb/s.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].rate = Some("100 Gb/sec (4X EDR)".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // A NIC whose port is down carries nothing.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[0].ports[0].state = Some("DOWN".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // No NIC in the container: the traffic goes over sockets, not this link.
+        let mut f = with_env(healthy(), &[("PET_NNODES", "2")]);
+        set_link(&mut f, 1, "2.5 GT/s PCIe", 8);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        // A maximum speed that is no PCIe generation: the bandwidth is unknown, so it warns.
+        let mut f = narrow_with_ndr("2", 8);
+        if let Observed::Value(pci) = &mut f.gpus.pci_gpus {
+            pci[1].max_link_speed = Some("Unknown".into());
+        }
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+    }
+
+    #[test]
+    fn pcie_lane_figures_per_generation() {
+        assert_eq!(pcie_lane(2.5), Some((1, 0.25)));
+        assert_eq!(pcie_lane(8.0), Some((3, 1.0)));
+        assert_eq!(pcie_lane(16.0), Some((4, 2.0)));
+        assert_eq!(pcie_lane(32.0), Some((5, 4.0)));
+        assert_eq!(pcie_lane(64.0), Some((6, 8.0)));
+        assert_eq!(pcie_lane(20.0), None);
     }
 
     #[test]
@@ -592,7 +852,7 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
             n.gpus
                 .iter_mut()
-                .for_each(|g| g.fabric_state = Observed::Value("completed".into()));
+                .for_each(|g| g.fabric_state = Observed::Value(FabricState::Completed));
         }
         darken(&mut f, &[0, 1]);
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
@@ -665,10 +925,13 @@ mod tests {
     #[test]
     fn hung_or_failed_libraries_fail_with_the_call() {
         let mut f = healthy();
-        f.gpus.nvml.state = LibraryState::Failed(crate::facts::FactError::new(
-            "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)",
-            "did not return within 10.0 s: the driver or a GPU is hung",
-        ));
+        f.gpus.nvml.state = LibraryState::Failed(
+            crate::facts::FactError::new(
+                "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, read)",
+                "did not return within 10.0 s: the driver or a GPU is hung",
+            )
+            .with_kind(FailureKind::Timeout),
+        );
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.contains("nvmlDeviceGetP2PStatus"));
@@ -678,5 +941,37 @@ mod tests {
             message: "libcuda.so.1: cannot open".into(),
         };
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+    }
+
+    #[test]
+    fn the_fix_follows_the_recorded_failure_kind_not_its_text() {
+        let failed = |kind: Option<FailureKind>, message: &str| {
+            let mut e = crate::facts::FactError::new("nvmlInit_v2", message);
+            e.kind = kind;
+            let mut f = healthy();
+            f.gpus.nvml.state = LibraryState::Failed(e);
+            let j = judge(&f, &Policy::default());
+            assert_eq!(j.status(), Status::Fail, "{j:?}");
+            j.remediation().unwrap_or_default().to_string()
+        };
+        assert!(failed(Some(FailureKind::Timeout), "x").contains("Xid"));
+        assert!(failed(Some(FailureKind::DriverNotLoaded), "x").contains("kernel module"));
+        assert!(
+            failed(Some(FailureKind::Unloadable), "x").contains("libnvidia-ml.so.1 is present")
+        );
+        // Text that once picked a fix no longer does: a plain NVML error gets the generic one.
+        let plain = failed(None, "did not return; DriverNotLoaded; dlopen");
+        assert!(plain.contains("Run `nvidia-smi`"), "{plain}");
+        // The CUDA driver's unloadable library is named as itself, not as NVML.
+        let mut f = healthy();
+        f.gpus.cuda.state = LibraryState::Failed(
+            crate::facts::FactError::new("dlopen(libcuda.so.1)", "undefined symbol")
+                .with_kind(FailureKind::Unloadable),
+        );
+        let j = judge(&f, &Policy::default());
+        assert!(
+            j.remediation().unwrap().contains("libcuda.so.1 is present"),
+            "{j:?}"
+        );
     }
 }

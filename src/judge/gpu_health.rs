@@ -11,6 +11,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
+use crate::facts::gpu::{GpuHealth, NvmlFacts, NvmlGpu};
 use crate::finding::Severity;
 use crate::policy::Policy;
 
@@ -53,93 +54,100 @@ fn recovery(action: u32) -> (&'static str, &'static str) {
     }
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::skip(ID, "no NVML: GPU health not read");
-    };
-    if nvml.gpus.iter().all(|g| g.health.is_none()) {
-        return Finding::skip(ID, "no GPU health read");
+/// Memory health of one GPU: uncorrectable ECC errors (judged by the driver's recovery
+/// action `action`), failed or pending row remaps, pages waiting for retirement.
+fn memory(
+    g: &NvmlGpu,
+    h: &GpuHealth,
+    action: Option<u32>,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) {
+    if let Some(&n) = h.ecc_uncorrected_volatile.value()
+        && n > 0
+    {
+        let summary = format!(
+            "GPU {}: {n} uncorrectable ECC error(s) since the driver loaded",
+            g.index
+        );
+        match action {
+            Some(0) => problems.push(Problem::new(
+                Severity::Warn,
+                format!("{summary}; the driver says no recovery is needed (contained)"),
+                "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
+                 watch nccl_preflight_gpu_ecc_uncorrected_total.",
+            )),
+            Some(_) => evidence.push(summary),
+            None => problems.push(Problem::new(Severity::Fail, summary, RESET)),
+        }
     }
-    let mut problems = Vec::new();
-    let mut evidence = Vec::new();
-    for g in &nvml.gpus {
-        let Some(h) = &g.health else { continue };
-        let action = h.recovery_action.value().copied();
-        if let Some(a) = action.filter(|&a| a != 0) {
-            let (meaning, fix) = recovery(a);
+    if let Some(r) = h.remapped_rows.value() {
+        if r.failure {
             problems.push(Problem::new(
                 Severity::Fail,
-                format!(
-                    "GPU {}: the driver's recovery action is {a}, {meaning}",
-                    g.index
-                ),
-                fix,
+                format!("GPU {}: a row remapping failed", g.index),
+                RESET,
             ));
-        }
-        if let Some(&n) = h.ecc_uncorrected_volatile.value()
-            && n > 0
-        {
-            let summary = format!(
-                "GPU {}: {n} uncorrectable ECC error(s) since the driver loaded",
-                g.index
-            );
-            match action {
-                Some(0) => problems.push(Problem::new(
-                    Severity::Warn,
-                    format!("{summary}; the driver says no recovery is needed (contained)"),
-                    "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
-                     watch nccl_preflight_gpu_ecc_uncorrected_total.",
-                )),
-                Some(_) => evidence.push(summary),
-                None => problems.push(Problem::new(Severity::Fail, summary, RESET)),
-            }
-        }
-        if let Some(r) = h.remapped_rows.value() {
-            if r.failure {
-                problems.push(Problem::new(
-                    Severity::Fail,
-                    format!("GPU {}: a row remapping failed", g.index),
-                    RESET,
-                ));
-            } else if r.pending {
-                problems.push(Problem::new(
-                    Severity::Warn,
-                    format!(
-                        "GPU {}: a row remapping waits for the next GPU reset",
-                        g.index
-                    ),
-                    AT_NEXT_RESET,
-                ));
-            }
-            if r.correctable + r.uncorrectable > 0 {
-                evidence.push(format!(
-                    "GPU {}: {} row(s) remapped for correctable, {} for uncorrectable errors",
-                    g.index, r.correctable, r.uncorrectable
-                ));
-            }
-        }
-        if h.retired_pages_pending.value() == Some(&true) {
+        } else if r.pending {
             problems.push(Problem::new(
                 Severity::Warn,
-                format!("GPU {}: retired pages wait for the next GPU reset", g.index),
+                format!(
+                    "GPU {}: a row remapping waits for the next GPU reset",
+                    g.index
+                ),
                 AT_NEXT_RESET,
             ));
         }
-        // Cumulative NVLink CRC counts are not judged: healthy links count a few
-        // (2x H200 here: 1 to 18 crc_data per link since the driver loaded, at full
-        // bandwidth). Their rate is what matters: serve exports them for alerting.
-        let total: u64 = g
-            .nvlinks
-            .iter()
-            .flat_map(|l| l.error_counters.values())
-            .sum();
-        if total > 0 {
+        if r.correctable + r.uncorrectable > 0 {
             evidence.push(format!(
-                "GPU {}: {total} NVLink error count(s) since the driver loaded (alert on their rate: nccl_preflight_nvlink_errors)",
-                g.index
+                "GPU {}: {} row(s) remapped for correctable, {} for uncorrectable errors",
+                g.index, r.correctable, r.uncorrectable
             ));
         }
     }
+    if h.retired_pages_pending.value() == Some(&true) {
+        problems.push(Problem::new(
+            Severity::Warn,
+            format!("GPU {}: retired pages wait for the next GPU reset", g.index),
+            AT_NEXT_RESET,
+        ));
+    }
+}
+
+/// One GPU's health: the driver's recovery action, its memory, its NVLink error counts.
+fn one_gpu(g: &NvmlGpu, h: &GpuHealth, evidence: &mut Vec<String>, problems: &mut Vec<Problem>) {
+    let action = h.recovery_action.value().copied();
+    if let Some(a) = action.filter(|&a| a != 0) {
+        let (meaning, fix) = recovery(a);
+        problems.push(Problem::new(
+            Severity::Fail,
+            format!(
+                "GPU {}: the driver's recovery action is {a}, {meaning}",
+                g.index
+            ),
+            fix,
+        ));
+    }
+    memory(g, h, action, evidence, problems);
+    // Cumulative NVLink CRC counts are not judged: healthy links count a few
+    // (2x H200 here: 1 to 18 crc_data per link since the driver loaded, at full
+    // bandwidth). Their rate is what matters: serve exports them for alerting.
+    let total: u64 = g
+        .nvlinks
+        .iter()
+        .flat_map(|l| l.error_counters.values())
+        .sum();
+    if total > 0 {
+        evidence.push(format!(
+            "GPU {}: {total} NVLink error count(s) since the driver loaded (alert on their rate: nccl_preflight_nvlink_errors)",
+            g.index
+        ));
+    }
+}
+
+/// Evidence for GPUs whose recovery action could not be read, grouped by why (one line
+/// for 8 GPUs); true when every GPU's was read.
+fn unread_recovery_actions(nvml: &NvmlFacts, evidence: &mut Vec<String>) -> bool {
     // GPUs whose recovery action could not be read, grouped by why (one line for 8 GPUs).
     let mut unread: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for g in &nvml.gpus {
@@ -150,17 +158,35 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                 .push(g.index.to_string());
         }
     }
-    let asked = if unread.is_empty() {
-        "no recovery action asked, "
-    } else {
-        ""
-    };
+    let all_read = unread.is_empty();
     for (why, gpus) in unread {
         evidence.push(format!(
             "the driver's recovery action (NVML field 230) could not be read on GPU {}: {why}",
             gpus.join(", ")
         ));
     }
+    all_read
+}
+
+pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::skip(ID, "no NVML: GPU health not read");
+    };
+    if nvml.gpus.iter().all(|g| g.health.is_none()) {
+        return Finding::skip(ID, "no GPU health read");
+    }
+    let mut problems = Vec::new();
+    let mut evidence = Vec::new();
+    for g in &nvml.gpus {
+        if let Some(h) = &g.health {
+            one_gpu(g, h, &mut evidence, &mut problems);
+        }
+    }
+    let asked = if unread_recovery_actions(nvml, &mut evidence) {
+        "no recovery action asked, "
+    } else {
+        ""
+    };
     let summary = format!(
         "{} GPU(s): {asked}no uncorrectable ECC errors, no failed or pending remaps",
         nvml.gpus.len()

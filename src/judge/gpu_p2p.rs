@@ -7,7 +7,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
-use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
+use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts, P2pStatus};
 use crate::finding::Severity;
 use crate::policy::Policy;
 use crate::topology::matrix;
@@ -37,6 +37,101 @@ fn cuda_ordinal(nvml: &NvmlFacts, cuda: &CudaFacts, index: u32) -> Option<u32> {
         .map(|d| d.ordinal)
 }
 
+/// Every pair's line, and the pairs that should do P2P (NVLink, PIX, PXB) sorted by what is
+/// wrong with them.
+#[derive(Default)]
+struct Pairs {
+    /// One line per ordered pair.
+    lines: Vec<String>,
+    /// Pairs that should do P2P.
+    expected: usize,
+    /// Their link labels (`NV18`, `PIX`).
+    labels: std::collections::BTreeSet<String>,
+    no_read: Vec<String>,
+    read_only: Vec<String>,
+    /// NVML says read OK, the CUDA driver refuses peer access.
+    refused: Vec<String>,
+}
+
+/// CUDA's peer access for an NVML pair, by bus id.
+fn cuda_peer(nvml: &NvmlFacts, cuda: Option<&CudaFacts>, a: u32, b: u32) -> Option<bool> {
+    let c = cuda?;
+    let (ca, cb) = (cuda_ordinal(nvml, c, a)?, cuda_ordinal(nvml, c, b)?);
+    c.peer_access
+        .iter()
+        .find(|x| x.a == ca && x.b == cb)?
+        .can_access
+        .value()
+        .copied()
+}
+
+fn sort_pairs(nvml: &NvmlFacts, cuda: Option<&CudaFacts>) -> Pairs {
+    let mut out = Pairs::default();
+    for p in &nvml.pairs {
+        let label = matrix::link_label(nvml, p.a, p.b);
+        let (read, write) = (p.p2p_read.value().copied(), p.p2p_write.value().copied());
+        let text = |s: Option<P2pStatus>| s.map_or("?", P2pStatus::label);
+        let cuda_peer = cuda_peer(nvml, cuda, p.a, p.b);
+        let line = format!(
+            "GPU {} -> GPU {}: {label}, read {}, write {}{}",
+            p.a,
+            p.b,
+            text(read),
+            text(write),
+            cuda_peer.map_or(String::new(), |c| format!(
+                ", CUDA peer access {}",
+                if c { "yes" } else { "no" }
+            ))
+        );
+        let should = label.starts_with("NV") || label == "PIX" || label == "PXB";
+        if should {
+            out.expected += 1;
+            out.labels.insert(label.clone());
+            let read_ok = read == Some(P2pStatus::Ok);
+            if !read_ok {
+                out.no_read.push(line.clone());
+            } else if write != Some(P2pStatus::Ok) {
+                out.read_only.push(line.clone());
+            }
+            if read_ok && cuda_peer == Some(false) {
+                out.refused.push(line.clone());
+            }
+        }
+        out.lines.push(line);
+    }
+    out
+}
+
+/// ACS redirection on a switch port above these GPUs (NVML and CUDA still say OK), and
+/// the ports whose ACS could not be read (evidence).
+fn acs_redirection(facts: &Facts, nvml: &NvmlFacts, evidence: &mut Vec<String>) -> Option<Problem> {
+    let buses: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.value())
+        .map(|b| crate::facts::gpu::normalize_bus_id(b))
+        .collect();
+    let acs = crate::topology::acs::above(facts, &buses);
+    if let Some(first) = acs.unreadable.first() {
+        evidence.push(format!(
+            "ACS of {} switch port(s) not read (first: {first})",
+            acs.unreadable.len()
+        ));
+    }
+    (!acs.redirecting.is_empty()).then(|| {
+        let mut p = Problem::new(
+            Severity::Warn,
+            format!(
+                "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs: P2P is reported as supported but goes up through the root complex (lower bandwidth, or hangs)",
+                acs.ports.len()
+            ),
+            crate::topology::acs::fix(&acs.ports),
+        );
+        p.evidence = acs.redirecting.clone();
+        p
+    })
+}
+
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: peer access not checked");
@@ -51,48 +146,14 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         LibraryState::Loaded(c) if c.init_result == 0 => Some(c),
         _ => None,
     };
-    let mut evidence = Vec::new();
-    let mut expected = 0;
-    let mut labels = std::collections::BTreeSet::new();
-    // Pairs per problem, so 56 bad pairs on an 8-GPU node make one line each kind.
-    let (mut no_read, mut read_only, mut refused) = (Vec::new(), Vec::new(), Vec::new());
-    for p in &nvml.pairs {
-        let label = matrix::link_label(nvml, p.a, p.b);
-        let read = p.p2p_read.value().map_or("?", String::as_str);
-        let write = p.p2p_write.value().map_or("?", String::as_str);
-        let cuda_peer = cuda.and_then(|c| {
-            let (ca, cb) = (cuda_ordinal(nvml, c, p.a)?, cuda_ordinal(nvml, c, p.b)?);
-            c.peer_access
-                .iter()
-                .find(|x| x.a == ca && x.b == cb)?
-                .can_access
-                .value()
-                .copied()
-        });
-        let line = format!(
-            "GPU {} -> GPU {}: {label}, read {read}, write {write}{}",
-            p.a,
-            p.b,
-            cuda_peer.map_or(String::new(), |c| format!(
-                ", CUDA peer access {}",
-                if c { "yes" } else { "no" }
-            ))
-        );
-        let should = label.starts_with("NV") || label == "PIX" || label == "PXB";
-        if should {
-            expected += 1;
-            labels.insert(label.clone());
-            if read != "OK" {
-                no_read.push(line.clone());
-            } else if write != "OK" {
-                read_only.push(line.clone());
-            }
-            if read == "OK" && cuda_peer == Some(false) {
-                refused.push(line.clone());
-            }
-        }
-        evidence.push(line);
-    }
+    let Pairs {
+        lines: mut evidence,
+        expected,
+        labels,
+        no_read,
+        read_only,
+        refused,
+    } = sort_pairs(nvml, cuda);
     let kinds = [
         (
             no_read,
@@ -111,33 +172,9 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         ),
     ];
     let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
-    let mut problems = Vec::new();
-    // ACS redirection on a switch port above these GPUs: NVML and CUDA still say OK.
-    let buses: Vec<String> = nvml
-        .gpus
-        .iter()
-        .filter_map(|g| g.pci_bus_id.value())
-        .map(|b| crate::facts::gpu::normalize_bus_id(b))
+    let mut problems: Vec<Problem> = acs_redirection(facts, nvml, &mut evidence)
+        .into_iter()
         .collect();
-    let acs = crate::topology::acs::above(facts, &buses);
-    if !acs.redirecting.is_empty() {
-        let mut p = Problem::new(
-            Severity::Warn,
-            format!(
-                "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs: P2P is reported as supported but goes up through the root complex (lower bandwidth, or hangs)",
-                acs.ports.len()
-            ),
-            crate::topology::acs::fix(&acs.ports),
-        );
-        p.evidence = acs.redirecting.clone();
-        problems.push(p);
-    }
-    if let Some(first) = acs.unreadable.first() {
-        evidence.push(format!(
-            "ACS of {} switch port(s) not read (first: {first})",
-            acs.unreadable.len()
-        ));
-    }
     for (pairs, status, what) in kinds {
         if let Some(first) = pairs.first() {
             let mut p = Problem::new(
@@ -243,11 +280,11 @@ mod tests {
     fn nvlink_pairs_must_read_and_write() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let mut f = healthy();
-        nvml(&mut f).pairs[0].p2p_write = Observed::Value("NS".into());
+        nvml(&mut f).pairs[0].p2p_write = Observed::Value(P2pStatus::NotSupported);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Warn);
         assert!(finding.summary.contains("read mode"));
-        nvml(&mut f).pairs[1].p2p_read = Observed::Value("CNS".into());
+        nvml(&mut f).pairs[1].p2p_read = Observed::Value(P2pStatus::ChipsetNotSupported);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
         assert!(finding.summary.starts_with("2 problems"));
@@ -260,8 +297,8 @@ mod tests {
             g.mig_mode = Observed::Value(true);
         }
         for p in &mut nvml(&mut f).pairs {
-            p.p2p_read = Observed::Value("NS".into());
-            p.p2p_write = Observed::Value("NS".into());
+            p.p2p_read = Observed::Value(P2pStatus::NotSupported);
+            p.p2p_write = Observed::Value(P2pStatus::NotSupported);
         }
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
@@ -287,7 +324,7 @@ mod tests {
         }
         for p in &mut nvml(&mut f).pairs {
             p.common_ancestor = Observed::Value("SYSTEM".into());
-            p.p2p_read = Observed::Value("TNS".into());
+            p.p2p_read = Observed::Value(P2pStatus::TopologyNotSupported);
         }
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Pass);

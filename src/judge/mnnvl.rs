@@ -18,7 +18,7 @@
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
-use crate::facts::gpu::NvmlGpu;
+use crate::facts::gpu::{FabricState, NvmlGpu};
 use crate::finding::Severity;
 use crate::policy::Policy;
 
@@ -35,6 +35,67 @@ const IMEX_FIX: &str = "Give the pod an IMEX channel: in Kubernetes, a ComputeDo
 (k8s-dra-driver-gpu) and a resourceClaim on its ResourceClaimTemplate in every pod of the job; by hand, \
 the device /dev/nvidia-caps-imex-channels/channel0 (docker --device). On the node, nvidia-imex must run \
 (nvidia-imex-ctl -N shows the domain). Or set NCCL_MNNVL_ENABLE=0 to run without multi-node NVLink.";
+
+/// Each GPU's fabric state and clique: a GPU not completed, or completed without a
+/// cluster, turns MNNVL off. Returns the (cluster, clique) pairs seen.
+fn fabric(
+    nvml: &crate::facts::gpu::NvmlFacts,
+    status: Severity,
+    evidence: &mut Vec<String>,
+    problems: &mut Vec<Problem>,
+) -> std::collections::BTreeSet<(String, u32)> {
+    let mut cliques = std::collections::BTreeSet::new();
+    for g in &nvml.gpus {
+        let state = g.fabric_state.value().copied();
+        let state_text = state.map_or_else(|| "unreadable".to_string(), |s| s.to_string());
+        let clique = g.fabric_clique.as_ref();
+        evidence.push(format!(
+            "GPU {}: fabric {state_text}, cluster {}, clique {}",
+            g.index,
+            clique.map_or("none", |c| c.cluster_uuid.as_str()),
+            clique.map_or_else(|| "none".to_string(), |c| c.clique_id.to_string())
+        ));
+        let completed = state == Some(FabricState::Completed);
+        if !completed {
+            problems.push(Problem::new(
+                status,
+                format!("GPU {}: NVLink fabric state {state_text}: NCCL turns multi-node NVLink off for the whole job", g.index),
+                "The fabric has not finished taking the GPU in: check `nvidia-smi -q | grep -A6 Fabric` on the node, the NVLink \
+                 switch trays and their fabric manager (NMX); a tray whose GPUs stay in_progress or not_started needs the fabric brought up, or draining.",
+            ));
+        }
+        match clique {
+            Some(c) if c.has_cluster() => {
+                cliques.insert((c.cluster_uuid.clone(), c.clique_id));
+            }
+            _ if completed => problems.push(Problem::new(
+                status,
+                format!("GPU {}: fabric completed but no cluster UUID: NCCL reads a zero UUID as no multi-node NVLink", g.index),
+                "The GPU was not registered in an NVLink domain: check the NVLink switch trays' fabric manager (NMX) partition for this tray.",
+            )),
+            _ => {}
+        }
+    }
+    cliques
+}
+
+/// The IMEX channel fabric handles need in this container.
+fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &mut Vec<Problem>) {
+    let channels = facts.gpus.imex_channels.value().cloned().flatten();
+    match &channels {
+        Some(c) if !c.is_empty() => evidence.push(format!("IMEX channels: {}", c.join(", "))),
+        _ if facts.gpus.imex_channels.error().is_some() => evidence.push(format!(
+            "IMEX channels unreadable: {}",
+            facts.gpus.imex_channels.error().map(|e| e.to_string()).unwrap_or_default()
+        )),
+        _ => problems.push(Problem::new(
+            status,
+            "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
+             (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")",
+            IMEX_FIX,
+        )),
+    }
+}
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
@@ -63,36 +124,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
     let mut evidence = Vec::new();
     let mut problems = Vec::new();
-    let mut cliques = std::collections::BTreeSet::new();
-    for g in &nvml.gpus {
-        let state = g.fabric_state.value().map_or("unreadable", String::as_str);
-        let clique = g.fabric_clique.as_ref();
-        evidence.push(format!(
-            "GPU {}: fabric {state}, cluster {}, clique {}",
-            g.index,
-            clique.map_or("none", |c| c.cluster_uuid.as_str()),
-            clique.map_or_else(|| "none".to_string(), |c| c.clique_id.to_string())
-        ));
-        if state != "completed" {
-            problems.push(Problem::new(
-                status,
-                format!("GPU {}: NVLink fabric state {state}: NCCL turns multi-node NVLink off for the whole job", g.index),
-                "The fabric has not finished taking the GPU in: check `nvidia-smi -q | grep -A6 Fabric` on the node, the NVLink \
-                 switch trays and their fabric manager (NMX); a tray whose GPUs stay in_progress or not_started needs the fabric brought up, or draining.",
-            ));
-        }
-        match clique {
-            Some(c) if c.has_cluster() => {
-                cliques.insert((c.cluster_uuid.clone(), c.clique_id));
-            }
-            _ if state == "completed" => problems.push(Problem::new(
-                status,
-                format!("GPU {}: fabric completed but no cluster UUID: NCCL reads a zero UUID as no multi-node NVLink", g.index),
-                "The GPU was not registered in an NVLink domain: check the NVLink switch trays' fabric manager (NMX) partition for this tray.",
-            )),
-            _ => {}
-        }
-    }
+    let cliques = fabric(nvml, status, &mut evidence, &mut problems);
     if cliques.len() > 1 {
         problems.push(Problem::new(
             status,
@@ -103,20 +135,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             "A tray's GPUs belong in one NVLink partition: check the fabric manager (NMX) partition configuration for this tray.",
         ));
     }
-    let channels = facts.gpus.imex_channels.value().cloned().flatten();
-    match &channels {
-        Some(c) if !c.is_empty() => evidence.push(format!("IMEX channels: {}", c.join(", "))),
-        _ if facts.gpus.imex_channels.error().is_some() => evidence.push(format!(
-            "IMEX channels unreadable: {}",
-            facts.gpus.imex_channels.error().map(|e| e.to_string()).unwrap_or_default()
-        )),
-        _ => problems.push(Problem::new(
-            status,
-            "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
-             (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")",
-            IMEX_FIX,
-        )),
-    }
+    imex(facts, status, &mut evidence, &mut problems);
     if let Some(v) = crate::nccl::version(facts)
         && v < (2, 21, 0)
     {
@@ -159,7 +178,7 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
             for g in &mut n.gpus {
                 g.name = Observed::Value("NVIDIA GB200".into());
-                g.fabric_state = Observed::Value("completed".into());
+                g.fabric_state = Observed::Value(FabricState::Completed);
                 g.fabric_clique = Some(FabricClique {
                     cluster_uuid: CLUSTER.into(),
                     clique_id: 32766,
@@ -194,7 +213,7 @@ mod tests {
         assert_eq!(f.status(), Status::Fail);
         assert!(f.remediation().unwrap().contains("ComputeDomain"));
         let mut not_done = multi(tray());
-        gpus(&mut not_done)[1].fabric_state = Observed::Value("in_progress".into());
+        gpus(&mut not_done)[1].fabric_state = Observed::Value(FabricState::InProgress);
         assert_eq!(judge(&not_done, &Policy::default()).status(), Status::Fail);
         let mut zero = multi(tray());
         gpus(&mut zero)[0].fabric_clique = Some(FabricClique {

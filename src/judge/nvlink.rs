@@ -14,6 +14,49 @@ Inspect the links on the node: nvidia-smi nvlink -s and nvidia-smi nvlink -e (er
 dmesg | grep -i xid. A link that stays down needs a GPU reset or a repair; on NVSwitch systems check the
 fabric manager too.";
 
+/// One GPU's links: a line of evidence (active links, version, speed), and the problem
+/// its inactive links make.
+fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
+    let active: Vec<u32> = g
+        .nvlinks
+        .iter()
+        .filter(|l| l.active)
+        .map(|l| l.link)
+        .collect();
+    let inactive: Vec<u32> = g
+        .nvlinks
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| l.link)
+        .collect();
+    let version = g.nvlinks.iter().find_map(|l| l.version.value().cloned());
+    let line = format!(
+        "GPU {}: {} active link(s){}{}",
+        g.index,
+        active.len(),
+        version.map_or(String::new(), |v| format!(", NVLink {v}")),
+        g.nvlink_speed_mbps
+            .value()
+            .map_or(String::new(), |s| format!(
+                ", {:.3} GB/s per link",
+                f64::from(*s) / 1000.0
+            ))
+    );
+    let problem = (!inactive.is_empty()).then(|| {
+        Problem::new(
+            Severity::Fail,
+            format!(
+                "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
+                g.index,
+                active.len(),
+                g.nvlinks.len()
+            ),
+            FIX,
+        )
+    });
+    (line, problem)
+}
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return if policy.require.nvlink {
@@ -43,43 +86,9 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let mut problems = Vec::new();
     let mut evidence = Vec::new();
     for g in &nvml.gpus {
-        let active: Vec<u32> = g
-            .nvlinks
-            .iter()
-            .filter(|l| l.active)
-            .map(|l| l.link)
-            .collect();
-        let inactive: Vec<u32> = g
-            .nvlinks
-            .iter()
-            .filter(|l| !l.active)
-            .map(|l| l.link)
-            .collect();
-        let version = g.nvlinks.iter().find_map(|l| l.version.value().cloned());
-        evidence.push(format!(
-            "GPU {}: {} active link(s){}{}",
-            g.index,
-            active.len(),
-            version.map_or(String::new(), |v| format!(", NVLink {v}")),
-            g.nvlink_speed_mbps
-                .value()
-                .map_or(String::new(), |s| format!(
-                    ", {:.3} GB/s per link",
-                    f64::from(*s) / 1000.0
-                ))
-        ));
-        if !inactive.is_empty() {
-            problems.push(Problem::new(
-                Severity::Fail,
-                format!(
-                    "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
-                    g.index,
-                    active.len(),
-                    g.nvlinks.len()
-                ),
-                FIX,
-            ));
-        }
+        let (line, problem) = gpu_links(g);
+        evidence.push(line);
+        problems.extend(problem);
     }
     if policy.require.nvlink && active_total == 0 {
         problems.push(Problem::new(

@@ -96,7 +96,7 @@ pub(crate) mod fixtures {
             nvlink_speed_mbps: Observed::Value(26562),
             pcie_max_generation: Observed::Value(5),
             pcie_max_width: Observed::Value(16),
-            fabric_state: Observed::Value("completed".into()),
+            fabric_state: Observed::Value(crate::facts::gpu::FabricState::Completed),
             fabric_clique: None,
             nvlinks: links,
             read_paths: Default::default(),
@@ -126,11 +126,16 @@ pub(crate) mod fixtures {
     }
 
     pub fn pair(a: u32, b: u32, ancestor: &str, read: &str, write: &str) -> GpuPair {
-        let v = |s: &str| Observed::Value(s.to_string());
+        let v = |s: &str| {
+            Observed::Value(
+                crate::facts::gpu::P2pStatus::from_label(s)
+                    .unwrap_or(crate::facts::gpu::P2pStatus::Unknown),
+            )
+        };
         GpuPair {
             a,
             b,
-            common_ancestor: v(ancestor),
+            common_ancestor: Observed::Value(ancestor.to_string()),
             p2p_read: v(read),
             p2p_write: v(write),
             p2p_nvlink: v(if read == "OK" { "OK" } else { "NS" }),
@@ -279,8 +284,8 @@ fn square(order: &[u32], index: &Index<'_>, cell: impl Fn(&GpuPair) -> String) -
     })
 }
 
-fn status(o: &crate::facts::Observed<String>) -> String {
-    o.value().cloned().unwrap_or_else(|| "?".into())
+fn status(o: &crate::facts::Observed<crate::facts::gpu::P2pStatus>) -> String {
+    o.value().map_or("?", |s| s.label()).to_string()
 }
 
 pub fn matrices(facts: &NvmlFacts) -> Matrices {
@@ -314,7 +319,8 @@ mod matrix_tests {
     #[test]
     fn matrices_follow_nvidia_smi() {
         let mut f = h200x2();
-        f.pairs[1].p2p_write = crate::facts::Observed::Value("NS".into());
+        f.pairs[1].p2p_write =
+            crate::facts::Observed::Value(crate::facts::gpu::P2pStatus::NotSupported);
         let m = matrices(&f);
         assert_eq!(m.topology, [["X", "NV18"], ["NV18", "X"]]);
         assert_eq!(m.p2p_read_write, [["X", "OK"], ["NS", "X"]]);

@@ -867,6 +867,43 @@ fn agreed() -> Vec<Scenario> {
             )
         },
         Scenario {
+            edit: |f| {
+                f["gpus"]["pci_gpus"]["value"][2]["current_link_width"] = json!(8);
+            },
+            flags: &["--nodes", "2"],
+            // x8 Gen4 = 16 GB/s under the NDR HCAs' 400 Gb/s = 50 GB/s: GPUDirect RDMA
+            // moves this GPU's inter-node traffic over its own PCIe link, so the job's ring
+            // runs at that GPU's bus, a third of the NIC.
+            expect: &[("gpu-devices", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-devices", "LnkSta")),
+            ..row(
+                "gpu-pcie-link-narrow-caps-gpudirect-rdma",
+                // Inter-node bandwidth rides the GPU-NIC PCIe path GPUDirect RDMA uses.
+                "https://github.com/NVIDIA/nccl/issues/412",
+                "an A100 whose PCIe link trained at x8 of its x16 on an 8x NDR InfiniBand node, in a two-node job: its GPUDirect RDMA traffic is capped by the bus",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["gpus"]["pci_gpus"]["value"][2]["current_link_width"] = json!(8);
+            },
+            flags: &["--nodes", "1"],
+            // The same link on a one-node job: NVLink carries the GPUs' traffic and NCCL
+            // sends nothing over the NICs; host<->GPU copies are slower, which warns.
+            expect: &[("gpu-devices", "warn")],
+            exit: 0,
+            remediation: Some(("gpu-devices", "LnkSta")),
+            ..row(
+                "gpu-pcie-link-narrow-single-node",
+                // A GPU whose LnkSta shows its width downgraded.
+                "https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/480",
+                "the same x8-of-x16 A100 link on the NDR node, in a one-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
             // SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ on the switch port above both GPUs.
             edit: |f| set_switch_acs(f, 0x1d),
             expect: &[("gpu-p2p", "warn")],

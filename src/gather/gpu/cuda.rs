@@ -6,7 +6,7 @@
 //! process's CUDA ordinals.
 
 use crate::facts::gpu::{CudaDevice, CudaFacts, PeerAccess, normalize_bus_id};
-use crate::facts::{FactError, Observed};
+use crate::facts::{FactError, FailureKind, Observed};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol};
 use std::ffi::{CStr, c_char, c_int, c_uint};
@@ -80,16 +80,49 @@ fn int_out(watch: &Watch, name: &str, f: &Symbol<CuIntOut>) -> Result<i32, FactE
     }
 }
 
+/// cuDeviceCanAccessPeer for every ordered pair of (ordinal, device) `handles`.
+fn peer_access(watch: &Watch, api: &Api, handles: &[(u32, c_int)]) -> Vec<PeerAccess> {
+    let mut out = Vec::new();
+    for &(a, da) in handles {
+        for &(b, db) in handles {
+            if a == b {
+                continue;
+            }
+            let call = format!("cuDeviceCanAccessPeer({a}, {b})");
+            let mut can: c_int = 0;
+            // SAFETY: `CUresult cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`.
+            let rc = watch.call(call.clone(), || unsafe {
+                (api.can_access_peer.get())(&mut can, da, db)
+            });
+            out.push(PeerAccess {
+                a,
+                b,
+                can_access: if rc == 0 {
+                    Observed::Value(can != 0)
+                } else {
+                    Observed::Error(failure(&call, rc))
+                },
+            });
+        }
+    }
+    out
+}
+
 /// Loads libcuda from `library` and reads devices and peer access.
 pub fn gather(watch: &Watch, library: &str) -> Outcome {
     let lib = match crate::gather::dl::load(watch, library) {
         Ok(lib) => lib,
         Err(crate::gather::dl::LoadError::Missing(why)) => return Outcome::NotFound(why),
-        Err(crate::gather::dl::LoadError::Failed(e)) => return Outcome::Failed(e),
+        // There but not loadable (a missing dependency, a bad ELF); gpu::mark_own_resources
+        // re-marks dlopen's ENOMEM as this process's own limit.
+        Err(crate::gather::dl::LoadError::Failed(e)) => {
+            return Outcome::Failed(e.with_kind(FailureKind::Unloadable));
+        }
     };
     let api = match Api::load(&lib) {
         Ok(api) => api,
-        Err(e) => return Outcome::Failed(e),
+        // A libcuda without the driver API's symbols is a stub or not the driver's.
+        Err(e) => return Outcome::Failed(e.with_kind(FailureKind::Unloadable)),
     };
     // SAFETY: `CUresult cuInit(unsigned int Flags)`; flags must be 0.
     let init_result = watch.call("cuInit", || unsafe { (api.init.get())(0) });
@@ -139,28 +172,7 @@ pub fn gather(watch: &Watch, library: &str) -> Outcome {
             pci_bus_id,
         });
     }
-    for &(a, da) in &handles {
-        for &(b, db) in &handles {
-            if a == b {
-                continue;
-            }
-            let call = format!("cuDeviceCanAccessPeer({a}, {b})");
-            let mut can: c_int = 0;
-            // SAFETY: `CUresult cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`.
-            let rc = watch.call(call.clone(), || unsafe {
-                (api.can_access_peer.get())(&mut can, da, db)
-            });
-            facts.peer_access.push(PeerAccess {
-                a,
-                b,
-                can_access: if rc == 0 {
-                    Observed::Value(can != 0)
-                } else {
-                    Observed::Error(failure(&call, rc))
-                },
-            });
-        }
-    }
+    facts.peer_access = peer_access(watch, &api, &handles);
     // `lib` is never unloaded (gather::dl): libcuda after cuInit must not be.
     Outcome::Loaded(facts)
 }

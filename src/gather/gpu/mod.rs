@@ -110,6 +110,46 @@ fn cuda_state(
     }
 }
 
+/// The image's CUDA runtimes: those an earlier run found (`cudart_probed`), else probed
+/// under the deadline (`hung` set when the probe hung).
+fn cuda_runtime(options: &GpuOptions, hung: &mut bool) -> crate::facts::gpu::CudaRuntimeFacts {
+    let (timeout, trace) = (options.call_timeout, options.trace);
+    match (&options.cudart_probed, &options.cudart) {
+        (Some(known), _) => known.clone(),
+        (None, Err(reason)) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
+        (None, Ok(candidates)) => {
+            let candidates = candidates.clone();
+            match deadline::run("cudart", timeout, trace, move |w| {
+                cudart::gather(w, &candidates)
+            }) {
+                Ok(facts) => facts,
+                Err(h) => {
+                    *hung |= !h.not_started;
+                    let mut facts = crate::facts::gpu::CudaRuntimeFacts::skipped(
+                        "the CUDA runtime probe did not finish",
+                    );
+                    facts.attempts.push(hung_fact(&h).to_string());
+                    facts
+                }
+            }
+        }
+    }
+}
+
+/// The IMEX channel device nodes in this container (`IMEX_CHANNELS`).
+fn imex_channels(host: &Host) -> crate::facts::Observed<Option<Vec<String>>> {
+    host.list_dir(IMEX_CHANNELS)
+        .map(|dir| {
+            dir.map(|names| {
+                names
+                    .into_iter()
+                    .filter(|n| n.starts_with("channel"))
+                    .collect()
+            })
+        })
+        .into()
+}
+
 pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
     let timeout = options.call_timeout;
     let trace = options.trace;
@@ -152,26 +192,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
             &mut hung,
         ),
     };
-    let cuda_runtime = match (&options.cudart_probed, &options.cudart) {
-        (Some(known), _) => known.clone(),
-        (None, Err(reason)) => crate::facts::gpu::CudaRuntimeFacts::skipped(reason.clone()),
-        (None, Ok(candidates)) => {
-            let candidates = candidates.clone();
-            match deadline::run("cudart", timeout, trace, move |w| {
-                cudart::gather(w, &candidates)
-            }) {
-                Ok(facts) => facts,
-                Err(h) => {
-                    hung |= !h.not_started;
-                    let mut facts = crate::facts::gpu::CudaRuntimeFacts::skipped(
-                        "the CUDA runtime probe did not finish",
-                    );
-                    facts.attempts.push(hung_fact(&h).to_string());
-                    facts
-                }
-            }
-        }
-    };
+    let cuda_runtime = cuda_runtime(options, &mut hung);
     let facts = GpuFacts {
         nvml: Library {
             library: options.nvml_library.clone(),
@@ -184,17 +205,7 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
         pci_gpus: pci::gather(host),
         pci_nvswitches: pci::nvswitches(host),
         call_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        imex_channels: host
-            .list_dir(IMEX_CHANNELS)
-            .map(|dir| {
-                dir.map(|names| {
-                    names
-                        .into_iter()
-                        .filter(|n| n.starts_with("channel"))
-                        .collect()
-                })
-            })
-            .into(),
+        imex_channels: imex_channels(host),
         cuda_runtime,
     };
     (facts, HungCall(hung))

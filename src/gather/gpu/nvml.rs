@@ -3,10 +3,10 @@
 //! call that fails degrades its own fact only; the run goes on.
 
 use crate::facts::gpu::{
-    FabricClique, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath, RemappedRows,
-    normalize_bus_id,
+    FabricClique, FabricState, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath,
+    RemappedRows, normalize_bus_id,
 };
-use crate::facts::{FactError, Observed};
+use crate::facts::{FactError, FailureKind, Observed};
 use crate::gather::deadline::Watch;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -27,16 +27,17 @@ fn observed<T>(call: &str, r: Result<T, NvmlError>) -> Observed<T> {
     }
 }
 
-/// Name of an NVML P2P status in `nvidia-smi topo -p2p` notation.
-pub fn p2p_label(s: &P2pStatus) -> &'static str {
+/// nvml-wrapper's P2P status as the fact's type (the same nvmlGpuP2PStatus_t values).
+fn p2p_status(s: &P2pStatus) -> crate::facts::gpu::P2pStatus {
+    use crate::facts::gpu::P2pStatus as Fact;
     match s {
-        P2pStatus::Ok => "OK",
-        P2pStatus::ChipsetNotSupported => "CNS",
-        P2pStatus::GpuNotSupported => "GNS",
-        P2pStatus::IohTopologyNotSupported => "TNS",
-        P2pStatus::DisabledByRegkey => "DISABLED",
-        P2pStatus::NotSupported => "NS",
-        P2pStatus::Unknown => "U",
+        P2pStatus::Ok => Fact::Ok,
+        P2pStatus::ChipsetNotSupported => Fact::ChipsetNotSupported,
+        P2pStatus::GpuNotSupported => Fact::GpuNotSupported,
+        P2pStatus::IohTopologyNotSupported => Fact::TopologyNotSupported,
+        P2pStatus::DisabledByRegkey => Fact::DisabledByRegkey,
+        P2pStatus::NotSupported => Fact::NotSupported,
+        P2pStatus::Unknown => Fact::Unknown,
     }
 }
 
@@ -253,7 +254,7 @@ fn nvlink_speed(fields: &Fields, link: Option<u32>) -> Result<u32, NvmlError> {
 fn fabric_info(
     device: &Device<'_>,
     nvml: &Nvml,
-) -> Result<(String, Option<FabricClique>), NvmlError> {
+) -> Result<(FabricState, Option<FabricClique>), NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetGpuFabricInfo
@@ -266,14 +267,7 @@ fn fabric_info(
     if rc != 0 {
         return Err(nvml_error(rc));
     }
-    let state = match (info.state, info.status) {
-        (0, _) => "not_supported".into(),
-        (1, _) => "not_started".into(),
-        (2, _) => "in_progress".into(),
-        (3, 0) => "completed".into(),
-        (3, status) => format!("completed with error {status}"),
-        (other, _) => format!("unknown state {other}"),
-    };
+    let state = FabricState::from_nvml(u32::from(info.state), info.status);
     let clique = (info.state != 0).then(|| FabricClique {
         cluster_uuid: uuid_text(&info.clusterUuid),
         clique_id: info.cliqueId,
@@ -567,6 +561,83 @@ fn requests() -> Vec<(u32, u32)> {
     out
 }
 
+/// One NVLink of GPU `index`: its remote end (an NVSwitch without asking where
+/// `all_switch` says every link ends at one) and its error counters.
+fn nvlink(
+    watch: &Watch,
+    (nvml, device, index): (&Nvml, &Device<'_>, u32),
+    LinkState {
+        link,
+        active,
+        version,
+    }: LinkState,
+    all_switch: bool,
+    fields: &Fields,
+    paths: &mut Paths,
+    unjudged: bool,
+) -> NvLink {
+    let wrapper = device.link_wrapper_for(link);
+    let name = |what: &str| format!("{what}(GPU {index}, link {link})");
+    let remote_type = if all_switch {
+        paths.note("nvlink_remote_type", ReadPath::FieldValues);
+        Observed::Value("switch".to_string())
+    } else {
+        paths.note("nvlink_remote_type", ReadPath::PerCall);
+        observed(
+            &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
+            watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
+                remote_type(device, nvml, link)
+            }),
+        )
+    };
+    // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
+    // nothing reads one: the call is saved.
+    let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
+        Observed::Error(FactError::new(
+            name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            "not read: an NVSwitch end, which has no bus id in NVML",
+        ))
+    } else {
+        observed(
+            &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+            watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
+                wrapper.remote_pci_info()
+            }),
+        )
+        .map(|p| normalize_bus_id(&p.bus_id))
+    };
+    NvLink {
+        link,
+        active,
+        version,
+        remote_pci_bus_id,
+        remote_type,
+        error_counters: link_errors(watch, (index, link), &wrapper, fields, paths, unjudged),
+    }
+}
+
+/// The NUMA nodes close to the GPU, read only with `unjudged` (no check judges them).
+fn numa_affinity(
+    watch: &Watch,
+    index: u32,
+    device: &Device<'_>,
+    unjudged: bool,
+) -> Observed<String> {
+    if !unjudged {
+        return Observed::Error(FactError::new(
+            "nvmlDeviceGetMemoryAffinity",
+            "not read: no check judges it (doctor, facts and serve read it)",
+        ));
+    }
+    let call = format!("nvmlDeviceGetMemoryAffinity(GPU {index})");
+    // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
+    observed(
+        &call,
+        watch.call(call.clone(), || device.memory_affinity(1, 0)),
+    )
+    .map(|words| cpu_list(&words))
+}
+
 fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bool) -> NvmlGpu {
     let call = |what: &str| format!("{what}(GPU {index})");
     let requests = requests();
@@ -582,59 +653,17 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         .is_ok_and(|n| n > 0 && n == states.len() as u64);
     let links: Vec<NvLink> = states
         .into_iter()
-        .map(
-            |LinkState {
-                 link,
-                 active,
-                 version,
-             }| {
-                let wrapper = device.link_wrapper_for(link);
-                let name = |what: &str| format!("{what}(GPU {index}, link {link})");
-                let remote_type = if all_switch {
-                    paths.note("nvlink_remote_type", ReadPath::FieldValues);
-                    Observed::Value("switch".to_string())
-                } else {
-                    paths.note("nvlink_remote_type", ReadPath::PerCall);
-                    observed(
-                        &name("nvmlDeviceGetNvLinkRemoteDeviceType"),
-                        watch.call(name("nvmlDeviceGetNvLinkRemoteDeviceType"), || {
-                            remote_type(device, nvml, link)
-                        }),
-                    )
-                };
-                // NVML gives no bus id for an NVSwitch (ffffffff:ff:ff.0 on the H200), and
-                // nothing reads one: the call is saved.
-                let remote_pci_bus_id = if remote_type.value().is_some_and(|t| t == "switch") {
-                    Observed::Error(FactError::new(
-                        name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                        "not read: an NVSwitch end, which has no bus id in NVML",
-                    ))
-                } else {
-                    observed(
-                        &name("nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                        watch.call(name("nvmlDeviceGetNvLinkRemotePciInfo_v2"), || {
-                            wrapper.remote_pci_info()
-                        }),
-                    )
-                    .map(|p| normalize_bus_id(&p.bus_id))
-                };
-                NvLink {
-                    link,
-                    active,
-                    version,
-                    remote_pci_bus_id,
-                    remote_type,
-                    error_counters: link_errors(
-                        watch,
-                        (index, link),
-                        &wrapper,
-                        &fields,
-                        &mut paths,
-                        unjudged,
-                    ),
-                }
-            },
-        )
+        .map(|state| {
+            nvlink(
+                watch,
+                (nvml, device, index),
+                state,
+                all_switch,
+                &fields,
+                &mut paths,
+                unjudged,
+            )
+        })
         .collect();
     let first_active = links.iter().find(|l| l.active).map(|l| l.link);
     let speed = nvlink_speed(&fields, first_active);
@@ -658,16 +687,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         .map(|c| format!("{}.{}", c.major, c.minor)),
         memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
         numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
-        // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
-        numa_affinity: if unjudged {
-            ask!("nvmlDeviceGetMemoryAffinity", device.memory_affinity(1, 0))
-                .map(|words| cpu_list(&words))
-        } else {
-            Observed::Error(FactError::new(
-                "nvmlDeviceGetMemoryAffinity",
-                "not read: no check judges it (doctor, facts and serve read it)",
-            ))
-        },
+        numa_affinity: numa_affinity(watch, index, device, unjudged),
         cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
             .map(|words| cpu_list(&words)),
         persistence_mode: ask!(
@@ -699,7 +719,7 @@ fn pair(watch: &Watch, nvml: &Nvml, a: (u32, &Device<'_>), b: (u32, &Device<'_>)
             &name,
             watch.call(name.clone(), || a.1.p2p_status(b.1, index)),
         )
-        .map(|s| p2p_label(&s).to_string())
+        .map(|s| p2p_status(&s))
     };
     let name = format!(
         "nvmlDeviceGetTopologyCommonAncestor(GPU {}, GPU {})",
@@ -729,6 +749,31 @@ fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
     Observed::Error(FactError::new(call, e))
 }
 
+/// A GPU NVML gives no handle for: its index, with every fact the error of that call.
+fn lost_gpu(index: u32, call: &str, e: &NvmlError) -> NvmlGpu {
+    NvmlGpu {
+        index,
+        name: lost(call, e),
+        uuid: lost(call, e),
+        pci_bus_id: lost(call, e),
+        compute_capability: lost(call, e),
+        memory_bytes: lost(call, e),
+        numa_node: lost(call, e),
+        numa_affinity: lost(call, e),
+        cpu_affinity: lost(call, e),
+        persistence_mode: lost(call, e),
+        mig_mode: lost(call, e),
+        nvlink_speed_mbps: lost(call, e),
+        pcie_max_generation: lost(call, e),
+        pcie_max_width: lost(call, e),
+        fabric_state: lost(call, e),
+        fabric_clique: None,
+        nvlinks: Vec::new(),
+        read_paths: Default::default(),
+        health: None,
+    }
+}
+
 /// Loads NVML from `library` and reads every GPU fact (those no check judges, the
 /// NVLink error counters and the NUMA affinity, only with `unjudged`).
 pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
@@ -743,8 +788,22 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
             return if crate::gather::dl::is_missing(library, &message) {
                 Outcome::NotFound(message)
             } else {
-                Outcome::Failed(FactError::new(format!("dlopen({library})"), message))
+                Outcome::Failed(
+                    FactError::new(format!("dlopen({library})"), message)
+                        .with_kind(FailureKind::Unloadable),
+                )
             };
+        }
+        // A libnvidia-ml without a symbol nvml-wrapper needs is not this driver's library.
+        Err(e @ NvmlError::FailedToLoadSymbol(_)) => {
+            return Outcome::Failed(
+                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::Unloadable),
+            );
+        }
+        Err(e @ NvmlError::DriverNotLoaded) => {
+            return Outcome::Failed(
+                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::DriverNotLoaded),
+            );
         }
         Err(e) => return Outcome::Failed(FactError::new("nvmlInit_v2", e)),
     };
@@ -765,27 +824,7 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
             Err(e) => {
                 // A lost GPU: keep the index with every fact in error.
                 let call = format!("nvmlDeviceGetHandleByIndex_v2({index})");
-                gpus.push(NvmlGpu {
-                    index,
-                    name: lost(&call, &e),
-                    uuid: lost(&call, &e),
-                    pci_bus_id: lost(&call, &e),
-                    compute_capability: lost(&call, &e),
-                    memory_bytes: lost(&call, &e),
-                    numa_node: lost(&call, &e),
-                    numa_affinity: lost(&call, &e),
-                    cpu_affinity: lost(&call, &e),
-                    persistence_mode: lost(&call, &e),
-                    mig_mode: lost(&call, &e),
-                    nvlink_speed_mbps: lost(&call, &e),
-                    pcie_max_generation: lost(&call, &e),
-                    pcie_max_width: lost(&call, &e),
-                    fabric_state: lost(&call, &e),
-                    fabric_clique: None,
-                    nvlinks: Vec::new(),
-                    read_paths: Default::default(),
-                    health: None,
-                });
+                gpus.push(lost_gpu(index, &call, &e));
             }
         }
     }

@@ -23,6 +23,46 @@ fn attr(host: &Host, dev: &str, name: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// A GPU's attributes, read one by one; those that exist but cannot be read or parsed
+/// are kept with their path and error, so a fact left empty says why.
+struct Attributes<'a> {
+    host: &'a Host,
+    dev: &'a str,
+    unreadable: Vec<FactError>,
+}
+
+impl Attributes<'_> {
+    /// The attribute's text, trimmed; `None` when the file is absent or empty (an error
+    /// is recorded when it exists but cannot be read).
+    fn text(&mut self, name: &str) -> Option<String> {
+        match self.host.read(&format!("{DEVICES}/{}/{name}", self.dev)) {
+            Ok(text) => text.map(|s| s.trim().to_string()).filter(|s| !s.is_empty()),
+            Err(e) => {
+                self.unreadable.push(e);
+                None
+            }
+        }
+    }
+
+    /// The attribute as a number; text that is not one is recorded as unreadable.
+    fn number<T: std::str::FromStr>(&mut self, name: &str) -> Option<T> {
+        let text = self.text(name)?;
+        match text.parse() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.unreadable.push(FactError::new(
+                    self.host
+                        .path(&format!("{DEVICES}/{}/{name}", self.dev))
+                        .display()
+                        .to_string(),
+                    format!("{text:?} is not a number"),
+                ));
+                None
+            }
+        }
+    }
+}
+
 /// True for the bridge class NVSwitches have (0x0680xx, "other bridge").
 fn is_nvswitch_class(class: &str) -> bool {
     class.trim().to_ascii_lowercase().starts_with("0x0680")
@@ -53,34 +93,56 @@ pub fn gather(host: &Host) -> Observed<Vec<PciGpu>> {
         Ok(None) => return Observed::Value(Vec::new()),
         Err(e) => return Observed::Error(e),
     };
-    let mut gpus = Vec::new();
-    for dev in entries {
-        if attr(host, &dev, "vendor").as_deref() != Some(NVIDIA) {
-            continue;
-        }
-        match attr(host, &dev, "class") {
-            Some(class) if is_gpu_class(&class) => {}
-            _ => continue,
-        }
-        let sysfs_path = host.real_path(&format!("{DEVICES}/{dev}")).ok().flatten();
-        let upstream_acs = sysfs_path
-            .as_deref()
-            .map(|p| upstream_acs(host, p))
-            .unwrap_or_default();
-        gpus.push(PciGpu {
-            device_id: attr(host, &dev, "device").unwrap_or_default(),
-            sysfs_path,
-            // The kernel prints -1 when it does not know the node.
-            numa_node: attr(host, &dev, "numa_node").and_then(|n| n.parse().ok()),
-            max_link_speed: attr(host, &dev, "max_link_speed"),
-            max_link_width: attr(host, &dev, "max_link_width").and_then(|n| n.parse().ok()),
-            current_link_speed: attr(host, &dev, "current_link_speed"),
-            current_link_width: attr(host, &dev, "current_link_width").and_then(|n| n.parse().ok()),
-            upstream_acs,
-            bus_id: dev,
-        });
-    }
+    let gpus = entries
+        .into_iter()
+        .filter(|dev| {
+            attr(host, dev, "vendor").as_deref() == Some(NVIDIA)
+                && attr(host, dev, "class").is_some_and(|c| is_gpu_class(&c))
+        })
+        .map(|dev| gpu(host, dev))
+        .collect();
     Observed::Value(gpus)
+}
+
+/// One NVIDIA GPU function's facts.
+fn gpu(host: &Host, dev: String) -> PciGpu {
+    let mut a = Attributes {
+        host,
+        dev: &dev,
+        unreadable: Vec::new(),
+    };
+    let sysfs_path = match host.real_path(&format!("{DEVICES}/{dev}")) {
+        Ok(p) => p,
+        Err(e) => {
+            a.unreadable.push(e);
+            None
+        }
+    };
+    let upstream_acs = sysfs_path
+        .as_deref()
+        .map(|p| upstream_acs(host, p))
+        .unwrap_or_default();
+    let device_id = a.text("device").unwrap_or_default();
+    // The kernel prints -1 when it does not know the node: a number, and no node.
+    let numa_node = a
+        .number::<i64>("numa_node")
+        .and_then(|n| u32::try_from(n).ok());
+    let max_link_speed = a.text("max_link_speed");
+    let max_link_width = a.number("max_link_width");
+    let current_link_speed = a.text("current_link_speed");
+    let current_link_width = a.number("current_link_width");
+    PciGpu {
+        device_id,
+        sysfs_path,
+        numa_node,
+        max_link_speed,
+        max_link_width,
+        current_link_speed,
+        current_link_width,
+        upstream_acs,
+        unreadable: a.unreadable,
+        bus_id: dev,
+    }
 }
 
 /// PCI Express extended capability id of Access Control Services (PCIe base spec
@@ -243,6 +305,68 @@ mod tests {
     fn bus_ids_in_sysfs_paths() {
         assert!(is_bus_id("0000:e0:00.0") && is_bus_id("0000:00:1c.7"));
         assert!(!is_bus_id("pci0000:00") && !is_bus_id("devices") && !is_bus_id("0000:zz:00.0"));
+    }
+
+    /// A sysfs tree under a temp root with one NVIDIA GPU whose attributes are `attrs`
+    /// (a value of `None` makes the attribute a directory: it exists, and reading fails).
+    fn one_gpu(attrs: &[(&str, Option<&str>)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let dev = root.path().join("sys/bus/pci/devices/0000:10:00.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        let base = [("vendor", Some("0x10de\n")), ("class", Some("0x030200\n"))];
+        for (name, value) in base.iter().chain(attrs) {
+            match value {
+                Some(v) => std::fs::write(dev.join(name), v).unwrap(),
+                None => std::fs::create_dir(dev.join(name)).unwrap(),
+            }
+        }
+        root
+    }
+
+    #[test]
+    fn regression_unreadable_or_garbage_pci_attributes_are_kept_with_their_path() {
+        let root = one_gpu(&[
+            ("device", Some("0x2335\n")),
+            ("numa_node", Some("-1\n")),
+            ("max_link_speed", Some("32.0 GT/s PCIe\n")),
+            ("max_link_width", Some("sixteen\n")),
+            ("current_link_width", None),
+        ]);
+        let Observed::Value(gpus) = gather(&Host::new(root.path())) else {
+            panic!("the devices directory reads")
+        };
+        let g = &gpus[0];
+        assert_eq!(g.device_id, "0x2335");
+        assert_eq!(g.max_link_speed.as_deref(), Some("32.0 GT/s PCIe"));
+        // -1 is the kernel's "no node": no value, and no error.
+        assert_eq!(g.numa_node, None);
+        assert_eq!((g.max_link_width, g.current_link_width), (None, None));
+        // Absent (current_link_speed) is not unreadable; garbage and a failed read are.
+        assert_eq!(g.unreadable.len(), 2, "{:?}", g.unreadable);
+        let width = &g.unreadable[0];
+        assert!(
+            width.source.ends_with("0000:10:00.0/max_link_width")
+                && width.message.contains("\"sixteen\" is not a number"),
+            "{width}"
+        );
+        assert!(
+            g.unreadable[1]
+                .source
+                .ends_with("0000:10:00.0/current_link_width"),
+            "{}",
+            g.unreadable[1]
+        );
+        // A GPU read cleanly saves no `unreadable` at all: older goldens stay as they were.
+        let clean = one_gpu(&[("max_link_width", Some("16\n"))]);
+        let Observed::Value(gpus) = gather(&Host::new(clean.path())) else {
+            panic!("the devices directory reads")
+        };
+        assert!(gpus[0].unreadable.is_empty());
+        assert!(
+            !serde_json::to_string(&gpus[0])
+                .unwrap()
+                .contains("unreadable")
+        );
     }
 
     #[test]

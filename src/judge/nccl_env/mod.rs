@@ -686,7 +686,7 @@ mod tests {
         let mut pcie = healthy();
         if let crate::facts::gpu::LibraryState::Loaded(n) = &mut pcie.gpus.nvml.state {
             for g in &mut n.gpus {
-                g.fabric_state = Observed::Value("not_supported".into());
+                g.fabric_state = Observed::Value(crate::facts::gpu::FabricState::NotSupported);
             }
         }
         let f = lint_on(pcie, &[("NCCL_ALGO", "NVLS")]);

@@ -152,7 +152,7 @@ fn unknown_names(
 /// not hold yet: a registered fabric is the closest fact gathered.
 fn on_nvswitch_fabric(facts: &Facts) -> Option<bool> {
     let nvml = facts.gpus.nvml.loaded()?;
-    let states: Vec<&String> = nvml
+    let states: Vec<&crate::facts::gpu::FabricState> = nvml
         .gpus
         .iter()
         .map(|g| g.fabric_state.value())
@@ -160,7 +160,11 @@ fn on_nvswitch_fabric(facts: &Facts) -> Option<bool> {
     if states.is_empty() {
         return None;
     }
-    Some(!states.iter().all(|s| s.as_str() == "not_supported"))
+    Some(
+        !states
+            .iter()
+            .all(|s| **s == crate::facts::gpu::FabricState::NotSupported),
+    )
 }
 
 /// Why nothing the forced algorithms allow can run here, and the fix; `None` when one can.
