@@ -17,8 +17,8 @@ pub const ID: &str = "rdma-devices";
 /// the image cannot fix what the pod spec did not ask for.
 pub fn request_fix(efa: bool, count: Option<u32>) -> String {
     if efa {
-        let n = count.map_or(
-            "N   # p4d: 4, p5: 32, p5en: 16 (all the node's for 8 GPUs)".into(),
+        let n = count.map_or_else(
+            || format!("N   # {} (all the node's for its GPUs)", efa_counts()),
             |n| n.to_string(),
         );
         format!(
@@ -40,6 +40,19 @@ initContainer that checks it:
 The device plugin then adds the /dev/infiniband/uverbs* nodes to the container."
         )
     }
+}
+
+/// Each known instance family's EFA devices (`p4d: 4, p5: 32, ...`), from the one
+/// platform table.
+fn efa_counts() -> String {
+    crate::platform::PLATFORMS
+        .iter()
+        .filter_map(|p| {
+            let family = p.names.first()?.split('.').next()?;
+            Some(format!("{family}: {}", p.efa_devices?))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 const PORT_FIX: &str = "\
