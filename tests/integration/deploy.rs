@@ -396,8 +396,7 @@ fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_cou
 #[test]
 fn a_gang_only_where_the_job_kind_lets_it_form() {
     let test = "a_gang_only_where_the_job_kind_lets_it_form";
-    if !crate::support::repo().join("../shared/data/crds").is_dir() {
-        eprintln!("skipped {test}: ../shared/data/crds is not beside the repository");
+    if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
     let Some(python) =
