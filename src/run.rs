@@ -332,9 +332,6 @@ pub fn describing(args: &GatherArgs) -> GatherArgs {
     }
 }
 
-/// A bounded, seeded fuzz of the procfs and sysfs parsers: the files of fixture
-/// host trees, mutated (bytes flipped, lines cut, repeated or emptied, numbers
-/// made huge), are gathered, judged, tuned and rendered, and nothing panics.
 /// What a child process of the tool (the bench, a gang worker) left behind.
 pub struct Finished {
     /// `None`: the child outlived its limit and was killed.
@@ -406,6 +403,9 @@ mod host_tree_fuzz {
         }
     }
 
+    /// A bounded, seeded fuzz of the procfs and sysfs parsers: the files of fixture
+    /// host trees, mutated (bytes flipped, lines cut, repeated or emptied, numbers
+    /// made huge), are gathered, judged, tuned and rendered, and nothing panics.
     #[test]
     fn fuzz_procfs_and_sysfs_parsers_with_seeded_mutations() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
