@@ -2,22 +2,10 @@
 //! out): a longer one is split along its meaning, one function per rule or step, so
 //! each can be read and tested on its own.
 
-use super::support::repo;
-use std::path::{Path, PathBuf};
+use super::support::{repo, rust_files};
 
 /// The most lines a function may take, its signature and closing brace included.
 const MAX_LINES: usize = 80;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The text with comments, string and character literals blanked (newlines kept), so
 /// a brace inside them cannot count.

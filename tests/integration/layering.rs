@@ -3,7 +3,7 @@
 //! module may use only modules of lower layers (`crate::NAME` anywhere in its files,
 //! tests included). A new module must be given a layer here; a new back-edge fails.
 
-use super::support::repo;
+use super::support::{repo, rust_files};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -54,17 +54,6 @@ fn layer(module: &str) -> Option<u32> {
         .iter()
         .find(|(m, _, _)| *m == module)
         .map(|(_, l, _)| *l)
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The `crate::NAME` paths a file uses, comments left out.

@@ -514,3 +514,15 @@ pub fn keep_device_nodes(facts: &mut serde_json::Value, keep: usize) {
         n["open"] = serde_json::Value::Null;
     }
 }
+
+/// Every `.rs` file under `dir`, recursively (the source-reading tests: layering, function length).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
