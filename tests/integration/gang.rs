@@ -92,6 +92,16 @@ fn base_env(dir: &std::path::Path, scenario: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// A gang whose nodes are running: started by `start_gang`, ended by `finish`.
+struct Running {
+    name: String,
+    dir: std::path::PathBuf,
+    /// The gang port on 127.0.0.1.
+    port: String,
+    started: Instant,
+    children: Vec<Option<Child>>,
+}
+
 /// Starts `nodes[i]` as node i (ranks without an entry never start) of an
 /// `n`-node gang on 127.0.0.1 with `args`, and waits for all of them.
 fn gang(
@@ -101,12 +111,23 @@ fn gang(
     args: &[&str],
     nodes: Vec<Option<Node>>,
 ) -> Vec<Option<Ended>> {
+    start_gang(name, scenario, n, args, nodes).finish()
+}
+
+/// `gang` without the wait: the nodes run while the caller acts on them.
+fn start_gang(
+    name: &str,
+    scenario: &str,
+    n: usize,
+    args: &[&str],
+    nodes: Vec<Option<Node>>,
+) -> Running {
     let dir = scratch(&format!("gang-{name}"));
     let port = free_port().to_string();
     let n_text = n.to_string();
     let env = base_env(&dir, scenario);
     let started = Instant::now();
-    let mut children: Vec<Option<Child>> = nodes
+    let children: Vec<Option<Child>> = nodes
         .iter()
         .enumerate()
         .map(|(rank, spec)| {
@@ -133,38 +154,59 @@ fn gang(
             Some(cmd.spawn().expect("start nccl-preflight gang"))
         })
         .collect();
-    let mut ended: Vec<Option<Ended>> = Vec::new();
-    for child in children.iter_mut() {
-        let Some(child) = child else {
-            ended.push(None);
-            continue;
-        };
-        loop {
-            if let Some(_status) = child.try_wait().unwrap() {
-                break;
-            }
-            if started.elapsed() > DEADLINE {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child_output(child);
-        ended.push(Some(out));
+    Running {
+        name: name.to_string(),
+        dir,
+        port,
+        started,
+        children,
     }
-    let timed_out = started.elapsed() > DEADLINE;
-    assert!(
-        !timed_out,
-        "gang {name}: a node was still running after {DEADLINE:?}"
-    );
-    // NCCL's logs went to private files in TMPDIR, removed after each phase.
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n != "gpu.scenario")
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
-    ended
+}
+
+impl Running {
+    /// Waits for every node (killing any still running after `DEADLINE`, which fails
+    /// the test), and checks that no NCCL log was left behind.
+    fn finish(self) -> Vec<Option<Ended>> {
+        let Running {
+            name,
+            dir,
+            started,
+            mut children,
+            ..
+        } = self;
+        let mut ended: Vec<Option<Ended>> = Vec::new();
+        for child in children.iter_mut() {
+            let Some(child) = child else {
+                ended.push(None);
+                continue;
+            };
+            loop {
+                if let Some(_status) = child.try_wait().unwrap() {
+                    break;
+                }
+                if started.elapsed() > DEADLINE {
+                    let _ = child.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let out = child_output(child);
+            ended.push(Some(out));
+        }
+        let timed_out = started.elapsed() > DEADLINE;
+        assert!(
+            !timed_out,
+            "gang {name}: a node was still running after {DEADLINE:?}"
+        );
+        // NCCL's logs went to private files in TMPDIR, removed after each phase.
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "gpu.scenario")
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        ended
+    }
 }
 
 fn child_output(child: &mut Child) -> Ended {
@@ -785,5 +827,69 @@ fn an_nccl_older_than_2_16_is_refused_by_name() {
             text(join).contains("NCCL 2.14.5 is older than 2.16"),
             "{join:#}"
         );
+    }
+}
+
+/// An attacker on the gang port: while two pods join, a stranger connects twice, one
+/// connection sending 4 KiB of garbage, one sending nothing and held open. Every rank
+/// still ends (bounded), with the job's verdict as a report, never a crash.
+#[test]
+fn a_stranger_on_the_gang_port_sending_garbage_or_nothing_cannot_hang_the_gang() {
+    use std::io::Write;
+    let running = start_gang(
+        "stranger",
+        ONE_GPU,
+        2,
+        &[
+            "--gang-timeout",
+            "20s",
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-iterations",
+            "2",
+        ],
+        vec![Some(node()), Some(node())],
+    );
+    // As soon as the port answers: garbage on one connection, silence on another,
+    // held open until the ranks are done.
+    let addr = format!("127.0.0.1:{}", running.port);
+    let started = Instant::now();
+    let mut silent = None;
+    while started.elapsed() < DEADLINE {
+        if let Ok(mut garbage) = std::net::TcpStream::connect(&addr) {
+            let _ = garbage.write_all(&[0xa5; 4096]);
+            silent = std::net::TcpStream::connect(&addr).ok();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ended = running.finish();
+    drop(silent);
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert!(
+            matches!(e.code, Some(0 | 1)),
+            "node {rank}: {:?}\n{}",
+            e.code,
+            e.stderr
+        );
+        // Whether the garbage reached the root before the real rank did decides
+        // whether the gang joins or fails its join naming the root: never a hang. (The
+        // fake libnccl's root aborts on the garbage, as NCCL's root does on a
+        // registration with the wrong rank count; the other rank then ends at
+        // --gang-timeout.)
+        let join = gang_finding(&e.json(), "gang-join").clone();
+        match join["status"].as_str() {
+            Some("pass") => {}
+            Some("fail") => assert!(
+                join["evidence"][0]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("the gang's root: 127.0.0.1")),
+                "node {rank}: {join}"
+            ),
+            _ => panic!("node {rank}: {join}"),
+        }
     }
 }
