@@ -468,6 +468,32 @@ fn seed_from(value: Option<&str>, own: u64) -> Result<u64, String> {
     Ok(if seed == 0 { own | 1 } else { seed })
 }
 
+/// A RoCE node with two mlx5 NICs on different PCIe switches, the first port ACTIVE and
+/// the second in `second_state` (the HCA and GID-index tuning rules' node).
+pub fn roce_two_nics(second_state: &str) -> Facts {
+    with_rdma(
+        healthy(),
+        vec![
+            rdma_device(
+                "mlx5_0",
+                "mlx5_core",
+                "0000:19:00.0",
+                "/sys/devices/x/0000:19:00.0",
+                "ACTIVE",
+                "Ethernet",
+            ),
+            rdma_device(
+                "mlx5_1",
+                "mlx5_core",
+                "0000:9a:00.0",
+                "/sys/devices/y/0000:9a:00.0",
+                second_state,
+                "Ethernet",
+            ),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod fuzz_knobs {
     use super::{iterations_from, seed_from};

@@ -141,31 +141,7 @@ mod tests {
     use crate::facts::Observed;
     use crate::facts::gpu::LibraryState;
     use crate::facts::rdma::Gid;
-    use crate::test_facts::{healthy, rdma_device, with_rdma};
-
-    fn two_nics(second_state: &str) -> Facts {
-        with_rdma(
-            healthy(),
-            vec![
-                rdma_device(
-                    "mlx5_0",
-                    "mlx5_core",
-                    "0000:19:00.0",
-                    "/sys/devices/x/0000:19:00.0",
-                    "ACTIVE",
-                    "Ethernet",
-                ),
-                rdma_device(
-                    "mlx5_1",
-                    "mlx5_core",
-                    "0000:9a:00.0",
-                    "/sys/devices/y/0000:9a:00.0",
-                    second_state,
-                    "Ethernet",
-                ),
-            ],
-        )
-    }
+    use crate::test_facts::{healthy, rdma_device, roce_two_nics as two_nics, with_rdma};
 
     #[test]
     fn hca_only_when_it_leaves_something_out() {

@@ -123,32 +123,12 @@ mod tests {
     use super::{RULES, Source, tune};
     use crate::facts::Facts;
     use crate::facts::Observed;
-    use crate::test_facts::{rdma_device, with_efa, with_rdma};
+    use crate::test_facts::{roce_two_nics, with_efa};
 
     /// Nodes on which the rules propose something: a pod network, EFA, RoCE with
     /// a port down under an old NCCL (HCA and GID index).
     fn tuned_nodes() -> Vec<Facts> {
-        let mut roce = with_rdma(
-            healthy(),
-            vec![
-                rdma_device(
-                    "mlx5_0",
-                    "mlx5_core",
-                    "0000:19:00.0",
-                    "/sys/devices/x/0000:19:00.0",
-                    "ACTIVE",
-                    "Ethernet",
-                ),
-                rdma_device(
-                    "mlx5_1",
-                    "mlx5_core",
-                    "0000:9a:00.0",
-                    "/sys/devices/y/0000:9a:00.0",
-                    "DOWN",
-                    "Ethernet",
-                ),
-            ],
-        );
+        let mut roce = roce_two_nics("DOWN");
         if let Observed::Value(d) = &mut roce.rdma.devices {
             d[0].ports[0].gids = vec![crate::facts::rdma::Gid {
                 index: 3,
