@@ -191,9 +191,9 @@ impl Shared {
 
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
 /// Until the image's libraries have answered cleanly, a run first probes them in a
-/// child process (`probe`) and leaves their facts in `probed`; the run and every later
-/// one reuse them instead of loading the libraries here. Where the child fails, the run
-/// loads them itself and keeps what it found.
+/// child process (`probe`) and judges what the child found; once they answer cleanly
+/// their facts stay in `probed` and later runs reuse them. Where the child fails, the
+/// run loads them itself and keeps what it found.
 fn run_once(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
@@ -204,16 +204,20 @@ fn run_once(
     let started = Instant::now();
     // nccl-preflight's own image loads none of them: nothing to keep out of this process.
     let trainer = args.check.gather.image == crate::cli::ImageArg::Trainer;
+    let mut this_run = probed.clone();
     if probed.is_none() && args.check.facts.is_none() && trainer {
         match probe::in_child(&args.check.gather, env) {
-            Ok(found) => *probed = found,
+            Ok(facts) => {
+                this_run = Some(Probed::of(&facts));
+                *probed = Probed::settled(&facts);
+            }
             Err(e) => crate::diagnostic::line(format_args!(
                 "nccl-preflight: probing the image's libraries in a child process: {e:#}; loading them in this process"
             )),
         }
     }
     let outcome =
-        crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref());
+        crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, this_run.as_ref());
     let mut next = Snapshot {
         took: started.elapsed(),
         runs,
@@ -235,7 +239,8 @@ fn run_once(
                     failures.join("; ")
                 ));
             }
-            if probed.is_none() && !hung {
+            // Where no child probed them, this run loaded the libraries itself.
+            if this_run.is_none() && !hung {
                 *probed = Probed::settled(&report.facts);
             }
             next.report = Some(report);

@@ -6,12 +6,12 @@
 //! `--memreg-size` in the server too. So the first run executes this same binary as
 //! `nccl-preflight facts`, with the server's gather flags and environment, reads the
 //! facts it prints, and keeps the library facts (`gather::Probed`); the server's own
-//! runs then read NVML, sysfs, procfs and the device nodes only. A child that fails
-//! leaves the server to load the libraries itself, as it did before.
+//! runs then read NVML, sysfs, procfs and the device nodes only. A library that failed
+//! in the child (a broken net plugin) is probed again by a child on the next run, never
+//! by the server. A child that fails leaves the server to load the libraries itself.
 
 use crate::cli::{GatherArgs, ImageArg, Switch};
 use crate::facts::Facts;
-use crate::gather::Probed;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -71,10 +71,10 @@ fn limit(args: &GatherArgs) -> Duration {
     args.timeout.saturating_mul(4) + Duration::from_secs(30)
 }
 
-/// Runs `nccl-preflight facts` as a child with `args` and `env`, and returns the library
-/// facts it found, `None` when a library did not answer (tried again on the next run).
+/// Runs `nccl-preflight facts` as a child with `args` and `env`, and returns the facts
+/// it gathered (`Probed::of` for the run at hand, `Probed::settled` for the ones after).
 /// `--trace` lines of the child go to this process's standard error.
-pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Option<Probed>> {
+pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts> {
     let exe = std::env::current_exe().context("finding this executable to run `facts`")?;
     let child = Command::new(&exe)
         .args(facts_argv(args))
@@ -108,7 +108,7 @@ pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Optio
     let facts: Facts = serde_json::from_str::<serde_json::Value>(&finished.stdout)
         .and_then(serde_json::from_value)
         .context("`facts` printed no facts document")?;
-    Ok(Probed::settled(&facts))
+    Ok(facts)
 }
 
 #[cfg(test)]

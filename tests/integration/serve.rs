@@ -600,3 +600,48 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
     assert!(answered > 0, "no client of a thousand was answered");
     assert_eq!(get(&server, "/healthz").0, 200);
 }
+
+/// A net plugin that fails to load is probed again on every run, as a failed probe
+/// should be, but by a child each time: the server itself still never maps libnccl or
+/// the plugin, and each run reports the failure.
+#[test]
+fn a_failing_net_plugin_is_retried_each_run_in_a_child_never_in_the_server() {
+    let dir = crate::support::scratch("serve-plugin-retried");
+    let log = dir.join("loads");
+    let server = start_command(fixture_command(
+        "rdma-plugin-broken",
+        "serve",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1s",
+            "--cuda",
+            "off",
+        ],
+        &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
+    ));
+    wait_for(&server, "/metrics", |_, m| runs(m) >= 3);
+    let loads = std::fs::read_to_string(&log).unwrap();
+    // The fake libnccl logs each load (the broken plugin logs nothing).
+    let nccl_loads = loads.lines().filter(|l| *l == "libnccl").count();
+    assert!(nccl_loads >= 3, "one retry per run:\n{loads}");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
+    assert!(
+        !maps.contains("libnccl"),
+        "the server mapped libnccl or its plugin:\n{maps}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&get(&server, "/report").2).unwrap();
+    assert_eq!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "nccl-net-plugin")
+            .unwrap()["status"],
+        "fail",
+        "{report:#}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

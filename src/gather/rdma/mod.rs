@@ -66,12 +66,18 @@ impl Probed {
             || matches!(rdma.libfabric.state, LibraryState::Failed(_))
             || matches!(rdma.nccl.library.state, LibraryState::Failed(_))
             || rdma.nccl.net_plugin.error().is_some();
-        (!failed).then(|| Probed {
+        (!failed).then(|| Probed::of(rdma))
+    }
+
+    /// The library facts of a run as they are, failures included: for reuse by one run
+    /// (`serve`'s run whose libraries a child process probed), not kept.
+    pub fn of(rdma: &RdmaFacts) -> Probed {
+        Probed {
             verbs: rdma.verbs.state.clone(),
             fabric: rdma.libfabric.state.clone(),
             fabric_attempts: rdma.libfabric_attempts.clone(),
             nccl: rdma.nccl.clone(),
-        })
+        }
     }
 
     fn libraries(&self) -> Libraries {
