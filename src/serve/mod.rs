@@ -278,6 +278,29 @@ fn without_cuda(args: &ServeArgs) -> ServeArgs {
     args
 }
 
+/// One malloc arena for the whole server. glibc gives each thread that allocates
+/// while another holds the lock an arena of its own, and keeps what the thread freed
+/// there: with the fake NVML, serve's anonymous memory was 2.7 MB with an arena per
+/// thread and 1.7 MB with one. serve's threads are idle nearly all the time, so sharing
+/// one arena costs them nothing.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes the allocator's tunables; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Gives the memory a run freed back to the kernel, so serve stays at its size between
+/// runs instead of keeping its largest run's heap.
+fn hand_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's own heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The check thread: a run every --interval, or at once after a new XID event,
 /// until STOP.
 fn start_checks(
@@ -297,6 +320,7 @@ fn start_checks(
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
                     return;
                 }
+                hand_back_freed_memory();
                 let next = Instant::now() + args.interval;
                 while !STOP.load(Ordering::Relaxed)
                     && Instant::now() < next
@@ -322,6 +346,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("serve --listen {}", args.listen))?;
     install_signal_handlers()?;
+    one_malloc_arena();
     // Log lines never panic: stderr may be a closed pipe.
     let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
     log(format!(
