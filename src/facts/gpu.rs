@@ -189,10 +189,14 @@ pub struct NvmlGpu {
     pub numa_node: Observed<u32>,
     /// NUMA nodes close to the GPU (nvmlDeviceGetMemoryAffinity), nvidia-smi's
     /// "NUMA Affinity", as a list like "0" or "0-1".
-    #[serde(default = "numa_affinity_not_saved")]
-    pub numa_affinity: Observed<String>,
-    /// CPUs closest to the GPU, as a CPU list (`0-47,96-143`).
-    pub cpu_affinity: Observed<String>,
+    /// Absent where not read: the gates (`check`, `probe`, `init`) leave the facts no
+    /// check judges unread; `doctor`, `facts` and `serve` read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_affinity: Option<Observed<String>>,
+    /// CPUs closest to the GPU, as a CPU list (`0-47,96-143`). Absent where not read, as
+    /// `numa_affinity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_affinity: Option<Observed<String>>,
     pub persistence_mode: Observed<bool>,
     /// MIG mode currently enabled.
     pub mig_mode: Observed<bool>,
@@ -273,13 +277,6 @@ fn no_nvswitch_seen(o: &Observed<Vec<String>>) -> bool {
     o.value().is_some_and(Vec::is_empty)
 }
 
-fn numa_affinity_not_saved() -> Observed<String> {
-    Observed::Error(crate::facts::FactError::new(
-        "nvmlDeviceGetMemoryAffinity",
-        "not in these saved facts",
-    ))
-}
-
 fn recovery_action_not_saved() -> Observed<u32> {
     Observed::Error(crate::facts::FactError::new(
         "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
@@ -319,14 +316,21 @@ pub struct NvLink {
 pub struct GpuPair {
     pub a: u32,
     pub b: u32,
-    /// nvmlDeviceGetTopologyCommonAncestor: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM.
-    pub common_ancestor: Observed<String>,
-    /// nvmlDeviceGetP2PStatus per capability.
+    /// nvmlDeviceGetTopologyCommonAncestor: INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE,
+    /// SYSTEM. Absent where not read: the gates read it only for GPUs that share no
+    /// NVLink (the pair's link is NV<n> otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_ancestor: Option<Observed<String>>,
+    /// nvmlDeviceGetP2PStatus per capability: read and write (what gpu-p2p judges) always,
+    /// the others where read (`doctor`, `facts` and `serve`; absent from the gates).
     pub p2p_read: Observed<P2pStatus>,
     pub p2p_write: Observed<P2pStatus>,
-    pub p2p_nvlink: Observed<P2pStatus>,
-    pub p2p_atomics: Observed<P2pStatus>,
-    pub p2p_prop: Observed<P2pStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p_nvlink: Option<Observed<P2pStatus>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p_atomics: Option<Observed<P2pStatus>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p_prop: Option<Observed<P2pStatus>>,
 }
 
 /// What nvmlDeviceGetP2PStatus answers for one capability of a pair (nvml.h

@@ -323,7 +323,7 @@ mod tests {
             g.nvlinks.clear();
         }
         for p in &mut nvml(&mut f).pairs {
-            p.common_ancestor = Observed::Value("SYSTEM".into());
+            p.common_ancestor = Some(Observed::Value("SYSTEM".into()));
             p.p2p_read = Observed::Value(P2pStatus::TopologyNotSupported);
         }
         let finding = judge(&f, &Policy::default());

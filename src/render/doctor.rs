@@ -272,11 +272,18 @@ fn nvml_section(out: &mut String, gpus: &GpuFacts) {
             let extra = [
                 (
                     "CPU Affinity",
-                    col(&|g| val(g.cpu_affinity.value().cloned())),
+                    col(&|g| val(g.cpu_affinity.as_ref().and_then(|o| o.value()).cloned())),
                 ),
                 (
                     "NUMA Affinity",
-                    col(&|g| val(g.numa_affinity.value().filter(|s| !s.is_empty()).cloned())),
+                    col(&|g| {
+                        val(g
+                            .numa_affinity
+                            .as_ref()
+                            .and_then(|o| o.value())
+                            .filter(|s| !s.is_empty())
+                            .cloned())
+                    }),
                 ),
                 ("Bus", col(&|g| val(g.pci_bus_id.value().cloned()))),
                 ("Name", col(&|g| val(g.name.value().cloned()))),

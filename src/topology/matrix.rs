@@ -57,7 +57,7 @@ pub fn link_label(facts: &NvmlFacts, a: u32, b: u32) -> String {
         return format!("NV{n}");
     }
     pair(facts, a, b)
-        .and_then(|p| p.common_ancestor.value())
+        .and_then(|p| p.common_ancestor.as_ref()?.value())
         .map_or("?".into(), |l| pcie_label(l).to_string())
 }
 
@@ -89,8 +89,8 @@ pub(crate) mod fixtures {
             compute_capability: Observed::Value("9.0".into()),
             memory_bytes: Observed::Value(150_754_820_096),
             numa_node: Observed::Value(0),
-            numa_affinity: Observed::Value("0".into()),
-            cpu_affinity: Observed::Value("0-31".into()),
+            numa_affinity: Some(Observed::Value("0".into())),
+            cpu_affinity: Some(Observed::Value("0-31".into())),
             persistence_mode: Observed::Value(true),
             mig_mode: Observed::Value(false),
             nvlink_speed_mbps: Observed::Value(26562),
@@ -135,12 +135,12 @@ pub(crate) mod fixtures {
         GpuPair {
             a,
             b,
-            common_ancestor: Observed::Value(ancestor.to_string()),
+            common_ancestor: Some(Observed::Value(ancestor.to_string())),
             p2p_read: v(read),
             p2p_write: v(write),
-            p2p_nvlink: v(if read == "OK" { "OK" } else { "NS" }),
-            p2p_atomics: v(read),
-            p2p_prop: v(read),
+            p2p_nvlink: Some(v(if read == "OK" { "OK" } else { "NS" })),
+            p2p_atomics: Some(v(read)),
+            p2p_prop: Some(v(read)),
         }
     }
 
@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(link_label(&f, 0, 1), "NV2");
         assert_eq!(link_label(&f, 1, 0), "PHB");
         f.gpus[0].nvlinks.clear();
-        f.pairs[0].common_ancestor = crate::facts::Observed::Value("SINGLE".into());
+        f.pairs[0].common_ancestor = Some(crate::facts::Observed::Value("SINGLE".into()));
         assert_eq!(link_label(&f, 0, 1), "PIX");
         assert_eq!(link_label(&f, 0, 7), "?");
         assert!(!has_nvlink(&f));
@@ -237,7 +237,7 @@ impl<'a> Index<'a> {
             return format!("NV{n}");
         }
         self.pair(a, b)
-            .and_then(|p| p.common_ancestor.value())
+            .and_then(|p| p.common_ancestor.as_ref()?.value())
             .map_or("?".into(), |l| pcie_label(l).to_string())
     }
 }
@@ -284,8 +284,11 @@ fn square(order: &[u32], index: &Index<'_>, cell: impl Fn(&GpuPair) -> String) -
     })
 }
 
-fn status(o: &crate::facts::Observed<crate::facts::gpu::P2pStatus>) -> String {
-    o.value().map_or("?", |s| s.label()).to_string()
+/// A status's label; "?" where it failed or was not read.
+fn status(o: Option<&crate::facts::Observed<crate::facts::gpu::P2pStatus>>) -> String {
+    o.and_then(|o| o.value())
+        .map_or("?", |s| s.label())
+        .to_string()
 }
 
 pub fn matrices(facts: &NvmlFacts) -> Matrices {
@@ -299,12 +302,12 @@ pub fn matrices(facts: &NvmlFacts) -> Matrices {
     Matrices {
         gpus_left_out: facts.gpus.len() - order.len(),
         topology: grid(&order, |a, b| index.link_label(a, b)),
-        p2p_read: square(&order, &index, |p| status(&p.p2p_read)),
-        p2p_write: square(&order, &index, |p| status(&p.p2p_write)),
-        p2p_nvlink: square(&order, &index, |p| status(&p.p2p_nvlink)),
-        p2p_atomics: square(&order, &index, |p| status(&p.p2p_atomics)),
+        p2p_read: square(&order, &index, |p| status(Some(&p.p2p_read))),
+        p2p_write: square(&order, &index, |p| status(Some(&p.p2p_write))),
+        p2p_nvlink: square(&order, &index, |p| status(p.p2p_nvlink.as_ref())),
+        p2p_atomics: square(&order, &index, |p| status(p.p2p_atomics.as_ref())),
         p2p_read_write: square(&order, &index, |p| {
-            let (r, w) = (status(&p.p2p_read), status(&p.p2p_write));
+            let (r, w) = (status(Some(&p.p2p_read)), status(Some(&p.p2p_write)));
             if r != "OK" { r } else { w }
         }),
         gpus: order,

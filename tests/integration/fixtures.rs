@@ -285,7 +285,21 @@ fn fake_libraries_report_what_nvidia_smi_would() {
     let nvml = &r["facts"]["gpus"]["nvml"]["state"]["loaded"];
     assert_eq!(nvml["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(nvml["gpus"][0]["pci_bus_id"]["value"], "0000:10:1c.0");
-    assert_eq!(nvml["gpus"][4]["cpu_affinity"]["value"], "24-47,72-95");
+    // The gate leaves what no check judges unread: the CPU affinity, the P2P
+    // capabilities past read and write, and the PCIe path of GPUs that share NVLink.
+    assert!(nvml["gpus"][4].get("cpu_affinity").is_none());
+    assert!(nvml["pairs"][0].get("p2p_atomics").is_none());
+    assert!(nvml["pairs"][0].get("common_ancestor").is_none());
+    assert_eq!(nvml["pairs"][0]["p2p_read"]["value"], "OK");
+    // `facts` reads them all.
+    let out = fixture_command("gpu-p4d-a100", "facts", &[], &[])
+        .output()
+        .unwrap();
+    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let all = &facts["gpus"]["nvml"]["state"]["loaded"];
+    assert_eq!(all["gpus"][4]["cpu_affinity"]["value"], "24-47,72-95");
+    assert_eq!(all["pairs"][0]["p2p_atomics"]["value"], "OK");
+    assert_eq!(all["pairs"][0]["common_ancestor"]["value"], "SINGLE");
     assert_eq!(nvml["gpus"][0]["nvlink_speed_mbps"]["value"], 25000);
     assert_eq!(
         nvml["gpus"][0]["nvlinks"][11]["remote_type"]["value"],

@@ -622,20 +622,14 @@ fn numa_affinity(
     index: u32,
     device: &Device<'_>,
     unjudged: bool,
-) -> Observed<String> {
+) -> Option<Observed<String>> {
     if !unjudged {
-        return Observed::Error(FactError::new(
-            "nvmlDeviceGetMemoryAffinity",
-            "not read: no check judges it (doctor, facts and serve read it)",
-        ));
+        return None;
     }
     let call = format!("nvmlDeviceGetMemoryAffinity(GPU {index})");
     // One word holds 64 NUMA nodes; scope 0 is NVML_AFFINITY_SCOPE_NODE.
-    observed(
-        &call,
-        watch.call(call.clone(), || device.memory_affinity(1, 0)),
-    )
-    .map(|words| cpu_list(&words))
+    let words = watch.call(call.clone(), || device.memory_affinity(1, 0));
+    Some(observed(&call, words).map(|words| cpu_list(&words)))
 }
 
 fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bool) -> NvmlGpu {
@@ -688,8 +682,11 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         memory_bytes: ask!("nvmlDeviceGetMemoryInfo_v2", device.memory_info()).map(|m| m.total),
         numa_node: ask!("nvmlDeviceGetNumaNodeId", device.numa_node_id()),
         numa_affinity: numa_affinity(watch, index, device, unjudged),
-        cpu_affinity: ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16))
-            .map(|words| cpu_list(&words)),
+        // Not judged: the gates leave it unread (14.6 ms on the 2x H200: NVML builds its
+        // topology on the first such query).
+        cpu_affinity: unjudged.then(|| {
+            ask!("nvmlDeviceGetCpuAffinity", device.cpu_affinity(16)).map(|words| cpu_list(&words))
+        }),
         persistence_mode: ask!(
             "nvmlDeviceGetPersistenceMode",
             device.is_in_persistent_mode()
@@ -712,7 +709,23 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
     }
 }
 
-fn pair(watch: &Watch, nvml: &Nvml, a: (u32, &Device<'_>), b: (u32, &Device<'_>)) -> GpuPair {
+/// What to read of a pair beyond the P2P read and write status gpu-p2p judges.
+struct PairReads {
+    /// The other P2P capabilities (doctor's matrices).
+    all_p2p: bool,
+    /// The PCIe path: judged only where the two GPUs share no NVLink (the link label
+    /// is NV<n> otherwise). NVML's first topology query builds its topology: 18.9 ms of
+    /// the 2x H200's `check --cuda off`.
+    common_ancestor: bool,
+}
+
+/// One ordered pair of GPUs.
+fn pair(
+    watch: &Watch,
+    nvml: &Nvml,
+    (a, b): ((u32, &Device<'_>), (u32, &Device<'_>)),
+    reads: &PairReads,
+) -> GpuPair {
     let p2p = |index: P2pCapabilitiesIndex, label: &str| {
         let name = format!("nvmlDeviceGetP2PStatus(GPU {}, GPU {}, {label})", a.0, b.0);
         observed(
@@ -729,19 +742,29 @@ fn pair(watch: &Watch, nvml: &Nvml, a: (u32, &Device<'_>), b: (u32, &Device<'_>)
         a: a.0,
         b: b.0,
         // nvml-wrapper takes the other device by value, so it gets a handle of its own.
-        common_ancestor: observed(
-            &name,
-            watch.call(name.clone(), || {
-                nvml.device_by_index(b.0)
-                    .and_then(|other| a.1.topology_common_ancestor(other))
-            }),
-        )
-        .map(|t| topology_label(&t).to_string()),
+        common_ancestor: reads.common_ancestor.then(|| {
+            observed(
+                &name,
+                watch.call(name.clone(), || {
+                    nvml.device_by_index(b.0)
+                        .and_then(|other| a.1.topology_common_ancestor(other))
+                }),
+            )
+            .map(|t| topology_label(&t).to_string())
+        }),
         p2p_read: p2p(P2pCapabilitiesIndex::Read, "read"),
         p2p_write: p2p(P2pCapabilitiesIndex::Write, "write"),
-        p2p_nvlink: p2p(P2pCapabilitiesIndex::NvLink, "nvlink"),
-        p2p_atomics: p2p(P2pCapabilitiesIndex::Atomics, "atomics"),
-        p2p_prop: p2p(P2pCapabilitiesIndex::Prop, "prop"),
+        // Not judged: a P2P status costs 1.7 ms per pair and capability on the 2x H200,
+        // and an 8-GPU node has 56 pairs.
+        p2p_nvlink: reads
+            .all_p2p
+            .then(|| p2p(P2pCapabilitiesIndex::NvLink, "nvlink")),
+        p2p_atomics: reads
+            .all_p2p
+            .then(|| p2p(P2pCapabilitiesIndex::Atomics, "atomics")),
+        p2p_prop: reads
+            .all_p2p
+            .then(|| p2p(P2pCapabilitiesIndex::Prop, "prop")),
     }
 }
 
@@ -759,8 +782,8 @@ fn lost_gpu(index: u32, call: &str, e: &NvmlError) -> NvmlGpu {
         compute_capability: lost(call, e),
         memory_bytes: lost(call, e),
         numa_node: lost(call, e),
-        numa_affinity: lost(call, e),
-        cpu_affinity: lost(call, e),
+        numa_affinity: Some(lost(call, e)),
+        cpu_affinity: Some(lost(call, e)),
         persistence_mode: lost(call, e),
         mig_mode: lost(call, e),
         nvlink_speed_mbps: lost(call, e),
@@ -772,6 +795,33 @@ fn lost_gpu(index: u32, call: &str, e: &NvmlError) -> NvmlGpu {
         read_paths: Default::default(),
         health: None,
     }
+}
+
+/// Every ordered pair of the GPUs NVML gave a handle for.
+fn pairs(
+    watch: &Watch,
+    nvml: &Nvml,
+    devices: &[(u32, Device<'_>)],
+    gpus: &[NvmlGpu],
+    unjudged: bool,
+) -> Vec<GpuPair> {
+    let mut pairs = Vec::new();
+    let by_index = |i: u32| gpus.iter().find(|g| g.index == i);
+    for (ia, da) in devices {
+        for (ib, db) in devices {
+            if ia != ib {
+                let nvlinked = by_index(*ia)
+                    .zip(by_index(*ib))
+                    .is_some_and(|(ga, gb)| crate::topology::matrix::nvlinks_between(ga, gb) > 0);
+                let reads = PairReads {
+                    all_p2p: unjudged,
+                    common_ancestor: unjudged || !nvlinked,
+                };
+                pairs.push(pair(watch, nvml, ((*ia, da), (*ib, db)), &reads));
+            }
+        }
+    }
+    pairs
 }
 
 /// Loads NVML from `library` and reads every GPU fact (those no check judges, the
@@ -828,14 +878,7 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
             }
         }
     }
-    let mut pairs = Vec::new();
-    for (ia, da) in &devices {
-        for (ib, db) in &devices {
-            if ia != ib {
-                pairs.push(pair(watch, &nvml, (*ia, da), (*ib, db)));
-            }
-        }
-    }
+    let pairs = pairs(watch, &nvml, &devices, &gpus, unjudged);
     Outcome::Loaded(NvmlFacts {
         driver_version: observed(
             "nvmlSystemGetDriverVersion",
