@@ -4,11 +4,28 @@
 //! test asserts how fast the tool is (CI is a loaded 2-core machine).
 
 use std::io::Read;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The longest any test waits for the binary to exit.
 pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Waits for `child` to exit, as `Child::wait` does, but kills it with SIGKILL and fails
+/// the test if it has not exited within [`WAIT`].
+pub fn wait_within(child: &mut Child, what: &str) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > WAIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} never exited within {WAIT:?} (killed)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Runs `cmd` as `Command::output` does (stdin empty, stdout and stderr captured), but
 /// kills it with SIGKILL and fails the test if it has not exited within [`WAIT`].
@@ -28,18 +45,7 @@ pub fn output_within(cmd: &mut Command, what: &str) -> Output {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > WAIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} never exited within {WAIT:?} (killed)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_within(&mut child, what);
     Output {
         status,
         stdout: out.join().unwrap(),

@@ -224,7 +224,8 @@ fn memory_stays_flat_while_streaming() {
     stdin.flush().unwrap();
     let peak_end = peak_rss_kib(pid);
     drop(stdin);
-    assert!(child.wait().unwrap().success());
+    let status = crate::bounded::wait_within(&mut child, "explain-log after its input ended");
+    assert!(status.success());
     assert!(
         peak_end <= peak_after_64m + 2048,
         "peak RSS grew from {peak_after_64m} KiB to {peak_end} KiB"
@@ -336,7 +337,8 @@ fn memory_stays_bounded_with_distinct_communicators_and_ranks() {
     stdin.flush().unwrap();
     let peak_end = peak_rss_kib(pid);
     drop(stdin);
-    assert!(child.wait().unwrap().success());
+    let status = crate::bounded::wait_within(&mut child, "explain-log after its input ended");
+    assert!(status.success());
     // The caps (README, explain-log): 1,024 communicators, 64 ranks sampled and
     // 65,536 counted per communicator.
     assert!(
