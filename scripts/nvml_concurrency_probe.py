@@ -7,12 +7,8 @@ src/gather/gpu/nvml.rs stays serial on what this found (tests/data/h200x2/fast-p
 Usage: nvml_concurrency_probe.py            (first handles serial, then both ways)
        PAR_FIRST=1 nvml_concurrency_probe.py  (the first handles and fields from threads)"""
 import ctypes, threading, time, statistics
-N = ctypes.CDLL("libnvidia-ml.so.1")
-class Value(ctypes.Union):
-    _fields_ = [("dVal", ctypes.c_double), ("ullVal", ctypes.c_ulonglong)]
-class FV(ctypes.Structure):
-    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
-                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int), ("value", Value)]
+# NVML and nvmlFieldValue_t as the field-values probe declares them (same folder).
+from nvml_fields_probe import NVML as N, FieldValue as FV
 t = time.perf_counter(); assert N.nvmlInit_v2() == 0; print(f"init {1e3*(time.perf_counter()-t):.1f} ms")
 n = ctypes.c_uint(); N.nvmlDeviceGetCount_v2(ctypes.byref(n))
 def handle(i):

@@ -5,12 +5,8 @@ not part of CI. Result: tests/data/h200x2/fast-path/nvml-field-cost.txt.
 
 Usage: nvml_field_cost.py"""
 import ctypes, time, statistics
-N = ctypes.CDLL("libnvidia-ml.so.1")
-class Value(ctypes.Union):
-    _fields_ = [("dVal", ctypes.c_double), ("ullVal", ctypes.c_ulonglong)]
-class FV(ctypes.Structure):
-    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
-                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int), ("value", Value)]
+# NVML and nvmlFieldValue_t as the field-values probe declares them (same folder).
+from nvml_fields_probe import NVML as N, FieldValue as FV
 assert N.nvmlInit_v2() == 0
 n = ctypes.c_uint(); N.nvmlDeviceGetCount_v2(ctypes.byref(n))
 hs = []
