@@ -26,11 +26,20 @@ pub struct NcclLine<'a> {
 impl<'a> NcclLine<'a> {
     /// Host name (as NCCL printed it, up to the first `.`) and pid, when the prefix has them.
     pub fn host_pid(&self) -> Option<(&'a str, u32)> {
-        self.prefix
-            .split_whitespace()
-            .rev()
-            .take(4)
-            .find_map(host_pid)
+        // Byte searches from the end: a prefix can be 64 KiB (issue 31: 60 KB
+        // host names), and char-wise reverse splitting made the whole read slow.
+        let mut rest = self.prefix.trim_end_matches([' ', '\t']);
+        for _ in 0..4 {
+            let start = memchr::memrchr2(b' ', b'\t', rest.as_bytes()).map_or(0, |i| i + 1);
+            if let Some(found) = host_pid(&rest[start..]) {
+                return Some(found);
+            }
+            if start == 0 {
+                return None;
+            }
+            rest = rest[..start - 1].trim_end_matches([' ', '\t']);
+        }
+        None
     }
 
     pub fn host(&self) -> Option<&'a str> {
@@ -57,15 +66,18 @@ impl<'a> NcclLine<'a> {
 
 /// Splits `host:pid:tid`, dropping launcher prefixes glued to the host (`[default0]:vm`).
 fn host_pid(token: &str) -> Option<(&str, u32)> {
-    let mut parts = token.rsplitn(3, ':');
-    let tid = parts.next()?;
-    let pid = parts.next()?;
-    let host = parts.next()?;
-    if tid.is_empty() || !tid.bytes().all(|b| b.is_ascii_digit()) {
+    let bytes = token.as_bytes();
+    let tid_at = memchr::memrchr(b':', bytes)?;
+    let pid_at = memchr::memrchr(b':', &bytes[..tid_at])?;
+    let tid = &bytes[tid_at + 1..];
+    if tid.is_empty() || !tid.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let pid: u32 = pid.parse().ok()?;
-    let host = host.rsplit([']', '>']).next()?.trim_start_matches(':');
+    let pid: u32 = token[pid_at + 1..tid_at].parse().ok()?;
+    let host = &token[..pid_at];
+    // `]` and `>` are ASCII: the byte after one is a char boundary.
+    let from = memchr::memrchr2(b']', b'>', host.as_bytes()).map_or(0, |i| i + 1);
+    let host = host[from..].trim_start_matches(':');
     (!host.is_empty()).then_some((host, pid))
 }
 

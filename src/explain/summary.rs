@@ -19,13 +19,33 @@ const MAX_RANK_BITS: u32 = 65_536;
 const MAX_EXAMPLES: usize = 3;
 /// Longest message text kept in a set or example.
 const MAX_TEXT: usize = 512;
+/// Longest host name kept: Linux allows 64 bytes (HOST_NAME_MAX), Kubernetes
+/// pod names 253; longer is not a host name NCCL printed.
+const MAX_HOST: usize = 255;
+/// Bytes of text one summary keeps in all (issue 31: caps that counted
+/// entries let 60 KB host names take 1.17 GB for a 1 GB log). What does not
+/// fit is counted in `dropped`.
+pub const MAX_KEPT_BYTES: usize = 8 << 20;
 
 fn clip(text: &str) -> String {
-    let mut end = text.len().min(MAX_TEXT);
+    clip_to(text, MAX_TEXT)
+}
+
+fn clip_to(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+/// Charges `bytes` to the summary's text budget; false when it is spent.
+fn charge(kept: &mut usize, bytes: usize) -> bool {
+    if *kept + bytes > MAX_KEPT_BYTES {
+        return false;
+    }
+    *kept += bytes;
+    true
 }
 
 /// One rank of a communicator.
@@ -117,12 +137,13 @@ impl Examples {
     }
 }
 
-fn insert_capped(set: &mut BTreeSet<String>, value: &str, dropped: &mut u64) {
+fn insert_capped(set: &mut BTreeSet<String>, value: &str, dropped: &mut u64, kept: &mut usize) {
     if set.contains(value) {
         return;
     }
-    if set.len() < MAX_SET {
-        set.insert(clip(value));
+    let value = clip(value);
+    if set.len() < MAX_SET && charge(kept, value.len()) {
+        set.insert(value);
     } else {
         *dropped += 1;
     }
@@ -197,8 +218,11 @@ pub struct LogSummary {
     pub transport_examples: BTreeMap<String, Examples>,
     #[serde(skip)]
     pub setting_examples: BTreeMap<String, Examples>,
-    /// Values that did not fit a capped set or map.
+    /// Values that did not fit a capped set or map, or the text budget.
     pub dropped: u64,
+    /// Bytes of text kept, against `MAX_KEPT_BYTES`.
+    #[serde(skip)]
+    kept: usize,
     #[serde(skip)]
     comm_by_pointer: BTreeMap<(Option<String>, Option<u32>, String), String>,
     #[serde(skip)]
@@ -231,7 +255,12 @@ impl LogSummary {
     pub fn bare_version(&mut self, version: &str) {
         self.nccl_lines += 1;
         if let Some(v) = version.split_whitespace().next() {
-            insert_capped(&mut self.nccl_versions, v, &mut self.dropped);
+            insert_capped(
+                &mut self.nccl_versions,
+                v,
+                &mut self.dropped,
+                &mut self.kept,
+            );
         }
     }
 
@@ -245,7 +274,13 @@ impl LogSummary {
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         if let Some(proxied) = transport::normalize_into(m, &mut scratch) {
-            let room = self.transport_counts.len() < MAX_SET;
+            if scratch.len() > MAX_TEXT {
+                scratch = clip(&scratch);
+            }
+            let fresh = !self.transport_counts.contains_key(scratch.as_str());
+            // A new name costs its bytes twice (counts and examples) and three examples.
+            let room = self.transport_counts.len() < MAX_SET
+                && (!fresh || charge(&mut self.kept, 2 * scratch.len() + 3 * MAX_TEXT));
             match self.transport_counts.get_mut(scratch.as_str()) {
                 Some(n) => *n += 1,
                 None if room => {
@@ -253,7 +288,6 @@ impl LogSummary {
                 }
                 None => self.dropped += 1,
             }
-            let room = self.transport_examples.len() < MAX_SET;
             match self.transport_examples.get_mut(scratch.as_str()) {
                 Some(examples) => examples.keep(line_no, m),
                 None if room => {
@@ -274,23 +308,58 @@ impl LogSummary {
     fn info(&mut self, line_no: u64, line: &NcclLine<'_>) {
         let m = line.message;
         if let Some(v) = m.strip_prefix("NCCL version ") {
-            insert_capped(&mut self.nccl_versions, v.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.nccl_versions,
+                v.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(v) = m.strip_prefix("cudaDriverVersion ") {
-            insert_capped(&mut self.cuda_driver_versions, v.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.cuda_driver_versions,
+                v.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(rest) = m.strip_prefix("NET/Plugin") {
             self.plugin_line(rest);
         } else if let Some(path) = m.strip_prefix("Plugin Path : ") {
-            insert_capped(&mut self.plugins.paths, path.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.paths,
+                path.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(name) = m.strip_prefix("P2P plugin ") {
             // HPC-X / nccl-rdma-sharp-plugins announce their net plugin as
             // `P2P plugin IBext` (or `IBext_v8`) after `Plugin Path : ...`.
-            insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.loaded,
+                name.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(net) = m.strip_prefix("Failed to initialize NET plugin ") {
-            insert_capped(&mut self.plugins.failed, net.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.failed,
+                net.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(net) = m.strip_prefix("Initialized NET plugin ") {
-            insert_capped(&mut self.plugins.initialized, net.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.initialized,
+                net.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(net) = m.strip_prefix("Using network ") {
-            insert_capped(&mut self.networks, net.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.networks,
+                net.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(rest) = m
             .strip_prefix("NET/IB : Using ")
             .or_else(|| m.strip_prefix("NET/IBext : Using "))
@@ -302,13 +371,19 @@ impl LogSummary {
                     &mut self.ib_devices,
                     rest.split(';').next().unwrap_or(rest).trim(),
                     &mut self.dropped,
+                    &mut self.kept,
                 );
             }
         } else if let Some(rest) = m.strip_prefix("NET/Socket : Using ") {
-            insert_capped(&mut self.socket_interfaces, rest.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.socket_interfaces,
+                rest.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(ofi) = m.strip_prefix("NET/OFI") {
             self.ofi_line(ofi.trim_start());
-            insert_capped(&mut self.ofi_lines, m, &mut self.dropped);
+            insert_capped(&mut self.ofi_lines, m, &mut self.dropped, &mut self.kept);
         } else if let Some(at) = m
             .starts_with("NCCL_")
             .then(|| m.find(" set by environment to "))
@@ -321,6 +396,7 @@ impl LogSummary {
                     &mut self.path_types,
                     t.trim_end_matches(','),
                     &mut self.dropped,
+                    &mut self.kept,
                 );
             }
         } else if !self.nvlink_in_topology
@@ -341,24 +417,45 @@ impl LogSummary {
             // (src/plugin/plugin_open.cc:107 at v2.28.9-1: names, then ". " and the fallback).
             let libs = libs.split(". ").next().unwrap_or(libs);
             for lib in libs.split_whitespace() {
-                insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+                insert_capped(
+                    &mut self.plugins.not_found,
+                    lib,
+                    &mut self.dropped,
+                    &mut self.kept,
+                );
             }
         } else if let Some(lib) = rest.strip_prefix("No plugin found (") {
             // 2.4 to 2.16: `No plugin found (libnccl-net.so), using internal
             // implementation` (src/init.cc:63 at v2.5.6-1, src/net.cc:125 at v2.12.12-1).
             let lib = lib.split(')').next().unwrap_or(lib);
-            insert_capped(&mut self.plugins.not_found, lib, &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.not_found,
+                lib,
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if rest.starts_with("No plugin found") {
             // 2.17-2.18 print no name (src/net.cc:180 at v2.18.1-1).
             insert_capped(
                 &mut self.plugins.not_found,
                 "(name not printed)",
                 &mut self.dropped,
+                &mut self.kept,
             );
         } else if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
-            insert_capped(&mut self.plugins.loaded, name.trim(), &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.loaded,
+                name.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if rest.contains("oaded") {
-            insert_capped(&mut self.plugins.loaded, rest, &mut self.dropped);
+            insert_capped(
+                &mut self.plugins.loaded,
+                rest,
+                &mut self.dropped,
+                &mut self.kept,
+            );
         }
     }
 
@@ -366,13 +463,16 @@ impl LogSummary {
     /// where " set by environment to " starts).
     fn setting_line(&mut self, line_no: u64, m: &str, at: usize) {
         let name = &m[..at];
-        if !name.contains(' ') {
+        if !name.contains(' ') && name.len() <= MAX_TEXT {
             let value = m[at + 23..].trim_end();
             // NCCL_PARAM prints "to %s." with a period; plain getenv reports do not.
             let value = value.strip_suffix('.').unwrap_or(value);
-            if self.settings.contains_key(name) || self.settings.len() < MAX_SET {
+            if self.settings.contains_key(name)
+                || self.settings.len() < MAX_SET
+                    && charge(&mut self.kept, 2 * name.len() + 3 * MAX_TEXT)
+            {
                 let values = self.settings.entry(name.to_string()).or_default();
-                insert_capped(values, value, &mut self.dropped);
+                insert_capped(values, value, &mut self.dropped, &mut self.kept);
                 self.setting_examples
                     .entry(name.to_string())
                     .or_default()
@@ -392,16 +492,21 @@ impl LogSummary {
             .or_else(|| m.strip_prefix("Using "))
             .filter(|v| v.starts_with("aws-ofi-nccl") || v.starts_with("nccl-net-ofi"))
         {
-            insert_capped(&mut ofi.versions, v.trim(), &mut self.dropped);
+            insert_capped(
+                &mut ofi.versions,
+                v.trim(),
+                &mut self.dropped,
+                &mut self.kept,
+            );
         } else if let Some(p) = m
             .strip_prefix("Selected Provider is ")
             .or_else(|| m.strip_prefix("Selected provider is "))
         {
             let p = p.split([' ', ',']).next().unwrap_or(p);
-            insert_capped(&mut ofi.providers, p, &mut self.dropped);
+            insert_capped(&mut ofi.providers, p, &mut self.dropped, &mut self.kept);
         } else if let Some(p) = m.strip_prefix("Running on ") {
             let p = p.split(' ').next().unwrap_or(p);
-            insert_capped(&mut ofi.platforms, p, &mut self.dropped);
+            insert_capped(&mut ofi.platforms, p, &mut self.dropped, &mut self.kept);
         } else if m.starts_with("Setting NCCL_PROTO to \"simple\"")
             || m.starts_with("Need to force simple protocol")
         {
@@ -416,17 +521,23 @@ impl LogSummary {
         ) else {
             return;
         };
-        let (host, pid) = (line.host(), line.pid());
-        let source = (host.map(String::from), pid, pointer.to_string());
+        let (pointer, id) = (clip(pointer), field(m, "commId").map(clip));
+        let (host, pid) = match line.host_pid() {
+            Some((h, p)) => (Some(clip_to(h, MAX_HOST)), Some(p)),
+            None => (None, None),
+        };
+        let host = host.as_deref();
+        let source = (host.map(String::from), pid, pointer.clone());
         // Versions without commId, and lines before the one naming it: the
         // pointer is unique within one process.
         let provisional = format!("{pointer}@{}:{}", host.unwrap_or("?"), pid.unwrap_or(0));
-        let key = match field(m, "commId") {
+        let key = match id {
             Some(id) => {
+                let cost = pointer.len() + id.len() + host.map_or(0, str::len);
                 if self.comm_by_pointer.contains_key(&source)
-                    || self.comm_by_pointer.len() < MAX_COMMS
+                    || self.comm_by_pointer.len() < MAX_COMMS && charge(&mut self.kept, cost)
                 {
-                    self.comm_by_pointer.insert(source, id.to_string());
+                    self.comm_by_pointer.insert(source, id.clone());
                 }
                 // A `comm 0x... nNodes` line came first: fold what it said into the commId entry.
                 if let Some(early) = self.communicators.remove(&provisional) {
@@ -442,7 +553,9 @@ impl LogSummary {
                 None => provisional,
             },
         };
-        if !self.communicators.contains_key(&key) && self.communicators.len() >= MAX_COMMS {
+        if !self.communicators.contains_key(&key)
+            && (self.communicators.len() >= MAX_COMMS || !charge(&mut self.kept, key.len() + 64))
+        {
             self.dropped += 1;
             return;
         }
@@ -461,17 +574,30 @@ impl LogSummary {
             // Counted in ranks_seen; only the sample keeps where ranks ran.
             return;
         }
+        let bus = field(m, "busId").map(clip);
+        let fresh = !comm.ranks.contains_key(&rank);
+        let cost = host.map_or(0, str::len) + bus.as_ref().map_or(0, String::len) + 32;
+        if fresh && !charge(&mut self.kept, cost) {
+            // Counted in ranks_seen; the text budget is spent.
+            self.dropped += 1;
+            return;
+        }
         let info = comm.ranks.entry(rank).or_default();
-        info.host = info.host.take().or_else(|| host.map(String::from));
+        if info.host.is_none() && host.is_some() && (fresh || charge(&mut self.kept, cost)) {
+            info.host = host.map(String::from);
+        }
         info.pid = info.pid.or(pid);
-        if let Some(bus) = field(m, "busId") {
-            info.bus_id = Some(clip(bus));
+        if bus.is_some() && (fresh || info.bus_id.is_none() && charge(&mut self.kept, cost)) {
+            info.bus_id = bus;
         }
     }
 
     fn warn(&mut self, line_no: u64, line: &NcclLine<'_>) {
         let message = clip(line.message.trim());
-        let (host, pid) = (line.host().map(clip), line.pid());
+        let (host, pid) = match line.host_pid() {
+            Some((h, p)) => (Some(clip_to(h, MAX_HOST)), Some(p)),
+            None => (None, None),
+        };
         let after = match self.last_warn.take() {
             Some((h, p, previous)) if h == host && p == pid => Some(previous),
             _ => None,
@@ -483,11 +609,14 @@ impl LogSummary {
                 &mut self.plugins.failed,
                 "aws-ofi-nccl (NET/OFI)",
                 &mut self.dropped,
+                &mut self.kept,
             );
         }
         if let Some(&i) = self.warn_index.get(&message) {
             self.warnings[i].count += 1;
-        } else if self.warnings.len() < MAX_SET {
+        } else if self.warnings.len() < MAX_SET
+            && charge(&mut self.kept, 3 * message.len() + 2 * MAX_TEXT)
+        {
             self.warn_index.insert(message.clone(), self.warnings.len());
             self.warnings.push(WarnEntry {
                 message: message.clone(),

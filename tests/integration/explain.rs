@@ -479,3 +479,86 @@ fn corpus_of_public_logs_matches_hand_labels() {
         wrong.join("\n")
     );
 }
+
+/// Waits for `child` within the shared bound and returns its exit status and its
+/// peak resident memory over its whole life, JSON output included (wait4's
+/// ru_maxrss, KiB): VmHWM read while the input streams misses what the process
+/// allocates after it.
+fn wait_with_peak_rss(child: &mut std::process::Child, what: &str) -> (i32, u64) {
+    let started = std::time::Instant::now();
+    let pid = child.id() as libc::pid_t;
+    loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our own unreaped child; status and usage point to live locals.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(
+            got >= 0,
+            "{what}: wait4: {}",
+            std::io::Error::last_os_error()
+        );
+        if got == pid {
+            assert!(
+                libc::WIFEXITED(status),
+                "{what}: killed by a signal ({status:#x})"
+            );
+            return (libc::WEXITSTATUS(status), usage.ru_maxrss as u64);
+        }
+        if started.elapsed() > crate::bounded::WAIT {
+            let _ = child.kill();
+            panic!(
+                "{what} never exited within {:?} (killed)",
+                crate::bounded::WAIT
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Issue 31 row 4: the caps counted entries, not bytes: 60 KB host names made a
+/// 1 GB log take 1.17 GB RSS (2.16 GB with --format json). 1,024 commIds x 64
+/// ranks, every rank on its own 60 KB host name (3.9 GiB) through the JSON
+/// renderer, and 1,024 x 4 (250 MB) through the human one: the peak stays in
+/// tens of MB.
+#[test]
+fn memory_stays_bounded_with_huge_host_names() {
+    let host: Vec<u8> = (0..60 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    for (format, ranks) in [("json", 64u32), ("human", 4)] {
+        let mut child = command(&["explain-log", "--format", format], &[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut n = 0u64;
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(k) = std::io::Read::read(&mut stdout, &mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+            }
+            n
+        });
+        let mut stdin = std::io::BufWriter::with_capacity(1 << 20, child.stdin.take().unwrap());
+        for comm in 0..1024u32 {
+            for rank in 0..ranks {
+                // A distinct host per rank: the name's head differs, its 60 KB tail is shared.
+                write!(stdin, "h{comm}-{rank}-").unwrap();
+                stdin.write_all(&host).unwrap();
+                writeln!(stdin, ":{rank}:{rank} [0] NCCL INFO ncclCommInitRank comm 0x{rank:x}{comm:x} rank {rank} nranks 64 cudaDev 0 busId {rank:x}000 commId 0x{comm:016x} - Init START").unwrap();
+            }
+        }
+        drop(stdin);
+        let (code, peak) = wait_with_peak_rss(&mut child, "explain-log on 60 KB host names");
+        let printed = reader.join().unwrap();
+        assert_eq!(code, 0, "{format}");
+        assert!(printed > 0, "{format}: printed nothing");
+        eprintln!(
+            "60 KB host names, 1,024 x {ranks} ranks, --format {format}: peak RSS {peak} KiB, {printed} bytes out"
+        );
+        assert!(peak < 64 * 1024, "--format {format}: peak RSS {peak} KiB");
+    }
+}
