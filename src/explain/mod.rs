@@ -3,13 +3,17 @@
 //! wrong. Streams: memory stays flat whatever the log's size (a fixed read
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
+pub mod catalog;
 pub mod encoding;
+pub mod framework;
 #[cfg(test)]
 mod fuzz;
 pub mod line;
 pub mod rules;
 pub mod summary;
 pub mod transport;
+pub mod verbs;
+pub mod warns;
 
 use crate::finding::{Finding, Status};
 use memchr::memmem;
@@ -50,6 +54,7 @@ fn feed(summary: &mut LogSummary, finder: &memmem::Finder<'_>, line_no: u64, byt
             if let Some(at) = record.find("NCCL version ") {
                 summary.bare_version(&record[at + 13..]);
             }
+            summary.job_line(line_no, record);
         }
     });
 }
@@ -144,7 +149,7 @@ impl Explanation {
     /// it held instead. An empty or binary file must not pass as a clean log.
     pub fn nothing_to_judge(&self) -> Option<String> {
         let s = &self.summary;
-        if s.nccl_lines > 0 {
+        if s.nccl_lines > 0 || s.job.any() {
             return None;
         }
         Some(if s.lines == 0 {

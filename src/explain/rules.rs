@@ -558,8 +558,7 @@ fn warn_line(w: &WarnEntry) -> String {
 
 fn warnings(s: &LogSummary) -> Vec<Finding> {
     let mut known: Vec<Finding> = Vec::new();
-    let mut unknown = Vec::new();
-    let mut unknown_lines = 0u64;
+    let mut others: Vec<&WarnEntry> = Vec::new();
     let causes: std::collections::BTreeSet<&str> = s
         .warnings
         .iter()
@@ -587,34 +586,30 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
                         .evidence(line),
                 ),
             },
-            None => {
-                unknown_lines += w.count;
-                unknown.push(line);
-            }
+            None => others.push(w),
         }
     }
-    if !unknown.is_empty() {
-        let mut f = Finding::warn(
-            "log-nccl-warn",
-            format!(
-                "{} other NCCL WARN {} ({} {}); the lines before each usually name the cause",
-                unknown.len(),
-                if unknown.len() == 1 {
-                    "message"
-                } else {
-                    "messages"
-                },
-                unknown_lines,
-                if unknown_lines == 1 {
-                    "line"
-                } else {
-                    "lines in all"
-                },
-            ),
-            "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read the lines before each WARN.",
-        );
-        f.evidence = unknown.into_iter().take(10).collect();
-        known.push(f);
+    // The catalog from NCCL's source explains the rest, with the lines around NCCL.
+    let explained = super::warns::findings(s, &others);
+    // A signature's failure is a root cause: what the catalog found after it is
+    // its consequence when it is one of those classes.
+    if let Some(root) = known
+        .iter_mut()
+        .find(|f| f.status() == crate::finding::Status::Fail)
+    {
+        let (follow, rest): (Vec<Finding>, Vec<Finding>) = explained
+            .into_iter()
+            .partition(|f| super::warns::is_consequence(&f.id));
+        for f in follow {
+            root.evidence.extend(
+                f.evidence
+                    .into_iter()
+                    .map(|e| format!("then ({}): {e}", f.id)),
+            );
+        }
+        known.extend(rest);
+    } else {
+        known.extend(explained);
     }
     known
 }
@@ -879,7 +874,12 @@ mod tests {
             "{}",
             f[0].summary
         );
-        assert!(f[0].evidence[0].ends_with("brand new problem (3 lines)"));
+        // Verbatim, with where NCCL's source prints it (nowhere: not NCCL's line).
+        assert!(
+            f[0].evidence[0].contains("brand new problem (3 lines) [not in NCCL's source"),
+            "{:?}",
+            f[0].evidence
+        );
     }
 
     /// Issue 15: NCCL 2.3-2.5's `via direct shared memory` escaped the SHM rule.

@@ -4,6 +4,7 @@
 //! few lines of each kind, and a communicator keeps a sample of `MAX_RANKS`
 //! ranks with a count of every rank it saw (a bitmap up to `MAX_RANK_BITS`).
 
+use super::framework::JobLines;
 use super::line::{Level, NcclLine};
 use super::transport;
 use serde::Serialize;
@@ -213,6 +214,15 @@ pub struct LogSummary {
     /// The topology dump showed NVLink (`NVL` paths or links).
     pub nvlink_in_topology: bool,
     pub warnings: Vec<WarnEntry>,
+    /// INFO lines that may carry a finding (GPUDirect RDMA or P2P disabled, NCCL's
+    /// HINT lines), counted like WARNs; the catalog decides which do.
+    pub notable_info: Vec<WarnEntry>,
+    /// NCCL's error-return trace lines (`transport/net.cc:1302 -> 6`): a call failed.
+    pub error_returns: u64,
+    /// INFO lines: the log was written with NCCL_DEBUG=INFO (or TRACE).
+    pub info_lines: u64,
+    /// PyTorch, torchrun and NCCL RAS lines around NCCL's own.
+    pub job: JobLines,
     /// Example lines per transport, for findings' evidence.
     #[serde(skip)]
     pub transport_examples: BTreeMap<String, Examples>,
@@ -232,6 +242,30 @@ pub struct LogSummary {
     last_warn: Option<(Option<String>, Option<u32>, String)>,
     #[serde(skip)]
     scratch: String,
+}
+
+/// Words of the INFO lines worth matching against the catalog (its INFO classes).
+const NOTABLE_INFO: &[&str] = &[
+    "Disabled",
+    "disabled between",
+    "not supported between",
+    "HINT",
+    "do not appear to be working",
+];
+const MAX_NOTABLE: usize = 64;
+
+/// NCCL's error-return trace (`NCCLCHECK` in src/include/checks.h prints
+/// `%s:%d -> %d`): `transport/net.cc:1302 -> 6`, `group.cc:65 -> 3 [Async thread]`.
+fn is_error_return(m: &str) -> bool {
+    let mut t = m.split_whitespace();
+    let (Some(at), Some(arrow), Some(code)) = (t.next(), t.next(), t.next()) else {
+        return false;
+    };
+    arrow == "->"
+        && at.rsplit_once(':').is_some_and(|(f, l)| {
+            f.contains('.') && !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit())
+        })
+        && code.parse::<u32>().is_ok_and(|c| c != 0)
 }
 
 /// The value after `key` in a space-separated `key value key value` message.
@@ -305,8 +339,15 @@ impl LogSummary {
         self.info(line_no, line);
     }
 
+    /// Takes a line (or a record of one) that NCCL did not print.
+    pub fn job_line(&mut self, line_no: u64, text: &str) {
+        self.job.line(line_no, text);
+        self.job.ras_row(text);
+    }
+
     fn info(&mut self, line_no: u64, line: &NcclLine<'_>) {
         let m = line.message;
+        self.info_lines += 1;
         if let Some(v) = m.strip_prefix("NCCL version ") {
             insert_capped(
                 &mut self.nccl_versions,
@@ -374,7 +415,15 @@ impl LogSummary {
                     &mut self.kept,
                 );
             }
-        } else if let Some(rest) = m.strip_prefix("NET/Socket : Using ") {
+        } else {
+            self.info_more(line_no, line);
+        }
+    }
+
+    /// Settings, topology, communicators, error traces and notable lines.
+    fn info_more(&mut self, line_no: u64, line: &NcclLine<'_>) {
+        let m = line.message;
+        if let Some(rest) = m.strip_prefix("NET/Socket : Using ") {
             insert_capped(
                 &mut self.socket_interfaces,
                 rest.trim(),
@@ -406,6 +455,28 @@ impl LogSummary {
             self.nvlink_in_topology = true;
         } else if m.starts_with("ncclCommInit") || m.starts_with("comm 0x") {
             self.communicator(line, m);
+        } else if is_error_return(m) {
+            self.error_returns += 1;
+        } else if NOTABLE_INFO.iter().any(|w| m.contains(w)) {
+            self.notable(line_no, m);
+        }
+    }
+
+    /// An INFO line the catalog may turn into a finding, kept once per text.
+    fn notable(&mut self, line_no: u64, m: &str) {
+        let message = clip(m.trim());
+        if let Some(n) = self.notable_info.iter_mut().find(|n| n.message == message) {
+            n.count += 1;
+        } else if self.notable_info.len() < MAX_NOTABLE && charge(&mut self.kept, message.len()) {
+            self.notable_info.push(WarnEntry {
+                message,
+                location: None,
+                count: 1,
+                first_line: line_no,
+                after: None,
+            });
+        } else {
+            self.dropped += 1;
         }
     }
 

@@ -175,7 +175,9 @@ fn transports(out: &mut String, s: &LogSummary) {
     if s.transport_counts.is_empty() {
         // A job that failed before connecting prints no connection lines; that
         // is no logging mistake. Only a log without any WARN hints at one.
-        if s.warnings.is_empty() {
+        if s.info_lines == 0 && s.warnings.is_empty() {
+            out.push_str("Transports:    not in the log (no NCCL INFO lines: run the job with NCCL_DEBUG=INFO to see them)\n");
+        } else if s.warnings.is_empty() {
             out.push_str("Transports:    no connection lines (the job stopped before NCCL connected its ranks, or NCCL_DEBUG_SUBSYS left out INIT)\n");
         } else {
             out.push_str("Transports:    none: the log ends before NCCL connected its ranks (see the WARN findings)\n");
