@@ -10,6 +10,7 @@ pub mod framework;
 mod fuzz;
 pub mod line;
 pub mod rules;
+pub mod settings;
 pub mod summary;
 pub mod transport;
 pub mod verbs;

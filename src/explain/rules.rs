@@ -625,6 +625,7 @@ pub fn diagnose(s: &LogSummary) -> Vec<Finding> {
     for rule in [shm_despite_nvlink, gdr_off, proto_forced, read_mode_forced] {
         findings.extend(rule(s));
     }
+    findings.extend(super::settings::findings(s));
     findings.sort_by_key(|f| std::cmp::Reverse(f.status()));
     findings
 }

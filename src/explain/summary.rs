@@ -207,6 +207,8 @@ pub struct LogSummary {
     pub communicators: BTreeMap<String, Communicator>,
     /// Connection lines per normalized transport.
     pub transport_counts: BTreeMap<String, u64>,
+    /// Text a build appended after NCCL's transport names (dropped from the keys).
+    pub transport_appended: BTreeSet<String>,
     /// Connections through a proxy rank (PXN).
     pub proxied_connections: u64,
     /// Intra-node path types from `Pattern ..., type X/Y` lines (e.g. `NVL/PIX`).
@@ -310,6 +312,14 @@ impl LogSummary {
         if let Some(proxied) = transport::normalize_into(m, &mut scratch) {
             if scratch.len() > MAX_TEXT {
                 scratch = clip(&scratch);
+            }
+            if let Some(extra) = transport::appended(m, &scratch) {
+                insert_capped(
+                    &mut self.transport_appended,
+                    extra,
+                    &mut self.dropped,
+                    &mut self.kept,
+                );
             }
             let fresh = !self.transport_counts.contains_key(scratch.as_str());
             // A new name costs its bytes twice (counts and examples) and three examples.

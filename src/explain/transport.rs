@@ -14,8 +14,29 @@ fn is_connection(message: &str) -> bool {
         .any(|p| message.starts_with(p))
 }
 
+/// The segments NCCL itself writes after a family (src/transport/p2p.cc,
+/// shm.cc, net.cc, coll_net.cc at v2.30.7-1: `P2P/CUMEM/read`, `SHM/direct/CE`,
+/// `NET/<net name>/<dev>[(proxy)]/GDRDMA(PCI)/Shared`). Anything else a build
+/// appends is not part of the transport's name.
+fn is_nccl_segment(family: &str, index: usize, seg: &str) -> bool {
+    match family {
+        "P2P" => {
+            matches!(
+                seg,
+                "direct pointer" | "direct" | "IPC" | "CUMEM" | "indirect" | "read" | "CE"
+            )
+        }
+        "SHM" => matches!(seg, "direct" | "CE"),
+        // The second segment is the net plugin's own name (`IB`, `AWS Libfabric`, `IBext_v8`).
+        "NET" | "COLLNET" => index == 1 || matches!(seg, "GDRDMA" | "GDRDMA(PCI)" | "Shared"),
+        _ => true,
+    }
+}
+
 /// Writes the normalized transport of a connection line into `out`; returns
-/// `Some(proxied)` when the line is a connection, `None` otherwise.
+/// `Some(proxied)` when the line is a connection, `None` otherwise. Text a
+/// vendor build appends after NCCL's own segments is left out of `out`; see
+/// `appended`.
 pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
     if !is_connection(message) {
         return None;
@@ -49,12 +70,39 @@ pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
         if seg.is_empty() || seg.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
+        let family = out.split('/').next().unwrap_or("").to_string();
+        let index = out.split('/').count();
+        if !out.is_empty() && !is_nccl_segment(&family, index, seg) {
+            // A word NCCL writes, then a build's text after a space: keep the word.
+            match seg.split_once(' ') {
+                Some((word, _)) if is_nccl_segment(&family, index, word) => {
+                    out.push('/');
+                    out.push_str(word);
+                }
+                _ => {}
+            }
+            break;
+        }
         if !out.is_empty() {
             out.push('/');
         }
         out.push_str(seg);
     }
     (!out.is_empty()).then_some(proxied)
+}
+
+/// The text after NCCL's own transport name on a connection line (what a
+/// vendor build appended), or `None` when there is none.
+pub fn appended<'a>(message: &'a str, normalized: &str) -> Option<&'a str> {
+    let at = message.find(" via ")? + 5;
+    let raw = transport_text(&message[at..]);
+    // The last NCCL segment of the key, found again in the raw text.
+    let last = normalized.rsplit('/').next()?;
+    let end = raw.rfind(last).map(|i| i + last.len())?;
+    let rest = raw[end..]
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '(' || c == ')' || c == '/');
+    let rest = rest.trim();
+    (!rest.is_empty()).then_some(rest)
 }
 
 /// The transport name alone: what a terminal frame, a table cell or padding put
@@ -191,6 +239,45 @@ mod tests {
             Some(("SHM/direct/direct".to_string(), false))
         );
         assert_eq!(norm("Channel 00 : 0 -> 1 via \u{2502}"), None);
+    }
+
+    /// Issue 26: text a vendor build appends stayed in the transport key.
+    #[test]
+    fn text_a_build_appends_is_not_the_transport() {
+        for (line, key, extra) in [
+            (
+                "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read/VendorX",
+                "P2P/CUMEM/read",
+                "VendorX",
+            ),
+            (
+                "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read hw-accel",
+                "P2P/IPC/read",
+                "hw-accel",
+            ),
+            (
+                "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct/extra",
+                "SHM/direct/direct",
+                "extra",
+            ),
+            (
+                "Channel 00/0 : 1[1] -> 0[0] [send] via NET/IB/0/GDRDMA/Shared/rail2",
+                "NET/IB/GDRDMA/Shared",
+                "rail2",
+            ),
+        ] {
+            assert_eq!(norm(line), Some((key.to_string(), false)), "{line}");
+            assert_eq!(appended(line, key), Some(extra), "{line}");
+        }
+        // NCCL's own names, the net plugin's name included, are kept whole.
+        for line in [
+            "Channel 01/0 : 3[3] -> 11[3] [send] via NET/AWS Libfabric/1/GDRDMA",
+            "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA(PCI)",
+            "Ring 00 : 0[0] -> 1[1] via P2P/direct pointer",
+        ] {
+            let (key, _) = norm(line).unwrap();
+            assert_eq!(appended(line, &key), None, "{line}");
+        }
     }
 
     #[test]

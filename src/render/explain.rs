@@ -200,6 +200,13 @@ fn transports(out: &mut String, s: &LogSummary) {
             crate::render::human::pad(out, t, width);
             let _ = writeln!(out, "  {n}");
         }
+        if !s.transport_appended.is_empty() {
+            let _ = writeln!(
+                out,
+                "  (text a build appended after NCCL's transport names, left out above: {})",
+                list(&s.transport_appended)
+            );
+        }
         if s.proxied_connections > 0 {
             let _ = writeln!(
                 out,
