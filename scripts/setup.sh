@@ -51,3 +51,7 @@ if ! "$venv/bin/python3" -c 'import kubernetes_validate, jsonschema, yaml' 2>/de
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 jsonschema pyyaml
 fi
+
+# Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
+# cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
+"$(dirname "$0")/nccl-wheels.sh"
