@@ -738,7 +738,7 @@ fn bootstrap_interface_matches_real_nccl_across_versions_sets_and_values() {
     for k in 0..random {
         sets.push(random_set(&mut rng, k));
     }
-    let (mut tried, mut disagreements) = (0usize, Vec::new());
+    let (mut tried, mut version_specific, mut disagreements) = (0usize, 0usize, Vec::new());
     let started = std::time::Instant::now();
     for set in &sets {
         let ns = SetNs::new(test);
@@ -765,6 +765,10 @@ fn bootstrap_interface_matches_real_nccl_across_versions_sets_and_values() {
                     comm_id: None,
                 };
                 let predicted = bootstrap::bootstrap(Some(*version), env, &interfaces, &addresses);
+                // Cases where the version's own rules matter (the newest rules would be wrong).
+                if bootstrap::bootstrap(None, env, &interfaces, &addresses) != predicted {
+                    version_specific += 1;
+                }
                 if let Some(diff) = compare(&predicted, seen) {
                     disagreements.push(format!(
                         "{} NCCL {}.{}.{} {case:?}: {diff}\n  addresses (getifaddrs order): {:?}",
@@ -782,13 +786,17 @@ fn bootstrap_interface_matches_real_nccl_across_versions_sets_and_values() {
         }
     }
     eprintln!(
-        "oracle: {} versions x {} interface sets x {} values per set: {tried} cases in {:.1} s, {} disagreements",
+        "oracle: {} versions x {} interface sets x {} values per set: {tried} cases \
+         ({version_specific} where the version's own rules decide) in {:.1} s, {} disagreements",
         builds.len(),
         sets.len(),
         tried / (builds.len() * sets.len()).max(1),
         started.elapsed().as_secs_f64(),
         disagreements.len()
     );
+    // The fixed sets hold a down interface with an address and an idle virbr0: older
+    // releases decide differently there, so the per-version rules are exercised.
+    assert!(version_specific > 0 || builds.iter().all(|(v, _)| *v >= (2, 28, 0)));
     assert!(
         disagreements.is_empty(),
         "{} disagreements:\n{}",
@@ -816,4 +824,221 @@ fn bootstrap_line_parses_every_format() {
         parse_bootstrap("NCCL INFO NET/Plugin: Using internal network plugin."),
         None
     );
+}
+
+/// A fake net plugin (tests/fakes/nccl_oracle_plugin.c): its file (relative to the
+/// plugin folder), the name it gives NCCL and the ncclNetPlugin_vN it exports.
+const PLUGINS: [(&str, &str, &[u32]); 6] = [
+    ("libnccl-net.so", "dflt", &[4, 5, 6, 7, 8, 9]),
+    ("libnccl-net-old.so", "old", &[4]),
+    ("libnccl-net-five.so", "five", &[5, 6]),
+    ("libnccl-net-nosym.so", "nosym", &[]),
+    ("fake", "fake", &[7]),
+    ("sub/libnccl-net-path.so", "path", &[6, 7, 8]),
+];
+
+fn build_plugins(dir: &Path) {
+    for (file, name, apis) in PLUGINS {
+        let out = dir.join(file);
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let mut cc = Command::new("cc");
+        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
+            .arg(&out)
+            .arg(repo().join("tests/fakes/nccl_oracle_plugin.c"))
+            .arg(format!("-DPLUGIN_NAME=\"{name}\""));
+        for api in apis {
+            cc.arg(format!("-DEXPORT_V{api}"));
+        }
+        let built = cc.output().unwrap();
+        assert!(built.status.success(), "{file}: {}", stderr(&built));
+    }
+}
+
+/// What NCCL 2.13-2.21 printed about its net plugin in ncclGetUniqueId.
+fn seen_plugin(seen: &Seen) -> String {
+    let text = seen.lines.join("\n");
+    if let Some(at) = text.find("Loaded net plugin ") {
+        let rest = &text[at + 18..];
+        let api = rest.split("(v").nth(1).and_then(|r| r.split(')').next());
+        return format!(
+            "loaded {} v{}",
+            rest.split(' ').next().unwrap_or(""),
+            api.unwrap_or("?")
+        );
+    }
+    if text.contains("Failed to find ncclNetPlugin symbol") {
+        return "no symbol".into();
+    }
+    if text.contains("NET/Plugin: Failed to find ncclNetPlugin_v")
+        || text.contains("ncclCollNetPlugin")
+    {
+        // The newest API was found at once: NCCL names no version then.
+        return "loaded natively".into();
+    }
+    "internal".into()
+}
+
+/// NCCL_NET_PLUGIN against real NCCL: the releases whose ncclGetUniqueId loads the net
+/// plugin (2.13 to 2.21: ncclInit -> ncclNetPluginInit; later ones load it at
+/// communicator init, which needs a GPU) must open the library
+/// [`nccl_preflight::nccl::net_plugin::plugin_load`] predicts, through the API version it
+/// predicts, with fake plugins found on LD_LIBRARY_PATH or by path.
+#[test]
+fn net_plugin_resolution_matches_real_nccl() {
+    use nccl_preflight::nccl::net_plugin::{PluginLoad, accepted_apis, plugin_load};
+    let test = "net_plugin_resolution_matches_real_nccl";
+    if !require_tools(test, &["cc"]) {
+        return;
+    }
+    let Some(builds) = nccl_builds(test) else {
+        return;
+    };
+    let dir = scratch("oracle-plugins");
+    build_plugins(&dir);
+    let path = dir.join("sub/libnccl-net-path.so").display().to_string();
+    let values: Vec<Option<String>> = [
+        None,
+        Some(""),
+        Some("old"),
+        Some("five"),
+        Some("nosym"),
+        Some("fake"),
+        Some("libnccl-net-five.so"),
+        Some(path.as_str()),
+        Some("none"),
+        Some("nonexist"),
+        Some(" old"),
+        Some("old,five"),
+    ]
+    .into_iter()
+    .map(|v| v.map(String::from))
+    .collect();
+    let cases: Vec<Vec<(String, String)>> = values
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|v| ("NCCL_NET_PLUGIN".to_string(), v.clone()))
+                .collect()
+        })
+        .collect();
+    let exports = |name: &str| -> Option<Vec<u32>> {
+        PLUGINS
+            .iter()
+            .find(|(file, _, _)| {
+                if name.contains('/') {
+                    dir.join(file) == Path::new(name)
+                } else {
+                    *file == name
+                }
+            })
+            .map(|(_, _, apis)| apis.to_vec())
+    };
+    let name_of = |library: &str| {
+        PLUGINS
+            .iter()
+            .find(|(file, _, _)| library.ends_with(file))
+            .map_or("?", |(_, n, _)| *n)
+    };
+    let lib_dir = dir.display().to_string();
+    let mut disagreements = Vec::new();
+    let mut tried = 0;
+    for (version, lib) in builds.iter().filter(|(v, _)| *v < (2, 22, 0)) {
+        let seen = run_oracle(None, lib, &[("LD_LIBRARY_PATH", &lib_dir)], &cases);
+        for (value, seen) in values.iter().zip(&seen) {
+            tried += 1;
+            let predicted = plugin_load(value.as_deref(), *version, exports);
+            let newest = accepted_apis(*version).map_or(0, |(_, hi)| hi);
+            let expected = match &predicted {
+                PluginLoad::Internal { .. } => "internal".to_string(),
+                PluginLoad::NoSymbol { .. } => "no symbol".to_string(),
+                PluginLoad::Loaded { api, .. } if *api == newest => "loaded natively".to_string(),
+                PluginLoad::Loaded { library, api } => {
+                    format!("loaded {} v{api}", name_of(library))
+                }
+            };
+            let got = seen_plugin(seen);
+            if got != expected {
+                disagreements.push(format!(
+                    "NCCL {version:?} NCCL_NET_PLUGIN={value:?}: predicted {predicted:?} ({expected}), NCCL: {got}\n  {}",
+                    seen.lines.join("\n  ")
+                ));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!(
+        "oracle: {tried} NCCL_NET_PLUGIN cases, {} disagreements",
+        disagreements.len()
+    );
+    assert!(tried > 0 || std::env::var_os("NCCL_PREFLIGHT_TEST_STRICT").is_none());
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+/// The plugin names NCCL 2.28 and later try, read from what real NCCL prints when none
+/// opens (`ENV/Plugin: Could not find: NAME NAME`): the env plugin, loaded in
+/// ncclGetUniqueId, goes through the same openPluginLib (src/plugin/plugin_open.cc) as
+/// the net, tuner and profiler plugins, so this proves
+/// [`nccl_preflight::nccl::net_plugin::plugin_names`]' rules for those releases: no
+/// trimming, no comma lists, a path or `lib*.so` used as is.
+#[test]
+fn plugin_names_match_real_nccl_from_2_28() {
+    use nccl_preflight::nccl::net_plugin::plugin_names;
+    let test = "plugin_names_match_real_nccl_from_2_28";
+    let Some(builds) = nccl_builds(test) else {
+        return;
+    };
+    let values: Vec<Option<&str>> = vec![
+        None,
+        Some(""),
+        Some("foo"),
+        Some("foo,bar"),
+        Some(" foo"),
+        Some("foo "),
+        Some("libfoo.so"),
+        Some("lib.so"),
+        Some("libfoo.so.2"),
+        Some("foo.so"),
+        Some("li"),
+        Some("/nonexistent/libfoo.so"),
+        Some("./foo"),
+        Some("none"),
+        Some("x"),
+    ];
+    let cases: Vec<Vec<(String, String)>> = values
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|v| ("NCCL_ENV_PLUGIN".to_string(), v.to_string()))
+                .collect()
+        })
+        .collect();
+    let mut disagreements = Vec::new();
+    let mut tried = 0;
+    for (version, lib) in builds.iter().filter(|(v, _)| *v >= (2, 28, 0)) {
+        let seen = run_oracle(None, lib, &[], &cases);
+        for (value, seen) in values.iter().zip(&seen) {
+            tried += 1;
+            // The env plugin's own `none` (src/plugin/env.cc ncclEnvPluginLoad, 2.28):
+            // nothing opened, nothing printed.
+            let expected: Option<String> = (!value.is_some_and(|v| v.eq_ignore_ascii_case("none")))
+                .then(|| {
+                    plugin_names("libnccl-env", *value, Some(*version))
+                        .iter()
+                        .map(|n| format!(" {n}"))
+                        .collect()
+                });
+            let got = seen.lines.iter().find_map(|l| {
+                l.split_once("ENV/Plugin: Could not find:")
+                    .map(|(_, r)| r.to_string())
+            });
+            if got != expected {
+                disagreements.push(format!("NCCL {version:?} NCCL_ENV_PLUGIN={value:?}: predicted {expected:?}, NCCL: {got:?}"));
+            }
+        }
+    }
+    eprintln!(
+        "oracle: {tried} plugin-name cases, {} disagreements",
+        disagreements.len()
+    );
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
