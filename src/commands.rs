@@ -117,9 +117,10 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         &args.env_file,
         render::env_file::render(&report),
     );
+    let nccl_conf = nccl_conf_output(&mut report, &policy, args);
     add(
         "--nccl-conf",
-        &args.nccl_conf,
+        &nccl_conf,
         render::nccl_conf::render(&report),
     );
     add("--report", &args.report, render::json::render(&report));
@@ -152,6 +153,28 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     }
     print(&report, args.check.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
+}
+
+/// Where `--nccl-conf` is written: nowhere when the image's NCCL would not read it (older
+/// than 2.23), which is then a warning in the report (and the verdict's counts).
+fn nccl_conf_output(
+    report: &mut Report,
+    policy: &crate::policy::Policy,
+    args: &InitArgs,
+) -> Option<PathBuf> {
+    let path = args.nccl_conf.as_ref()?;
+    let unread = crate::nccl::conf_file::unread(
+        crate::nccl::version(&report.facts),
+        args.env_file.is_some(),
+    );
+    match unread {
+        Some(warning) => {
+            report.checks.push(policy.settle(warning));
+            report.verdict = judge::verdict(&report.checks);
+            None
+        }
+        None => Some(path.clone()),
+    }
 }
 
 /// Whether the directory an output path names exists (the path's own file need not).

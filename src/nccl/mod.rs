@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod catalog;
+pub mod conf_file;
 pub mod ib_hca;
 pub mod interface;
 pub mod net_plugin;
