@@ -45,14 +45,20 @@ mod tests {
 
     #[test]
     fn only_releases_before_2_23_are_warned_about() {
-        assert!(unread(Some((2, 23, 4)), "/x/nccl.conf", None).is_none());
-        assert!(unread(None, "/x/nccl.conf", None).is_none());
-        let w = unread(Some((2, 21, 5)), "/x/nccl.conf", Some("/x/nccl.env")).unwrap();
+        assert!(unread(Some((2, 23, 4)), true).is_none());
+        assert!(unread(None, true).is_none());
+        let w = unread(Some((2, 21, 5)), true).unwrap();
         assert_eq!((w.id.as_str(), w.status()), ("nccl-conf", Status::Warn));
         assert!(
-            w.summary.contains("2.21.5") && w.summary.contains("/x/nccl.env"),
+            w.summary.contains("2.21.5") && w.summary.contains("--env-file only"),
             "{}",
             w.summary
+        );
+        let without = unread(Some((2, 22, 3)), false).unwrap();
+        assert!(
+            without.summary.contains("pass --env-file"),
+            "{}",
+            without.summary
         );
     }
 }
