@@ -106,24 +106,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             emit_err(&crate::gang::render::job(&run, report.verdict))?;
         }
     }
-    let mut outputs = Vec::new();
-    let mut add = |flag, path: &Option<PathBuf>, contents: String| {
-        if let Some(path) = path {
-            outputs.push(Output::text(flag, path.clone(), contents));
-        }
-    };
-    add(
-        "--env-file",
-        &args.env_file,
-        render::env_file::render(&report),
-    );
-    let nccl_conf = nccl_conf_output(&mut report, &policy, args);
-    add(
-        "--nccl-conf",
-        &nccl_conf,
-        render::nccl_conf::render(&report),
-    );
-    add("--report", &args.report, render::json::render(&report));
+    let outputs = init_outputs(args, &mut report, &policy);
     let termination = match &args.termination_log {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)).filter(|p| p.exists()),
@@ -153,6 +136,29 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     }
     print(&report, args.check.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
+}
+
+/// init's files, each where its flag says (an nccl.conf only for an NCCL that reads it).
+fn init_outputs(
+    args: &InitArgs,
+    report: &mut Report,
+    policy: &crate::policy::Policy,
+) -> Vec<Output> {
+    let nccl_conf = nccl_conf_output(report, policy, args);
+    let mut outputs = Vec::new();
+    let mut add = |flag, path: &Option<PathBuf>, contents: String| {
+        if let Some(path) = path {
+            outputs.push(Output::text(flag, path.clone(), contents));
+        }
+    };
+    add(
+        "--env-file",
+        &args.env_file,
+        render::env_file::render(report),
+    );
+    add("--nccl-conf", &nccl_conf, render::nccl_conf::render(report));
+    add("--report", &args.report, render::json::render(report));
+    outputs
 }
 
 /// Where `--nccl-conf` is written: nowhere when the image's NCCL would not read it (older
