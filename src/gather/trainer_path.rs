@@ -156,11 +156,12 @@ pub struct Dynamic {
     pub runpath: Vec<String>,
 }
 
-/// Bounds on what `dynamic_section` reads of a file: headers and the dynamic
-/// section and string table only (libtorch_cuda.so is about 1 GB).
+/// Bounds on what `dynamic_section` reads of a file: headers, the dynamic section and
+/// the strings it names only (libtorch_cuda.so is about 1 GB).
 const MAX_PHDRS: u64 = 256;
 const MAX_DYNAMIC_BYTES: u64 = 64 << 10;
-const MAX_STRTAB_BYTES: u64 = 4 << 20;
+/// The longest DT_NEEDED, DT_RPATH or DT_RUNPATH string read.
+const MAX_STRING_BYTES: u64 = 16 << 10;
 
 fn read_at(file: &File, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len as usize];
@@ -237,7 +238,7 @@ fn segments(file: &File, header: &[u8]) -> Result<(Vec<Load>, (u64, u64)), Strin
 
 /// Reads DT_NEEDED, DT_RPATH and DT_RUNPATH of a 64-bit little-endian ELF shared
 /// object (x86_64, aarch64) without loading it, reading only its headers, dynamic
-/// section and string table.
+/// section and the strings those entries name.
 pub fn dynamic_section(path: &str) -> Result<Dynamic, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     if !file.metadata().map_err(|e| e.to_string())?.is_file() {
@@ -260,11 +261,13 @@ pub fn dynamic_section(path: &str) -> Result<Dynamic, String> {
         return Err("no string table".into());
     };
     let offset = file_offset(&loads, strtab).ok_or("string table outside every segment")?;
-    let strings = read_at(&file, offset, strsz.min(MAX_STRTAB_BYTES)).map_err(|e| e.to_string())?;
+    // Each string is read where it lies: a C++ library's string table runs to tens of
+    // MiB (libtorch_cuda.so), and its DT_NEEDED names need not come first.
     let text = |at: u64| -> Option<String> {
-        let rest = strings.get(at as usize..)?;
-        let end = rest.iter().position(|b| *b == 0)?;
-        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        let len = strsz.checked_sub(at)?.min(MAX_STRING_BYTES);
+        let bytes = read_at(&file, offset + at, len).ok()?;
+        let end = bytes.iter().position(|b| *b == 0)?;
+        Some(String::from_utf8_lossy(&bytes[..end]).into_owned())
     };
     let mut out = Dynamic::default();
     for (tag, value) in &tags {

@@ -39,24 +39,40 @@ fn fake_nccl(out: &Path, code: u32) {
     );
 }
 
+/// How libtorch_cuda.so names the wheel's directory.
+#[derive(Clone, Copy, PartialEq)]
+enum Torch {
+    None,
+    /// DT_RUNPATH: searched after LD_LIBRARY_PATH.
+    Runpath,
+    /// DT_RPATH, as PyTorch 2.11's wheel has it (read off the GPU machine with
+    /// readelf -d): searched before LD_LIBRARY_PATH.
+    Rpath,
+}
+
 /// A virtualenv at `root/name` with the nvidia-nccl wheel's libnccl 2.28.9 and,
-/// when `torch`, a libtorch_cuda.so that links it as PyTorch's wheels do.
-fn venv(root: &Path, name: &str, torch: bool) -> PathBuf {
+/// unless `Torch::None`, a libtorch_cuda.so that links it as PyTorch's wheels do.
+fn venv(root: &Path, name: &str, torch: Torch) -> PathBuf {
     let venv = root.join(name);
     let wheel = venv.join(SITE).join("nvidia/nccl/lib");
     fake_nccl(&wheel.join("libnccl.so.2"), 22809);
     std::fs::create_dir_all(venv.join("bin")).unwrap();
     std::fs::write(venv.join("bin/python3"), "").unwrap();
-    if torch {
+    if torch != Torch::None {
         let source = root.join("torch.c");
         std::fs::write(&source, "int torch_cuda_marker;\n").unwrap();
+        let dtags = match torch {
+            Torch::Rpath => "-Wl,--disable-new-dtags",
+            _ => "-Wl,--enable-new-dtags",
+        };
         cc(
             &[
                 source.to_str().unwrap(),
                 "-Wl,--no-as-needed",
                 &format!("-L{}", wheel.display()),
                 "-l:libnccl.so.2",
-                "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/nccl/lib",
+                dtags,
+                "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib",
             ],
             &venv.join(SITE).join("torch/lib/libtorch_cuda.so"),
         );
@@ -103,7 +119,7 @@ fn system_has_libnccl() -> bool {
 fn torchs_runpath_picks_the_wheel_unless_ld_library_path_names_another_copy() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let venv = venv(root, "venv", true);
+    let venv = venv(root, "venv", Torch::Runpath);
     let system = root.join("system");
     fake_nccl(&system.join("libnccl.so.2"), 22803);
     let wheel = real(&venv.join(SITE).join("nvidia/nccl/lib/libnccl.so.2"));
@@ -142,7 +158,7 @@ fn torchs_runpath_picks_the_wheel_unless_ld_library_path_names_another_copy() {
 fn without_torch_the_loader_comes_first_then_the_wheels() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let venv = venv(root, "plain", false);
+    let venv = venv(root, "plain", Torch::None);
     let system = root.join("system");
     fake_nccl(&system.join("libnccl.so.2"), 22803);
     let wheel = real(&venv.join(SITE).join("nvidia/nccl/lib/libnccl.so.2"));
@@ -184,7 +200,7 @@ fn without_torch_the_loader_comes_first_then_the_wheels() {
 fn nccl_lib_names_the_one_library_and_nothing_is_searched() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let venv = venv(root, "venv", true);
+    let venv = venv(root, "venv", Torch::Runpath);
     let system = root.join("system/libnccl.so.2");
     fake_nccl(&system, 22803);
     let got = nccl_library(&[
@@ -194,4 +210,29 @@ fn nccl_lib_names_the_one_library_and_nothing_is_searched() {
     assert_eq!(got["status"], "pass", "{got}");
     assert!(text(&got, "summary").contains("NCCL 2.28.3"), "{got}");
     assert_eq!(got["evidence"].as_array().map(Vec::len), Some(1), "{got}");
+}
+
+#[test]
+fn torchs_rpath_picks_the_wheel_even_over_ld_library_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let venv = venv(root, "venv", Torch::Rpath);
+    let system = root.join("system");
+    fake_nccl(&system.join("libnccl.so.2"), 22803);
+    let wheel = real(&venv.join(SITE).join("nvidia/nccl/lib/libnccl.so.2"));
+    let got = nccl_library(&[
+        ("VIRTUAL_ENV", &venv.display().to_string()),
+        ("LD_LIBRARY_PATH", &system.display().to_string()),
+    ]);
+    assert_eq!(got["status"], "warn", "{got}");
+    let summary = text(&got, "summary");
+    assert!(
+        summary.contains("NCCL 2.28.9 (RPATH of libtorch_cuda.so, which the trainer loads)"),
+        "{summary}"
+    );
+    assert!(summary.contains("2.28.3 at"), "{summary}");
+    assert!(
+        summary.contains(&wheel) || text(&got, "remediation").contains("nvidia/nccl/lib"),
+        "{got}"
+    );
 }
