@@ -18,6 +18,7 @@ mod image;
 mod kernel;
 mod layering;
 mod nccl_conf;
+mod nccl_library;
 mod nccl_oracle;
 mod nccl_vars;
 mod netns;
