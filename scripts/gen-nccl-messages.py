@@ -21,7 +21,7 @@ identifier or `#name` between literals becomes `%s` (text the program fills
 in). A call whose format is not a literal (`WARN(msg)`) is skipped.
 
 Severity, per tag: `abort` when the statements after the WARN, up to the end
-of its block, return or jump with an error (`return ncclXError`, `return ret`,
+of its block or the next WARN, return or jump with an error (`return ncclXError`, `return ret`,
 `goto fail`, `ret = ncclXError`, `NCCLCHECK(ncclXError)`, abort()); else
 `continues` (NCCL warns and goes on: a fallback, a slowdown). This reads the
 source, not the call graph: a caller may still turn a `continues` into a
@@ -190,7 +190,8 @@ def severity(text, end):
             depth -= 1
         i += 1
     tail = text[end:i]
-    # A `} else {` right after: the next branch is not this WARN's.
+    # Up to the next WARN: what follows it is that WARN's.
+    tail = tail.split("WARN(", 1)[0]
     return "abort" if ERROR_AFTER.search(tail) else "continues"
 
 

@@ -19,6 +19,7 @@ mod kernel;
 mod layering;
 mod nccl_conf;
 mod nccl_library;
+mod nccl_messages;
 mod nccl_oracle;
 mod nccl_vars;
 mod netns;
