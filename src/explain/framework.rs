@@ -251,6 +251,9 @@ impl JobLines {
     /// Takes a row of the RAS `STATUS` communicators table (`Group Comms Nodes
     /// Ranks Ranks Ranks Status Errors`): kept when it is not `RUNNING OK`.
     pub fn ras_row(&mut self, text: &str) {
+        if !text.trim_start().starts_with(|c: char| c.is_ascii_digit()) {
+            return;
+        }
         let cols: Vec<&str> = text.split_whitespace().collect();
         if cols.len() == 8
             && cols[..6]

@@ -70,16 +70,22 @@ pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
         if seg.is_empty() || seg.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        let family = out.split('/').next().unwrap_or("").to_string();
-        let index = out.split('/').count();
-        if !out.is_empty() && !is_nccl_segment(&family, index, seg) {
+        // Judged before `out` grows, without copying the family.
+        let (own, word) = {
+            let family = out.split('/').next().unwrap_or("");
+            let index = out.matches('/').count() + 1;
+            let own = out.is_empty() || is_nccl_segment(family, index, seg);
             // A word NCCL writes, then a build's text after a space: keep the word.
-            match seg.split_once(' ') {
-                Some((word, _)) if is_nccl_segment(&family, index, word) => {
-                    out.push('/');
-                    out.push_str(word);
-                }
-                _ => {}
+            let word = seg
+                .split_once(' ')
+                .map(|(w, _)| w)
+                .filter(|w| !own && is_nccl_segment(family, index, w));
+            (own, word)
+        };
+        if !own {
+            if let Some(word) = word {
+                out.push('/');
+                out.push_str(word);
             }
             break;
         }
@@ -94,10 +100,17 @@ pub fn normalize_into(message: &str, out: &mut String) -> Option<bool> {
 /// The text after NCCL's own transport name on a connection line (what a
 /// vendor build appended), or `None` when there is none.
 pub fn appended<'a>(message: &'a str, normalized: &str) -> Option<&'a str> {
+    let last = normalized.rsplit('/').next()?;
+    // Most lines end with NCCL's last segment (or a device number): nothing appended.
+    let tail = message
+        .trim_end()
+        .trim_end_matches(|c: char| c.is_ascii_digit() || c == '/');
+    if tail.ends_with(last) {
+        return None;
+    }
     let at = message.find(" via ")? + 5;
     let raw = transport_text(&message[at..]);
     // The last NCCL segment of the key, found again in the raw text.
-    let last = normalized.rsplit('/').next()?;
     let end = raw.rfind(last).map(|i| i + last.len())?;
     let rest = raw[end..]
         .trim_start_matches(|c: char| c.is_ascii_digit() || c == '(' || c == ')' || c == '/');
