@@ -199,7 +199,7 @@ impl FactsSource {
     fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
         use std::io::{Read, Seek};
         match self {
-            FactsSource::Bytes(bytes) => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+            FactsSource::Bytes(bytes) => parse_json(&mut bytes.as_slice()),
             FactsSource::File(file) => {
                 let mut file = file;
                 file.rewind().map_err(|e| e.to_string())?;
@@ -212,12 +212,21 @@ impl FactsSource {
                     return Err("not UTF-8 text".into());
                 }
                 file.rewind().map_err(|e| e.to_string())?;
-                let reader = std::io::BufReader::with_capacity(1 << 16, file);
-                let reader = reader.take(MAX_INPUT_BYTES);
-                serde_json::from_reader(reader).map_err(|e| e.to_string())
+                parse_json(&mut file.take(MAX_INPUT_BYTES))
             }
         }
     }
+}
+
+/// Parses the JSON document `reader` gives into `T`, as it streams. Every caller goes
+/// through this one reader type (a buffered `dyn Read`), so the binary carries one
+/// deserializer of the facts tree, not one per input kind (each is ~450 KB of code:
+/// `serve::probe` reads the child's facts through it too).
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    reader: &mut dyn std::io::Read,
+) -> Result<T, String> {
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, reader))
+        .map_err(|e| e.to_string())
 }
 
 /// The `schema` of a JSON object and nothing else: every other value is skipped as
