@@ -17,6 +17,7 @@ pub mod rdma;
 pub mod reader;
 pub mod replay;
 pub mod shm;
+pub mod trainer_path;
 
 use crate::facts::{FACTS_SCHEMA, FactError, Facts};
 use host::Host;
