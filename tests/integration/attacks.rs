@@ -601,6 +601,8 @@ echo "left:$(ls -A "$M/full" "$M/ro" | tr '\n' ' ')"
 
 /// Peak resident memory of `cmd` (stdout and stderr discarded) and its exit code, from
 /// wait4(2)'s rusage of that one child. Bounded: killed after `bounded::WAIT`.
+// The child is reaped by wait4 below, for its rusage, which `Child::wait` does not give.
+#[allow(clippy::zombie_processes)]
 fn peak_rss(cmd: &mut Command) -> (Option<i32>, u64) {
     let child = cmd
         .stdin(Stdio::null())
