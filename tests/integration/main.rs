@@ -20,6 +20,7 @@ mod layering;
 mod nccl_vars;
 mod netns;
 mod outputs;
+mod ras;
 mod rdma;
 mod scenarios;
 mod schema;
