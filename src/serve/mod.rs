@@ -436,7 +436,11 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
                 snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
                 xid: shared.xid_finding(&xids),
                 xids: &xids,
-                job: shared.job.get().and_then(|w| w.view()),
+                // A copy of the job's view only for the paths that show it: /healthz
+                // and /readyz never touch the watcher's lock.
+                job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
+                    .then(|| shared.job.get().and_then(|w| w.view()))
+                    .flatten(),
             };
             route(&live, path, stale_after, started)
         })

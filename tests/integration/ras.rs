@@ -422,16 +422,19 @@ fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_re
     if crate::support::require_shared(test, "crds").is_none() {
         return;
     }
-    let Some(python) = crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+    let Some(python) =
+        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
     else {
         return;
     };
     let repo = crate::support::repo();
-    let good = std::fs::read_to_string(repo.join("examples/manifests/pytorchjob-watch.yaml")).unwrap();
+    let good =
+        std::fs::read_to_string(repo.join("examples/manifests/pytorchjob-watch.yaml")).unwrap();
     let dir = crate::support::scratch("ras-manifests");
-    let bad = good
-        .replace("- --watch-nccl\n", "")
-        .replace("failureThreshold: 3\n              resources", "failureThreshold: 1\n              resources");
+    let bad = good.replace("- --watch-nccl\n", "").replace(
+        "failureThreshold: 3\n              resources",
+        "failureThreshold: 1\n              resources",
+    );
     std::fs::write(dir.join("bad.yaml"), bad).unwrap();
     let out = std::process::Command::new(python)
         .arg(repo.join("tests/manifests/validate.py"))
@@ -440,7 +443,20 @@ fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_re
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let errors: Vec<&str> = v["errors"].as_array().unwrap().iter().filter_map(|e| e.as_str()).collect();
-    assert!(errors.iter().any(|e| e.contains("no serve --watch-nccl listens there")), "{errors:#?}");
-    assert!(errors.iter().any(|e| e.contains("probe tolerates 30 s")), "{errors:#?}");
+    let errors: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("no serve --watch-nccl listens there")),
+        "{errors:#?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("probe tolerates 30 s")),
+        "{errors:#?}"
+    );
 }

@@ -144,10 +144,10 @@ fn judge_reply(p: &Parts<'_>, last: &JobStatus, now: Instant, v: &mut JobView) {
     };
     let errors: Vec<&String> = last.comms.iter().flat_map(|c| &c.errors).collect();
     let hung = hung(p, last, now);
-    v.ranks = all.len() as u64;
+    v.ranks = (all.len() as u64).max(last.ranks_in_table);
     v.ranks_dead = dead.len() as u64;
     v.ranks_missing = missing.len() as u64;
-    v.communicators = last.comms.len() as u64;
+    v.communicators = last.communicators.max(last.comms.len() as u64);
     v.communicators_hung = hung.len() as u64;
     let mut headline = Vec::new();
     for m in &dead {
@@ -175,6 +175,10 @@ fn judge_reply(p: &Parts<'_>, last: &JobStatus, now: Instant, v: &mut JobView) {
         State::Hung
     } else if !errors.is_empty() {
         State::Error
+    } else if v.communicators == 0 {
+        // RAS opens at the first communicator's init, before the communicator shows
+        // (seen on 2x H100 with 2.28.9: one reply with none), and outlives the last one.
+        State::Waiting
     } else {
         State::Healthy
     };
@@ -206,8 +210,12 @@ fn settle(p: &Parts<'_>, now: Instant, v: &mut JobView, named: Vec<String>, miss
         v.headline = format!("hung: RAS answers no query ({})", summary(v, &named));
         return;
     }
-    if v.state == State::Healthy && (!missing.is_empty() || failing.is_some()) {
+    if v.state <= State::Healthy && (!missing.is_empty() || failing.is_some()) {
         v.state = State::Suspect;
+    }
+    if v.state == State::Waiting {
+        v.headline = "waiting: NCCL RAS answers, with no communicator yet (or none left)".into();
+        return;
     }
     // Named ranks and communicators carry their own `dead:`/`hung:`/`error:` prefix.
     v.headline = if named.is_empty() {
@@ -337,6 +345,68 @@ mod tests {
             "{}",
             v.headline
         );
+    }
+
+    /// The replies scripts/ras-gpu.sh recorded from real NCCL 2.28.9 on 2x H100, judged
+    /// as the watcher judged them there (tests/data/ras/gpu-h100x4-2.28.9/summary.txt).
+    #[test]
+    fn the_replies_recorded_on_the_gpu_machine_give_the_verdicts_seen_there() {
+        let recorded = |name: &str| {
+            let path = format!(
+                "{}/tests/data/ras/gpu-h100x4-2.28.9/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let text = std::fs::read_to_string(path).unwrap();
+            // The recorder's own first line.
+            text.split_once('\n').unwrap().1.to_string()
+        };
+        let t0 = Instant::now();
+        let mut w = Watch::new(Duration::from_secs(20));
+        w.observe(t0, reply(&recorded("healthy.json")));
+        assert_eq!(view(&w, t0).state, State::Healthy);
+        w.observe(t0, reply(&recorded("killed-5s.json")));
+        assert_eq!(view(&w, t0).state, State::Suspect);
+        let v = view(&w, t0 + Duration::from_secs(21));
+        assert_eq!(v.state, State::Hung);
+        assert!(
+            v.headline
+                .contains("behind: rank 1 (pid 956 on 192.0.2.2, GPU 1) not answering"),
+            "{}",
+            v.headline
+        );
+        let dead = parse_json(&recorded("killed-dead.json")).unwrap();
+        assert!(dead.repaired, "2.28.9's missing comma, recorded again");
+        w.observe(t0, Outcome::Reply(Box::new(dead)));
+        assert_eq!(view(&w, t0).state, State::Dead);
+        for (name, state) in [
+            ("healthy.text", State::Healthy),
+            ("killed-5s.text", State::Suspect),
+            ("killed-dead.text", State::Dead),
+        ] {
+            let mut w = Watch::new(Duration::from_secs(20));
+            w.observe(
+                t0,
+                Outcome::Reply(Box::new(parse_text(&recorded(name)).unwrap())),
+            );
+            let v = view(&w, t0);
+            assert_eq!(v.state, state, "{name}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn a_version_without_ras_is_unwatchable_and_never_fails_the_trainer() {
+        let mut w = Watch::new(Duration::from_secs(60));
+        let why = super::super::version::plan(super::super::version::Version::parse("2.21.5"))
+            .unwrap_err();
+        w.observe(Instant::now(), Outcome::Unwatchable(why));
+        let v = view(&w, Instant::now());
+        assert_eq!(v.state, State::Unwatchable);
+        assert!(
+            v.headline.starts_with("NCCL 2.21.5 has no RAS"),
+            "{}",
+            v.headline
+        );
+        assert!(!v.state.fails_liveness());
     }
 
     #[test]

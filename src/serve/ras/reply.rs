@@ -106,6 +106,11 @@ pub struct JobStatus {
     pub unreachable: Vec<Member>,
     /// Some communicator is initialising somewhere (text summary table `INIT`).
     pub initializing: bool,
+    /// Communicators and ranks in the job: the JSON's list, or the text summary table's
+    /// `Comms in group` (summed) and `Ranks in group` (the largest group's); the text
+    /// lists a communicator only when something is wrong with it.
+    pub communicators: u64,
+    pub ranks_in_table: u64,
     /// RAS's own timeouts while collecting the reply.
     pub timeouts: u64,
     /// The JSON needed NCCL 2.28.7-2.28.9's missing comma put back.
@@ -198,6 +203,7 @@ pub fn parse_json(text: &str) -> Result<JobStatus, Malformed> {
         ..JobStatus::default()
     };
     status.initializing = status.comms.iter().any(|c| c.initializing);
+    status.communicators = status.comms.len() as u64;
     Ok(status)
 }
 

@@ -145,8 +145,15 @@ impl Parser {
     /// `    0         1         1         2         2         2   RUNNING      OK`
     fn summary_row(&mut self, line: &str) {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() == 8 && cols[..6].iter().all(|c| c.parse::<u64>().is_ok()) {
+        // Group, Comms in group, Nodes per comm, Ranks per node (`7-8` when it varies),
+        // Ranks per comm, Ranks in group, Status, Errors.
+        let number = |i: usize| cols.get(i).and_then(|c| c.parse::<u64>().ok());
+        if let (8, Some(_), Some(comms), Some(ranks)) =
+            (cols.len(), number(0), number(1), number(5))
+        {
             self.status.initializing |= cols[6] == "INIT";
+            self.status.communicators += comms;
+            self.status.ranks_in_table = self.status.ranks_in_table.max(ranks);
         }
     }
 
@@ -324,6 +331,7 @@ mod tests {
         let s = parse_text(HEALTHY).unwrap();
         assert_eq!((s.version.as_deref(), s.format), (Some("2.28.9"), "text"));
         assert!(s.comms.is_empty() && s.dead.is_empty() && !s.initializing);
+        assert_eq!((s.communicators, s.ranks_in_table), (1, 2));
     }
 
     #[test]
