@@ -159,10 +159,11 @@ fn session(
         return Err(format!("TIMEOUT: {:?}", super::reply::safe(&answer)));
     }
     let json = plan.json && ask(stream, "SET FORMAT json")?.eq_ignore_ascii_case("OK");
-    if !json && plan.init_guard {
-        if let Err(why) = may_query_text() {
-            return Ok(Outcome::Guarded(why));
-        }
+    if !json
+        && plan.init_guard
+        && let Err(why) = may_query_text()
+    {
+        return Ok(Outcome::Guarded(why));
     }
     let command = if plan.verbose && !json {
         "VERBOSE STATUS"

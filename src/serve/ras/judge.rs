@@ -224,10 +224,10 @@ impl Watch {
     /// A MONITOR event line (`[time] PEER_DEAD: Process P on node H managing GPU G`).
     pub fn event(&mut self, line: &str) {
         let line = super::reply::safe(line.trim());
-        if let Some((_, rest)) = line.split_once("] PEER_DEAD: ") {
-            if let Some(m) = super::reply_text::process_of(rest) {
-                self.dead_events.push(m);
-            }
+        if let Some((_, rest)) = line.split_once("] PEER_DEAD: ")
+            && let Some(m) = super::reply_text::process_of(rest)
+        {
+            self.dead_events.push(m);
         }
         self.events.push(line);
         if self.events.len() > MAX_EVENTS {

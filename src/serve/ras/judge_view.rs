@@ -378,6 +378,21 @@ mod tests {
         assert!(dead.repaired, "2.28.9's missing comma, recorded again");
         w.observe(t0, Outcome::Reply(Box::new(dead)));
         assert_eq!(view(&w, t0).state, State::Dead);
+        // Across two hosts (two network namespaces): node0's watcher names node1's rank.
+        let mut w = Watch::new(Duration::from_secs(10));
+        w.observe(t0, reply(&recorded("nodes-healthy.json")));
+        assert_eq!(
+            (view(&w, t0).state, view(&w, t0).ranks),
+            (State::Healthy, 4)
+        );
+        w.observe(t0, reply(&recorded("nodes-stopped-hung.json")));
+        let v = view(&w, t0 + Duration::from_secs(11));
+        assert!(
+            v.headline
+                .ends_with("behind: rank 3 (pid 916 on 10.10.1.1, GPU 1) not answering"),
+            "{}",
+            v.headline
+        );
         for (name, state) in [
             ("healthy.text", State::Healthy),
             ("killed-5s.text", State::Suspect),
