@@ -4,7 +4,7 @@
 //! rasClientRunComms' `rasOutAppend` lines) at v2.24.3-1 through v2.30.7-1. Parsing is
 //! pure: the replies in tests/data/ras are fed to it as literals.
 
-use super::version::{self, Version};
+use super::version::Version;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -328,11 +328,6 @@ fn mismatch_of(ranks: &[RankState]) -> Vec<CountGroup> {
     out
 }
 
-/// The whole-job part of the missing-comma test, public for the fake server's fixtures.
-pub fn needs_comma_repair(v: Option<Version>) -> bool {
-    v.is_some_and(|v| v >= version::FIRST_JSON && v < version::MISSING_COMMA_FIXED)
-}
-
 pub use super::reply_text::parse_text;
 
 #[cfg(test)]
@@ -369,8 +364,6 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].unresponsive, m[0].dead), (true, true));
         assert_eq!(m[0].member.pid, Some(637));
-        assert!(needs_comma_repair(s.version()));
-        assert!(!needs_comma_repair(Version::parse("2.29.2")));
     }
 
     #[test]

@@ -162,15 +162,20 @@ impl Loop {
     }
 }
 
-/// Sleeps until `until`, a MONITOR event, or `stop`.
+/// Sleeps until `until`, a MONITOR event, or `stop`; an event wakes it no sooner than
+/// `MIN_GAP` after the last query, so a storm of events cannot turn into a storm of queries.
 fn wait(shared: &Watching, until: Instant, stop: &AtomicBool) {
+    let earliest = Instant::now() + MIN_GAP;
     while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-        if shared.wake.swap(false, Ordering::Relaxed) {
+        if Instant::now() >= earliest && shared.wake.swap(false, Ordering::Relaxed) {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The shortest time between two queries that a MONITOR event asks for.
+const MIN_GAP: Duration = Duration::from_secs(1);
 
 /// Starts the watcher thread; it runs until `stop`.
 pub fn start(
