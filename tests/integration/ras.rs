@@ -460,3 +460,30 @@ fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_re
         "{errors:#?}"
     );
 }
+
+/// The trainer's libnccl (the fixture's fake answers 2.18.5) has no RAS, and nothing
+/// listens: said, once the checks have found that library, and never a failed probe.
+#[test]
+fn an_nccl_without_ras_is_said_to_be_too_old_to_watch() {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let server = start(
+        "rdma-roce-multus",
+        &[
+            "--interval",
+            "60m",
+            "--watch-nccl",
+            "--ras-addr",
+            &closed,
+            "--watch-interval",
+            "1s",
+        ],
+    );
+    let v = wait_state(&server, "unwatchable");
+    let headline = v["headline"].as_str().unwrap();
+    assert!(headline.starts_with("NCCL 2.18.5 has no RAS"), "{headline}");
+    assert_eq!(get(&server, "/job/livez").0, 200);
+}

@@ -186,12 +186,16 @@ impl Watch {
                 self.queries -= 1;
                 self.last_error = Some(why);
             }
-            Outcome::Unwatchable(why) => self.unwatchable = Some(why),
+            Outcome::Unwatchable(why) => {
+                self.queries -= 1;
+                self.unwatchable = Some(why);
+            }
         }
     }
 
     fn reply(&mut self, now: Instant, status: JobStatus) {
         self.refused = false;
+        self.unwatchable = None;
         self.failing_since = None;
         self.last_error = None;
         self.last_reply = Some(now);

@@ -62,6 +62,18 @@ pub const VERBOSE_SAFE_AGAIN: Version = Version::new(2, 29, 2);
 /// at v2.29.2-1; ray-project/ray#64928 repairs it the same way).
 pub const MISSING_COMMA_FIXED: Version = Version::new(2, 29, 2);
 
+/// The plan for a version not known yet: JSON asked for, and where refused, plain STATUS
+/// under the init guard.
+pub fn careful() -> Plan {
+    Plan {
+        json: true,
+        monitor: false,
+        verbose: false,
+        init_guard: true,
+        warnings: Vec::new(),
+    }
+}
+
 /// What this watcher does with a given RAS server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -86,13 +98,7 @@ pub struct Plan {
 /// first reply names the version.
 pub fn plan(version: Option<Version>) -> Result<Plan, String> {
     let Some(v) = version else {
-        return Ok(Plan {
-            json: true,
-            monitor: false,
-            verbose: false,
-            init_guard: true,
-            warnings: Vec::new(),
-        });
+        return Ok(careful());
     };
     if v < FIRST_RAS {
         return Err(format!(

@@ -98,24 +98,28 @@ impl Loop {
     /// One query, judged and published; the time until the next.
     fn poll(&mut self, stop: &'static AtomicBool) -> Duration {
         let known = self.watch.version().or_else(|| (self.hint)());
-        let plan = match version::plan(known) {
-            Ok(plan) => plan,
-            Err(why) => {
-                self.watch
-                    .observe(Instant::now(), Outcome::Unwatchable(why));
-                self.publish();
-                return self.config.interval;
-            }
+        // The trainer's libnccl, as the checks found it, may say RAS cannot exist; where
+        // something answers anyway, RAS itself is the better witness.
+        let (plan, too_old) = match version::plan(known) {
+            Ok(plan) => (plan, None),
+            Err(why) => (version::careful(), Some(why)),
         };
         self.watch.warnings = plan.warnings.clone();
         let guard = &mut self.guard;
-        let outcome = client::query(&self.config.addr, &plan, || guard.check(Instant::now()));
+        let outcome = match (
+            client::query(&self.config.addr, &plan, || guard.check(Instant::now())),
+            too_old,
+        ) {
+            (Outcome::Refused, Some(why)) => Outcome::Unwatchable(why),
+            (outcome, _) => outcome,
+        };
         let now = Instant::now();
         let next = match &outcome {
             Outcome::Refused => {
                 self.guard.up_since = None;
                 None
             }
+            Outcome::Unwatchable(_) => Some(self.config.interval),
             Outcome::Failed(_) => None,
             Outcome::Reply(s) if s.initializing => {
                 self.guard.init_seen = Some(now);
