@@ -348,7 +348,7 @@ fn two_gpus_per_node_make_nranks_pods_times_gpus_and_rank_0_prints_the_job() {
         other.stdout
     );
     assert_eq!(other.stdout.lines().count(), 1, "{}", other.stdout);
-    // nranks = 2 pods x 2 GPUs in the bandwidth phase; one rank per pod for consistency.
+    // nranks = 2 pods x 2 GPUs; the records met at the rendezvous before NCCL.
     let json = gang(
         "twogpu-json",
         TWO_GPUS,
@@ -366,12 +366,16 @@ fn two_gpus_per_node_make_nranks_pods_times_gpus_and_rank_0_prints_the_job() {
     let r = json[1].as_ref().unwrap().json();
     assert_eq!(r["gang"]["bandwidth"]["nranks"], 4);
     assert_eq!(r["gang"]["bandwidth"]["local_gpus"], 2);
-    assert_eq!(r["gang"]["consistency"]["nranks"], 2);
+    assert!(
+        r["gang"]["rendezvous_seconds"].is_number(),
+        "{:#}",
+        r["gang"]
+    );
     assert_eq!(r["gang"]["fingerprints"][0]["gpus"], 2);
 }
 
 #[test]
-fn a_different_nccl_version_fails_every_rank_from_nccls_own_check() {
+fn a_different_nccl_version_fails_every_rank_at_the_rendezvous_before_nccl() {
     let ended = gang(
         "version",
         ONE_GPU,
@@ -395,24 +399,21 @@ fn a_different_nccl_version_fails_every_rank_from_nccls_own_check() {
         assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         assert_eq!(r["verdict"], "fail");
-        let join = gang_finding(&r, "gang-join");
-        assert_eq!(join["status"], "fail");
-        assert!(
-            text(join).contains("Mismatched NCCL version detected"),
-            "{join:#}"
-        );
+        // Every pod met at the rendezvous; the records name the odd pod and NCCL never runs.
+        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
         let c = gang_finding(&r, "gang-consistency");
         assert_eq!(c["status"], "fail");
-        assert_eq!(
-            c["summary"],
-            "NCCL could not form a communicator: ranks load different NCCL versions"
-        );
-        // Each rank names a pair it saw: one of them loads 2.21.5, node 1.
+        let summary = c["summary"].as_str().unwrap_or("");
         assert!(
-            text(c).contains("node 1 loads NCCL 2.21.5"),
+            summary.starts_with("node 1 (") && summary.contains(") loads NCCL 2.21.5 ("),
             "node {rank}: {c:#}"
         );
+        assert!(
+            summary.contains("the other 2 pod(s) NCCL 2.28.9 ("),
+            "{c:#}"
+        );
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        assert!(r["gang"]["bandwidth"].is_null(), "{:#}", r["gang"]);
         // Every rank still prints its own NCCL version.
         let own = &r["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"];
         assert_eq!(own, if rank == 1 { "2.21.5" } else { "2.28.9" });
@@ -513,15 +514,23 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");
         assert!(
-            text(join).contains("not all 3 pod(s) joined within --gang-timeout 3 s"),
+            text(join)
+                .contains("1 of 3 pod(s) never reached the rendezvous at 127.0.0.1 at 127.0.0.1:"),
+            "{join:#}"
+        );
+        assert!(
+            text(join)
+                .contains("within --gang-timeout 3 s: node 2 (pod-that-never-started.invalid)"),
             "{join:#}"
         );
         assert!(
             text(join).contains("node 2 (pod-that-never-started.invalid): no DNS record"),
             "{join:#}"
         );
-        assert_eq!(r["gang"]["consistency"]["timed_out"], true);
-        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "skip");
+        assert_eq!(r["gang"]["missing"], serde_json::json!([2]));
+        // The two records that came agree; nothing is measured without every pod.
+        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "pass");
+        assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
     }
 }
 
@@ -553,7 +562,8 @@ fn a_users_nccl_comm_id_never_reaches_a_non_root_rank() {
 #[test]
 fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
     // Node 1's worker dies (as a SIGKILL'd process reports) at its first collective,
-    // the fingerprint all-gather, after everybody joined.
+    // the pairwise probe, after everybody joined. The pods exchange how NCCL ended
+    // for each, so every rank names node 1 with the same words.
     let ended = gang(
         "killed",
         ONE_GPU,
@@ -565,25 +575,27 @@ fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
             Some(node()),
         ],
     );
+    let mut summaries = Vec::new();
     for (rank, e) in ended.iter().enumerate() {
         let e = e.as_ref().unwrap();
         assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
-        if rank == 1 {
-            let join = gang_finding(&r, "gang-join");
-            assert_eq!(join["status"], "fail");
-            assert!(text(join).contains("without a result"), "{join:#}");
-            continue;
-        }
-        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
-        let c = gang_finding(&r, "gang-consistency");
-        assert_eq!(c["status"], "fail");
+        let join = gang_finding(&r, "gang-join");
+        assert_eq!(join["status"], "fail");
+        let summary = join["summary"].as_str().unwrap_or("").to_string();
         assert!(
-            text(c).contains("the fingerprint exchange did not finish"),
-            "{c:#}"
+            summary.contains("but NCCL could not form the gang's communicator on node 1 (")
+                && summary.contains("without a result"),
+            "node {rank}: {join:#}"
         );
+        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "pass");
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        summaries.push(summary);
     }
+    assert!(
+        summaries.iter().all(|s| *s == summaries[0]),
+        "{summaries:#?}"
+    );
 }
 
 #[test]
