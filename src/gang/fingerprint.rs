@@ -312,6 +312,7 @@ pub fn from_report(
             }
         });
     let (rdma_devices, rdma_rates) = active_rdma(facts);
+    let nccl = facts.rdma.nccl.library.loaded();
     Fingerprint {
         node_rank,
         host: facts
@@ -320,18 +321,8 @@ pub fn from_report(
             .value()
             .cloned()
             .unwrap_or_default(),
-        nccl_version: facts
-            .rdma
-            .nccl
-            .library
-            .loaded()
-            .and_then(|l| l.version.value().cloned()),
-        nccl_library: facts
-            .rdma
-            .nccl
-            .library
-            .loaded()
-            .and_then(|l| l.path.clone()),
+        nccl_version: nccl.and_then(|l| l.version.value().cloned()),
+        nccl_library: nccl.and_then(|l| l.path.clone()),
         cuda_driver_version,
         gpu_model,
         gpus,

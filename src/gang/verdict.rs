@@ -706,6 +706,17 @@ fn against_network(
     }
 }
 
+/// A rate in GB/s with the digits a slow link needs (0.0025, not 0.00).
+pub fn gbps_text(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 /// The straggler node, with its NIC facts as evidence.
 fn straggler_problem(input: &BandwidthInput<'_>, s: &Straggler) -> Problem {
     let facts = input
@@ -726,11 +737,11 @@ fn straggler_problem(input: &BandwidthInput<'_>, s: &Straggler) -> Problem {
     let mut p = Problem::new(
         Severity::Fail,
         format!(
-            "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
+            "{} is the straggler: every link it exchanges on runs at {} GB/s on average, under {:.0}% of the other links' median {} GB/s",
             node_name(s.node, input.names),
-            s.mean_gbps,
+            gbps_text(s.mean_gbps),
             STRAGGLER_FACTOR * 100.0,
-            s.median_gbps
+            gbps_text(s.median_gbps)
         ),
         "Drain that node or fix its links (a NIC trained at a lower rate, a missing NIC, a rate limit), then rerun",
     );
@@ -981,6 +992,10 @@ mod tests {
 
     #[test]
     fn busbw_factor_and_bandwidth_verdicts() {
+        // A slow link keeps its digits (it printed 0.00 GB/s at 20 Mbit/s).
+        assert_eq!(gbps_text(0.0025), "0.0025");
+        assert_eq!(gbps_text(0.48), "0.48");
+        assert_eq!(gbps_text(295.04), "295.0");
         let row = size_row(1_000_000_000, 0.1, 4);
         assert!((row.algbw_gbps - 10.0).abs() < 1e-9);
         assert!((row.busbw_gbps - 15.0).abs() < 1e-9);

@@ -804,6 +804,12 @@ fn all_reduce_sizes(
             .copied()
             .filter(|t| t.is_finite())
             .fold(0.0, f64::max);
+        // The probe's small exchanges understate a fast link (latency dominates 1 MiB):
+        // what the all-reduce just moved through the slowest rank is a better rate for
+        // the next estimates, and every rank computes it from the same gathered times.
+        if slowest > 0.0 {
+            budget.slowest = budget.slowest.max(moved / slowest);
+        }
         shared.update(|r| {
             r.allreduce
                 .push(super::verdict::size_row(bytes, slowest, nranks));

@@ -905,3 +905,99 @@ fn a_stranger_on_the_gang_port_sending_garbage_or_nothing_cannot_hang_the_gang()
         }
     }
 }
+
+/// The pid of `parent`'s child whose command line holds `word`, if any.
+fn child_with(parent: u32, word: &str) -> Option<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    list.split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+        })
+}
+
+/// Whether `pid` is gone (or a zombie nobody reaped: it holds no socket).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn regression_a_killed_gang_takes_its_worker_along_and_sigterm_ends_it_at_once() {
+    // Issue 31 row 13: SIGKILL to `gang` left gang-worker listening on the root port
+    // until its watchdog; SIGTERM waited for the checks to end.
+    let mut g = start_gang(
+        "killed-parent",
+        ONE_GPU,
+        2,
+        &[
+            "--format",
+            "json",
+            "--gang-timeout",
+            "20",
+            "--gang-sizes",
+            "64KiB",
+        ],
+        // Rank 1's bootstrap hello never completes: both workers wait in NCCL's join.
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_NCCL_MISMATCH_HANG", "1")),
+        ],
+    );
+    let parent = g.children[0].as_ref().unwrap().id();
+    let started = Instant::now();
+    let worker = loop {
+        if let Some(w) = child_with(parent, "gang-worker") {
+            break w;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no worker started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(parent as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    while !gone(worker) && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(worker), "gang-worker {worker} outlived its parent");
+    // Its NCCL root let the gang port go: a retry can listen there at once.
+    let port: u16 = g.port.parse().unwrap();
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+    for c in g.children.iter_mut().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir_all(&g.dir);
+
+    // SIGTERM at the rendezvous (rank 1 never comes): it ends at once, saying so.
+    let g = start_gang(
+        "sigterm",
+        ONE_GPU,
+        2,
+        &["--gang-timeout", "30"],
+        vec![Some(node()), None],
+    );
+    let pid = g.children[0].as_ref().unwrap().id();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let termed = Instant::now();
+    let ended = g.finish();
+    let e = ended[0].as_ref().unwrap();
+    assert!(
+        termed.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        termed.elapsed()
+    );
+    assert_eq!(e.code, Some(128 + libc::SIGTERM), "{}", e.stderr);
+    assert!(e.stderr.contains("stopped by a signal"), "{}", e.stderr);
+}

@@ -364,6 +364,7 @@ fn another_nccl_version(test: &str, n: usize) {
     }
     // A bound, not a speed: NCCL's join would have held every rank past --gang-timeout (10 s).
     assert!(wall < Duration::from_secs(10), "{test}: {wall:?}");
+    println!("{test}: {:.1} s: {}", wall.as_secs_f64(), verdict[1]);
 }
 
 #[test]
@@ -377,18 +378,14 @@ fn regression_another_nccl_version_is_named_on_every_rank_before_nccl_8_pods() {
 }
 
 #[test]
-fn regression_a_pod_whose_own_checks_fail_reports_and_every_rank_names_it() {
-    let Some(net) = pods_net("gang_local_fail", 4) else {
+fn regression_a_pod_whose_own_checks_fail_reports_and_every_rank_names_it_8_pods() {
+    let Some(net) = pods_net("gang_local_fail", 8) else {
         return;
     };
-    let pods = vec![
-        pod(0),
-        pod(1).env("NCCL_SOCKET_IFNAME", "eth9"),
-        pod(2),
-        pod(3),
-    ];
+    let mut pods: Vec<Pod> = (0..8).map(pod).collect();
+    pods[1] = pod(1).env("NCCL_SOCKET_IFNAME", "eth9");
     let started = std::time::Instant::now();
-    let ended = gang_json(&net, 4, "local-fail", pods);
+    let ended = gang_json(&net, 8, "local-fail", pods);
     let wall = started.elapsed();
     let verdict = one_verdict(&ended, 1);
     // Its NCCL_SOCKET_IFNAME differs too: the failed checks are the headline.
@@ -403,6 +400,11 @@ fn regression_a_pod_whose_own_checks_fail_reports_and_every_rank_names_it() {
         assert!(r["gang"]["bandwidth"].is_null(), "{:#}", r["gang"]);
     }
     assert!(wall < Duration::from_secs(10), "{wall:?}");
+    println!(
+        "local-fail 8 pods: {:.1} s: {}",
+        wall.as_secs_f64(),
+        verdict[1]
+    );
 }
 
 #[test]
@@ -524,6 +526,7 @@ fn regression_blocked_nccl_ports_are_named_with_the_ports_to_open_on_every_rank(
     }
     // The join's timeout, its grace and the outcome round, never more.
     assert!(wall < Duration::from_secs(30), "{wall:?}");
+    println!("ports 4 pods: {:.1} s: {}", wall.as_secs_f64(), verdict[0]);
 }
 
 #[test]
@@ -558,6 +561,11 @@ fn regression_a_straggler_at_1_gbit_is_named_with_default_settings() {
     );
     // Within the default --gang-timeout (30 s), its grace and the checks around it.
     assert!(wall < Duration::from_secs(45), "{wall:?}");
+    println!(
+        "straggler 4 pods, defaults: {:.1} s: {}",
+        wall.as_secs_f64(),
+        verdict[2]
+    );
 }
 
 #[test]
