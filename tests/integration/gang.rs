@@ -1001,3 +1001,71 @@ fn regression_a_killed_gang_takes_its_worker_along_and_sigterm_ends_it_at_once()
     assert_eq!(e.code, Some(128 + libc::SIGTERM), "{}", e.stderr);
     assert!(e.stderr.contains("stopped by a signal"), "{}", e.stderr);
 }
+
+#[test]
+fn regression_exec_gang_as_pid_1_ends_on_sigterm_during_the_checks() {
+    // Issue 31 row 13: as PID 1 (a container's first process), `exec --gang` ignored
+    // SIGTERM until the checks ended, since the kernel drops a signal PID 1 has no
+    // handler for. Here it waits at the rendezvous for a rank that never comes.
+    if !require_root("exec_gang_pid_1") || !require_tools("exec_gang_pid_1", &["unshare"]) {
+        return;
+    }
+    let dir = scratch("gang-pid1");
+    let port = free_port().to_string();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", BIN, "exec", "--gang"])
+        .args([
+            "--gang-rank",
+            "0",
+            "--gang-nodes",
+            "2",
+            "--gang-root",
+            "127.0.0.1",
+        ])
+        .args(["--gang-port", &port, "--gang-timeout", "30", "--", "true"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(base_env(&dir, ONE_GPU))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut unshare = cmd.spawn().expect("unshare");
+    let started = Instant::now();
+    let pid1 = loop {
+        if let Some(p) = child_with(unshare.id(), "exec") {
+            break p;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no PID 1 started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // In its namespace it is PID 1.
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1")),
+        "{status}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(pid1 as i32, libc::SIGTERM) };
+    let termed = Instant::now();
+    while unshare.try_wait().unwrap().is_none() && termed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = unshare.try_wait().unwrap();
+    if ended.is_none() {
+        let _ = unshare.kill();
+    }
+    let out = unshare.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        termed.elapsed() < Duration::from_secs(5),
+        "{:?}: {stderr}",
+        termed.elapsed()
+    );
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
