@@ -27,6 +27,7 @@ pub mod serve;
 pub mod topology;
 pub mod tune;
 pub mod units;
+pub mod vendor;
 
 /// Facts for unit tests: the lent 2x H200 node and variations, shared by every stage's tests.
 #[cfg(test)]

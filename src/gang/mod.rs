@@ -492,9 +492,9 @@ fn version_mismatch(text: &str) -> Option<(u64, String, u64, String)> {
     let (a, x, b, y) = (num(6)?, num(8)?, num(10)?, num(12)?);
     Some((
         a,
-        fingerprint::version_text(x as i32),
+        crate::vendor::nccl::version_text(x as i32),
         b,
-        fingerprint::version_text(y as i32),
+        crate::vendor::nccl::version_text(y as i32),
     ))
 }
 

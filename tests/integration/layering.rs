@@ -18,6 +18,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
         "lines to standard error that a closed stderr cannot break",
     ),
     ("units", 1, "sizes, limits and durations"),
+    (
+        "vendor",
+        1,
+        "the vendor libraries, each loaded once, typed, under a deadline",
+    ),
     ("platform", 1, "known machine types"),
     (
         "layout",
@@ -38,11 +43,7 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("run", 6, "the pipeline every command shares"),
     ("bench", 7, "measurements"),
     ("serve", 7, "the sidecar"),
-    (
-        "gang",
-        8,
-        "the job across its pods (reuses bench's CUDA driver wrapper)",
-    ),
+    ("gang", 7, "the job across its pods"),
     ("commands", 9, "the subcommands"),
 ];
 

@@ -6,14 +6,15 @@
 //! directory is checked too, since a plugin there is invisible to NCCL unless
 //! it is on the library search path.
 
+use crate::facts::Observed;
 use crate::facts::gpu::{Library as LibraryFact, LibraryState};
 use crate::facts::rdma::{LoadAttempt, NcclFacts, NcclLibrary, NetPlugin};
-use crate::facts::{FactError, Observed};
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, is_missing, path_of};
-use std::ffi::{CStr, c_char, c_int, c_void};
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::{LoadError, is_missing};
+use crate::vendor::nccl::version_text;
 
 use crate::platform::OFI_NCCL_DIRS;
+use crate::vendor::nccl::NetPluginTables;
 
 /// The names NCCL tries for its net plugin, in order, or `None` when the plugin is disabled.
 pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
@@ -35,50 +36,25 @@ pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
     Some(names)
 }
 
-/// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
-/// before: major*1000 + minor*100 + patch).
-pub fn version_text(code: i32) -> String {
-    if code >= 20900 {
-        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
-    } else {
-        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
-    }
-}
-
 fn nccl_library(watch: &Watch, candidates: &[String]) -> LibraryFact<NcclLibrary> {
     let mut missing = Vec::new();
     for name in candidates {
-        match watch.call(format!("dlopen({name})"), || Library::open(name)) {
-            Ok(lib) => {
-                let version = match lib
-                    .symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("ncclGetVersion")
-                {
-                    Ok(get) => {
-                        let mut code: c_int = 0;
-                        // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
-                        let rc = watch.call("ncclGetVersion", || unsafe { (get.get())(&mut code) });
-                        if rc == 0 {
-                            Observed::Value(version_text(code))
-                        } else {
-                            Observed::Error(FactError::new(
-                                "ncclGetVersion",
-                                format!("ncclResult {rc}"),
-                            ))
-                        }
-                    }
+        match crate::vendor::nccl::probe(watch, name) {
+            Ok(probe) => {
+                let version = match probe.version {
+                    Ok(code) => Observed::Value(version_text(code)),
                     Err(e) => Observed::Error(e),
                 };
-                let path = lib
-                    .symbol::<unsafe extern "C" fn()>("ncclGetVersion")
-                    .ok()
-                    .and_then(|s| path_of(s.get() as *const c_void));
                 return LibraryFact {
                     library: name.clone(),
-                    state: LibraryState::Loaded(NcclLibrary { path, version }),
+                    state: LibraryState::Loaded(NcclLibrary {
+                        path: probe.path,
+                        version,
+                    }),
                 };
             }
-            Err(e) if is_missing(name, &e.message) => missing.push(e.message),
-            Err(e) => {
+            Err(LoadError::Missing(message)) => missing.push(message),
+            Err(LoadError::Failed(e)) => {
                 return LibraryFact {
                     library: name.clone(),
                     state: LibraryState::Failed(e),
@@ -128,39 +104,16 @@ fn read_ofi_nccl_version(path: &str) -> Option<String> {
     ofi_nccl_version(&bytes)
 }
 
-/// Opens a plugin and reads every ncclNetPlugin_vN it exports, and the name field of the newest.
-fn read_plugin(watch: &Watch, lib: &Library, name: &str) -> NetPlugin {
+/// The plugin's tables as facts, and aws-ofi-nccl's version from its file.
+fn read_plugin(watch: &Watch, tables: NetPluginTables, name: &str) -> NetPlugin {
     let mut plugin = NetPlugin {
         library: name.to_string(),
-        path: None,
-        api: None,
-        apis: Vec::new(),
-        name: None,
+        api: tables.apis.last().map(|v| format!("v{v}")),
+        apis: tables.apis,
+        path: tables.path,
+        name: tables.newest_name,
         ofi_nccl_version: None,
     };
-    for v in (2..=16).rev() {
-        let symbol = format!("ncclNetPlugin_v{v}");
-        let Ok(s) = lib.symbol::<*const *const c_char>(&symbol) else {
-            continue;
-        };
-        plugin.apis.insert(0, v);
-        if plugin.api.is_some() {
-            continue;
-        }
-        let table = s.get();
-        plugin.api = Some(format!("v{v}"));
-        plugin.path = path_of(table as *const c_void);
-        // SAFETY: every ncclNet_vN_t starts with `const char* name`, set statically by the plugin.
-        let name_ptr = unsafe { *table };
-        if !name_ptr.is_null() {
-            // SAFETY: a NUL-terminated static string in the plugin.
-            plugin.name = Some(
-                unsafe { CStr::from_ptr(name_ptr) }
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-    }
     let file = plugin.path.clone().unwrap_or_else(|| name.to_string());
     if file.contains('/') {
         plugin.ofi_nccl_version =
@@ -199,15 +152,13 @@ pub fn gather(
         ]
     });
     for name in candidates.iter().cloned().chain(extra) {
-        match watch.call(format!("dlopen({name})"), || Library::open(&name)) {
-            Ok(lib) => {
+        match crate::vendor::nccl::open_net_plugin(watch, &name) {
+            Ok(tables) => {
                 attempts.push(LoadAttempt {
                     library: name.clone(),
                     error: None,
                 });
-                found = Some(read_plugin(watch, &lib, &name));
-                // Plugins may start threads from constructors; keep them loaded.
-                std::mem::forget(lib);
+                found = Some(read_plugin(watch, tables, &name));
                 break;
             }
             Err(e) => {
