@@ -69,25 +69,15 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
     }
 }
 
-/// Set by SIGTERM and SIGINT.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-fn install_signal_handlers() -> Result<()> {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    let action = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for signal in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { sigaction(signal, &action) }.context("installing the SIGTERM handler")?;
+/// A flag that SIGTERM and SIGINT set (signal-hook's handler only stores to the
+/// atomic, which is async-signal-safe); every thread of `serve` stops on it.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("installing the SIGTERM and SIGINT handlers")?;
     }
-    Ok(())
+    Ok(stop)
 }
 
 /// What a request reads: the last run, and the XIDs seen up to now.
@@ -302,19 +292,21 @@ fn hand_back_freed_memory() {
 }
 
 /// The check thread: a run every --interval, or at once after a new XID event,
-/// until STOP.
+/// until `stop`.
 fn start_checks(
     shared: &Arc<Shared>,
     env: &[(OsString, OsString)],
     args: &ServeArgs,
+    stop: &Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
+    let stop = Arc::clone(stop);
     std::thread::Builder::new()
         .name("checks".into())
         .spawn(move || {
             let mut runs = 0u64;
             let mut probed = None;
-            while !STOP.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 runs += 1;
                 let seen = shared.xid_events();
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
@@ -322,7 +314,7 @@ fn start_checks(
                 }
                 hand_back_freed_memory();
                 let next = Instant::now() + args.interval;
-                while !STOP.load(Ordering::Relaxed)
+                while !stop.load(Ordering::Relaxed)
                     && Instant::now() < next
                     && shared.xid_events() == seen
                 {
@@ -345,7 +337,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("serve --listen {}", args.listen))?;
-    install_signal_handlers()?;
+    let stop = stop_on_signals()?;
     one_malloc_arena();
     // Log lines never panic: stderr may be a closed pipe.
     let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
@@ -365,14 +357,14 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     });
     let watcher = {
         let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
-        let deadline = args.check.gather.timeout;
+        let (deadline, stop) = (args.check.gather.timeout, Arc::clone(&stop));
         std::thread::Builder::new()
             .name("xid".into())
-            .spawn(move || xid::watch(&library, deadline, &xids, &STOP))
+            .spawn(move || xid::watch(&library, deadline, &xids, &stop))
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = start_checks(&shared, env, args)?;
+    let checker = start_checks(&shared, env, args, &stop)?;
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
@@ -385,7 +377,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             route(&live, path, stale_after, started)
         })
     };
-    http::serve(listener, &STOP, routes).context("serving")?;
+    http::serve(listener, &stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit
