@@ -744,6 +744,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn version_codes_of_both_forms() {
+        assert_eq!(version_text(22809), "2.28.9");
+        assert_eq!(version_text(21805), "2.18.5");
+        assert_eq!(version_text(20900), "2.9.0");
+        // Before 2.9: major*1000 + minor*100 + patch.
+        assert_eq!(version_text(2803), "2.8.3");
+        assert_eq!(version_text(2708), "2.7.8");
+        assert_eq!(version_text(30001), "3.0.1");
+        assert!(Version::from_code(22809) > Version::from_code(2803));
+    }
+
+    #[test]
     fn unique_id_takes_exactly_128_bytes() {
         assert!(UniqueId::from_bytes(&[0u8; 127]).is_none());
         assert!(UniqueId::from_bytes(&[0u8; 129]).is_none());

@@ -17,6 +17,7 @@ mod gang_script;
 mod image;
 mod kernel;
 mod layering;
+mod nccl_library;
 mod nccl_vars;
 mod netns;
 mod outputs;
