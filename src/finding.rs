@@ -318,6 +318,8 @@ pub mod ids {
     pub const GANG_JOIN: &str = "gang-join";
     pub const GANG_CONSISTENCY: &str = "gang-consistency";
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
+    pub const NCCL_CONF: &str = "nccl-conf";
+    pub const NCCL_JOB: &str = "nccl-job";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -339,6 +341,11 @@ pub const REGISTRY: &[CheckInfo] = &[
         source: Source::Runtime,
     },
     CheckInfo {
+        id: ids::NCCL_JOB,
+        title: "the running job through NCCL's RAS: hung collectives, dead ranks, NCCL errors (serve --watch-nccl)",
+        source: Source::Runtime,
+    },
+    CheckInfo {
         id: ids::GANG_JOIN,
         title: "every pod of the job joined one NCCL communicator in time (gang)",
         source: Source::Measured,
@@ -347,6 +354,11 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::GANG_CONSISTENCY,
         title: "the pods agree: NCCL version, driver, GPUs, NICs, plugin, NCCL/FI variables, local verdicts (gang)",
         source: Source::Measured,
+    },
+    CheckInfo {
+        id: ids::NCCL_CONF,
+        title: "the nccl.conf `init --nccl-conf` writes is one the image's NCCL reads (NCCL_CONF_FILE: 2.23 and later)",
+        source: Source::Image,
     },
     CheckInfo {
         id: ids::GANG_BANDWIDTH,

@@ -342,7 +342,14 @@ pub fn hostfile_root(text: &str) -> Option<String> {
         .find(|l| !l.is_empty())
         .and_then(|l| l.split_whitespace().next())
         .map(|h| h.split(':').next().unwrap_or(h).to_string())
-        .filter(|h| !h.is_empty())
+        // A DNS name is at most 253 bytes of letters, digits, `-`, `.` (`_` in some
+        // clusters): anything else (NUL bytes from /dev/zero) is not a host.
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 253
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        })
 }
 
 /// Every pod's name from the rank-0 pod's name, where the launcher's naming is known:
@@ -518,6 +525,11 @@ mod tests {
         );
         assert_eq!(hostfile_root("h0:8\nh1:8").as_deref(), Some("h0"));
         assert_eq!(hostfile_root("\n# only a comment\n"), None);
+        // Issue 31 row 7: NUL bytes (a hostfile that was /dev/zero) or an endless line
+        // are no host name.
+        assert_eq!(hostfile_root(&"\0".repeat(1 << 20)), None);
+        assert_eq!(hostfile_root(&"a".repeat(254)), None);
+        assert_eq!(hostfile_root("h\x1b[2J slots=1"), None);
     }
 
     #[test]

@@ -74,13 +74,9 @@ pub fn identity(
         let path = var("OMPI_MCA_orte_default_hostfile")
             .or_else(|| var("HYDRA_HOST_FILE"))
             .unwrap_or_else(|| "/etc/mpi/hostfile".to_string());
-        let head = std::fs::File::open(&path).ok().and_then(|f| {
-            use std::io::Read;
-            let mut text = String::new();
-            f.take(1 << 20).read_to_string(&mut text).ok()?;
-            crate::layout::hostfile_root(&text)
-        });
-        flags.root = head;
+        flags.root = read_hostfile(&path)?
+            .as_deref()
+            .and_then(crate::layout::hostfile_root);
     }
     let from_hostfile = flags.root.is_some() && opts.gang_root.is_none();
     let mut identity =
@@ -93,6 +89,44 @@ pub fn identity(
         }
     }
     Ok(identity)
+}
+
+/// Largest MPI hostfile read: one line per worker, so 64 KiB holds thousands of hosts.
+const MAX_HOSTFILE_BYTES: u64 = 64 << 10;
+
+/// The MPI hostfile's text; `None` when it does not exist (a worker pod has none). Only
+/// a regular file of at most `MAX_HOSTFILE_BYTES` is read, opened without blocking: a
+/// FIFO nobody writes blocked for ever, and /dev/zero gave a 1 MiB "host name" (issue 31
+/// row 7).
+fn read_hostfile(path: &str) -> Result<Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = crate::render::visible(path);
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("gang: cannot read the MPI hostfile {shown}: {e}"),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| anyhow!("gang: cannot read the MPI hostfile {shown}: {e}"))?;
+    if !meta.file_type().is_file() {
+        bail!("gang: the MPI hostfile {shown} is not a regular file (a FIFO or a device?)");
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_HOSTFILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow!("gang: cannot read the MPI hostfile {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_HOSTFILE_BYTES {
+        bail!("gang: the MPI hostfile {shown} is larger than {MAX_HOSTFILE_BYTES} bytes");
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| anyhow!("gang: the MPI hostfile {shown} is not UTF-8 text"))
 }
 
 /// Runs the gang after the local checks in `report`, adds its findings (settled

@@ -823,6 +823,35 @@ fn mpi_ranks_take_their_identity_from_open_mpi_and_the_hostfile() {
 }
 
 #[test]
+fn an_mpi_hostfile_that_is_a_fifo_or_dev_zero_exits_2_without_waiting() {
+    // Issue 31 row 7: a FIFO nobody writes as the hostfile blocked rank 1 for ever, and
+    // /dev/zero gave a 1 MiB root "name". Both must be refused at once, naming the file.
+    let dir = scratch("gang-mpi-fifo");
+    let env = base_env(&dir, ONE_GPU);
+    let fifo = dir.join("hostfile-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let nuls = dir.join("hostfile-nuls");
+    std::fs::write(&nuls, vec![0u8; 1 << 20]).unwrap();
+    let cases = [
+        (fifo.display().to_string(), "is not a regular file"),
+        ("/dev/zero".to_string(), "is not a regular file"),
+        (nuls.display().to_string(), "larger than 65536 bytes"),
+    ];
+    for (hostfile, why) in cases {
+        let mut cmd = command(&["gang", "--gang-timeout", "20"], &[]);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
+            .env("OMPI_COMM_WORLD_RANK", "1")
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
+            .env("OMPI_MCA_orte_default_hostfile", &hostfile);
+        let out = super::bounded::output_within(&mut cmd, "gang with a hostile hostfile");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{hostfile}: {err}");
+        assert!(err.contains(&hostfile) && err.contains(why), "{err}");
+    }
+}
+
+#[test]
 fn an_nccl_older_than_2_16_is_refused_by_name() {
     let ended = gang(
         "old-nccl",

@@ -21,24 +21,25 @@ use std::ffi::OsString;
 use crate::platform::OFI_NCCL_DIRS;
 use crate::vendor::nccl::NetPluginTables;
 
-/// The names NCCL tries for its net plugin, in order, or `None` when the plugin is disabled.
-pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
-    let Some(value) = env_value.map(str::trim).filter(|v| !v.is_empty()) else {
-        return Some(vec!["libnccl-net.so".into()]);
-    };
-    if value.eq_ignore_ascii_case("none") {
-        return None;
-    }
-    let mut names = Vec::new();
-    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        names.push(name.to_string());
-        let is_path = name.contains('/');
-        let is_lib = name.starts_with("lib") && name.ends_with(".so");
-        if !is_path && !is_lib {
-            names.push(format!("libnccl-net-{name}.so"));
-        }
-    }
-    Some(names)
+/// The names NCCL `version` (None: unknown, the newest rules) tries for its net
+/// plugins, in order, or `None` when it loads none
+/// ([`crate::nccl::net_plugin::net_plugin_entries`], proven against real NCCL).
+pub fn plugin_candidates(
+    env_value: Option<&str>,
+    version: Option<crate::nccl::catalog::Version>,
+) -> Option<Vec<String>> {
+    let names: Vec<String> = crate::nccl::net_plugin::net_plugin_entries(env_value, version)
+        .into_iter()
+        .flatten()
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// The (major, minor, patch) of a loaded libnccl, when its version was read.
+fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::catalog::Version> {
+    let text = library.loaded()?.version.value()?;
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 /// The soname NCCL's library carries, and the name a bare dlopen resolves.
@@ -277,7 +278,7 @@ pub fn gather(
 ) -> NcclFacts {
     let (library, copies) = nccl_library(watch, nccl_candidates);
     let mut attempts = Vec::new();
-    let candidates = match plugin_candidates(plugin_env) {
+    let candidates = match plugin_candidates(plugin_env, loaded_version(&library)) {
         Some(c) if skip_plugin.is_none() => c,
         _ => {
             return NcclFacts {
@@ -340,26 +341,35 @@ mod tests {
     #[test]
     fn plugin_names_follow_nccl() {
         assert_eq!(
-            plugin_candidates(None),
+            plugin_candidates(None, None),
             Some(vec!["libnccl-net.so".to_string()])
         );
         assert_eq!(
-            plugin_candidates(Some("ofi")),
+            plugin_candidates(Some("ofi"), None),
             Some(vec!["ofi".into(), "libnccl-net-ofi.so".into()])
         );
         assert_eq!(
-            plugin_candidates(Some("libnccl-net-ofi.so")),
+            plugin_candidates(Some("libnccl-net-ofi.so"), None),
             Some(vec!["libnccl-net-ofi.so".into()])
         );
         assert_eq!(
-            plugin_candidates(Some("/opt/x/libp.so,aws")),
+            plugin_candidates(Some("/opt/x/libp.so,aws"), None),
             Some(vec![
                 "/opt/x/libp.so".into(),
                 "aws".into(),
                 "libnccl-net-aws.so".into()
             ])
         );
-        assert_eq!(plugin_candidates(Some("none")), None);
+        assert_eq!(plugin_candidates(Some("none"), None), None);
+        // Before 2.27 the value is one name, and NCCL does not trim it.
+        assert_eq!(
+            plugin_candidates(Some(" ofi,x"), Some((2, 18, 3))),
+            Some(vec!["libnccl-net- ofi,x.so".into()])
+        );
+        assert_eq!(
+            plugin_candidates(Some(""), Some((2, 21, 5))),
+            Some(vec!["libnccl-net.so".into()])
+        );
     }
 
     #[test]
