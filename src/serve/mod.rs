@@ -71,14 +71,17 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
 }
 
 /// A flag that SIGTERM and SIGINT set (signal-hook's handler only stores to the
-/// atomic, which is async-signal-safe); every thread of `serve` stops on it.
-fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+/// atomic, which is async-signal-safe); every thread of `serve` stops on it. It lives
+/// for the rest of the process (one `Arc` handed to signal-hook, one leaked here), so
+/// the threads that are never joined can hold it as `&'static`.
+fn stop_on_signals() -> Result<&'static AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("installing the SIGTERM and SIGINT handlers")?;
     }
-    Ok(stop)
+    let kept: &'static Arc<AtomicBool> = Box::leak(Box::new(stop));
+    Ok(kept)
 }
 
 /// What a request reads: the last run, and the XIDs seen up to now.
@@ -311,10 +314,9 @@ fn start_checks(
     shared: &Arc<Shared>,
     env: &[(OsString, OsString)],
     args: &ServeArgs,
-    stop: &Arc<AtomicBool>,
+    stop: &'static AtomicBool,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
-    let stop = Arc::clone(stop);
     std::thread::Builder::new()
         .name("checks".into())
         .spawn(move || {
@@ -339,10 +341,10 @@ fn start_checks(
         .context("starting the check thread")
 }
 
-/// With `--watch-nccl`, starts the job watcher (it runs until STOP, and is not waited
+/// With `--watch-nccl`, starts the job watcher (it runs until `stop`, and is not waited
 /// for). Its NCCL version, until RAS's own reply names it, is the trainer's libnccl as
 /// the last run of the checks found it (facts.rdma.nccl.library).
-fn start_watching(args: &ServeArgs, shared: &Arc<Shared>) -> Result<()> {
+fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
     let w = &args.watch;
     if !w.watch_nccl {
         return Ok(());
@@ -362,7 +364,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>) -> Result<()> {
     });
     let log = Arc::new(|line: String| crate::diagnostic::line(format_args!("{line}")));
     let (watching, _thread) =
-        ras::watch::start(config, hint, log, &STOP).context("starting the RAS watcher")?;
+        ras::watch::start(config, hint, log, stop).context("starting the RAS watcher")?;
     let _ = shared.job.set(watching);
     Ok(())
 }
@@ -409,17 +411,17 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         xid_policy: xid::XidPolicy::new(&args.xid_not_ready, &args.xid_ignore),
         job: std::sync::OnceLock::new(),
     });
-    start_watching(args, &shared)?;
+    start_watching(args, &shared, stop)?;
     let watcher = {
         let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
-        let (deadline, stop) = (args.check.gather.timeout, Arc::clone(&stop));
+        let deadline = args.check.gather.timeout;
         std::thread::Builder::new()
             .name("xid".into())
-            .spawn(move || xid::watch(&library, deadline, &xids, &stop))
+            .spawn(move || xid::watch(&library, deadline, &xids, stop))
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = start_checks(&shared, env, args, &stop)?;
+    let checker = start_checks(&shared, env, args, stop)?;
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
@@ -437,7 +439,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             route(&live, path, stale_after, started)
         })
     };
-    http::serve(listener, &stop, routes).context("serving")?;
+    http::serve(listener, stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit

@@ -194,10 +194,15 @@ pub fn wait_ms(deadline: Duration) -> u32 {
 /// Watches until `stop` is set. Runs on its own thread; the NVML calls run on a
 /// worker under `deadline` each. When one does not return, the worker is abandoned
 /// (it cannot be cancelled), `hung` names the call, and this returns.
-pub fn watch(library: &str, deadline: Duration, state: &Arc<Mutex<Xids>>, stop: &Arc<AtomicBool>) {
+pub fn watch(
+    library: &str,
+    deadline: Duration,
+    state: &Arc<Mutex<Xids>>,
+    stop: &'static AtomicBool,
+) {
     let job = {
-        let (library, state, stop) = (library.to_string(), Arc::clone(state), Arc::clone(stop));
-        move |w: &Watch| watch_events(w, &library, deadline, &state, &stop)
+        let (library, state) = (library.to_string(), Arc::clone(state));
+        move |w: &Watch| watch_events(w, &library, deadline, &state, stop)
     };
     if let Err(hung) = crate::vendor::deadline::run("xid-nvml", deadline, false, job) {
         let mut xids = state.lock().unwrap_or_else(|p| p.into_inner());
