@@ -189,6 +189,11 @@ pub struct GangOpts {
         value_delimiter = ','
     )]
     pub gang_peers: Vec<String>,
+    /// This attempt of the job, the same in every pod and new on every retry (from the
+    /// downward API, e.g. the pod label batch.kubernetes.io/controller-uid or
+    /// jobset.sigs.k8s.io/restart-attempt): the rendezvous refuses a pod of another attempt.
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ATTEMPT", value_name = "TEXT")]
+    pub gang_attempt: Option<String>,
     /// All-reduce sizes (comma list); the smallest is also the node-to-node send size.
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_SIZES", default_value = "64MiB,256MiB",
           value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]

@@ -11,6 +11,7 @@
 //! Touch the host: `vendor`, `gather`, `output`, `run`, `bench`, `serve`, `gang`, `commands`.
 
 pub mod bench;
+pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod diagnostic;

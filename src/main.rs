@@ -67,7 +67,34 @@ unsafe impl std::alloc::GlobalAlloc for ExitOnOom {
 #[global_allocator]
 static ALLOCATOR: ExitOnOom = ExitOnOom;
 
+/// An abort from below the tool's code ends in exit 2 with a line too, not 134: glibc
+/// aborts on its own when it cannot allocate for a new thread ("Fatal glibc error: failed
+/// to register TLS destructor: out of memory", seen at `prlimit --as=11763712`), which
+/// no allocator of ours sees. Exit 2 is the contract's "could not do its job".
+extern "C" fn on_abort(_: libc::c_int) {
+    const MESSAGE: &[u8] = b"nccl-preflight: error: aborted (the line above says why; under \
+an address-space limit, ulimit -v or prlimit --as, raise it)\n";
+    // SAFETY: write(2) from a static buffer and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+        libc::_exit(i32::from(EXIT_TOOL_ERROR))
+    }
+}
+
+fn exit_2_on_abort() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_abort),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only writes a static buffer and calls _exit, both
+    // async-signal-safe; an exec'ed command gets the default action back (execve(2)).
+    let _ = unsafe { sigaction(Signal::SIGABRT, &action) };
+}
+
 fn main() -> ExitCode {
+    exit_2_on_abort();
     // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
     let cli = Cli::parse();
     let env: Vec<_> = std::env::vars_os().collect();

@@ -58,6 +58,7 @@ pub fn identity(
             .map(|p| p.trim().to_string())
             .filter(|p| !p.is_empty())
             .collect(),
+        attempt: opts.gang_attempt.clone(),
     };
     let var = |name: &str| {
         env.iter()
@@ -179,8 +180,39 @@ pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
     }
 }
 
+/// What SIGTERM or SIGINT prints before the process ends.
+const STOPPED: &[u8] =
+    b"nccl-preflight: stopped by a signal before the checks ended; nothing was started\n";
+
+extern "C" fn on_stop(signal: libc::c_int) {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; STOPPED is a static buffer.
+    unsafe {
+        libc::write(2, STOPPED.as_ptr().cast(), STOPPED.len());
+        libc::_exit(128 + signal);
+    }
+}
+
+/// Ends the process at once on SIGTERM or SIGINT with a line saying so (exit
+/// 128 + the signal), also as PID 1, where the kernel drops a signal that has
+/// no handler (issue 31 row 13): the gang's worker dies with it (PR_SET_PDEATHSIG,
+/// `crate::child`), the rendezvous port closes with it, and `exec` never starts
+/// the command. execve resets the handler, so the command gets its own signals.
+pub fn stop_on_signals() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler calls only async-signal-safe functions (see on_stop).
+        let _ = unsafe { sigaction(signal, &action) };
+    }
+}
+
 /// `nccl-preflight gang`.
 pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    stop_on_signals();
     let policy = build_policy(&args.check)?;
     // A bad identity costs nothing: refused before anything is gathered.
     let identity = identity(&args.check, &args.gang, env)?;

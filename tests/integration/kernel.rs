@@ -234,8 +234,9 @@ fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
 /// Issue 31 row 6: between the limit where the loader cannot map the binary and the one
 /// where the tool runs, the allocator ran out and Rust aborted (SIGABRT, 134, no report).
 /// Swept in 32 KiB steps so the window is crossed whatever the build's size: every run
-/// ends in the loader (127, before any code of ours) or exits 0-2, never by a signal,
-/// and at least one exits 2 saying it ran out of memory.
+/// ends in the loader (127, before any code of ours) or exits 0-2, never by a signal
+/// (glibc's own out-of-memory abort for a new thread included), and at least one exits
+/// 2 saying it ran out of memory.
 #[test]
 fn regression_out_of_memory_exits_2_with_a_message_not_sigabrt() {
     if !require_tools("out_of_memory", &["prlimit"]) {

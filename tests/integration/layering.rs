@@ -33,6 +33,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
         1,
         "the vendor libraries, each loaded once, typed, under a deadline",
     ),
+    (
+        "child",
+        1,
+        "a child process of this binary: one framed reply under a deadline",
+    ),
     ("platform", 1, "known machine types"),
     (
         "layout",

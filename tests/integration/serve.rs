@@ -578,7 +578,9 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
         );
     }
     // A thousand clients at once: each gets its answer, or is evicted (closed with no
-    // status) when the 32 slots are full of clients that have not sent their head.
+    // status) when the 32 slots are full of clients that have not sent their head or
+    // are closing, or gets the documented 503 when all 32 are being answered at that
+    // moment (on a loaded 2-core machine a burst of a thousand can catch them so).
     let addr = server.addr.clone();
     let clients: Vec<_> = (0..1000)
         .map(|_| {
@@ -596,11 +598,12 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
     let mut answered = 0;
     for c in clients {
         let text = c.join().unwrap().unwrap_or_default();
+        let busy = text.starts_with("HTTP/1.1 503 ") && text.ends_with("too many connections\n");
         assert!(
-            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n"),
+            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n") || busy,
             "{text}"
         );
-        answered += usize::from(!text.is_empty());
+        answered += usize::from(text.starts_with("HTTP/1.1 200 OK\r\n"));
     }
     assert!(answered > 0, "no client of a thousand was answered");
     assert_eq!(get(&server, "/healthz").0, 200);
