@@ -1,8 +1,14 @@
 //! nccl-preflight: checks a GPU node or pod for what breaks or slows NCCL and
 //! writes tuned NCCL settings.
 //!
-//! The pipeline is gather -> judge -> tune -> render: `gather` is the only
-//! module that touches the host; the others are pure functions over `Facts`.
+//! The pipeline is vendor -> gather -> judge -> tune -> render. `vendor` loads and
+//! calls the vendor libraries (nothing else does); `gather` reads the host into
+//! `Facts`; judge, tune, render, explain and the domain modules are pure functions
+//! over data. The host is also touched at the edges: `output` writes files, `run`
+//! opens inputs and bounds child processes, and the commands that act spawn
+//! children, bind sockets and resolve names (`bench`, `serve`, `gang`, `commands`).
+//! tests/integration/layering.rs parses the code and holds this line to what it finds:
+//! Touch the host: `vendor`, `gather`, `output`, `run`, `bench`, `serve`, `gang`, `commands`.
 
 pub mod bench;
 pub mod child;
@@ -28,6 +34,7 @@ pub mod serve;
 pub mod topology;
 pub mod tune;
 pub mod units;
+pub mod vendor;
 
 /// Facts for unit tests: the lent 2x H200 node and variations, shared by every stage's tests.
 #[cfg(test)]

@@ -597,13 +597,8 @@ mod host_tree_fuzz {
             image: crate::facts::ImageRole::Trainer,
         };
         let policy = crate::policy::build(&[], &[], None, None).unwrap();
-        let mut state = crate::test_facts::fuzz_seed(0xfeed_f00d);
-        let mut next = move |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n.max(1) as u64) as usize
-        };
+        let mut rng = fastrand::Rng::with_seed(crate::test_facts::fuzz_seed(0xfeed_f00d));
+        let mut next = move |n: usize| rng.usize(..n.max(1));
         for fixture in [
             "rdma-roce-multus",
             "rdma-port-down",

@@ -1,14 +1,14 @@
 //! The `bench` subcommand: set up NCCL's log capture, read NVML's link
 //! figures, measure on a watched worker thread, judge, print.
 
-use super::driver::{Driver, Opened};
 use super::{Budget, Measured, Settings, nccl, p2p};
 use crate::cli::{BenchArgs, BenchKind, Format};
 use crate::finding::Status;
-use crate::gather::deadline::{self, Watch};
 use crate::gather::gpu::{self, GpuOptions};
 use crate::gather::host::Host;
 use crate::run::Exit;
+use crate::vendor::cuda::{Driver, Opened};
+use crate::vendor::deadline::{self, Watch};
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::time::Instant;

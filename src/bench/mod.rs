@@ -5,9 +5,7 @@
 
 pub mod child;
 pub mod command;
-pub mod driver;
 pub mod expect;
-pub mod libnccl;
 pub mod nccl;
 pub mod p2p;
 pub mod render;

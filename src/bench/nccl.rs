@@ -2,15 +2,17 @@
 //! (ncclCommInitAll), all-reduces a range of sizes and reports algbw and busbw
 //! as nccl-tests computes them, with the transports NCCL's own log names.
 
-use super::driver::{DeviceBuffer, Driver, Gpu};
-use super::libnccl::{self, Code, Comm, DataType, LoadFailure, Nccl, RedOp, SingleProcess};
 use super::{Budget, gbps};
 use crate::facts::FactError;
-use crate::gather::deadline::Watch;
+use crate::vendor::cuda::{DeviceBuffer, Driver, Gpu};
+use crate::vendor::deadline::Watch;
+use crate::vendor::nccl::{
+    self as libnccl, Code, Comm, DataType, LoadFailure, Nccl, RedOp, SingleProcess,
+};
 use serde::Serialize;
 use std::ffi::c_int;
 
-type Api = Nccl<SingleProcess>;
+type Api<'w> = Nccl<'w, SingleProcess>;
 const WARMUP: u32 = 3;
 
 /// One all-reduce size.
@@ -42,7 +44,7 @@ pub struct NcclResult {
 
 /// Makes one NCCL call under `watch`; a failing code becomes an error naming the call.
 fn call(
-    api: &Api,
+    api: &Api<'_>,
     watch: &Watch,
     call: impl Into<String>,
     f: impl FnOnce() -> Code,
@@ -79,7 +81,7 @@ pub fn run(
     plan: &Plan<'_>,
     budget: &Budget,
 ) -> Option<NcclResult> {
-    let api: Api = match libnccl::load(watch, plan.candidates) {
+    let api: Api<'_> = match libnccl::load(watch, plan.candidates) {
         Ok(api) => api,
         Err(LoadFailure::Missing(_)) => return None,
         Err(LoadFailure::Failed(e)) => {
@@ -97,7 +99,7 @@ pub fn run(
     };
     let mut code: c_int = 0;
     if call(&api, watch, "ncclGetVersion", || api.version(&mut code)).is_ok() {
-        result.version = Some(crate::gather::rdma::nccl::version_text(code));
+        result.version = Some(crate::vendor::nccl::version_text(code));
     }
     if let Err(e) = all_reduces(driver, watch, &api, gpus, plan, budget, &mut result.sizes) {
         result.error = Some(e);
@@ -108,7 +110,7 @@ pub fn run(
 fn all_reduces(
     driver: &Driver<'_>,
     watch: &Watch,
-    api: &Api,
+    api: &Api<'_>,
     gpus: &[Gpu],
     plan: &Plan<'_>,
     budget: &Budget,
@@ -150,7 +152,7 @@ type Buffers<'d, 'w> = [(DeviceBuffer<'d, 'w>, DeviceBuffer<'d, 'w>)];
 /// Queues one all-reduce of `count` floats on every GPU, as one NCCL group.
 fn group(
     watch: &Watch,
-    api: &Api,
+    api: &Api<'_>,
     gpus: &[Gpu],
     comms: &[Comm],
     buffers: &Buffers<'_, '_>,
@@ -183,7 +185,7 @@ fn group(
 fn sizes(
     driver: &Driver<'_>,
     watch: &Watch,
-    api: &Api,
+    api: &Api<'_>,
     gpus: &[Gpu],
     comms: &[Comm],
     buffers: &Buffers<'_, '_>,

@@ -2,9 +2,9 @@
 //! timed with CUDA events after a warm-up, one direction and both at once, and
 //! checked on the destination.
 
-use super::driver::{Driver, Gpu};
 use super::{Budget, gbps};
 use crate::facts::FactError;
+use crate::vendor::cuda::{Driver, Gpu};
 use serde::Serialize;
 
 /// Each chunk of the source holds its own 32-bit value, so a copy that lands
@@ -54,8 +54,8 @@ fn first_mismatch(src: u32, dst: u32, chunk: usize, sample: &[u8]) -> Option<Str
 }
 
 struct Buffers<'d, 'w> {
-    src: super::driver::DeviceBuffer<'d, 'w>,
-    dst: super::driver::DeviceBuffer<'d, 'w>,
+    src: crate::vendor::cuda::DeviceBuffer<'d, 'w>,
+    dst: crate::vendor::cuda::DeviceBuffer<'d, 'w>,
 }
 
 fn prepare<'d, 'w>(

@@ -230,16 +230,6 @@ impl Fingerprint {
     }
 }
 
-/// "2.28.9" from NCCL_VERSION_CODE-style 22809 (src/nccl.h.in: >= 2.9 is
-/// major*10000 + minor*100 + patch, before it major*1000 + minor*100 + patch).
-pub fn version_text(code: i32) -> String {
-    if code >= 10000 {
-        format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100)
-    } else {
-        format!("{}.{}.{}", code / 1000, code / 100 % 10, code % 100)
-    }
-}
-
 /// The effective NCCL_*, FI_*, OFI_NCCL_* environment the trainer gets: the user's
 /// values and every tuned setting the user did not set (user values win, as `exec`
 /// and NCCL's conf file apply them).
@@ -440,8 +430,6 @@ mod tests {
 
     #[test]
     fn versions_and_fields() {
-        assert_eq!(version_text(22809), "2.28.9");
-        assert_eq!(version_text(2803), "2.8.3");
         let fields = sample().fields();
         assert!(fields.contains(&("env NCCL_ALGO".to_string(), "Ring".to_string())));
         assert!(fields.contains(&("check memlock".to_string(), "pass".to_string())));

@@ -23,14 +23,14 @@
 
 use super::handle;
 use super::verdict::SizeRow;
-use crate::bench::driver::{DeviceBuffer, Driver, Gpu, Opened};
-use crate::bench::libnccl::{
-    self, Code, Comm, DataType, IN_PROGRESS, LoadFailure, Nccl, Ranked, RedOp, SUCCESS, UniqueId,
+use crate::vendor::cuda::{DeviceBuffer, Driver, Gpu, Opened};
+use crate::vendor::deadline::Watch;
+use crate::vendor::nccl::{
+    self as libnccl, Code, Comm, DataType, IN_PROGRESS, LoadFailure, Nccl, Ranked, RedOp, SUCCESS,
+    UniqueId,
 };
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, Symbol};
 use serde::{Deserialize, Serialize};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,18 +94,6 @@ pub struct WorkerResult {
     pub done: bool,
 }
 
-/// CUDA_ERROR_NOT_READY: cuStreamQuery's "still running".
-const CUDA_NOT_READY: c_int = 600;
-
-type Stream = *mut c_void;
-type Ptr = u64;
-
-/// The two driver calls the gang needs beyond bench's wrapper.
-struct CudaExtra {
-    stream_query: Symbol<unsafe extern "C" fn(Stream) -> c_int>,
-    copy_htod: Symbol<unsafe extern "C" fn(Ptr, *const c_void, usize) -> c_int>,
-}
-
 /// Why a step stopped.
 enum Stop {
     Error(String),
@@ -113,8 +101,7 @@ enum Stop {
 }
 
 struct Gang<'a> {
-    nccl: &'a Nccl<Ranked>,
-    cuda: &'a CudaExtra,
+    nccl: &'a Nccl<'a, Ranked>,
     driver: &'a Driver<'a>,
     gpus: &'a [Gpu],
     comms: Vec<Comm>,
@@ -155,16 +142,10 @@ impl Gang<'_> {
             }
             if !pending && streams {
                 for gpu in self.gpus {
-                    // SAFETY: the stream was created by the driver wrapper on this GPU.
-                    let rc = unsafe { (self.cuda.stream_query.get())(gpu.stream) };
-                    if rc == CUDA_NOT_READY {
-                        pending = true;
-                    } else if rc != 0 {
-                        return Err(Stop::Error(format!(
-                            "{what}: cuStreamQuery(GPU {}): {}",
-                            gpu.ordinal,
-                            crate::gather::gpu::cuda::result_name(rc)
-                        )));
+                    match self.driver.stream_done(gpu) {
+                        Ok(true) => {}
+                        Ok(false) => pending = true,
+                        Err(e) => return Err(Stop::Error(format!("{what}: {e}"))),
                     }
                 }
             }
@@ -194,30 +175,9 @@ impl Gang<'_> {
     }
 
     fn upload(&self, gpu: &Gpu, dst: &DeviceBuffer<'_, '_>, bytes: &[u8]) -> Result<(), Stop> {
-        if bytes.len() > dst.len() {
-            return Err(Stop::Error(format!(
-                "cuMemcpyHtoD(GPU {}): {} bytes into a buffer of {}",
-                gpu.ordinal,
-                bytes.len(),
-                dst.len()
-            )));
-        }
         self.driver
-            .make_current(gpu)
-            .map_err(|e| Stop::Error(e.to_string()))?;
-        // SAFETY: `dst` is a live allocation on `gpu` holding at least `bytes.len()`
-        // bytes (checked above).
-        let rc = unsafe {
-            (self.cuda.copy_htod.get())(dst.device_ptr(), bytes.as_ptr().cast(), bytes.len())
-        };
-        if rc != 0 {
-            return Err(Stop::Error(format!(
-                "cuMemcpyHtoD(GPU {}): {}",
-                gpu.ordinal,
-                crate::gather::gpu::cuda::result_name(rc)
-            )));
-        }
-        Ok(())
+            .upload(gpu, dst.all(), bytes)
+            .map_err(|e| Stop::Error(e.to_string()))
     }
 
     /// Aborts every communicator (grouped where NCCL supports it).
@@ -308,18 +268,17 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
     stage("loading libnccl");
     let prepared = open_nccl(&watch, plan, shared).and_then(|(nccl, code)| {
         stage("opening the CUDA driver");
-        let (driver, cuda, gpus) = open_gpus(&watch, plan, shared)?;
+        let (driver, gpus) = open_gpus(&watch, plan, shared)?;
         let id = unique_id(&nccl, code, plan, shared)?;
-        Ok((nccl, code, driver, cuda, gpus, id))
+        Ok((nccl, code, driver, gpus, id))
     });
-    let (nccl, code, driver, cuda, gpus, id) = match prepared {
+    let (nccl, code, driver, gpus, id) = match prepared {
         Ok(p) => p,
         Err(Halt::Unavailable(why)) => return shared.update(|r| r.unavailable = Some(why)),
         Err(Halt::Failed(why)) => return shared.update(|r| r.error = Some(why)),
     };
     let mut gang = Gang {
         nccl: &nccl,
-        cuda: &cuda,
         driver: &driver,
         gpus: &gpus,
         comms: Vec::new(),
@@ -349,8 +308,12 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
 }
 
 /// Loads libnccl and records its name and version; NCCL older than 2.16 halts.
-fn open_nccl(watch: &Watch, plan: &Plan, shared: &Shared) -> Result<(Nccl<Ranked>, c_int), Halt> {
-    let nccl: Nccl<Ranked> = match libnccl::load(watch, &plan.nccl_candidates) {
+fn open_nccl<'w>(
+    watch: &'w Watch,
+    plan: &Plan,
+    shared: &Shared,
+) -> Result<(Nccl<'w, Ranked>, c_int), Halt> {
+    let nccl: Nccl<'w, Ranked> = match libnccl::load(watch, &plan.nccl_candidates) {
         Ok(n) => n,
         Err(LoadFailure::Missing(why)) => {
             return Err(Halt::Unavailable(format!("no libnccl: {why}")));
@@ -370,7 +333,7 @@ fn open_nccl(watch: &Watch, plan: &Plan, shared: &Shared) -> Result<(Nccl<Ranked
     if code < 21600 {
         return Err(Halt::Failed(format!(
             "NCCL {} is older than 2.16, whose uniqueId layout the gang builds; the gang needs NCCL 2.16 or later",
-            super::fingerprint::version_text(code)
+            crate::vendor::nccl::version_text(code)
         )));
     }
     Ok((nccl, code))
@@ -381,20 +344,12 @@ fn open_gpus<'w>(
     watch: &'w Watch,
     plan: &Plan,
     shared: &Shared,
-) -> Result<(Driver<'w>, CudaExtra, Vec<Gpu>), Halt> {
+) -> Result<(Driver<'w>, Vec<Gpu>), Halt> {
     let driver = match Driver::open(watch, &plan.cuda_lib) {
         Opened::Ready(d) => d,
         Opened::NotFound(why) => return Err(Halt::Unavailable(format!("no CUDA driver: {why}"))),
         Opened::Failed(e) => return Err(Halt::Failed(format!("the CUDA driver failed: {e}"))),
     };
-    let extra = Library::open(&plan.cuda_lib).and_then(|lib| {
-        Ok(CudaExtra {
-            stream_query: lib.symbol("cuStreamQuery")?,
-            copy_htod: lib.symbol("cuMemcpyHtoD_v2")?,
-        })
-    });
-    let cuda = extra
-        .map_err(|e| Halt::Failed(format!("the CUDA driver lacks a call the gang needs: {e}")))?;
     let gpus = driver
         .gpus()
         .map_err(|e| Halt::Failed(format!("listing GPUs: {e}")))?;
@@ -416,12 +371,12 @@ fn open_gpus<'w>(
         r.local_gpus = local as u32;
         r.nranks = nranks;
     });
-    Ok((driver, cuda, gpus))
+    Ok((driver, gpus))
 }
 
 /// The plan's handle as an ncclUniqueId, cross-checked on rank 0 against NCCL's own.
 fn unique_id(
-    nccl: &Nccl<Ranked>,
+    nccl: &Nccl<'_, Ranked>,
     code: c_int,
     plan: &Plan,
     shared: &Shared,

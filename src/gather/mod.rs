@@ -2,8 +2,6 @@
 //! makes syscalls through `Kernel`, takes the environment as an argument, and
 //! returns `Facts`.
 
-pub mod deadline;
-pub mod dl;
 pub mod environment;
 pub mod gpu;
 pub mod host;

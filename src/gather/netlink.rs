@@ -124,21 +124,14 @@ pub fn link_kinds() -> Result<BTreeMap<String, String>, io::Error> {
     // SAFETY: fd is a fresh, valid descriptor owned by nobody else.
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    // A kernel that never answers must not hang the check.
-    let timeout = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: timeout outlives the call; size matches the type.
-    unsafe {
-        libc::setsockopt(
-            raw,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&timeout as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
-    }
+    // A kernel that never answers must not hang the check: without the receive
+    // timeout, recv below could block for good, so a failure here is the dump's failure.
+    nix::sys::socket::setsockopt(
+        &fd,
+        nix::sys::socket::sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(2, 0),
+    )
+    .map_err(io::Error::from)?;
     let mut request = [0u8; NLMSG_HDR + IFINFOMSG];
     request[0..4].copy_from_slice(&((NLMSG_HDR + IFINFOMSG) as u32).to_ne_bytes());
     request[4..6].copy_from_slice(&RTM_GETLINK.to_ne_bytes());

@@ -399,13 +399,8 @@ mod tests {
             b"GET /report HTTP/1.1\r\nAccept: */*\r\nUser-Agent: kube-probe/1.30\r\n\r\n",
             b"POST /readyz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
         ];
-        let mut state = crate::test_facts::fuzz_seed(0x5eed);
-        let mut next = move |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n.max(1) as u64) as usize
-        };
+        let mut rng = fastrand::Rng::with_seed(crate::test_facts::fuzz_seed(0x5eed));
+        let mut next = move |n: usize| rng.usize(..n.max(1));
         let (mut ok, mut refused) = (0, 0);
         for _ in 0..crate::test_facts::fuzz_iterations(3000) {
             let mut data = seeds[next(seeds.len())].to_vec();

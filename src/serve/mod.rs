@@ -70,25 +70,18 @@ pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
     }
 }
 
-/// Set by SIGTERM and SIGINT.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-fn install_signal_handlers() -> Result<()> {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    let action = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for signal in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { sigaction(signal, &action) }.context("installing the SIGTERM handler")?;
+/// A flag that SIGTERM and SIGINT set (signal-hook's handler only stores to the
+/// atomic, which is async-signal-safe); every thread of `serve` stops on it. It lives
+/// for the rest of the process (one `Arc` handed to signal-hook, one leaked here), so
+/// the threads that are never joined can hold it as `&'static`.
+fn stop_on_signals() -> Result<&'static AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("installing the SIGTERM and SIGINT handlers")?;
     }
-    Ok(())
+    let kept: &'static Arc<AtomicBool> = Box::leak(Box::new(stop));
+    Ok(kept)
 }
 
 /// What a request reads: the last run, and the XIDs seen up to now.
@@ -316,11 +309,12 @@ fn hand_back_freed_memory() {
 }
 
 /// The check thread: a run every --interval, or at once after a new XID event,
-/// until STOP.
+/// until `stop`.
 fn start_checks(
     shared: &Arc<Shared>,
     env: &[(OsString, OsString)],
     args: &ServeArgs,
+    stop: &'static AtomicBool,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
     std::thread::Builder::new()
@@ -328,7 +322,7 @@ fn start_checks(
         .spawn(move || {
             let mut runs = 0u64;
             let mut probed = None;
-            while !STOP.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 runs += 1;
                 let seen = shared.xid_events();
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
@@ -336,7 +330,7 @@ fn start_checks(
                 }
                 hand_back_freed_memory();
                 let next = Instant::now() + args.interval;
-                while !STOP.load(Ordering::Relaxed)
+                while !stop.load(Ordering::Relaxed)
                     && Instant::now() < next
                     && shared.xid_events() == seen
                 {
@@ -347,10 +341,10 @@ fn start_checks(
         .context("starting the check thread")
 }
 
-/// With `--watch-nccl`, starts the job watcher (it runs until STOP, and is not waited
+/// With `--watch-nccl`, starts the job watcher (it runs until `stop`, and is not waited
 /// for). Its NCCL version, until RAS's own reply names it, is the trainer's libnccl as
 /// the last run of the checks found it (facts.rdma.nccl.library).
-fn start_watching(args: &ServeArgs, shared: &Arc<Shared>) -> Result<()> {
+fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
     let w = &args.watch;
     if !w.watch_nccl {
         return Ok(());
@@ -370,7 +364,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>) -> Result<()> {
     });
     let log = Arc::new(|line: String| crate::diagnostic::line(format_args!("{line}")));
     let (watching, _thread) =
-        ras::watch::start(config, hint, log, &STOP).context("starting the RAS watcher")?;
+        ras::watch::start(config, hint, log, stop).context("starting the RAS watcher")?;
     let _ = shared.job.set(watching);
     Ok(())
 }
@@ -393,7 +387,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("serve --listen {}", args.listen))?;
-    install_signal_handlers()?;
+    let stop = stop_on_signals()?;
     one_malloc_arena();
     // Log lines never panic: stderr may be a closed pipe.
     let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
@@ -417,17 +411,17 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         xid_policy: xid::XidPolicy::new(&args.xid_not_ready, &args.xid_ignore),
         job: std::sync::OnceLock::new(),
     });
-    start_watching(args, &shared)?;
+    start_watching(args, &shared, stop)?;
     let watcher = {
         let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
         let deadline = args.check.gather.timeout;
         std::thread::Builder::new()
             .name("xid".into())
-            .spawn(move || xid::watch(&library, deadline, &xids, &STOP))
+            .spawn(move || xid::watch(&library, deadline, &xids, stop))
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = start_checks(&shared, env, args)?;
+    let checker = start_checks(&shared, env, args, stop)?;
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
@@ -445,7 +439,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             route(&live, path, stale_after, started)
         })
     };
-    http::serve(listener, &STOP, routes).context("serving")?;
+    http::serve(listener, stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit

@@ -1,7 +1,7 @@
 //! XID events while `serve` runs: NVML's critical XID error events on every GPU,
 //! counted per GPU and XID code. A watcher thread of its own waits on the event set
 //! (1 s at a time), so a request never waits on it. Its NVML calls run under the
-//! same deadline as every other vendor call (gather::deadline, `--timeout`): a wait
+//! same deadline as every other vendor call (vendor::deadline, `--timeout`): a wait
 //! that does not come back ends the watch and fails `gpu-xid`, instead of leaving
 //! the watcher stuck while the pod looks healthy.
 //!
@@ -15,14 +15,11 @@
 //! driver's recovery action, ECC, row remapping, NVLink state) is judged within one
 //! run instead of one interval.
 
-use crate::gather::deadline::Watch;
 use crate::judge::Finding;
-use nvml_wrapper::Nvml;
-use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enums::event::XidError;
-use nvml_wrapper::error::NvmlError;
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::LoadError;
+use crate::vendor::nvml::{EventSet, EventTypes, Nvml, NvmlError, XidError};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,7 +162,7 @@ pub struct Xids {
     pub hung: Option<String>,
 }
 
-fn register<'n>(w: &Watch, nvml: &'n Nvml) -> Result<nvml_wrapper::EventSet<'n>, String> {
+fn register<'n>(w: &Watch, nvml: &'n Nvml) -> Result<EventSet<'n>, String> {
     let mut set = w
         .call("nvmlEventSetCreate", || nvml.create_event_set())
         .map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
@@ -207,7 +204,7 @@ pub fn watch(
         let (library, state) = (library.to_string(), Arc::clone(state));
         move |w: &Watch| watch_events(w, &library, deadline, &state, stop)
     };
-    if let Err(hung) = crate::gather::deadline::run("xid-nvml", deadline, false, job) {
+    if let Err(hung) = crate::vendor::deadline::run("xid-nvml", deadline, false, job) {
         let mut xids = state.lock().unwrap_or_else(|p| p.into_inner());
         xids.watching = false;
         xids.hung = Some(hung.to_string());
@@ -222,11 +219,14 @@ fn watch_events(
     stop: &AtomicBool,
 ) {
     let set_state = |f: &dyn Fn(&mut Xids)| f(&mut state.lock().unwrap_or_else(|p| p.into_inner()));
-    let nvml = match w.call("nvmlInit", || {
-        Nvml::builder().lib_path(OsStr::new(library)).init()
-    }) {
+    let nvml = match crate::vendor::nvml::init(w, library) {
         Ok(n) => n,
-        Err(e) => return set_state(&|x| x.unavailable = Some(format!("NVML: {e}"))),
+        Err(LoadError::Missing(why)) => {
+            return set_state(&|x| x.unavailable = Some(format!("NVML: {why}")));
+        }
+        Err(LoadError::Failed(e)) => {
+            return set_state(&|x| x.unavailable = Some(format!("NVML: {e}")));
+        }
     };
     let set = match register(w, &nvml) {
         Ok(s) => s,

@@ -11,13 +11,14 @@
 //! libcuda lives in /usr/local/cuda/compat
 //! (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html).
 
+use crate::facts::Observed;
 use crate::facts::gpu::{CUDA_COMPAT_DIR, CudaRuntime, CudaRuntimeFacts};
-use crate::facts::{FactError, Observed};
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, is_missing, path_of};
 use crate::gather::host::Host;
 use crate::gather::trainer_path;
-use std::ffi::{OsString, c_int, c_void};
+use crate::vendor::cudart::RuntimeVersion;
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::LoadError;
+use std::ffi::OsString;
 
 /// Sonames of the runtimes that have minor-version compatibility (CUDA 11 and later),
 /// newest first. CUDA 11's soname is `libcudart.so.11.0` for every 11.x.
@@ -82,31 +83,14 @@ pub fn compat_files() -> Vec<String> {
     }
 }
 
-fn probe(watch: &Watch, c: &Candidate, lib: &Library) -> CudaRuntime {
-    let (version, path) =
-        match lib.symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("cudaRuntimeGetVersion") {
-            Ok(get) => {
-                let mut code: c_int = 0;
-                // SAFETY: `cudaError_t cudaRuntimeGetVersion(int*)` (cuda_runtime_api.h); it
-                // only writes the int and needs no initialised device.
-                let rc = watch.call("cudaRuntimeGetVersion", || unsafe {
-                    (get.get())(&mut code)
-                });
-                let version = if rc == 0 && code > 0 {
-                    Observed::Value(code)
-                } else {
-                    Observed::Error(FactError::new(
-                        "cudaRuntimeGetVersion",
-                        format!("cudaError {rc}, version {code}"),
-                    ))
-                };
-                (version, path_of(get.get() as *const c_void))
-            }
-            Err(e) => (
-                version_from_name(&c.name).map_or(Observed::Error(e), Observed::Value),
-                None,
-            ),
-        };
+fn runtime(c: &Candidate, answer: RuntimeVersion) -> CudaRuntime {
+    let (version, path) = match answer {
+        RuntimeVersion::Answered { version, path } => (version.into(), path),
+        RuntimeVersion::NoSymbol(e) => (
+            version_from_name(&c.name).map_or(Observed::Error(e), Observed::Value),
+            None,
+        ),
+    };
     CudaRuntime {
         found_by: c.found_by.clone(),
         path: path.unwrap_or_else(|| c.name.clone()),
@@ -124,19 +108,19 @@ pub fn gather(watch: &Watch, candidates: &[Candidate]) -> CudaRuntimeFacts {
         skipped: None,
     };
     for c in candidates {
-        match watch.call(format!("dlopen({})", c.name), || Library::open(&c.name)) {
-            Ok(lib) => {
-                let runtime = probe(watch, c, &lib);
+        match crate::vendor::cudart::probe(watch, &c.name) {
+            Ok(answer) => {
+                let runtime = runtime(c, answer);
                 facts.attempts.push(format!("{}: loaded", c.name));
                 // The same file reached two ways (a wheel directory on LD_LIBRARY_PATH) is listed once.
                 if !facts.libraries.iter().any(|r| r.path == runtime.path) {
                     facts.libraries.push(runtime);
                 }
             }
-            Err(e) if is_missing(&c.name, &e.message) => {
+            Err(LoadError::Missing(_)) => {
                 facts.attempts.push(format!("{}: not found", c.name));
             }
-            Err(e) => {
+            Err(LoadError::Failed(e)) => {
                 facts.attempts.push(e.message.clone());
                 // Present but not loadable here: the file name may still date it.
                 facts.libraries.push(CudaRuntime {

@@ -9,8 +9,8 @@ pub mod pci;
 
 use crate::facts::FactError;
 use crate::facts::gpu::{GpuFacts, Library, LibraryState};
-use crate::gather::deadline::{self, Hung};
 use crate::gather::host::Host;
+use crate::vendor::deadline::{self, Hung};
 use std::time::Duration;
 
 /// Where IMEX channel device nodes live: the NVIDIA driver creates them (nvidia-caps-imex-channels

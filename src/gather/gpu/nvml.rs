@@ -1,18 +1,17 @@
-//! NVML through nvml-wrapper, loading libnvidia-ml.so.1 (or the path given) at
-//! run time. Every call goes through the `Watch` so a hung driver is named. A
+//! NVML's facts, through vendor::nvml (libnvidia-ml.so.1, or the path given, loaded
+//! at run time). Every call goes through the `Watch` so a hung driver is named. A
 //! call that fails degrades its own fact only; the run goes on.
 
 use crate::facts::gpu::{
     FabricClique, FabricState, GpuHealth, GpuPair, NvLink, NvmlFacts, NvmlGpu, ReadPath,
     RemappedRows, normalize_bus_id,
 };
-use crate::facts::{FactError, FailureKind, Observed};
-use crate::gather::deadline::Watch;
-use nvml_wrapper::Device;
-use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
-use nvml_wrapper::error::NvmlError;
-use std::ffi::OsStr;
+use crate::facts::{FactError, Observed};
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::LoadError;
+use crate::vendor::nvml::{
+    Device, Nvml, NvmlError, P2pCapabilitiesIndex, P2pStatus, TopologyLevel, error as nvml_error,
+};
 
 /// NVML_NVLINK_MAX_LINKS in nvml.h (18 on Hopper; older GPUs report fewer).
 const MAX_LINKS: u32 = 18;
@@ -80,27 +79,15 @@ pub fn cpu_list(words: &[u64]) -> String {
 }
 
 fn remote_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result<String, NvmlError> {
-    // nvml-wrapper 0.13's NvLink::remote_device_type writes into a temporary and
-    // always returns Unknown, so the symbol is called directly.
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetNvLinkRemoteDeviceType
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let mut kind: u32 = 255;
-    // SAFETY: the handle comes from this Nvml instance, which outlives the call;
-    // `kind` is a valid out-pointer for the enum NVML writes.
-    let rc = unsafe { sym(device.handle(), link, &mut kind) };
-    if rc != 0 {
-        return Err(nvml_error(rc));
-    }
-    Ok(match kind {
-        0 => "gpu",
-        1 => "ibmnpu",
-        2 => "switch",
-        _ => "unknown",
-    }
-    .to_string())
+    Ok(
+        match crate::vendor::nvml::remote_device_type(device, nvml, link)? {
+            0 => "gpu",
+            1 => "ibmnpu",
+            2 => "switch",
+            _ => "unknown",
+        }
+        .to_string(),
+    )
 }
 
 /// nvmlDeviceGetNvLinkVersion answers an enum (nvml.h NVML_NVLINK_VERSION_*), not the
@@ -158,47 +145,17 @@ mod field {
 }
 
 /// The answers of one nvmlDeviceGetFieldValues call, by (field, scope): a value, or the
-/// NVML return code that refused it. nvml-wrapper cannot set a field's scope, so the
-/// symbol is called directly.
+/// NVML return code that refused it.
 struct Fields(std::collections::BTreeMap<(u32, u32), Result<u64, u32>>);
-
-/// NVML_ERROR_NOT_SUPPORTED.
-const NOT_SUPPORTED: u32 = 3;
 
 impl Fields {
     fn read(device: &Device<'_>, nvml: &Nvml, requests: &[(u32, u32)]) -> Fields {
-        // The call as a whole failed (or a driver without the symbol): every entry is
-        // refused, so each value falls back to its per-call function.
-        let refused = |rc: u32| Fields(requests.iter().map(|&k| (k, Err(rc))).collect());
-        let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
-            return refused(NOT_SUPPORTED);
-        };
-        let Ok(count) = i32::try_from(requests.len()) else {
-            return refused(NOT_SUPPORTED);
-        };
-        let mut values: Vec<nvml_wrapper_sys::bindings::nvmlFieldValue_t> = requests
-            .iter()
-            .map(|&(field, scope)| {
-                // SAFETY: a plain C struct; all-zero is valid, and NVML fills it in.
-                let mut v: nvml_wrapper_sys::bindings::nvmlFieldValue_t =
-                    unsafe { std::mem::zeroed() };
-                v.fieldId = field;
-                v.scopeId = scope;
-                v
-            })
-            .collect();
-        // SAFETY: `values` holds `count` initialised elements; the handle belongs to this
-        // Nvml instance, which outlives the call.
-        let rc = unsafe { sym(device.handle(), count, values.as_mut_ptr()) };
-        if rc != 0 {
-            return refused(rc);
+        match crate::vendor::nvml::field_values(device, nvml, requests) {
+            Ok(values) => Fields(values.into_iter().collect()),
+            // The call as a whole failed (or a driver without the symbol): every entry is
+            // refused, so each value falls back to its per-call function.
+            Err(rc) => Fields(requests.iter().map(|&k| (k, Err(rc))).collect()),
         }
-        Fields(
-            values
-                .iter()
-                .map(|v| ((v.fieldId, v.scopeId), decode(v)))
-                .collect(),
-        )
     }
 
     fn get(&self, field: u32, scope: u32) -> Result<u64, NvmlError> {
@@ -206,27 +163,6 @@ impl Fields {
             Some(Ok(v)) => Ok(*v),
             Some(Err(rc)) => Err(nvml_error(*rc)),
             None => Err(NvmlError::NotSupported),
-        }
-    }
-}
-
-/// One field value as an integer.
-fn decode(value: &nvml_wrapper_sys::bindings::nvmlFieldValue_t) -> Result<u64, u32> {
-    if value.nvmlReturn != 0 {
-        return Err(value.nvmlReturn);
-    }
-    // SAFETY: valueType says which union member NVML wrote.
-    unsafe {
-        match value.valueType {
-            1 => Ok(u64::from(value.value.uiVal)),
-            2 => Ok(value.value.ulVal),
-            3 => Ok(value.value.ullVal),
-            // A negative count is no count: NVML_ERROR_UNKNOWN (999).
-            4 => u64::try_from(value.value.sllVal).map_err(|_| 999),
-            5 => u64::try_from(value.value.siVal).map_err(|_| 999),
-            6 => Ok(u64::from(value.value.usVal)),
-            // A double (0) or a type this code does not know: not a counter.
-            _ => Err(999),
         }
     }
 }
@@ -249,28 +185,16 @@ fn nvlink_speed(fields: &Fields, link: Option<u32>) -> Result<u32, NvmlError> {
 }
 
 /// NVSwitch fabric registration state, and the MNNVL cluster and clique the fabric placed
-/// the GPU in. nvml-wrapper 0.13 does not wrap nvmlDeviceGetGpuFabricInfo, so the symbol
-/// is called directly.
+/// the GPU in.
 fn fabric_info(
     device: &Device<'_>,
     nvml: &Nvml,
 ) -> Result<(FabricState, Option<FabricClique>), NvmlError> {
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetGpuFabricInfo
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    // SAFETY: a plain C struct of integers and bytes; all-zero is a valid value.
-    let mut info: nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the handle belongs to this Nvml instance; `info` is a valid out-pointer.
-    let rc = unsafe { sym(device.handle(), &mut info) };
-    if rc != 0 {
-        return Err(nvml_error(rc));
-    }
+    let info = crate::vendor::nvml::gpu_fabric_info(device, nvml)?;
     let state = FabricState::from_nvml(u32::from(info.state), info.status);
     let clique = (info.state != 0).then(|| FabricClique {
-        cluster_uuid: uuid_text(&info.clusterUuid),
-        clique_id: info.cliqueId,
+        cluster_uuid: uuid_text(&info.cluster_uuid),
+        clique_id: info.clique_id,
     });
     Ok((state, clique))
 }
@@ -288,32 +212,15 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
     )
 }
 
-/// Row remapping state. nvml-wrapper 0.13 does not wrap nvmlDeviceGetRemappedRows.
+/// Row remapping state.
 fn remapped_rows(device: &Device<'_>, nvml: &Nvml) -> Result<RemappedRows, NvmlError> {
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetRemappedRows
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
-    // SAFETY: the handle belongs to this Nvml instance; four valid out-pointers.
-    let rc = unsafe {
-        sym(
-            device.handle(),
-            &mut corr,
-            &mut unc,
-            &mut pending,
-            &mut failure,
-        )
-    };
-    if rc != 0 {
-        return Err(nvml_error(rc));
-    }
+    let (correctable, uncorrectable, pending, failure) =
+        crate::vendor::nvml::remapped_rows(device, nvml)?;
     Ok(RemappedRows {
-        correctable: corr,
-        uncorrectable: unc,
-        pending: pending != 0,
-        failure: failure != 0,
+        correctable,
+        uncorrectable,
+        pending,
+        failure,
     })
 }
 
@@ -339,7 +246,7 @@ fn health(
     fields: &Fields,
     paths: &mut Paths,
 ) -> GpuHealth {
-    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+    use crate::vendor::nvml::{EccCounter, MemoryError};
     let call = |what: &str| format!("{what}(GPU {index})");
     let ecc = match fields.get(field::ECC_DBE_VOLATILE_TOTAL, 0) {
         Ok(v) => {
@@ -410,12 +317,12 @@ fn health(
 fn link_errors(
     watch: &Watch,
     (index, link): (u32, u32),
-    wrapper: &nvml_wrapper::NvLink<'_, '_>,
+    wrapper: &crate::vendor::nvml::NvLink<'_, '_>,
     fields: &Fields,
     paths: &mut Paths,
     per_call: bool,
 ) -> std::collections::BTreeMap<String, u64> {
-    use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+    use crate::vendor::nvml::ErrorCounter;
     let mut out = std::collections::BTreeMap::new();
     for (name, batched, counter) in [
         (
@@ -520,18 +427,6 @@ fn link_states(
         });
     }
     out
-}
-
-/// An NVML return code as nvml-wrapper would name it, for calls made directly.
-fn nvml_error(rc: u32) -> NvmlError {
-    match rc {
-        1 => NvmlError::Uninitialized,
-        2 => NvmlError::InvalidArg,
-        3 => NvmlError::NotSupported,
-        4 => NvmlError::NoPermission,
-        15 => NvmlError::GpuLost,
-        _ => NvmlError::UnexpectedVariant(rc),
-    }
 }
 
 /// The batch of one GPU: per link state, version, speed and error counters, and the
@@ -827,35 +722,10 @@ fn pairs(
 /// Loads NVML from `library` and reads every GPU fact (those no check judges, the
 /// NVLink error counters and the NUMA affinity, only with `unjudged`).
 pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
-    let nvml = match watch.call("nvmlInit_v2", || {
-        Nvml::builder().lib_path(OsStr::new(library)).init()
-    }) {
+    let nvml = match crate::vendor::nvml::init(watch, library) {
         Ok(n) => n,
-        Err(NvmlError::LibloadingError(e)) => {
-            let message = e.to_string();
-            // dlopen says "cannot open shared object file" only when the file itself is absent;
-            // anything else (a dependency missing, a bad ELF) is a broken install.
-            return if crate::gather::dl::is_missing(library, &message) {
-                Outcome::NotFound(message)
-            } else {
-                Outcome::Failed(
-                    FactError::new(format!("dlopen({library})"), message)
-                        .with_kind(FailureKind::Unloadable),
-                )
-            };
-        }
-        // A libnvidia-ml without a symbol nvml-wrapper needs is not this driver's library.
-        Err(e @ NvmlError::FailedToLoadSymbol(_)) => {
-            return Outcome::Failed(
-                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::Unloadable),
-            );
-        }
-        Err(e @ NvmlError::DriverNotLoaded) => {
-            return Outcome::Failed(
-                FactError::new("nvmlInit_v2", e).with_kind(FailureKind::DriverNotLoaded),
-            );
-        }
-        Err(e) => return Outcome::Failed(FactError::new("nvmlInit_v2", e)),
+        Err(LoadError::Missing(message)) => return Outcome::NotFound(message),
+        Err(LoadError::Failed(e)) => return Outcome::Failed(e),
     };
     let count = match watch.call("nvmlDeviceGetCount_v2", || nvml.device_count()) {
         Ok(n) => n,

@@ -11,8 +11,8 @@ pub mod verbs;
 use crate::facts::FactError;
 use crate::facts::gpu::{Library, LibraryState};
 use crate::facts::rdma::{FabricFacts, LoadAttempt, NcclFacts, RdmaFacts, VerbsFacts};
-use crate::gather::deadline;
 use crate::gather::host::Host;
+use crate::vendor::deadline;
 use std::time::Duration;
 
 /// Library locations and probe sizes.

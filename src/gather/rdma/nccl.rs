@@ -7,16 +7,19 @@
 //! directory is checked too, since a plugin there is invisible to NCCL unless
 //! it is on the library search path.
 
+use crate::facts::FactError;
+use crate::facts::Observed;
 use crate::facts::gpu::{Library as LibraryFact, LibraryState};
 use crate::facts::rdma::{LoadAttempt, NcclCopy, NcclFacts, NcclLibrary, NetPlugin};
-use crate::facts::{FactError, Observed};
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, is_missing, path_of};
 use crate::gather::host::Host;
 use crate::gather::trainer_path::{self, Candidate};
-use std::ffi::{CStr, OsString, c_char, c_int, c_void};
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::{LoadError, is_missing};
+use crate::vendor::nccl::version_text;
+use std::ffi::OsString;
 
 use crate::platform::OFI_NCCL_DIRS;
+use crate::vendor::nccl::NetPluginTables;
 
 /// The names NCCL `version` (None: unknown, the newest rules) tries for its net
 /// plugins, in order, or `None` when it loads none
@@ -37,16 +40,6 @@ fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::cat
     let text = library.loaded()?.version.value()?;
     let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
     Some((parts.next()??, parts.next()??, parts.next()??))
-}
-
-/// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
-/// before: major*1000 + minor*100 + patch).
-pub fn version_text(code: i32) -> String {
-    if code >= 20900 {
-        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
-    } else {
-        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
-    }
 }
 
 /// The soname NCCL's library carries, and the name a bare dlopen resolves.
@@ -138,30 +131,17 @@ enum Probe {
 }
 
 fn probe(watch: &Watch, name: &str) -> Probe {
-    let lib = match watch.call(format!("dlopen({name})"), || Library::open(name)) {
-        Ok(lib) => lib,
-        Err(e) if is_missing(name, &e.message) => return Probe::Missing(e.message),
-        Err(e) => return Probe::Failed(e),
-    };
-    let version = match lib.symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("ncclGetVersion") {
-        Ok(get) => {
-            let mut code: c_int = 0;
-            // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
-            let rc = watch.call("ncclGetVersion", || unsafe { (get.get())(&mut code) });
-            if rc == 0 {
-                Observed::Value(version_text(code))
-            } else {
-                Observed::Error(FactError::new("ncclGetVersion", format!("ncclResult {rc}")))
-            }
-        }
-        Err(e) => Observed::Error(e),
-    };
-    let path = lib
-        .symbol::<unsafe extern "C" fn()>("ncclGetVersion")
-        .ok()
-        .and_then(|s| path_of(s.get() as *const c_void))
-        .unwrap_or_else(|| name.to_string());
-    Probe::Loaded { path, version }
+    match crate::vendor::nccl::probe(watch, name) {
+        Ok(p) => Probe::Loaded {
+            path: p.path.unwrap_or_else(|| name.to_string()),
+            version: match p.version {
+                Ok(code) => Observed::Value(version_text(code)),
+                Err(e) => Observed::Error(e),
+            },
+        },
+        Err(LoadError::Missing(message)) => Probe::Missing(message),
+        Err(LoadError::Failed(e)) => Probe::Failed(e),
+    }
 }
 
 /// One file reached two ways (a symlink, a soname, a relative LD_LIBRARY_PATH) is one
@@ -271,39 +251,16 @@ fn read_ofi_nccl_version(path: &str) -> Option<String> {
     ofi_nccl_version(&bytes)
 }
 
-/// Opens a plugin and reads every ncclNetPlugin_vN it exports, and the name field of the newest.
-fn read_plugin(watch: &Watch, lib: &Library, name: &str) -> NetPlugin {
+/// The plugin's tables as facts, and aws-ofi-nccl's version from its file.
+fn read_plugin(watch: &Watch, tables: NetPluginTables, name: &str) -> NetPlugin {
     let mut plugin = NetPlugin {
         library: name.to_string(),
-        path: None,
-        api: None,
-        apis: Vec::new(),
-        name: None,
+        api: tables.apis.last().map(|v| format!("v{v}")),
+        apis: tables.apis,
+        path: tables.path,
+        name: tables.newest_name,
         ofi_nccl_version: None,
     };
-    for v in (2..=16).rev() {
-        let symbol = format!("ncclNetPlugin_v{v}");
-        let Ok(s) = lib.symbol::<*const *const c_char>(&symbol) else {
-            continue;
-        };
-        plugin.apis.insert(0, v);
-        if plugin.api.is_some() {
-            continue;
-        }
-        let table = s.get();
-        plugin.api = Some(format!("v{v}"));
-        plugin.path = path_of(table as *const c_void);
-        // SAFETY: every ncclNet_vN_t starts with `const char* name`, set statically by the plugin.
-        let name_ptr = unsafe { *table };
-        if !name_ptr.is_null() {
-            // SAFETY: a NUL-terminated static string in the plugin.
-            plugin.name = Some(
-                unsafe { CStr::from_ptr(name_ptr) }
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-    }
     let file = plugin.path.clone().unwrap_or_else(|| name.to_string());
     if file.contains('/') {
         plugin.ofi_nccl_version =
@@ -343,15 +300,13 @@ pub fn gather(
         ]
     });
     for name in candidates.iter().cloned().chain(extra) {
-        match watch.call(format!("dlopen({name})"), || Library::open(&name)) {
-            Ok(lib) => {
+        match crate::vendor::nccl::open_net_plugin(watch, &name) {
+            Ok(tables) => {
                 attempts.push(LoadAttempt {
                     library: name.clone(),
                     error: None,
                 });
-                found = Some(read_plugin(watch, &lib, &name));
-                // Plugins may start threads from constructors; keep them loaded.
-                std::mem::forget(lib);
+                found = Some(read_plugin(watch, tables, &name));
                 break;
             }
             Err(e) => {
@@ -423,12 +378,5 @@ mod tests {
         assert_eq!(ofi_nccl_version(bytes).as_deref(), Some("1.13.2-aws"));
         assert_eq!(ofi_nccl_version(b"aws-ofi-nccl "), None);
         assert_eq!(ofi_nccl_version(b"IB plugin 2.1"), None);
-    }
-
-    #[test]
-    fn versions() {
-        assert_eq!(version_text(22809), "2.28.9");
-        assert_eq!(version_text(21805), "2.18.5");
-        assert_eq!(version_text(2708), "2.7.8");
     }
 }

@@ -1,12 +1,18 @@
-//! The CUDA driver calls the benches make (libcuda.so.1, dlopen'ed like the
-//! checks'): primary contexts, device memory, streams, events and peer copies.
-//! Every call goes through the `Watch`, so a hung GPU fails the bench on time.
+//! The CUDA driver API (libcuda.so.1), loaded once here for every user: gather's
+//! probe (cuInit, device count, PCI bus ids and peer access, [`Cuda`]) and the
+//! benches and the gang worker (primary contexts, device memory, streams, events
+//! and copies, [`Driver`]). Every call goes through the `Watch`, so a hung GPU is
+//! named on time. Signatures and codes follow cuda.h (CUDA 12); the driver applies
+//! CUDA_VISIBLE_DEVICES itself, so ordinals here are the process's CUDA ordinals.
+//!
+//! cuInit fails with CUDA_ERROR_SYSTEM_NOT_READY (802) on an NVSwitch system whose
+//! fabric manager is not running, which NVML does not show: so the probe keeps the
+//! code, and only a [`Driver`] requires success.
 
-use crate::facts::FactError;
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, Symbol};
-use crate::gather::gpu::cuda::result_name;
-use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+use crate::facts::{FactError, FailureKind};
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::{Library, LoadError, Symbol};
+use std::ffi::{CStr, c_char, c_float, c_int, c_uint, c_void};
 use std::marker::PhantomData;
 
 pub type Context = *mut c_void;
@@ -18,47 +24,206 @@ type RawEvent = *mut c_void;
 pub struct Event(RawEvent);
 pub type DevicePtr = u64;
 
-/// cuCtxEnablePeerAccess when it was already enabled: not an error here.
-const PEER_ACCESS_ALREADY_ENABLED: c_int = 704;
+/// A CUresult (cuda.h `cudaError_enum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status(pub i32);
+
+impl Status {
+    pub const SUCCESS: Status = Status(0);
+    /// cuStreamQuery's "work still queued".
+    pub const NOT_READY: Status = Status(600);
+    /// cuCtxEnablePeerAccess when it was already enabled: not an error here.
+    pub const PEER_ACCESS_ALREADY_ENABLED: Status = Status(704);
+
+    /// The code's cuda.h name.
+    pub fn name(self) -> &'static str {
+        result_name(self.0)
+    }
+}
+
+/// CUresult names for the codes this tool reports (cuda.h).
+pub fn result_name(code: i32) -> &'static str {
+    match code {
+        0 => "CUDA_SUCCESS",
+        1 => "CUDA_ERROR_INVALID_VALUE",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        34 => "CUDA_ERROR_STUB_LIBRARY",
+        35 => "CUDA_ERROR_INSUFFICIENT_DRIVER",
+        46 => "CUDA_ERROR_DEVICE_UNAVAILABLE",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        101 => "CUDA_ERROR_INVALID_DEVICE",
+        304 => "CUDA_ERROR_OPERATING_SYSTEM",
+        600 => "CUDA_ERROR_NOT_READY",
+        704 => "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+        800 => "CUDA_ERROR_NOT_PERMITTED",
+        801 => "CUDA_ERROR_NOT_SUPPORTED",
+        802 => "CUDA_ERROR_SYSTEM_NOT_READY",
+        803 => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        804 => "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => "CUDA_ERROR (unlisted code)",
+    }
+}
 
 type R = c_int;
 
-macro_rules! api {
-    ($( $field:ident : $sym:literal => fn($($arg:ty),*); )*) => {
-        struct Api { $( $field: Symbol<unsafe extern "C" fn($($arg),*) -> R>, )* }
-        impl Api {
-            fn load(lib: &Library) -> Result<Api, FactError> {
-                Ok(Api { $( $field: lib.symbol($sym)?, )* })
-            }
-        }
-    };
+crate::vendor::dl::symbols! {
+    /// The calls gather's probe makes: required of every libcuda.
+    struct Probe {
+        init: "cuInit" => fn(c_uint) -> R;
+        driver_version: "cuDriverGetVersion" => fn(*mut c_int) -> R;
+        device_count: "cuDeviceGetCount" => fn(*mut c_int) -> R;
+        device_get: "cuDeviceGet" => fn(*mut c_int, c_int) -> R;
+        bus_id: "cuDeviceGetPCIBusId" => fn(*mut c_char, c_int, c_int) -> R;
+        can_access_peer: "cuDeviceCanAccessPeer" => fn(*mut c_int, c_int, c_int) -> R;
+    }
 }
 
-api! {
-    init: "cuInit" => fn(c_uint);
-    device_count: "cuDeviceGetCount" => fn(*mut c_int);
-    device_get: "cuDeviceGet" => fn(*mut c_int, c_int);
-    bus_id: "cuDeviceGetPCIBusId" => fn(*mut c_char, c_int, c_int);
-    can_access_peer: "cuDeviceCanAccessPeer" => fn(*mut c_int, c_int, c_int);
-    primary_retain: "cuDevicePrimaryCtxRetain" => fn(*mut Context, c_int);
-    set_current: "cuCtxSetCurrent" => fn(Context);
-    enable_peer: "cuCtxEnablePeerAccess" => fn(Context, c_uint);
-    mem_alloc: "cuMemAlloc_v2" => fn(*mut DevicePtr, usize);
-    mem_free: "cuMemFree_v2" => fn(DevicePtr);
-    memset_d32: "cuMemsetD32Async" => fn(DevicePtr, c_uint, usize, Stream);
-    copy_peer: "cuMemcpyPeerAsync" => fn(DevicePtr, Context, DevicePtr, Context, usize, Stream);
-    copy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, DevicePtr, usize);
-    stream_create: "cuStreamCreate" => fn(*mut Stream, c_uint);
-    stream_sync: "cuStreamSynchronize" => fn(Stream);
-    stream_wait: "cuStreamWaitEvent" => fn(Stream, RawEvent, c_uint);
-    event_create: "cuEventCreate" => fn(*mut RawEvent, c_uint);
-    event_record: "cuEventRecord" => fn(RawEvent, Stream);
-    event_sync: "cuEventSynchronize" => fn(RawEvent);
-    event_elapsed: "cuEventElapsedTime" => fn(*mut c_float, RawEvent, RawEvent);
+crate::vendor::dl::symbols! {
+    /// The calls a [`Driver`] makes beyond the probe's.
+    struct Api {
+        primary_retain: "cuDevicePrimaryCtxRetain" => fn(*mut Context, c_int) -> R;
+        set_current: "cuCtxSetCurrent" => fn(Context) -> R;
+        enable_peer: "cuCtxEnablePeerAccess" => fn(Context, c_uint) -> R;
+        mem_alloc: "cuMemAlloc_v2" => fn(*mut DevicePtr, usize) -> R;
+        mem_free: "cuMemFree_v2" => fn(DevicePtr) -> R;
+        memset_d32: "cuMemsetD32Async" => fn(DevicePtr, c_uint, usize, Stream) -> R;
+        copy_peer: "cuMemcpyPeerAsync" => fn(DevicePtr, Context, DevicePtr, Context, usize, Stream) -> R;
+        copy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, DevicePtr, usize) -> R;
+        copy_htod: "cuMemcpyHtoD_v2" => fn(DevicePtr, *const c_void, usize) -> R;
+        stream_create: "cuStreamCreate" => fn(*mut Stream, c_uint) -> R;
+        stream_query: "cuStreamQuery" => fn(Stream) -> R;
+        stream_sync: "cuStreamSynchronize" => fn(Stream) -> R;
+        stream_wait: "cuStreamWaitEvent" => fn(Stream, RawEvent, c_uint) -> R;
+        event_create: "cuEventCreate" => fn(*mut RawEvent, c_uint) -> R;
+        event_record: "cuEventRecord" => fn(RawEvent, Stream) -> R;
+        event_sync: "cuEventSynchronize" => fn(RawEvent) -> R;
+        event_elapsed: "cuEventElapsedTime" => fn(*mut c_float, RawEvent, RawEvent) -> R;
+    }
+}
+
+fn check(call: &str, rc: R) -> Result<(), FactError> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(FactError::new(call, format!("{} ({rc})", result_name(rc))))
+    }
+}
+
+/// A CUdevice handle from cuDeviceGet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Device(c_int);
+
+/// libcuda loaded with the probe's calls; not yet initialised.
+pub struct Cuda<'w> {
+    probe: Probe,
+    lib: Library,
+    watch: &'w Watch,
+}
+
+/// Loads `library`: `Missing` when it is not installed; `Failed` (kind `Unloadable`)
+/// when it is there but not loadable or lacks the driver API (a stub, or not the
+/// driver's). gather::gpu re-marks dlopen's ENOMEM as this process's own limit.
+pub fn load<'w>(watch: &'w Watch, library: &str) -> Result<Cuda<'w>, LoadError> {
+    let lib = match crate::vendor::dl::load(watch, library) {
+        Ok(lib) => lib,
+        Err(LoadError::Failed(e)) => {
+            return Err(LoadError::Failed(e.with_kind(FailureKind::Unloadable)));
+        }
+        Err(missing) => return Err(missing),
+    };
+    match Probe::load(&lib) {
+        Ok(probe) => Ok(Cuda { probe, lib, watch }),
+        Err(e) => Err(LoadError::Failed(e.with_kind(FailureKind::Unloadable))),
+    }
+}
+
+impl<'w> Cuda<'w> {
+    fn run(&self, call: impl Into<String>, f: impl FnOnce() -> R) -> Result<(), FactError> {
+        let call = call.into();
+        let rc = self.watch.call(call.clone(), f);
+        check(&call, rc)
+    }
+
+    fn int_out(
+        &self,
+        call: &str,
+        f: &Symbol<unsafe extern "C" fn(*mut c_int) -> R>,
+    ) -> Result<i32, FactError> {
+        let mut value: c_int = 0;
+        // SAFETY: `CUresult f(int*)` (cuda.h); `value` is a valid out-pointer.
+        self.run(call, || unsafe { (f.get())(&mut value) })?;
+        Ok(value)
+    }
+
+    /// cuInit(0): its status, kept even when it failed (802 names the fabric manager).
+    pub fn init(&self) -> Status {
+        // SAFETY: `CUresult cuInit(unsigned int Flags)`; flags must be 0.
+        Status(
+            self.watch
+                .call("cuInit", || unsafe { (self.probe.init.get())(0) }),
+        )
+    }
+
+    /// cuDriverGetVersion: the CUDA version the driver supports (12020 for 12.2).
+    pub fn driver_version(&self) -> Result<i32, FactError> {
+        self.int_out("cuDriverGetVersion", &self.probe.driver_version)
+    }
+
+    /// cuDeviceGetCount (after a successful `init`).
+    pub fn device_count(&self) -> Result<u32, FactError> {
+        Ok(self
+            .int_out("cuDeviceGetCount", &self.probe.device_count)?
+            .max(0) as u32)
+    }
+
+    /// cuDeviceGet for a CUDA ordinal.
+    pub fn device(&self, ordinal: u32) -> Result<Device, FactError> {
+        let n = c_int::try_from(ordinal).map_err(|_| {
+            FactError::new(format!("cuDeviceGet({ordinal})"), "ordinal out of range")
+        })?;
+        let mut dev: c_int = 0;
+        // SAFETY: `CUresult cuDeviceGet(CUdevice*, int)`; CUdevice is an int.
+        self.run(format!("cuDeviceGet({ordinal})"), || unsafe {
+            (self.probe.device_get.get())(&mut dev, n)
+        })?;
+        Ok(Device(dev))
+    }
+
+    /// cuDeviceGetPCIBusId as the driver writes it (`0000:10:1C.0`); `ordinal` names the call.
+    pub fn pci_bus_id(&self, ordinal: u32, dev: Device) -> Result<String, FactError> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: the buffer is 64 bytes and its length is passed; the driver
+        // NUL-terminates within it.
+        self.run(format!("cuDeviceGetPCIBusId({ordinal})"), || unsafe {
+            (self.probe.bus_id.get())(buf.as_mut_ptr(), buf.len() as c_int, dev.0)
+        })?;
+        // SAFETY: zero-initialised and NUL-terminated within its length (length passed).
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// cuDeviceCanAccessPeer(a, b); `names` are the ordinals for the call's name.
+    pub fn can_access_peer(
+        &self,
+        names: (u32, u32),
+        a: Device,
+        b: Device,
+    ) -> Result<bool, FactError> {
+        let mut can: c_int = 0;
+        // SAFETY: `CUresult cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`.
+        self.run(
+            format!("cuDeviceCanAccessPeer({}, {})", names.0, names.1),
+            || unsafe { (self.probe.can_access_peer.get())(&mut can, a.0, b.0) },
+        )?;
+        Ok(can != 0)
+    }
 }
 
 /// A loaded, initialised CUDA driver.
 pub struct Driver<'w> {
+    cuda: Cuda<'w>,
     api: Api,
     watch: &'w Watch,
 }
@@ -74,37 +239,30 @@ pub enum Opened<'w> {
 /// One GPU as the benches use it: its primary context and a stream on it.
 pub struct Gpu {
     pub ordinal: u32,
+    pub device: Device,
     pub bus_id: String,
     pub context: Context,
     pub stream: Stream,
 }
 
-fn check(call: &str, rc: R) -> Result<(), FactError> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(FactError::new(call, format!("{} ({rc})", result_name(rc))))
-    }
-}
-
 impl<'w> Driver<'w> {
     pub fn open(watch: &'w Watch, library: &str) -> Opened<'w> {
-        let lib = match crate::gather::dl::load(watch, library) {
-            Ok(lib) => lib,
-            Err(crate::gather::dl::LoadError::Missing(why)) => return Opened::NotFound(why),
-            Err(crate::gather::dl::LoadError::Failed(e)) => return Opened::Failed(e),
+        let cuda = match load(watch, library) {
+            Ok(cuda) => cuda,
+            Err(LoadError::Missing(why)) => return Opened::NotFound(why),
+            Err(LoadError::Failed(e)) => return Opened::Failed(e),
         };
-        let api = match Api::load(&lib) {
+        let api = match Api::load(&cuda.lib) {
             Ok(api) => api,
             Err(e) => return Opened::Failed(e),
         };
-        // `lib` is never unloaded (gather::dl): libcuda after cuInit must not be.
-        let driver = Driver { api, watch };
-        // SAFETY: `CUresult cuInit(unsigned int)`, flags 0.
-        let rc = watch.call("cuInit", || unsafe { (driver.api.init.get())(0) });
-        match check("cuInit", rc) {
-            Ok(()) => Opened::Ready(driver),
-            Err(e) => Opened::Failed(e),
+        // The library is never unloaded (vendor::dl): libcuda after cuInit must not be.
+        match cuda.init() {
+            Status::SUCCESS => Opened::Ready(Driver { cuda, api, watch }),
+            Status(rc) => Opened::Failed(FactError::new(
+                "cuInit",
+                format!("{} ({rc})", result_name(rc)),
+            )),
         }
     }
 
@@ -117,32 +275,18 @@ impl<'w> Driver<'w> {
 
     /// Every visible device with its primary context current-able and a non-blocking stream.
     pub fn gpus(&self) -> Result<Vec<Gpu>, FactError> {
-        let mut count: c_int = 0;
-        // SAFETY: out-pointer to an int.
-        self.run("cuDeviceGetCount", || unsafe {
-            (self.api.device_count.get())(&mut count)
-        })?;
         let mut gpus = Vec::new();
-        for ordinal in 0..count.max(0) {
-            let mut dev: c_int = 0;
-            // SAFETY: `cuDeviceGet(CUdevice*, int)`.
-            self.run(format!("cuDeviceGet({ordinal})"), || unsafe {
-                (self.api.device_get.get())(&mut dev, ordinal)
-            })?;
-            let mut buf = [0 as c_char; 64];
-            // SAFETY: the buffer's length is passed; the driver NUL-terminates within it.
-            self.run(format!("cuDeviceGetPCIBusId({ordinal})"), || unsafe {
-                (self.api.bus_id.get())(buf.as_mut_ptr(), buf.len() as c_int, dev)
-            })?;
-            // SAFETY: zero-initialised and NUL-terminated within its length.
-            let bus = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+        for ordinal in 0..self.cuda.device_count()? {
+            let dev = self.cuda.device(ordinal)?;
+            let bus = self.cuda.pci_bus_id(ordinal, dev)?;
             let mut context: Context = std::ptr::null_mut();
-            // SAFETY: `cuDevicePrimaryCtxRetain(CUcontext*, CUdevice)`.
+            // SAFETY: `cuDevicePrimaryCtxRetain(CUcontext*, CUdevice)`; `dev` is from cuDeviceGet.
             self.run(format!("cuDevicePrimaryCtxRetain({ordinal})"), || unsafe {
-                (self.api.primary_retain.get())(&mut context, dev)
+                (self.api.primary_retain.get())(&mut context, dev.0)
             })?;
             let mut gpu = Gpu {
-                ordinal: ordinal as u32,
+                ordinal,
+                device: dev,
                 bus_id: crate::facts::gpu::normalize_bus_id(&bus),
                 context,
                 stream: std::ptr::null_mut(),
@@ -167,15 +311,8 @@ impl<'w> Driver<'w> {
     }
 
     pub fn can_access_peer(&self, a: &Gpu, b: &Gpu) -> Result<bool, FactError> {
-        let mut can: c_int = 0;
-        // SAFETY: `cuDeviceCanAccessPeer(int*, CUdevice, CUdevice)`; ordinals are the devices.
-        self.run(
-            format!("cuDeviceCanAccessPeer({}, {})", a.ordinal, b.ordinal),
-            || unsafe {
-                (self.api.can_access_peer.get())(&mut can, a.ordinal as c_int, b.ordinal as c_int)
-            },
-        )?;
-        Ok(can != 0)
+        self.cuda
+            .can_access_peer((a.ordinal, b.ordinal), a.device, b.device)
     }
 
     /// Lets `from` reach `to`'s memory (already enabled is fine).
@@ -186,10 +323,43 @@ impl<'w> Driver<'w> {
         let rc = self.watch.call(call.clone(), || unsafe {
             (self.api.enable_peer.get())(to.context, 0)
         });
-        if rc == PEER_ACCESS_ALREADY_ENABLED {
+        if Status(rc) == Status::PEER_ACCESS_ALREADY_ENABLED {
             return Ok(());
         }
         check(&call, rc)
+    }
+
+    /// Whether `gpu`'s stream has finished its queued work (cuStreamQuery: NOT_READY
+    /// is "not yet", any other failure an error).
+    pub fn stream_done(&self, gpu: &Gpu) -> Result<bool, FactError> {
+        let call = format!("cuStreamQuery({})", gpu.ordinal);
+        // SAFETY: `CUresult cuStreamQuery(CUstream)`; the stream was created by `gpus`.
+        let rc = self.watch.call(call.clone(), || unsafe {
+            (self.api.stream_query.get())(gpu.stream)
+        });
+        if Status(rc) == Status::NOT_READY {
+            return Ok(false);
+        }
+        check(&call, rc).map(|()| true)
+    }
+
+    /// Copies all of `bytes` into the start of `dst` (synchronous); `dst` must be on
+    /// `gpu` and at least as long.
+    pub fn upload(&self, gpu: &Gpu, dst: DeviceSlice<'_>, bytes: &[u8]) -> Result<(), FactError> {
+        let call = format!("cuMemcpyHtoD({})", gpu.ordinal);
+        dst.on(gpu, &call)?;
+        if bytes.len() > dst.bytes {
+            return Err(FactError::new(
+                call,
+                format!("{} bytes into a buffer of {}", bytes.len(), dst.bytes),
+            ));
+        }
+        self.make_current(gpu)?;
+        // SAFETY: `dst` lies inside a live allocation on `gpu` (DeviceSlice's invariant)
+        // holding at least `bytes.len()` bytes (checked above); `bytes` is readable.
+        self.run(call, || unsafe {
+            (self.api.copy_htod.get())(dst.ptr, bytes.as_ptr().cast(), bytes.len())
+        })
     }
 
     /// Allocates `bytes` on `gpu` (made current).
@@ -521,10 +691,10 @@ mod tests {
         .unwrap();
         let library = dir.path().join("libcuda.so.1");
         let define = format!("-DFAKE_GPU_SCENARIO_FILE=\"{}\"", scenario.display());
-        crate::gather::dl::build_fake_library("fake_cuda.c", &library, &[&define]);
+        crate::vendor::dl::build_fake_library("fake_cuda.c", &library, &[&define]);
         let library = library.to_str().unwrap().to_string();
         let (back, errors) =
-            crate::gather::deadline::run("t", Duration::from_secs(60), false, move |w| {
+            crate::vendor::deadline::run("t", Duration::from_secs(60), false, move |w| {
                 exercise(w, &library)
             })
             .unwrap()

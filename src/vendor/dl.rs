@@ -1,5 +1,7 @@
-//! Loading the vendor libraries this tool calls directly (libcuda, libibverbs,
-//! libfabric, libnccl and the NCCL net plugin) at run time, through libloading.
+//! Loading the vendor libraries this tool calls directly (libcuda, libcudart,
+//! libibverbs, libfabric, libnccl and the NCCL net plugin) at run time, through
+//! libloading: the crate's one dlopen site (NVML is loaded by nvml-wrapper, in
+//! `vendor::nvml`).
 //! The binary links no vendor library: their absence is a finding, not a load
 //! failure.
 //!
@@ -42,6 +44,36 @@ impl<F: Copy> Symbol<F> {
     }
 }
 
+/// Declares a table of a library's functions, each by its C name and its C
+/// signature, and a `load(&Library)` that resolves them all (the first missing one is
+/// the error). Each row must copy the library's header: that is the safety contract
+/// of [`Library::symbol`], discharged here once per symbol.
+macro_rules! symbols {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident {
+            $( $field:ident : $sym:literal => fn($($arg:ty),* $(,)?) -> $ret:ty; )*
+        }
+    ) => {
+        $(#[$meta])*
+        struct $name {
+            $( $field: $crate::vendor::dl::Symbol<unsafe extern "C" fn($($arg),*) -> $ret>, )*
+        }
+        impl $name {
+            fn load(lib: &$crate::vendor::dl::Library) -> Result<$name, $crate::facts::FactError> {
+                Ok($name {
+                    $(
+                        // SAFETY: the row's signature is the C prototype of `$sym` in
+                        // the library's header, as this table's declaration requires.
+                        $field: unsafe { lib.symbol($sym)? },
+                    )*
+                })
+            }
+        }
+    };
+}
+pub(crate) use symbols;
+
 /// True when dlopen's message says `name` itself does not exist, as opposed to
 /// a dependency of it ("libfabric.so.1: cannot open shared object file" when
 /// loading a plugin that exists is a broken install, not an absent one).
@@ -74,7 +106,7 @@ pub enum LoadError {
 }
 
 /// dlopen under a deadline watch, telling an absent library from a broken one.
-pub fn load(watch: &crate::gather::deadline::Watch, name: &str) -> Result<Library, LoadError> {
+pub fn load(watch: &crate::vendor::deadline::Watch, name: &str) -> Result<Library, LoadError> {
     match watch.call(format!("dlopen({name})"), || Library::open(name)) {
         Ok(lib) => Ok(lib),
         Err(e) if is_missing(name, &e.message) => Err(LoadError::Missing(e.message)),
@@ -103,9 +135,14 @@ impl Library {
         })
     }
 
-    /// Looks up `symbol`; `F` must be its C function signature (or, for a data
-    /// symbol, a pointer to its type). A symbol whose address is NULL is an error.
-    pub fn symbol<F: Copy>(&self, symbol: &str) -> Result<Symbol<F>, FactError> {
+    /// Looks up `symbol` as a value of type `F`; a symbol whose address is NULL is an error.
+    ///
+    /// # Safety
+    /// `F` must be the symbol's C type: its exact function signature (for a function)
+    /// or a pointer to its type (for data). Nothing checks this: a wrong `F` makes every
+    /// later call through the symbol undefined behaviour. Callers state the header they
+    /// copied `F` from; [`symbols!`] declares a table of them in one place.
+    pub unsafe fn symbol<F: Copy>(&self, symbol: &str) -> Result<Symbol<F>, FactError> {
         const {
             assert!(
                 std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>(),
@@ -124,7 +161,7 @@ impl Library {
             return Err(FactError::new(call(), "the symbol's address is NULL"));
         }
         // SAFETY: `F` is pointer-sized (checked at compile time above) and, by this
-        // function's contract, the symbol's C type; `raw` is its non-NULL address, which
+        // function's safety contract, the symbol's C type; `raw` is its non-NULL address, which
         // stays mapped because the library is never unloaded.
         let value = unsafe { std::mem::transmute_copy::<*mut c_void, F>(&raw) };
         Ok(Symbol { value })
@@ -179,11 +216,13 @@ mod tests {
     #[test]
     fn opens_libc_and_reports_missing_libraries_and_symbols() {
         let lib = Library::open("libc.so.6").unwrap();
-        let getpid: Symbol<unsafe extern "C" fn() -> libc::pid_t> = lib.symbol("getpid").unwrap();
+        // SAFETY: `pid_t getpid(void)` (unistd.h).
+        let getpid: Symbol<unsafe extern "C" fn() -> libc::pid_t> =
+            unsafe { lib.symbol("getpid") }.unwrap();
         // SAFETY: getpid has this signature and no preconditions.
         assert_eq!(unsafe { (getpid.get())() } as u32, std::process::id());
-        let missing = lib
-            .symbol::<unsafe extern "C" fn()>("no_such_symbol_here")
+        // SAFETY: the lookup fails; nothing is called.
+        let missing = unsafe { lib.symbol::<unsafe extern "C" fn()>("no_such_symbol_here") }
             .err()
             .unwrap();
         assert_eq!(missing.source, "dlsym(libc.so.6, no_such_symbol_here)");
@@ -197,8 +236,8 @@ mod tests {
         ));
         let nul = Library::open("lib\0c.so.6").err().unwrap();
         assert_eq!(nul.message, "name contains NUL");
-        let nul = lib
-            .symbol::<unsafe extern "C" fn()>("get\0pid")
+        // SAFETY: the lookup fails; nothing is called.
+        let nul = unsafe { lib.symbol::<unsafe extern "C" fn()>("get\0pid") }
             .err()
             .unwrap();
         assert_eq!(nul.message, "name contains NUL");
@@ -211,7 +250,8 @@ mod tests {
         assert!(!resident(&path));
         let version: Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> = {
             let lib = Library::open(path.to_str().unwrap()).unwrap();
-            lib.symbol("cuDriverGetVersion").unwrap()
+            // SAFETY: `CUresult cuDriverGetVersion(int*)` (cuda.h).
+            unsafe { lib.symbol("cuDriverGetVersion") }.unwrap()
         };
         // The Library value is gone; the library is not.
         assert!(resident(&path), "dropping a Library unloaded it");
@@ -222,8 +262,9 @@ mod tests {
         assert_eq!((rc, v), (0, 12020));
         // Opening it again finds the same, still-loaded library.
         let again = Library::open(path.to_str().unwrap()).unwrap();
+        // SAFETY: `CUresult cuDriverGetVersion(int*)` (cuda.h).
         let same: Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
-            again.symbol("cuDriverGetVersion").unwrap();
+            unsafe { again.symbol("cuDriverGetVersion") }.unwrap();
         assert_eq!(same.get() as usize, version.get() as usize);
     }
 }

@@ -1,7 +1,9 @@
-//! The one libnccl wrapper: `bench nccl` (one process, every GPU, through
-//! ncclCommInitAll) and the gang worker (one rank per local GPU of a job that
-//! spans pods, through non-blocking ncclCommInitRankConfig) load libnccl here
-//! and call it through a typed, mostly safe API.
+//! The one libnccl wrapper: gather's probe (ncclGetVersion and where the library
+//! lies, [`probe`]; the net plugin's tables, [`open_net_plugin`]), `bench nccl` (one
+//! process, every GPU, through ncclCommInitAll) and the gang worker (one rank per
+//! local GPU of a job that spans pods, through non-blocking ncclCommInitRankConfig)
+//! load libnccl here and call it through a typed, mostly safe API, every call under
+//! the loader's `Watch`. [`Version`] is the one reader of NCCL's version code.
 //!
 //! The symbols both need are resolved for every load; the ones only one kind
 //! of communicator needs live in [`SingleProcess`] or [`Ranked`], so a bench
@@ -14,10 +16,10 @@
 //! ncclInvalidArgument as NCCL itself would. Signatures and codes follow
 //! NVIDIA/nccl v2.28.9-1 src/nccl.h.in.
 
-use super::driver::{DeviceBuffer, Gpu};
 use crate::facts::FactError;
-use crate::gather::deadline::Watch;
-use crate::gather::dl::{Library, Symbol, is_missing};
+use crate::vendor::cuda::{DeviceBuffer, Gpu};
+use crate::vendor::deadline::Watch;
+use crate::vendor::dl::{Library, LoadError, Symbol, is_missing, path_of};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -178,16 +180,29 @@ impl Comm {
     }
 }
 
-/// The calls every NCCL user here makes.
-struct Core {
-    version: Symbol<unsafe extern "C" fn(*mut c_int) -> Code>,
-    error_string: Symbol<unsafe extern "C" fn(Code) -> *const c_char>,
-    /// Since NCCL 2.13; optional.
-    last_error: Option<Symbol<unsafe extern "C" fn(RawComm) -> *const c_char>>,
-    group_start: Symbol<unsafe extern "C" fn() -> Code>,
-    group_end: Symbol<unsafe extern "C" fn() -> Code>,
-    all_reduce:
-        Symbol<unsafe extern "C" fn(Ptr, Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>,
+crate::vendor::dl::symbols! {
+    /// The calls every NCCL user here makes.
+    struct Core {
+        version: "ncclGetVersion" => fn(*mut c_int) -> Code;
+        error_string: "ncclGetErrorString" => fn(Code) -> *const c_char;
+        group_start: "ncclGroupStart" => fn() -> Code;
+        group_end: "ncclGroupEnd" => fn() -> Code;
+        all_reduce: "ncclAllReduce" => fn(Ptr, Ptr, usize, c_int, c_int, RawComm, Stream) -> Code;
+    }
+}
+
+crate::vendor::dl::symbols! {
+    /// ncclGetLastError, since NCCL 2.13: optional.
+    struct LastError {
+        get: "ncclGetLastError" => fn(RawComm) -> *const c_char;
+    }
+}
+
+crate::vendor::dl::symbols! {
+    /// ncclGetUniqueId: optional (the worker only cross-checks its layout with it).
+    struct GetUniqueId {
+        get: "ncclGetUniqueId" => fn(*mut UniqueId) -> Code;
+    }
 }
 
 /// The calls of the set a loader needs beyond [`Core`].
@@ -196,53 +211,58 @@ pub trait Calls: Sized {
     fn resolve(lib: &Library) -> Result<Self, FactError>;
 }
 
-/// One process owning every GPU: ncclCommInitAll and ncclCommDestroy (`bench nccl`).
-pub struct SingleProcess {
-    init_all: Symbol<unsafe extern "C" fn(*mut RawComm, c_int, *const c_int) -> Code>,
-    destroy: Symbol<unsafe extern "C" fn(RawComm) -> Code>,
+crate::vendor::dl::symbols! {
+    /// One process owning every GPU: ncclCommInitAll and ncclCommDestroy (`bench nccl`).
+    struct SingleProcessCalls {
+        init_all: "ncclCommInitAll" => fn(*mut RawComm, c_int, *const c_int) -> Code;
+        destroy: "ncclCommDestroy" => fn(RawComm) -> Code;
+    }
 }
+
+/// One process owning every GPU (`bench nccl`).
+pub struct SingleProcess(SingleProcessCalls);
 
 impl Calls for SingleProcess {
     fn resolve(lib: &Library) -> Result<Self, FactError> {
-        Ok(SingleProcess {
-            init_all: lib.symbol("ncclCommInitAll")?,
-            destroy: lib.symbol("ncclCommDestroy")?,
-        })
+        SingleProcessCalls::load(lib).map(SingleProcess)
+    }
+}
+
+crate::vendor::dl::symbols! {
+    /// One rank per GPU across processes.
+    struct RankedCalls {
+        init: "ncclCommInitRankConfig" => fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> Code;
+        async_error: "ncclCommGetAsyncError" => fn(RawComm, *mut Code) -> Code;
+        abort: "ncclCommAbort" => fn(RawComm) -> Code;
+        all_gather: "ncclAllGather" => fn(Ptr, Ptr, usize, c_int, RawComm, Stream) -> Code;
+        send: "ncclSend" => fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code;
+        recv: "ncclRecv" => fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code;
     }
 }
 
 /// One rank per GPU across processes: non-blocking init, asynchronous error
 /// polling, abort, all-gather and send/receive (the gang worker).
 pub struct Ranked {
-    /// Optional: the worker only cross-checks its layout with it.
-    unique_id: Option<Symbol<unsafe extern "C" fn(*mut UniqueId) -> Code>>,
-    init: Symbol<unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> Code>,
-    async_error: Symbol<unsafe extern "C" fn(RawComm, *mut Code) -> Code>,
-    abort: Symbol<unsafe extern "C" fn(RawComm) -> Code>,
-    all_gather: Symbol<unsafe extern "C" fn(Ptr, Ptr, usize, c_int, RawComm, Stream) -> Code>,
-    send: Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>,
-    recv: Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>,
+    unique_id: Option<GetUniqueId>,
+    calls: RankedCalls,
 }
 
 impl Calls for Ranked {
     fn resolve(lib: &Library) -> Result<Self, FactError> {
         Ok(Ranked {
-            unique_id: lib.symbol("ncclGetUniqueId").ok(),
-            init: lib.symbol("ncclCommInitRankConfig")?,
-            async_error: lib.symbol("ncclCommGetAsyncError")?,
-            abort: lib.symbol("ncclCommAbort")?,
-            all_gather: lib.symbol("ncclAllGather")?,
-            send: lib.symbol("ncclSend")?,
-            recv: lib.symbol("ncclRecv")?,
+            unique_id: GetUniqueId::load(lib).ok(),
+            calls: RankedCalls::load(lib)?,
         })
     }
 }
 
-/// A loaded libnccl with the calls of set `C`.
-pub struct Nccl<C> {
+/// A loaded libnccl with the calls of set `C`, each made under `watch`.
+pub struct Nccl<'w, C> {
     core: Core,
+    last_error: Option<LastError>,
     calls: C,
     library: String,
+    watch: &'w Watch,
 }
 
 /// Why no libnccl was loaded.
@@ -257,18 +277,23 @@ pub enum LoadFailure {
 /// Loads the first candidate that dlopen finds (each under `watch`) and
 /// resolves the core calls and set `C`'s. A candidate that exists but fails
 /// ends the search: it is the library the user's job would load.
-pub fn load<C: Calls>(watch: &Watch, candidates: &[String]) -> Result<Nccl<C>, LoadFailure> {
+pub fn load<'w, C: Calls>(
+    watch: &'w Watch,
+    candidates: &[String],
+) -> Result<Nccl<'w, C>, LoadFailure> {
     let mut missing = true;
     let mut last = None;
     for name in candidates {
         match watch.call(format!("dlopen({name})"), || Library::open(name)) {
             Ok(lib) => {
-                // NCCL starts threads; the library is never unloaded (gather::dl).
+                // NCCL starts threads; the library is never unloaded (vendor::dl).
                 return resolve(&lib)
-                    .map(|(core, calls)| Nccl {
+                    .map(|(core, last_error, calls)| Nccl {
                         core,
+                        last_error,
                         calls,
                         library: name.clone(),
+                        watch,
                     })
                     .map_err(LoadFailure::Failed);
             }
@@ -285,16 +310,12 @@ pub fn load<C: Calls>(watch: &Watch, candidates: &[String]) -> Result<Nccl<C>, L
     }
 }
 
-fn resolve<C: Calls>(lib: &Library) -> Result<(Core, C), FactError> {
-    let core = Core {
-        version: lib.symbol("ncclGetVersion")?,
-        error_string: lib.symbol("ncclGetErrorString")?,
-        last_error: lib.symbol("ncclGetLastError").ok(),
-        group_start: lib.symbol("ncclGroupStart")?,
-        group_end: lib.symbol("ncclGroupEnd")?,
-        all_reduce: lib.symbol("ncclAllReduce")?,
-    };
-    Ok((core, C::resolve(lib)?))
+fn resolve<C: Calls>(lib: &Library) -> Result<(Core, Option<LastError>, C), FactError> {
+    Ok((
+        Core::load(lib)?,
+        LastError::load(lib).ok(),
+        C::resolve(lib)?,
+    ))
 }
 
 /// A string NCCL returns: trimmed, None when NULL or empty.
@@ -319,42 +340,55 @@ fn fits(buf: &DeviceBuffer<'_, '_>, count: usize, dtype: DataType, gpu: &Gpu) ->
             .is_some_and(|bytes| bytes <= buf.len())
 }
 
-impl<C> Nccl<C> {
+impl<C> Nccl<'_, C> {
     /// The library name that loaded.
     pub fn library(&self) -> &str {
         &self.library
     }
 
+    /// Runs one NCCL call under the watch.
+    fn call<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
+        self.watch.call(name, f)
+    }
+
     /// ncclGetVersion: the version code (22809 for 2.28.9) into `code`.
     pub fn version(&self, code: &mut c_int) -> Code {
         // SAFETY: an out-pointer to a live int.
-        unsafe { (self.core.version.get())(code) }
+        self.call("ncclGetVersion", || unsafe {
+            (self.core.version.get())(code)
+        })
     }
 
     /// ncclGetErrorString's text for `rc`.
     pub fn error_text(&self, rc: Code) -> Option<String> {
         // SAFETY: ncclGetErrorString takes any code and returns a static string.
-        text(unsafe { (self.core.error_string.get())(rc) })
+        text(self.call("ncclGetErrorString", || unsafe {
+            (self.core.error_string.get())(rc)
+        }))
     }
 
     /// ncclGetLastError for the whole process (NCCL's last WARN), where the
     /// library has it.
     pub fn last_error(&self) -> Option<String> {
-        let f = self.core.last_error.as_ref()?;
+        let f = self.last_error.as_ref()?;
         // SAFETY: ncclGetLastError accepts NULL (the process-wide last error).
-        text(unsafe { (f.get())(std::ptr::null_mut()) })
+        text(self.call("ncclGetLastError", || unsafe {
+            (f.get.get())(std::ptr::null_mut())
+        }))
     }
 
     /// ncclGroupStart.
     pub fn group_start(&self) -> Code {
         // SAFETY: no arguments.
-        unsafe { (self.core.group_start.get())() }
+        self.call("ncclGroupStart", || unsafe {
+            (self.core.group_start.get())()
+        })
     }
 
     /// ncclGroupEnd.
     pub fn group_end(&self) -> Code {
         // SAFETY: no arguments; NCCL answers an unmatched end with an error code.
-        unsafe { (self.core.group_end.get())() }
+        self.call("ncclGroupEnd", || unsafe { (self.core.group_end.get())() })
     }
 
     /// ncclAllReduce of `count` elements from `send` into `recv` (the same
@@ -377,7 +411,7 @@ impl<C> Nccl<C> {
         // SAFETY: both buffers are live allocations on `gpu` holding `count` elements
         // (checked above); the communicator came from an init call and is not ended
         // (it is ended by value); the stream is `gpu`'s.
-        unsafe {
+        self.call("ncclAllReduce", || unsafe {
             (self.core.all_reduce.get())(
                 send.device_ptr(),
                 recv.device_ptr(),
@@ -387,11 +421,11 @@ impl<C> Nccl<C> {
                 comm.raw(),
                 gpu.stream,
             )
-        }
+        })
     }
 }
 
-impl Nccl<SingleProcess> {
+impl Nccl<'_, SingleProcess> {
     /// ncclCommInitAll over CUDA devices 0..n-1: the code and one communicator per device.
     pub fn init_all(&self, n: usize) -> (Code, Vec<Comm>) {
         let Ok(count) = c_int::try_from(n) else {
@@ -404,7 +438,9 @@ impl Nccl<SingleProcess> {
         };
         // SAFETY: `first` starts `n` contiguous handle slots that live for the rest of
         // the process (NCCL may fill them later); a NULL device list means devices 0..n-1.
-        let rc = unsafe { (self.calls.init_all.get())(Comm::out(first), count, std::ptr::null()) };
+        let rc = self.call("ncclCommInitAll", || unsafe {
+            (self.calls.0.init_all.get())(Comm::out(first), count, std::ptr::null())
+        });
         (rc, comms)
     }
 
@@ -414,11 +450,13 @@ impl Nccl<SingleProcess> {
             return SUCCESS;
         }
         // SAFETY: a communicator from ncclCommInitAll, destroyed once (taken by value).
-        unsafe { (self.calls.destroy.get())(comm.raw()) }
+        self.call("ncclCommDestroy", || unsafe {
+            (self.calls.0.destroy.get())(comm.raw())
+        })
     }
 }
 
-impl Nccl<Ranked> {
+impl Nccl<'_, Ranked> {
     /// ncclGetUniqueId, where the library has it: its code and the id.
     pub fn unique_id(&self) -> Option<(Code, UniqueId)> {
         let f = self.calls.unique_id.as_ref()?;
@@ -426,7 +464,7 @@ impl Nccl<Ranked> {
             internal: [0; UNIQUE_ID_BYTES],
         };
         // SAFETY: an out-pointer to a 128-byte id.
-        let rc = unsafe { (f.get())(&mut id) };
+        let rc = self.call("ncclGetUniqueId", || unsafe { (f.get.get())(&mut id) });
         Some((rc, id))
     }
 
@@ -444,7 +482,9 @@ impl Nccl<Ranked> {
         // SAFETY: the out-pointer is a handle slot that lives for the rest of the process
         // (NCCL stores into it when the non-blocking init ends); the id is passed by value;
         // the config outlives the call (NCCL copies it, src/init.cc parseCommConfig).
-        let rc = unsafe { (self.calls.init.get())(Comm::out(comm.slot), n, id, r, &mut config) };
+        let rc = self.call("ncclCommInitRankConfig", || unsafe {
+            (self.calls.calls.init.get())(Comm::out(comm.slot), n, id, r, &mut config)
+        });
         (rc, comm)
     }
 
@@ -455,7 +495,9 @@ impl Nccl<Ranked> {
         }
         // SAFETY: a live communicator (not ended: ending takes it by value); an
         // out-pointer to a live int.
-        unsafe { (self.calls.async_error.get())(comm.raw(), state) }
+        self.call("ncclCommGetAsyncError", || unsafe {
+            (self.calls.calls.async_error.get())(comm.raw(), state)
+        })
     }
 
     /// ncclCommAbort; a communicator that init never set is left alone.
@@ -464,7 +506,9 @@ impl Nccl<Ranked> {
             return SUCCESS;
         }
         // SAFETY: a communicator from init, aborted once (taken by value).
-        unsafe { (self.calls.abort.get())(comm.raw()) }
+        self.call("ncclCommAbort", || unsafe {
+            (self.calls.calls.abort.get())(comm.raw())
+        })
     }
 
     /// ncclAllGather of `count` bytes per rank: `recv` must hold one block per rank.
@@ -485,8 +529,8 @@ impl Nccl<Ranked> {
         }
         // SAFETY: `send` holds `count` bytes and `recv` `count` per rank, both live on
         // `gpu` (checked above); a live communicator; `gpu`'s stream.
-        unsafe {
-            (self.calls.all_gather.get())(
+        self.call("ncclAllGather", || unsafe {
+            (self.calls.calls.all_gather.get())(
                 send.device_ptr(),
                 recv.device_ptr(),
                 count,
@@ -494,7 +538,7 @@ impl Nccl<Ranked> {
                 comm.raw(),
                 gpu.stream,
             )
-        }
+        })
     }
 
     /// ncclSend of `bytes` bytes of `buf` to rank `peer`.
@@ -506,7 +550,14 @@ impl Nccl<Ranked> {
         comm: &Comm,
         gpu: &Gpu,
     ) -> Code {
-        self.p2p(&self.calls.send, buf, bytes, peer, comm, gpu)
+        self.p2p(
+            ("ncclSend", &self.calls.calls.send),
+            buf,
+            bytes,
+            peer,
+            comm,
+            gpu,
+        )
     }
 
     /// ncclRecv of `bytes` bytes into `buf` from rank `peer`.
@@ -518,12 +569,19 @@ impl Nccl<Ranked> {
         comm: &Comm,
         gpu: &Gpu,
     ) -> Code {
-        self.p2p(&self.calls.recv, buf, bytes, peer, comm, gpu)
+        self.p2p(
+            ("ncclRecv", &self.calls.calls.recv),
+            buf,
+            bytes,
+            peer,
+            comm,
+            gpu,
+        )
     }
 
     fn p2p(
         &self,
-        call: &Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>,
+        (name, call): (&str, &P2pCall),
         buf: &DeviceBuffer<'_, '_>,
         bytes: usize,
         peer: usize,
@@ -539,7 +597,7 @@ impl Nccl<Ranked> {
         // SAFETY: `buf` holds `bytes` bytes live on `gpu` (checked above); the peer is
         // a rank of this live communicator; `gpu`'s stream. ncclSend and ncclRecv share
         // this signature (src/nccl.h.in).
-        unsafe {
+        self.call(name, || unsafe {
             (call.get())(
                 buf.device_ptr(),
                 bytes,
@@ -548,13 +606,154 @@ impl Nccl<Ranked> {
                 comm.raw(),
                 gpu.stream,
             )
+        })
+    }
+}
+
+/// ncclSend's and ncclRecv's shared signature.
+type P2pCall = Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>;
+
+/// An NCCL version, read from ncclGetVersion's code: since 2.9 the code is
+/// major*10000 + minor*100 + patch (22809 is 2.28.9), before it major*1000 +
+/// minor*100 + patch (2803 is 2.8.3) (NVIDIA/nccl v2.28.9-1 src/nccl.h.in
+/// `NCCL_VERSION(X,Y,Z)`). No code of the old form reaches 10000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: i32,
+    pub minor: i32,
+    pub patch: i32,
+}
+
+impl Version {
+    pub fn from_code(code: i32) -> Version {
+        if code >= 10000 {
+            Version {
+                major: code / 10000,
+                minor: code % 10000 / 100,
+                patch: code % 100,
+            }
+        } else {
+            Version {
+                major: code / 1000,
+                minor: code % 1000 / 100,
+                patch: code % 100,
+            }
         }
     }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The text of ncclGetVersion's `code` ("2.28.9").
+pub fn version_text(code: i32) -> String {
+    Version::from_code(code).to_string()
+}
+
+/// What gather reads of a libnccl without initialising it: its version code (or why
+/// ncclGetVersion gave none) and the file the loader mapped.
+pub struct Probe {
+    pub version: Result<i32, FactError>,
+    pub path: Option<String>,
+}
+
+crate::vendor::dl::symbols! {
+    /// ncclGetVersion alone: what a library must export to be probed.
+    struct GetVersion {
+        get: "ncclGetVersion" => fn(*mut c_int) -> Code;
+    }
+}
+
+/// Loads `name` and calls ncclGetVersion, nothing else (no GPU, no thread of NCCL's).
+pub fn probe(watch: &Watch, name: &str) -> Result<Probe, LoadError> {
+    let lib = crate::vendor::dl::load(watch, name)?;
+    let api = match GetVersion::load(&lib) {
+        Ok(api) => api,
+        Err(e) => {
+            return Ok(Probe {
+                version: Err(e),
+                path: None,
+            });
+        }
+    };
+    let mut code: c_int = 0;
+    // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
+    let rc = watch.call("ncclGetVersion", || unsafe { (api.get.get())(&mut code) });
+    let version = if rc == SUCCESS {
+        Ok(code)
+    } else {
+        Err(FactError::new("ncclGetVersion", format!("ncclResult {rc}")))
+    };
+    Ok(Probe {
+        version,
+        path: path_of(api.get.get() as *const c_void),
+    })
+}
+
+/// The newest NCCL net plugin API version a plugin may export (`ncclNetPlugin_vN`).
+const NEWEST_NET_API: u32 = 16;
+
+/// What a loaded NCCL net plugin exports: every `ncclNetPlugin_vN` table (2..=16,
+/// ascending) and, of the newest, its name field and the file it lies in.
+#[derive(Debug, Default)]
+pub struct NetPluginTables {
+    pub apis: Vec<u32>,
+    pub newest_name: Option<String>,
+    pub path: Option<String>,
+}
+
+/// Loads a net plugin (it stays loaded: plugins may start threads from their
+/// constructors) and reads its tables. Nothing of it is initialised.
+pub fn open_net_plugin(watch: &Watch, name: &str) -> Result<NetPluginTables, FactError> {
+    let lib = watch.call(format!("dlopen({name})"), || Library::open(name))?;
+    let mut out = NetPluginTables::default();
+    for v in (2..=NEWEST_NET_API).rev() {
+        // SAFETY: `ncclNetPlugin_vN` is a data symbol, an `ncclNet_vN_t` struct; only
+        // its first field is read, and every version starts with `const char* name`
+        // (NVIDIA/nccl v2.28.9-1 src/include/plugin/net/net_v*.h).
+        let Ok(s) = (unsafe { lib.symbol::<*const *const c_char>(&format!("ncclNetPlugin_v{v}")) })
+        else {
+            continue;
+        };
+        out.apis.insert(0, v);
+        if out.apis.len() > 1 {
+            // Not the newest table: only its version is listed.
+            continue;
+        }
+        let table = s.get();
+        out.path = path_of(table as *const c_void);
+        // SAFETY: the table's first field, `const char* name`, set statically by the plugin.
+        let name_ptr = unsafe { *table };
+        if !name_ptr.is_null() {
+            // SAFETY: a NUL-terminated static string in the plugin.
+            out.newest_name = Some(
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_codes_of_both_forms() {
+        assert_eq!(version_text(22809), "2.28.9");
+        assert_eq!(version_text(21805), "2.18.5");
+        assert_eq!(version_text(20900), "2.9.0");
+        // Before 2.9: major*1000 + minor*100 + patch.
+        assert_eq!(version_text(2803), "2.8.3");
+        assert_eq!(version_text(2708), "2.7.8");
+        assert_eq!(version_text(30001), "3.0.1");
+        assert!(Version::from_code(22809) > Version::from_code(2803));
+    }
 
     #[test]
     fn unique_id_takes_exactly_128_bytes() {
