@@ -1,7 +1,7 @@
 //! nccl-preflight: checks a GPU node or pod for what breaks or slows NCCL and
 //! writes tuned NCCL settings.
 //!
-//! The pipeline is gather -> judge -> tune -> render: `gather` is the only
+//! The pipeline is gather -> predict -> judge -> tune -> render: `gather` is the only
 //! module that touches the host; the others are pure functions over `Facts`.
 
 pub mod bench;
@@ -19,6 +19,7 @@ pub mod nccl;
 pub mod output;
 pub mod platform;
 pub mod policy;
+pub mod predict;
 pub mod remediation;
 pub mod render;
 pub mod report;
