@@ -137,6 +137,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Rdma,
             Fact::Gpus,
             Fact::Launcher,
+            Fact::NcclEnv,
             Fact::Image,
             Fact::Platform,
         ],

@@ -51,6 +51,8 @@ pub struct GdrPair {
     pub distance: String,
     /// The NVLink peer GPU whose distance counts (PXN), when there is one.
     pub via: Option<String>,
+    /// Something lets the NIC reach GPU memory (nvidia-peermem, dma-buf, EFA's driver).
+    pub supported: bool,
     pub used: bool,
     pub why: String,
 }
@@ -132,6 +134,7 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
                 nic,
                 distance: dist.to_string(),
                 via,
+                supported: provider.is_some(),
                 used: provider.is_some() && ok,
                 why,
             })

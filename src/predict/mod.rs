@@ -83,6 +83,12 @@ pub struct Prediction {
     pub mnnvl: Decision<Feature>,
 }
 
+/// The rank of one of NCCL's path types (LOC < NVL < ... < PIX < PXB < ... < PHB < SYS);
+/// nvidia-smi's NODE counts as PHB.
+pub fn path_rank(name: &str) -> usize {
+    gdr::rank(name)
+}
+
 /// The variable's value as NCCL's getenv sees it.
 pub(crate) fn env<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
     facts.nccl_env.get(name).map(|v| v.value.as_str())

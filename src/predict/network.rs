@@ -109,10 +109,15 @@ fn plugin_network(facts: &Facts) -> Option<(String, bool, Option<Cause>)> {
 fn socket_cause(facts: &Facts, ib: &IbPrediction) -> Cause {
     let devices = facts.rdma.devices.value().map_or(&[][..], Vec::as_slice);
     let efa = devices.iter().any(|d| d.is_efa());
-    if efa && env(facts, "NCCL_NET_PLUGIN").is_some() {
+    if let (true, Some(value)) = (efa, env(facts, "NCCL_NET_PLUGIN")) {
+        let what = if value.trim().eq_ignore_ascii_case("none") {
+            "turns net plugins off".to_string()
+        } else {
+            format!("loads no plugin here ({value:?} answers to no library)")
+        };
         return cause(
             set(facts, "NCCL_NET_PLUGIN"),
-            "NCCL_NET_PLUGIN names no library this image has, and NCCL's IB transport cannot drive EFA",
+            format!("NCCL_NET_PLUGIN {what}, and NCCL's IB transport cannot drive EFA"),
             format!(
                 "Unset NCCL_NET_PLUGIN={:?} so NCCL loads libnccl-net.so (aws-ofi-nccl), or name the installed plugin (NCCL_NET_PLUGIN=ofi loads libnccl-net-ofi.so).",
                 env(facts, "NCCL_NET_PLUGIN").unwrap_or("")
@@ -130,9 +135,32 @@ fn socket_cause(facts: &Facts, ib: &IbPrediction) -> Cause {
     }
     if ib.skipped.iter().any(|s| s.by_filter) {
         let value = env(facts, "NCCL_IB_HCA").unwrap_or("");
+        let filter = crate::nccl::ib_hca::HcaFilter::parse(value);
+        // Ports the value names that are not ACTIVE: ncclIbInitDevices skips them first.
+        let down: Vec<String> = ib
+            .skipped
+            .iter()
+            .filter(|s| !s.by_filter && s.why.contains("not ACTIVE"))
+            .filter_map(|s| Some((s, s.port?)))
+            .filter(|(s, p)| filter.admits(&s.device, *p))
+            .map(|(s, p)| {
+                format!(
+                    "{}:{p}, which is {}",
+                    s.device,
+                    s.why
+                        .trim_start_matches("port ")
+                        .trim_end_matches(", not ACTIVE")
+                )
+            })
+            .collect();
+        let named = if down.is_empty() {
+            String::new()
+        } else {
+            format!(" (it names {})", down.join("; "))
+        };
         return cause(
             set(facts, "NCCL_IB_HCA"),
-            format!("NCCL_IB_HCA={value:?} leaves no ACTIVE IB or RoCE port"),
+            format!("NCCL_IB_HCA={value:?} leaves no ACTIVE IB or RoCE port{named}"),
             ib_hca_fix(ib),
         );
     }

@@ -785,9 +785,13 @@ fn agreed() -> Vec<Scenario> {
             },
             env: &[("NCCL_IB_GID_INDEX", "1")],
             // GID 1 was a link-local RoCE v2 GID there and timed out; NCCL >= 2.21 picks
-            // a routable RoCE v2 GID itself, so a fixed index only adds risk.
-            expect: &[("nccl-env", "warn")],
-            exit: 0,
+            // a routable RoCE v2 GID itself, so a fixed index only adds risk. On this
+            // fixture GID 1 is link-local too (fe80::, RoCE v2), and the job spans 2 nodes:
+            // NCCL uses that GID (net_ib.cc ncclIbGetGidIndex returns NCCL_IB_GID_INDEX
+            // as is) and the QPs time out, as in the thread: a failure, not a warning.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "Unset NCCL_IB_GID_INDEX")),
             ..row(
                 "fixed-gid-index-on-a-nccl-that-picks-its-own",
                 "https://github.com/NVIDIA/nccl/issues/769",
