@@ -83,18 +83,15 @@ pub(super) fn shm(
 pub(super) fn nvls(facts: &Facts, version: Option<Version>) -> Decision<Feature> {
     const SOURCE: &str = "src/transport/nvls.cc ncclNvlsInit and ncclNvlsGroupCreate (\"Continue without NVLS support\" since v2.27.3), src/init.cc (NVLS graph with no channel drops NVLS)";
     let gpus = facts.gpus.nvml.loaded().map_or(0, |n| n.gpus.len());
-    let switches = facts
-        .gpus
-        .pci_nvswitches
-        .value()
-        .is_some_and(|s| !s.is_empty())
-        || facts.gpus.nvml.loaded().is_some_and(|n| {
-            n.gpus.iter().any(|g| {
-                g.nvlinks
-                    .iter()
-                    .any(|l| l.remote_type.value().is_some_and(|t| t == "switch"))
-            })
-        });
+    // NVLinks whose far end is an NVSwitch (NVML's remote device type); the PCI listing
+    // of NVSwitch functions is not enough, a PCIe node may show a bridge there.
+    let switches = facts.gpus.nvml.loaded().is_some_and(|n| {
+        n.gpus.iter().any(|g| {
+            g.nvlinks
+                .iter()
+                .any(|l| l.remote_type.value().is_some_and(|t| t == "switch"))
+        })
+    });
     let (value, why) = match int_param(facts, "NCCL_NVLS_ENABLE") {
         Some(0) => (Feature::Disabled, "NCCL_NVLS_ENABLE=0".to_string()),
         _ if gpus < 2 => (Feature::Disabled, "fewer than two GPUs".to_string()),
@@ -114,9 +111,21 @@ pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature
     const SOURCE: &str =
         "src/init.cc initTransportsRank (NCCL_MNNVL_ENABLE), src/mnnvl.cc ncclMnnvlCheck";
     let nvml = facts.gpus.nvml.loaded();
+    // "A zero UUID means we don't have MNNVL fabric info - disable MNNVL" (HGX nodes
+    // register with the fabric manager but in no cluster).
     let cliques = nvml.map_or(0, |n| {
-        n.gpus.iter().filter(|g| g.fabric_clique.is_some()).count()
+        n.gpus
+            .iter()
+            .filter_map(|g| g.fabric_clique.as_ref())
+            .filter(|c| {
+                c.cluster_uuid
+                    .chars()
+                    .any(|ch| ch.is_ascii_hexdigit() && ch != '0')
+            })
+            .count()
     });
+    let forced_on = int_param(facts, "NCCL_MNNVL_ENABLE") == Some(1);
+    let one_node = crate::layout::span(&facts.launcher) == crate::layout::Span::Single;
     let completed = nvml.is_some_and(|n| {
         !n.gpus.is_empty()
             && n.gpus
@@ -136,6 +145,11 @@ pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature
         )
     } else if forced_off {
         (Feature::Disabled, "NCCL_MNNVL_ENABLE=0".to_string())
+    } else if one_node && !forced_on {
+        (
+            Feature::Disabled,
+            "one node: NCCL checks multi-node NVLink only across nodes, or when NCCL_MNNVL_ENABLE=1".to_string(),
+        )
     } else if !completed || cliques == 0 {
         (Feature::Disabled, "no GPU is registered in an NVLink fabric clique: NCCL goes on without it, even when forced".to_string())
     } else if !imex {
