@@ -20,6 +20,7 @@ mod layering;
 mod nccl_vars;
 mod netns;
 mod outputs;
+mod prediction;
 mod rdma;
 mod scenarios;
 mod schema;
