@@ -110,11 +110,12 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
         .filter_map(|g| {
             let (mut dist, nic) = nearest(g)?;
             let mut via = None;
-            if pxn && rank(dist) > rank("PXB") {
-                if let Some((peer, d)) = nvlink_peer_near(facts, g, &nic, &distance) {
-                    via = Some(peer);
-                    dist = d;
-                }
+            if pxn
+                && rank(dist) > rank("PXB")
+                && let Some((peer, d)) = nvlink_peer_near(facts, g, &nic, &distance)
+            {
+                via = Some(peer);
+                dist = d;
             }
             let ok = rank(dist) <= rank(level);
             let why = match (&provider, ok) {
