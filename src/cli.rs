@@ -10,10 +10,20 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// `--version`: the release, the commit and the commit's date (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("NCCL_PREFLIGHT_COMMIT"),
+    ", ",
+    env!("NCCL_PREFLIGHT_COMMIT_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "nccl-preflight",
-    version,
+    version = VERSION,
     about = "Checks a GPU node or pod for what breaks or slows NCCL, and writes tuned NCCL settings.",
     after_help = "Exit codes: 0 no check failed (warnings allowed); 1 at least one check failed; 2 the tool could not do its job."
 )]

@@ -106,23 +106,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             emit_err(&crate::gang::render::job(&run, report.verdict))?;
         }
     }
-    let mut outputs = Vec::new();
-    let mut add = |flag, path: &Option<PathBuf>, contents: String| {
-        if let Some(path) = path {
-            outputs.push(Output::text(flag, path.clone(), contents));
-        }
-    };
-    add(
-        "--env-file",
-        &args.env_file,
-        render::env_file::render(&report),
-    );
-    add(
-        "--nccl-conf",
-        &args.nccl_conf,
-        render::nccl_conf::render(&report),
-    );
-    add("--report", &args.report, render::json::render(&report));
+    let outputs = init_outputs(args, &mut report, &policy);
     let termination = match &args.termination_log {
         Some(path) => Some(path.clone()),
         None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)).filter(|p| p.exists()),
@@ -152,6 +136,51 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     }
     print(&report, args.check.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
+}
+
+/// init's files, each where its flag says (an nccl.conf only for an NCCL that reads it).
+fn init_outputs(
+    args: &InitArgs,
+    report: &mut Report,
+    policy: &crate::policy::Policy,
+) -> Vec<Output> {
+    let nccl_conf = nccl_conf_output(report, policy, args);
+    let mut outputs = Vec::new();
+    let mut add = |flag, path: &Option<PathBuf>, contents: String| {
+        if let Some(path) = path {
+            outputs.push(Output::text(flag, path.clone(), contents));
+        }
+    };
+    add(
+        "--env-file",
+        &args.env_file,
+        render::env_file::render(report),
+    );
+    add("--nccl-conf", &nccl_conf, render::nccl_conf::render(report));
+    add("--report", &args.report, render::json::render(report));
+    outputs
+}
+
+/// Where `--nccl-conf` is written: nowhere when the image's NCCL would not read it (older
+/// than 2.23), which is then a warning in the report (and the verdict's counts).
+fn nccl_conf_output(
+    report: &mut Report,
+    policy: &crate::policy::Policy,
+    args: &InitArgs,
+) -> Option<PathBuf> {
+    let path = args.nccl_conf.as_ref()?;
+    let unread = crate::nccl::conf_file::unread(
+        crate::nccl::version(&report.facts),
+        args.env_file.is_some(),
+    );
+    match unread {
+        Some(warning) => {
+            report.checks.push(policy.settle(warning));
+            report.verdict = judge::verdict(&report.checks);
+            None
+        }
+        None => Some(path.clone()),
+    }
 }
 
 /// Whether the directory an output path names exists (the path's own file need not).

@@ -318,6 +318,7 @@ pub mod ids {
     pub const GANG_JOIN: &str = "gang-join";
     pub const GANG_CONSISTENCY: &str = "gang-consistency";
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
+    pub const NCCL_CONF: &str = "nccl-conf";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -347,6 +348,11 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::GANG_CONSISTENCY,
         title: "the pods agree: NCCL version, driver, GPUs, NICs, plugin, NCCL/FI variables, local verdicts (gang)",
         source: Source::Measured,
+    },
+    CheckInfo {
+        id: ids::NCCL_CONF,
+        title: "the nccl.conf `init --nccl-conf` writes is one the image's NCCL reads (NCCL_CONF_FILE: 2.23 and later)",
+        source: Source::Image,
     },
     CheckInfo {
         id: ids::GANG_BANDWIDTH,

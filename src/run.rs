@@ -100,7 +100,7 @@ fn gather_facts_reusing(
                     .map(|s| s.to_string())
                     .collect(),
             },
-            nccl_libraries: gather::rdma::nccl_locations(args.nccl_lib.as_deref()),
+            nccl_libraries: gather::rdma::nccl::locations(args.nccl_lib.as_deref(), env),
             net_plugin_env: env_var("NCCL_NET_PLUGIN"),
             memreg_bytes: args.memreg_size,
             call_timeout: args.timeout,
@@ -423,7 +423,10 @@ mod host_tree_fuzz {
             rdma: RdmaOptions {
                 verbs_library: "absent/libibverbs.so.1".into(),
                 fabric_libraries: vec!["absent/libfabric.so.1".into()],
-                nccl_libraries: vec!["absent/libnccl.so.2".into()],
+                nccl_libraries: vec![crate::gather::trainer_path::Candidate::new(
+                    "--nccl-lib",
+                    "absent/libnccl.so.2",
+                )],
                 net_plugin_env: None,
                 memreg_bytes: 1 << 20,
                 call_timeout: Duration::from_secs(5),

@@ -230,11 +230,17 @@ pub fn no_rdma() -> rdma::RdmaFacts {
                 state: gpu::LibraryState::Loaded(NcclLibrary {
                     path: Some("/usr/lib/x86_64-linux-gnu/libnccl.so.2".into()),
                     version: Observed::Value("2.28.9".into()),
+                    found_by: Some("LD_LIBRARY_PATH / ld.so.cache".into()),
                 }),
             },
             net_plugin: Observed::Value(None),
             net_plugin_attempts: vec![],
             net_plugin_skipped: None,
+            copies: vec![NcclCopy {
+                path: "/usr/lib/x86_64-linux-gnu/libnccl.so.2".into(),
+                found_by: "LD_LIBRARY_PATH / ld.so.cache".into(),
+                version: Observed::Value("2.28.9".into()),
+            }],
         },
         gdr: GdrFacts {
             peermem_module: Observed::Value(None),

@@ -61,7 +61,7 @@ impl NcclLog {
     }
 }
 
-fn settings(args: &BenchArgs) -> Result<Settings> {
+fn settings(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Settings> {
     let mib = p2p::CHUNK as u64;
     if args.size < mib || !args.size.is_multiple_of(mib) {
         bail!(
@@ -83,7 +83,10 @@ fn settings(args: &BenchArgs) -> Result<Settings> {
         iterations: args.iterations,
         min_fraction: args.limits.min_bandwidth_fraction,
         budget: args.limits.bench_seconds,
-        nccl_candidates: crate::gather::rdma::nccl_locations(args.gather.nccl_lib.as_deref()),
+        nccl_candidates: crate::gather::rdma::nccl::names(&crate::gather::rdma::nccl::locations(
+            args.gather.nccl_lib.as_deref(),
+            env,
+        )),
     })
 }
 
@@ -139,7 +142,7 @@ fn measure(
 
 pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let started = Instant::now();
-    let settings = settings(args)?;
+    let settings = settings(args, env)?;
     let log = match args.what {
         BenchKind::P2p => None,
         _ => Some(NcclLog::capture()?),

@@ -254,6 +254,24 @@ pub struct NcclFacts {
     /// Why the plugin was not looked for (no RDMA device and nothing asks for one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_plugin_skipped: Option<String>,
+    /// Every libnccl the image holds that the search found, in the trainer's order
+    /// (the first that loads is `library`); empty with `--nccl-lib` and in facts from
+    /// older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<NcclCopy>,
+}
+
+/// One libnccl file in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclCopy {
+    /// Where the loader found it (dladdr's name for it), or the name tried when it did
+    /// not load.
+    pub path: String,
+    /// How the trainer's process would reach it: `RUNPATH of libtorch_cuda.so`,
+    /// `LD_LIBRARY_PATH`, `LD_LIBRARY_PATH / ld.so.cache`, `nvidia-nccl wheel (VIRTUAL_ENV)`.
+    pub found_by: String,
+    /// ncclGetVersion, or why it could not be read (the file did not load).
+    pub version: Observed<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +280,10 @@ pub struct NcclLibrary {
     pub path: Option<String>,
     /// ncclGetVersion: `2.28.9`.
     pub version: Observed<String>,
+    /// How the trainer's process reaches it (as in [`NcclCopy::found_by`]); `None` in
+    /// facts from older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

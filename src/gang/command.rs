@@ -11,6 +11,27 @@ use crate::run::{Exit, build_policy, emit, evaluate_under, exit_code, use_color}
 use anyhow::{Result, anyhow, bail};
 use std::ffi::OsString;
 
+/// The libnccl the gang's NCCL child loads: the one the checks judged (the trainer's,
+/// `facts.rdma.nccl.library`), else the trainer's search order.
+fn trainer_nccl(
+    report: &Report,
+    explicit: Option<&str>,
+    env: &[(OsString, OsString)],
+) -> Vec<String> {
+    use crate::gather::rdma::nccl;
+    match report
+        .facts
+        .rdma
+        .nccl
+        .library
+        .loaded()
+        .and_then(|l| l.path.clone())
+    {
+        Some(path) => vec![path],
+        None => nccl::names(&nccl::locations(explicit, env)),
+    }
+}
+
 /// Exit code when the gang cannot run here (no libnccl, no GPU, bad identity).
 pub const EXIT_CANNOT_RUN: u8 = 2;
 
@@ -101,7 +122,7 @@ pub fn attach(
     let settings = super::Settings {
         opts,
         cuda_lib: check.gather.cuda_lib.clone(),
-        nccl_candidates: crate::gather::rdma::nccl_locations(check.gather.nccl_lib.as_deref()),
+        nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
     };

@@ -16,6 +16,7 @@ pub mod platform;
 pub mod rdma;
 pub mod replay;
 pub mod shm;
+pub mod trainer_path;
 
 use crate::facts::{FACTS_SCHEMA, FactError, Facts};
 use host::Host;

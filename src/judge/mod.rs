@@ -15,6 +15,7 @@ mod libfabric;
 mod memlock;
 mod mnnvl;
 mod nccl_env;
+mod nccl_library;
 mod nccl_net_plugin;
 mod nvlink;
 mod pod_placement;
@@ -156,6 +157,13 @@ pub const CHECKS: &[Check] = &[
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
         judge: libfabric::judge,
+    },
+    Check {
+        id: nccl_library::ID,
+        title: "the libnccl the trainer's process loads (torch's RUNPATH, LD_LIBRARY_PATH, ld.so.cache, the wheels) and every other copy in the image",
+        source: Source::Image,
+        needs: &[Fact::Rdma, Fact::Image],
+        judge: nccl_library::judge,
     },
     Check {
         id: nccl_net_plugin::ID,

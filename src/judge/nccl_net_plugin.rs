@@ -305,6 +305,7 @@ mod tests {
         facts.rdma.nccl.library.state = LibraryState::Loaded(crate::facts::rdma::NcclLibrary {
             path: Some("/usr/lib/x86_64-linux-gnu/libnccl.so.2".into()),
             version: Observed::Value(version.into()),
+            found_by: None,
         });
         facts
     }

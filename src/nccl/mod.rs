@@ -1,7 +1,9 @@
 //! How NCCL itself reads things, reimplemented from its source so checks and
 //! tuning predict what NCCL will do rather than guess.
 
+pub mod bootstrap;
 pub mod catalog;
+pub mod conf_file;
 pub mod ib_hca;
 pub mod interface;
 pub mod net_plugin;

@@ -23,8 +23,20 @@ use crate::nccl::catalog::Version;
 /// The names NCCL tries for NCCL_NET_PLUGIN=`value`, in order; `None` version:
 /// the newest rules.
 pub fn library_names(value: &str, version: Option<Version>) -> Vec<String> {
-    let value = value.trim();
-    let prefixed = format!("libnccl-net-{value}.so");
+    plugin_names("libnccl-net", Some(value.trim()), version)
+}
+
+/// The names NCCL dlopens, in order, for a plugin of kind `prefix` (`libnccl-net`;
+/// from 2.26 also `libnccl-tuner`, `libnccl-profiler`, `libnccl-env`, which share
+/// src/plugin/plugin_open.cc openPluginLib) named by `value` (the variable as set, not
+/// trimmed: NCCL does not trim). Unset or empty: `<prefix>.so` (every release).
+/// Proven against real NCCL 2.13-2.21 (tests/integration/nccl_oracle.rs), the releases
+/// whose ncclGetUniqueId loads the net plugin.
+pub fn plugin_names(prefix: &str, value: Option<&str>, version: Option<Version>) -> Vec<String> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return vec![format!("{prefix}.so")];
+    };
+    let prefixed = format!("{prefix}-{value}.so");
     match version {
         Some(v) if v < (2, 21, 0) => vec![prefixed],
         Some(v) if v < (2, 26, 0) => vec![value.to_string(), prefixed],
@@ -36,6 +48,68 @@ pub fn library_names(value: &str, version: Option<Version>) -> Vec<String> {
                 vec![value.to_string(), prefixed]
             }
         }
+    }
+}
+
+/// The net plugin libraries NCCL `version` tries for NCCL_NET_PLUGIN=`value` (None:
+/// unset), one list of [`plugin_names`] per plugin it will load:
+/// - unset: `libnccl-net.so` (every release);
+/// - up to 2.26: the value is one name (src/net.cc; src/plugin/net.cc at v2.26.2-1);
+/// - from 2.27: a comma list, empty entries skipped (strtok_r; src/plugin/net.cc
+///   ncclNetPluginInit at v2.27.7-1), so an empty value loads no external plugin;
+/// - from 2.28: `none` (any case) is the empty list (v2.28.3-1 src/plugin/net.cc).
+pub fn net_plugin_entries(value: Option<&str>, version: Option<Version>) -> Vec<Vec<String>> {
+    let Some(value) = value else {
+        return vec![plugin_names("libnccl-net", None, version)];
+    };
+    if version.is_some_and(|v| v < (2, 27, 0)) {
+        return vec![plugin_names("libnccl-net", Some(value), version)];
+    }
+    if version.is_none_or(|v| v >= (2, 28, 0)) && value.eq_ignore_ascii_case("none") {
+        return Vec::new();
+    }
+    value
+        .split(',')
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| plugin_names("libnccl-net", Some(entry), version))
+        .collect()
+}
+
+/// What NCCL does with its net plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginLoad {
+    /// No name opened: NCCL uses its internal transports (IB, Socket).
+    Internal { tried: Vec<String> },
+    /// `library` opened, but it exports no ncclNetPlugin_vN this release accepts
+    /// ("Failed to find ncclNetPlugin symbol"): internal transports.
+    NoSymbol { library: String },
+    /// `library` loaded through ncclNetPlugin_v`api`.
+    Loaded { library: String, api: u32 },
+}
+
+/// The net plugin NCCL `version` loads for NCCL_NET_PLUGIN=`value`: the first of
+/// [`plugin_names`] that opens (`exports(name)`: the ncclNetPlugin_vN versions the
+/// library dlopen would find under that name exports, `None` when it would not open),
+/// then the newest API of [`accepted_apis`] it exports (NCCL tries them newest first and
+/// takes the first found; src/net.cc ncclNetPluginInit at v2.13.4-1 to v2.25.1-1).
+pub fn plugin_load(
+    value: Option<&str>,
+    version: Version,
+    exports: impl Fn(&str) -> Option<Vec<u32>>,
+) -> PluginLoad {
+    let names = plugin_names("libnccl-net", value, Some(version));
+    let Some((library, apis)) = names.iter().find_map(|n| Some((n.clone(), exports(n)?))) else {
+        return PluginLoad::Internal { tried: names };
+    };
+    let accepted = accepted_apis(version);
+    let api = apis
+        .iter()
+        .copied()
+        .filter(|a| accepted.is_some_and(|(lo, hi)| (lo..=hi).contains(a)))
+        .max();
+    match api {
+        Some(api) => PluginLoad::Loaded { library, api },
+        None => PluginLoad::NoSymbol { library },
     }
 }
 
@@ -133,6 +207,71 @@ mod tests {
         assert_eq!(libfabric_version("1.22"), Some((1, 22)));
         assert_eq!(libfabric_version("2.1.0amzn3.0"), Some((2, 1)));
         assert_eq!(libfabric_version("x"), None);
+    }
+
+    #[test]
+    fn unset_and_empty_mean_the_default_library_and_values_are_not_trimmed() {
+        for v in [Some((2, 18, 3)), Some((2, 21, 5)), None] {
+            assert_eq!(plugin_names("libnccl-net", None, v), ["libnccl-net.so"]);
+            assert_eq!(plugin_names("libnccl-net", Some(""), v), ["libnccl-net.so"]);
+        }
+        assert_eq!(
+            plugin_names("libnccl-net", Some(" ofi"), Some((2, 18, 3))),
+            ["libnccl-net- ofi.so"]
+        );
+        let exports = |n: &str| match n {
+            "libnccl-net.so" => Some(vec![4, 6, 8]),
+            "fake" => Some(vec![4]),
+            _ => None,
+        };
+        assert_eq!(
+            plugin_load(None, (2, 18, 3), exports),
+            PluginLoad::Loaded {
+                library: "libnccl-net.so".into(),
+                api: 6
+            }
+        );
+        assert_eq!(
+            plugin_load(None, (2, 21, 5), exports),
+            PluginLoad::Loaded {
+                library: "libnccl-net.so".into(),
+                api: 8
+            }
+        );
+        assert_eq!(
+            plugin_load(Some("fake"), (2, 21, 5), exports),
+            PluginLoad::NoSymbol {
+                library: "fake".into()
+            }
+        );
+        assert_eq!(
+            plugin_load(Some("fake"), (2, 18, 3), exports),
+            PluginLoad::Internal {
+                tried: vec!["libnccl-net-fake.so".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn lists_from_2_27_and_none_from_2_28() {
+        let one = |v| net_plugin_entries(Some("ofi,,/x/libp.so"), Some(v));
+        // 2.26: one name, and a name holding a `/` is a path, used as is.
+        assert_eq!(one((2, 26, 5)), [["ofi,,/x/libp.so"]]);
+        assert_eq!(
+            one((2, 27, 7)),
+            [vec!["ofi", "libnccl-net-ofi.so"], vec!["/x/libp.so"]]
+        );
+        assert_eq!(
+            net_plugin_entries(Some(""), Some((2, 21, 5))),
+            [["libnccl-net.so"]]
+        );
+        assert!(net_plugin_entries(Some(""), Some((2, 28, 9))).is_empty());
+        assert!(net_plugin_entries(Some("None"), Some((2, 28, 9))).is_empty());
+        assert_eq!(
+            net_plugin_entries(Some("none"), Some((2, 27, 7))),
+            [["none", "libnccl-net-none.so"]]
+        );
+        assert_eq!(net_plugin_entries(None, None), [["libnccl-net.so"]]);
     }
 
     #[test]

@@ -68,7 +68,8 @@ impl IfnameFilter {
         Some(Self::parse_list(value))
     }
 
-    fn parse_list(value: &str) -> IfnameFilter {
+    /// Parses a list text as NCCL's findInterfaces does, whatever its length.
+    pub(crate) fn parse_list(value: &str) -> IfnameFilter {
         let (exclude, rest) = match value.strip_prefix('^') {
             Some(r) => (true, r),
             None => (false, value),

@@ -112,7 +112,7 @@ pub(crate) fn since(version: Option<Version>, at: Version) -> bool {
 /// The whole prediction.
 pub fn predict(facts: &Facts) -> Prediction {
     let version = crate::nccl::version(facts);
-    let sockets = socket::predict(facts);
+    let sockets = socket::predict(facts, version);
     let ib = ib::predict(facts, version, !sockets.value.interfaces.is_empty());
     let net_plugin = network::plugin(facts);
     let inter_node = network::inter_node(facts, &ib.value, net_plugin.value.is_some());

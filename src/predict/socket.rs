@@ -1,9 +1,10 @@
-//! The interface bootstrap binds and the interfaces NET/Socket drives, from the rules
-//! in `crate::nccl::socket_ifname` (proven against real NCCL in the tests).
+//! The interface bootstrap binds and the interfaces NET/Socket drives, per NCCL version,
+//! from `crate::nccl::bootstrap` (proven against real libnccl 2.13-2.32 in
+//! tests/integration/nccl_oracle.rs).
 
-use super::{Decision, env};
+use super::{Decision, Version, env};
 use crate::facts::Facts;
-use crate::nccl::socket_ifname::{self, IfnameFilter};
+use crate::nccl::bootstrap::{self, Bootstrap, SocketEnv};
 use serde::{Deserialize, Serialize};
 
 const SOURCE: &str = "src/misc/socket.cc ncclFindInterfaces (v2.12-v2.28; src/os/linux.cc ncclOsFindInterfaces in v2.29), src/bootstrap.cc bootstrapNetInit (one interface), src/transport/net_socket.cc ncclNetSocketInit (MAX_IFS = 16)";
@@ -19,16 +20,18 @@ pub struct Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketInterfaces {
     /// The first one: bootstrap's; `None`: NCCL fails at init ("Bootstrap : no socket
-    /// interface found").
+    /// interface found"), or NCCL_COMM_ID decides (`comm_id`).
     pub bootstrap: Option<Endpoint>,
     /// Every interface NET/Socket drives, in NCCL's order (at most 16).
     pub interfaces: Vec<Endpoint>,
     /// True when NCCL chose by itself (NCCL_SOCKET_IFNAME unset, or a value of one
     /// character or less, which NCCL ignores).
     pub automatic: bool,
+    /// NCCL_COMM_ID is set: bootstrap binds the interface in its address's subnet.
+    pub comm_id: bool,
 }
 
-pub(super) fn predict(facts: &Facts) -> Decision<SocketInterfaces> {
+pub(super) fn predict(facts: &Facts, version: Option<Version>) -> Decision<SocketInterfaces> {
     let (Some(interfaces), Some(addresses)) = (
         facts.network.interfaces.value(),
         facts.network.addresses.value(),
@@ -38,43 +41,46 @@ pub(super) fn predict(facts: &Facts) -> Decision<SocketInterfaces> {
                 bootstrap: None,
                 interfaces: Vec::new(),
                 automatic: true,
+                comm_id: false,
             },
             "the interface list is unreadable: not predicted",
             SOURCE,
         );
     };
-    let family = socket_ifname::socket_family(env(facts, "NCCL_SOCKET_FAMILY"));
-    let value = env(facts, "NCCL_SOCKET_IFNAME");
-    let filter = value.and_then(IfnameFilter::parse);
-    let selected = match &filter {
-        Some(f) => socket_ifname::select(f, interfaces, addresses, family),
-        None => socket_ifname::select_automatic(interfaces, addresses, family),
+    let socket_env = SocketEnv::from_lookup(|name| env(facts, name));
+    let endpoint = |e: bootstrap::Endpoint| Endpoint {
+        interface: e.interface,
+        address: e.address.address,
     };
-    let endpoints: Vec<Endpoint> = socket_ifname::socket_transport(&selected)
-        .iter()
-        .filter_map(|name| {
-            let a = socket_ifname::used_address(name, addresses, family)?;
-            Some(Endpoint {
-                interface: name.clone(),
-                address: a.address.clone(),
-            })
-        })
-        .collect();
-    let why = match (value, &filter) {
-        (Some(v), Some(_)) => format!("NCCL_SOCKET_IFNAME={v:?} selects them"),
-        (Some(v), None) => format!(
+    let transport: Vec<Endpoint> =
+        bootstrap::socket_transport(version, socket_env, interfaces, addresses)
+            .into_iter()
+            .map(endpoint)
+            .collect();
+    let (first, comm_id) = match bootstrap::bootstrap(version, socket_env, interfaces, addresses) {
+        Bootstrap::Uses(e) => (Some(endpoint(e)), false),
+        Bootstrap::NoInterface(_) => (None, false),
+        Bootstrap::ByCommId => (None, true),
+    };
+    let value = socket_env.ifname;
+    let automatic = value.is_none_or(|v| v.len() <= 1);
+    let why = match value {
+        _ if comm_id => "NCCL_COMM_ID is set: bootstrap takes the interface in its address's subnet (not predicted here)".to_string(),
+        Some(v) if !automatic => format!("NCCL_SOCKET_IFNAME={v:?} selects them"),
+        Some(v) => format!(
             "NCCL_SOCKET_IFNAME={v:?} is one character or less, which NCCL ignores: automatic selection (ib*, then anything but docker*, lo, virbr*)"
         ),
-        (None, _) => {
+        None => {
             "NCCL_SOCKET_IFNAME unset: automatic selection (ib*, then anything but docker*, lo, virbr*)"
                 .to_string()
         }
     };
     Decision::new(
         SocketInterfaces {
-            bootstrap: endpoints.first().cloned(),
-            interfaces: endpoints,
-            automatic: filter.is_none(),
+            bootstrap: first,
+            interfaces: transport,
+            automatic,
+            comm_id,
         },
         why,
         SOURCE,
@@ -89,21 +95,23 @@ mod tests {
     #[test]
     fn automatic_explicit_and_ignored_values() {
         let f = test_facts::healthy();
-        let auto = predict(&f).value;
+        let auto = predict(&f, None).value;
         assert!(auto.automatic);
         assert_eq!(auto.bootstrap.unwrap().interface, "eth0");
-        let lo = predict(&test_facts::with_env(
-            f.clone(),
-            &[("NCCL_SOCKET_IFNAME", "lo")],
-        ))
-        .value;
+        let with = |k: &str, v: &str| test_facts::with_env(f.clone(), &[(k, v)]);
+        let lo = predict(&with("NCCL_SOCKET_IFNAME", "lo"), None).value;
         assert_eq!(lo.bootstrap.unwrap().address, "127.0.0.1");
-        let none = predict(&test_facts::with_env(
-            f.clone(),
-            &[("NCCL_SOCKET_IFNAME", "x0")],
-        ));
+        let none = predict(&with("NCCL_SOCKET_IFNAME", "x0"), Some((2, 28, 9)));
         assert_eq!(none.value.bootstrap, None);
-        let ignored = predict(&test_facts::with_env(f, &[("NCCL_SOCKET_IFNAME", "")]));
+        let ignored = predict(
+            &test_facts::with_env(f.clone(), &[("NCCL_SOCKET_IFNAME", "")]),
+            None,
+        );
         assert!(ignored.value.automatic && ignored.why.contains("ignores"));
+        let id = predict(
+            &test_facts::with_env(f, &[("NCCL_COMM_ID", "10.0.0.5:1234")]),
+            None,
+        );
+        assert!(id.value.comm_id && id.value.bootstrap.is_none());
     }
 }

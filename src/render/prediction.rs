@@ -20,12 +20,11 @@ fn decision<T>(out: &mut String, label: &str, d: &Decision<T>, value: String) {
 
 fn network(out: &mut String, p: &Prediction) {
     let s = &p.sockets.value;
-    let bootstrap = s
-        .bootstrap
-        .as_ref()
-        .map_or("none: init fails".to_string(), |b| {
-            format!("{} ({})", b.interface, b.address)
-        });
+    let bootstrap = match &s.bootstrap {
+        Some(b) => format!("{} ({})", b.interface, b.address),
+        None if s.comm_id => "the interface in NCCL_COMM_ID's subnet".to_string(),
+        None => "none: init fails".to_string(),
+    };
     decision(out, "bootstrap interface", &p.sockets, bootstrap);
     let socket: Vec<String> = s.interfaces.iter().map(|e| e.interface.clone()).collect();
     line(out, "NET/Socket interfaces", &socket.join(", "), "");

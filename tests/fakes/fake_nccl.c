@@ -1,5 +1,6 @@
 /* Fakes for tests, one source: built with -DFAKE_LIBNCCL it is libnccl.so.2
- * (ncclGetVersion answers FAKE_NCCL_VERSION, default 22809); built with
+ * (ncclGetVersion answers FAKE_NCCL_VERSION, default FAKE_NCCL_DEFAULT_VERSION, 22809
+ * unless built with another: two copies of different versions in one process); built with
  * -DFAKE_NET_PLUGIN it is an NCCL net plugin exporting ncclNetPlugin_v9 named
  * "Libfabric" and the version string of aws-ofi-nccl FAKE_OFI_VERSION (default
  * 1.14.0), as aws-ofi-nccl does; -DFAKE_NET_V4_ONLY exports ncclNetPlugin_v4 alone,
@@ -37,9 +38,13 @@ __attribute__((constructor)) static void log_load(void) {
 #include <string.h>
 #include <unistd.h>
 
+#ifndef FAKE_NCCL_DEFAULT_VERSION
+#define FAKE_NCCL_DEFAULT_VERSION 22809
+#endif
+
 int ncclGetVersion(int *version) {
     const char *v = getenv("FAKE_NCCL_VERSION");
-    *version = v ? atoi(v) : 22809;
+    *version = v ? atoi(v) : FAKE_NCCL_DEFAULT_VERSION;
     return 0;
 }
 

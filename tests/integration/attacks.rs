@@ -106,7 +106,7 @@ fn a_huge_unknown_name_and_ten_thousand_variables_are_judged_not_stalled_on() {
     let text = lint.to_string();
     assert!(
         text.contains(&format!(
-            "{huge} is not a variable NCCL reads (no release from 2.3.5 to 2.30.7 does), so NCCL ignores it"
+            "{huge} is not a variable NCCL reads (no release from 2.3.5 to 2.32.3 does), so NCCL ignores it"
         )),
         "the 100 KiB name is judged, with no typo suggestion"
     );

@@ -117,7 +117,13 @@ fn help_and_version_exit_0() {
     assert_eq!(run(&["--help"], &[]).status.code(), Some(0));
     let out = run(&["--version"], &[]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).starts_with("nccl-preflight "));
+    let text = stdout(&out);
+    assert!(text.starts_with("nccl-preflight "), "{text}");
+    // The release, then the commit and its date (build.rs): a pod's binary says what it is.
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(words[1], env!("CARGO_PKG_VERSION"), "{text}");
+    assert_eq!(words[2], "(commit", "{text}");
+    assert!(words[3].trim_end_matches(',').len() >= 7, "{text}");
 }
 
 #[test]

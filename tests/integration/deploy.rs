@@ -1,6 +1,6 @@
 //! Deployment: `install` into a shared volume, and the example manifests.
 
-use crate::support::{BIN, command, scratch, stderr, stdout};
+use crate::support::{BIN, command, repo, require, scratch, stderr, stdout};
 use std::os::unix::fs::PermissionsExt;
 
 #[test]
@@ -557,5 +557,41 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
         stdout(&out).contains("nvmlDeviceGetNvLinkErrorCounter(GPU 0, link 0, crc_data)"),
         "{}",
         stdout(&out)
+    );
+}
+
+/// The release workflow passes actionlint (installed by scripts/setup.sh test), and names
+/// the image once: from the repository, never a placeholder registry.
+#[test]
+fn the_release_workflow_passes_actionlint() {
+    let test = "the_release_workflow_passes_actionlint";
+    let actionlint = repo().join("target/test-venv/bin/actionlint");
+    if !require(
+        test,
+        actionlint.is_file(),
+        "actionlint (run scripts/setup.sh test)",
+    ) {
+        return;
+    }
+    let workflow = repo().join(".github/workflows/release.yml");
+    let out = std::process::Command::new(&actionlint)
+        .arg(&workflow)
+        .current_dir(repo())
+        .output()
+        .expect("run actionlint");
+    assert!(
+        out.status.success(),
+        "actionlint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    assert!(
+        text.contains("IMAGE: ghcr.io/${{ github.repository }}"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("example"),
+        "a placeholder in the release workflow"
     );
 }

@@ -167,3 +167,109 @@ fn generator_refuses_a_directory_without_release_tags() {
     assert!(!dir.join("out.tsv").exists(), "nothing half-written");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Releases past the newest source tag are read from their binaries: a core variable
+/// whose name the binary no longer holds ends, a new name becomes a `string` row, and
+/// names the baseline binary (of the newest tag) holds without reading them are not
+/// variables.
+#[test]
+fn generator_reads_releases_past_the_tags_from_their_binaries() {
+    let dir = scratch("nccl-vars-binary");
+    let nccl = dir.join("nccl");
+    fs::create_dir_all(&nccl).unwrap();
+    git(&nccl, &["init", "-q"]);
+    release(&nccl, "v2.23.4-1", "8", true, true);
+    // Baseline: what 2.23.4 reads, plus an enum name that is no variable.
+    let bin = |name: &str, text: &str| {
+        let path = dir.join(name);
+        fs::write(&path, format!("\x7fELF\0{text}\0")).unwrap();
+        format!("{}", path.display())
+    };
+    let base = bin(
+        "base.so",
+        "NCCL_FOO\0NCCL_SHIFT\0NCCL_BAR\0NCCL_ALGO\0NCCL_P2P_LEVEL\0NCCL_P2P_DISABLE\0NCCL_PROTO\0NCCL_LOG_WARN",
+    );
+    // The next release: NCCL_BAR gone, NCCL_RUN_DIAGNOSTICS new, the enum name still there.
+    let next = bin(
+        "next.so",
+        "NCCL_FOO\0NCCL_SHIFT\0NCCL_ALGO\0NCCL_P2P_LEVEL\0NCCL_P2P_DISABLE\0NCCL_PROTO\0NCCL_LOG_WARN\0NCCL_RUN_DIAGNOSTICS set by environment",
+    );
+    let table = dir.join("variables.tsv");
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gen-nccl-vars.py"))
+        .arg(nccl.join(".git"))
+        .arg(&table)
+        .args([
+            "--binary",
+            &format!("2.23.4={base}"),
+            "--binary",
+            &format!("2.24.3={next}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = fs::read_to_string(&table).unwrap();
+    assert!(
+        text.contains("# tags read: v2.23.4-1 v2.24.3-binary\n"),
+        "{text}"
+    );
+    for row in [
+        "var\tNCCL_FOO\tcore\tint\t2.23.4\t2.24.3\t8\n",
+        "var\tNCCL_BAR\tcore\tstring\t2.23.4\t2.23.4\t-\n",
+        "var\tNCCL_RUN_DIAGNOSTICS\tcore\tstring\t2.24.3\t2.24.3\t-\n",
+        "var\tNCCL_TUNER_CONFIG_FILE\tplugin\tstring\t2.23.4\t2.24.3\t-\n",
+        "values\talgo\t2.23.4\t2.24.3\tTree,Ring,PAT\n",
+    ] {
+        assert!(text.contains(row), "missing {row:?} in:\n{text}");
+    }
+    assert!(!text.contains("NCCL_LOG_WARN"), "{text}");
+    let catalog = Catalog::parse(&text).unwrap();
+    assert_eq!(catalog.latest(), (2, 24, 3));
+    // Without the baseline the generator refuses rather than guess.
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/gen-nccl-vars.py"))
+        .arg(nccl.join(".git"))
+        .arg(dir.join("refused.tsv"))
+        .args(["--binary", &format!("2.24.3={next}")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("baseline"), "{}", stderr(&out));
+    assert!(!dir.join("refused.tsv").exists());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The embedded table knows what NCCL 2.31 and 2.32 added (read from their PyPI
+/// binaries): such a variable is never called unknown.
+#[test]
+fn the_embedded_table_knows_the_variables_of_2_31_and_2_32() {
+    let catalog = Catalog::parse(include_str!("../../src/nccl/variables.tsv")).unwrap();
+    assert_eq!(catalog.latest(), (2, 32, 3));
+    for (name, first) in [
+        ("NCCL_RUN_DIAGNOSTICS", (2, 31, 2)),
+        ("NCCL_RUN_RAS_DIAGNOSTICS", (2, 31, 2)),
+        ("NCCL_PROGRESS_COUNTERS", (2, 32, 3)),
+        ("NCCL_PROGRESS_COUNTER_MONITOR_POLL_MS", (2, 32, 3)),
+    ] {
+        assert!(
+            matches!(catalog.lookup(name, Some((2, 32, 3))), Lookup::Reads(_)),
+            "{name}"
+        );
+        assert!(
+            matches!(catalog.lookup(name, Some(first)), Lookup::Reads(_)),
+            "{name}"
+        );
+        assert!(
+            matches!(
+                catalog.lookup(name, Some((2, 30, 7))),
+                Lookup::OtherVersions(_)
+            ),
+            "{name}"
+        );
+    }
+    // Still read by the newest releases, with the type the source gave it.
+    match catalog.lookup("NCCL_SOCKET_NTHREADS", Some((2, 32, 3))) {
+        Lookup::Reads(row) => assert_eq!(row.kind, Kind::Int),
+        other => panic!("{other:?}"),
+    }
+}

@@ -417,7 +417,7 @@ pub fn require_root(test: &str) -> bool {
 
 /// A test that needs something this machine may lack skips with a message,
 /// unless NCCL_PREFLIGHT_TEST_STRICT is set (CI), where a skip would hide a broken test.
-fn require(test: &str, found: bool, what: &str) -> bool {
+pub fn require(test: &str, found: bool, what: &str) -> bool {
     if found {
         return true;
     }

@@ -16,30 +16,17 @@ use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, is_missing, path_of};
 use crate::gather::host::Host;
+use crate::gather::trainer_path;
 use std::ffi::{OsString, c_int, c_void};
 
 /// Sonames of the runtimes that have minor-version compatibility (CUDA 11 and later),
 /// newest first. CUDA 11's soname is `libcudart.so.11.0` for every 11.x.
 const SONAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"];
 
-/// Where found_by says the dynamic loader found it.
-pub const BY_LOADER: &str = "LD_LIBRARY_PATH / ld.so.cache";
+pub use crate::gather::trainer_path::{BY_LOADER, Candidate};
+
 /// Where found_by says a Python wheel holds it.
 pub const BY_WHEEL: &str = "python wheel";
-
-/// One place to try: a name for dlopen and how a trainer would come to load it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub found_by: String,
-    pub name: String,
-}
-
-fn env_value<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a str> {
-    env.iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.to_str())
-        .filter(|v| !v.is_empty())
-}
 
 /// The libcudart files in a wheel's `nvidia/cuda_runtime/lib` under `packages`.
 fn wheel_files(own: &Host, packages: &str, out: &mut Vec<Candidate>) {
@@ -50,59 +37,25 @@ fn wheel_files(own: &Host, packages: &str, out: &mut Vec<Candidate>) {
     for file in entries.iter().filter(|e| e.starts_with("libcudart.so.")) {
         let name = format!("{dir}/{file}");
         if own.path(&name).is_file() && !out.iter().any(|c| c.name == name) {
-            out.push(Candidate {
-                found_by: BY_WHEEL.into(),
-                name,
-            });
+            out.push(Candidate::new(BY_WHEEL, name));
         }
     }
 }
 
 /// Every place to look, in order: `explicit` alone when given (`--cudart-lib`); else
-/// the sonames through the loader, then the wheels under PYTHONPATH, the active
-/// virtualenv or conda environment, and the system's Python directories.
+/// the sonames through the loader, then the wheels in every Python site directory the
+/// trainer's interpreter searches (`trainer_path::python_site_dirs`).
 pub fn locations(explicit: Option<&str>, env: &[(OsString, OsString)]) -> Vec<Candidate> {
     if let Some(path) = explicit {
-        return vec![Candidate {
-            found_by: "--cudart-lib".into(),
-            name: path.to_string(),
-        }];
+        return vec![Candidate::new("--cudart-lib", path)];
     }
     let mut out: Vec<Candidate> = SONAMES
         .iter()
-        .map(|s| Candidate {
-            found_by: BY_LOADER.into(),
-            name: s.to_string(),
-        })
+        .map(|s| Candidate::new(BY_LOADER, *s))
         .collect();
     let own = Host::new("/");
-    for entry in env_value(env, "PYTHONPATH")
-        .unwrap_or("")
-        .split(':')
-        .filter(|e| e.starts_with('/'))
-    {
-        wheel_files(&own, entry, &mut out);
-    }
-    let mut bases: Vec<String> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
-        .iter()
-        .filter_map(|v| env_value(env, v))
-        .filter(|v| v.starts_with('/'))
-        .map(|v| format!("{}/lib", v.trim_end_matches('/')))
-        .collect();
-    bases.extend(
-        ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    for base in bases {
-        let Ok(Some(entries)) = own.list_dir(&base) else {
-            continue;
-        };
-        for python in entries.iter().filter(|e| e.starts_with("python3")) {
-            for packages in ["site-packages", "dist-packages"] {
-                wheel_files(&own, &format!("{base}/{python}/{packages}"), &mut out);
-            }
-        }
+    for site in trainer_path::python_site_dirs(&own, env) {
+        wheel_files(&own, &site.dir, &mut out);
     }
     out
 }

@@ -22,7 +22,7 @@ pub struct RdmaOptions {
     /// libfabric locations, tried in order.
     pub fabric_libraries: Vec<String>,
     /// libnccl locations, tried in order.
-    pub nccl_libraries: Vec<String>,
+    pub nccl_libraries: Vec<crate::gather::trainer_path::Candidate>,
     /// NCCL_NET_PLUGIN as set, if it is.
     pub net_plugin_env: Option<String>,
     /// Bytes to register with ibv_reg_mr on each device (`--memreg-size`).
@@ -117,32 +117,6 @@ fn plan(devices: &[crate::facts::rdma::RdmaDevice], probe_all: bool, own_image: 
     }
 }
 
-/// Where libnccl is looked for: the library given, or NCCL's soname and then the
-/// Python wheels that ship it (nvidia-nccl-cuXX under site-packages), where
-/// PyTorch images keep it. These are this process's own files (it dlopens them),
-/// not the host root's.
-pub fn nccl_locations(explicit: Option<&str>) -> Vec<String> {
-    if let Some(path) = explicit {
-        return vec![path.to_string()];
-    }
-    let own = Host::new("/");
-    let mut out = vec!["libnccl.so.2".to_string()];
-    for base in ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"] {
-        let Ok(Some(entries)) = own.list_dir(base) else {
-            continue;
-        };
-        for python in entries.iter().filter(|e| e.starts_with("python3")) {
-            for packages in ["site-packages", "dist-packages"] {
-                let candidate = format!("{base}/{python}/{packages}/nvidia/nccl/lib/libnccl.so.2");
-                if own.path(&candidate).is_file() {
-                    out.push(candidate);
-                }
-            }
-        }
-    }
-    out
-}
-
 struct Libraries {
     verbs: LibraryState<VerbsFacts>,
     fabric: LibraryState<FabricFacts>,
@@ -174,12 +148,13 @@ fn probe_libraries(w: &deadline::Watch, o: &RdmaOptions, plan: Plan) -> Librarie
     let nccl = match plan.nccl {
         Some(reason) => NcclFacts {
             library: Library {
-                library: o.nccl_libraries.join(", "),
+                library: nccl::names(&o.nccl_libraries).join(", "),
                 state: LibraryState::Skipped { reason },
             },
             net_plugin: crate::facts::Observed::Value(None),
             net_plugin_attempts: Vec::new(),
             net_plugin_skipped: plan.plugin,
+            copies: Vec::new(),
         },
         None => nccl::gather(
             w,
@@ -209,6 +184,7 @@ fn failed_libraries(e: FactError) -> Libraries {
             net_plugin: crate::facts::Observed::Error(e),
             net_plugin_attempts: Vec::new(),
             net_plugin_skipped: None,
+            copies: Vec::new(),
         },
     }
 }

@@ -1,5 +1,6 @@
-//! NCCL itself (libnccl.so.2: its version through ncclGetVersion) and the net
-//! plugin NCCL would load, found the way NCCL finds it (src/plugin/plugin_open.cc):
+//! NCCL itself: the libnccl.so.2 the trainer's process will load (found as its
+//! loader and Python find it, `locations`), its version through ncclGetVersion, and
+//! every other copy the image holds; and the net plugin NCCL would load, found the way NCCL finds it (src/plugin/plugin_open.cc):
 //! each NCCL_NET_PLUGIN entry as given, then as libnccl-net-<name>.so; with
 //! the variable unset, libnccl-net.so. Nothing is initialised: the plugin is
 //! only loaded and its ncclNetPlugin_vN symbol read. aws-ofi-nccl's install
@@ -7,32 +8,35 @@
 //! it is on the library search path.
 
 use crate::facts::gpu::{Library as LibraryFact, LibraryState};
-use crate::facts::rdma::{LoadAttempt, NcclFacts, NcclLibrary, NetPlugin};
+use crate::facts::rdma::{LoadAttempt, NcclCopy, NcclFacts, NcclLibrary, NetPlugin};
 use crate::facts::{FactError, Observed};
 use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, is_missing, path_of};
-use std::ffi::{CStr, c_char, c_int, c_void};
+use crate::gather::host::Host;
+use crate::gather::trainer_path::{self, Candidate};
+use std::ffi::{CStr, OsString, c_char, c_int, c_void};
 
 use crate::platform::OFI_NCCL_DIRS;
 
-/// The names NCCL tries for its net plugin, in order, or `None` when the plugin is disabled.
-pub fn plugin_candidates(env_value: Option<&str>) -> Option<Vec<String>> {
-    let Some(value) = env_value.map(str::trim).filter(|v| !v.is_empty()) else {
-        return Some(vec!["libnccl-net.so".into()]);
-    };
-    if value.eq_ignore_ascii_case("none") {
-        return None;
-    }
-    let mut names = Vec::new();
-    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        names.push(name.to_string());
-        let is_path = name.contains('/');
-        let is_lib = name.starts_with("lib") && name.ends_with(".so");
-        if !is_path && !is_lib {
-            names.push(format!("libnccl-net-{name}.so"));
-        }
-    }
-    Some(names)
+/// The names NCCL `version` (None: unknown, the newest rules) tries for its net
+/// plugins, in order, or `None` when it loads none
+/// ([`crate::nccl::net_plugin::net_plugin_entries`], proven against real NCCL).
+pub fn plugin_candidates(
+    env_value: Option<&str>,
+    version: Option<crate::nccl::catalog::Version>,
+) -> Option<Vec<String>> {
+    let names: Vec<String> = crate::nccl::net_plugin::net_plugin_entries(env_value, version)
+        .into_iter()
+        .flatten()
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// The (major, minor, patch) of a loaded libnccl, when its version was read.
+fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::catalog::Version> {
+    let text = library.loaded()?.version.value()?;
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 /// ncclGetVersion's code: 22809 is 2.28.9 (since 2.9: major*10000 + minor*100 + patch;
@@ -45,53 +49,192 @@ pub fn version_text(code: i32) -> String {
     }
 }
 
-fn nccl_library(watch: &Watch, candidates: &[String]) -> LibraryFact<NcclLibrary> {
-    let mut missing = Vec::new();
-    for name in candidates {
-        match watch.call(format!("dlopen({name})"), || Library::open(name)) {
-            Ok(lib) => {
-                let version = match lib
-                    .symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("ncclGetVersion")
-                {
-                    Ok(get) => {
-                        let mut code: c_int = 0;
-                        // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
-                        let rc = watch.call("ncclGetVersion", || unsafe { (get.get())(&mut code) });
-                        if rc == 0 {
-                            Observed::Value(version_text(code))
-                        } else {
-                            Observed::Error(FactError::new(
-                                "ncclGetVersion",
-                                format!("ncclResult {rc}"),
-                            ))
-                        }
-                    }
-                    Err(e) => Observed::Error(e),
-                };
-                let path = lib
-                    .symbol::<unsafe extern "C" fn()>("ncclGetVersion")
-                    .ok()
-                    .and_then(|s| path_of(s.get() as *const c_void));
-                return LibraryFact {
-                    library: name.clone(),
-                    state: LibraryState::Loaded(NcclLibrary { path, version }),
-                };
+/// The soname NCCL's library carries, and the name a bare dlopen resolves.
+pub const SONAME: &str = "libnccl.so.2";
+
+fn is_nccl_file(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with("libnccl.so"))
+}
+
+/// Every libnccl the trainer could load, in the order its process would: LD_PRELOAD;
+/// where PyTorch is installed and links libnccl.so.2 dynamically, the loader's search
+/// for libtorch_cuda.so's DT_NEEDED (RPATH, LD_LIBRARY_PATH, RUNPATH: the wheel's
+/// `nvidia/nccl/lib`), then ld.so.cache; elsewhere LD_LIBRARY_PATH and ld.so.cache;
+/// then every other copy the image holds (the nvidia-nccl wheels in each Python site
+/// directory, the conda environment's lib). The first that loads is the trainer's;
+/// the rest are recorded. `explicit` (`--nccl-lib`) is the only one when given.
+pub fn locations(explicit: Option<&str>, env: &[(OsString, OsString)]) -> Vec<Candidate> {
+    if let Some(path) = explicit {
+        return vec![Candidate::new("--nccl-lib", path)];
+    }
+    let own = Host::new("/");
+    let mut out: Vec<Candidate> = trainer_path::preload(env)
+        .into_iter()
+        .filter(|p| is_nccl_file(p))
+        .map(|p| Candidate::new("LD_PRELOAD", p))
+        .collect();
+    let sites = trainer_path::python_site_dirs(&own, env);
+    let in_dir = |dir: &str| {
+        let path = format!("{}/{SONAME}", dir.trim_end_matches('/'));
+        own.path(&path).is_file().then_some(path)
+    };
+    let torch = sites.iter().find_map(|s| {
+        let lib = format!("{}/torch/lib/libtorch_cuda.so", s.dir);
+        own.path(&lib).is_file().then_some(lib)
+    });
+    let linked = torch.and_then(|lib| {
+        let dynamic = trainer_path::dynamic_section(&lib).ok()?;
+        dynamic
+            .needed
+            .iter()
+            .any(|n| n == SONAME)
+            .then(|| trainer_path::loader_dirs(&lib, &dynamic, env))
+    });
+    let dirs = linked.unwrap_or_else(|| {
+        trainer_path::path_list(trainer_path::env_value(env, "LD_LIBRARY_PATH"))
+            .into_iter()
+            .map(|d| ("LD_LIBRARY_PATH".to_string(), d))
+            .collect()
+    });
+    for (why, dir) in dirs {
+        if let Some(path) = in_dir(&dir) {
+            out.push(Candidate::new(why, path));
+        }
+    }
+    out.push(Candidate::new(trainer_path::BY_LOADER, SONAME));
+    for s in &sites {
+        if let Some(path) = in_dir(&format!("{}/nvidia/nccl/lib", s.dir)) {
+            out.push(Candidate::new(
+                format!("nvidia-nccl wheel ({})", s.found_by),
+                path,
+            ));
+        }
+    }
+    if let Some(conda) = trainer_path::env_value(env, "CONDA_PREFIX").filter(|p| p.starts_with('/'))
+        && let Some(path) = in_dir(&format!("{conda}/lib"))
+    {
+        out.push(Candidate::new("CONDA_PREFIX", path));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    out.retain(|c| seen.insert(c.name.clone()));
+    out
+}
+
+/// The names of `candidates`, for a loader that takes the first that loads.
+pub fn names(candidates: &[Candidate]) -> Vec<String> {
+    candidates.iter().map(|c| c.name.clone()).collect()
+}
+
+/// How one candidate loaded.
+enum Probe {
+    Missing(String),
+    Failed(FactError),
+    Loaded {
+        path: String,
+        version: Observed<String>,
+    },
+}
+
+fn probe(watch: &Watch, name: &str) -> Probe {
+    let lib = match watch.call(format!("dlopen({name})"), || Library::open(name)) {
+        Ok(lib) => lib,
+        Err(e) if is_missing(name, &e.message) => return Probe::Missing(e.message),
+        Err(e) => return Probe::Failed(e),
+    };
+    let version = match lib.symbol::<unsafe extern "C" fn(*mut c_int) -> c_int>("ncclGetVersion") {
+        Ok(get) => {
+            let mut code: c_int = 0;
+            // SAFETY: `ncclResult_t ncclGetVersion(int*)`; it only writes the int.
+            let rc = watch.call("ncclGetVersion", || unsafe { (get.get())(&mut code) });
+            if rc == 0 {
+                Observed::Value(version_text(code))
+            } else {
+                Observed::Error(FactError::new("ncclGetVersion", format!("ncclResult {rc}")))
             }
-            Err(e) if is_missing(name, &e.message) => missing.push(e.message),
-            Err(e) => {
-                return LibraryFact {
-                    library: name.clone(),
-                    state: LibraryState::Failed(e),
-                };
+        }
+        Err(e) => Observed::Error(e),
+    };
+    let path = lib
+        .symbol::<unsafe extern "C" fn()>("ncclGetVersion")
+        .ok()
+        .and_then(|s| path_of(s.get() as *const c_void))
+        .unwrap_or_else(|| name.to_string());
+    Probe::Loaded { path, version }
+}
+
+/// One file reached two ways (a symlink, a soname, a relative LD_LIBRARY_PATH) is one
+/// copy: compared by its real path, recorded as the loader named it.
+fn same_file(a: &str, b: &str) -> bool {
+    let real = |p: &str| std::fs::canonicalize(p).ok();
+    a == b || real(a).is_some_and(|r| Some(r) == real(b))
+}
+
+/// Loads every candidate: bare sonames first, since glibc answers a bare soname with
+/// any loaded object of that DT_SONAME (elf/dl-load.c `_dl_map_object`), which would
+/// hide the system copy behind a wheel's loaded by path. The trainer's library is
+/// the first candidate, in the trainer's order, that loads; every copy is recorded.
+fn nccl_library(
+    watch: &Watch,
+    candidates: &[Candidate],
+) -> (LibraryFact<NcclLibrary>, Vec<NcclCopy>) {
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by_key(|i| candidates[*i].name.contains('/'));
+    let mut probes: Vec<Option<Probe>> = candidates.iter().map(|_| None).collect();
+    for i in order {
+        probes[i] = Some(probe(watch, &candidates[i].name));
+    }
+    let mut copies: Vec<NcclCopy> = Vec::new();
+    let mut chosen = None;
+    let mut missing = Vec::new();
+    for (c, p) in candidates.iter().zip(probes.into_iter().flatten()) {
+        match p {
+            Probe::Missing(m) => missing.push(m),
+            Probe::Failed(e) => {
+                chosen.get_or_insert_with(|| (c, LibraryState::Failed(e.clone())));
+                copies.push(NcclCopy {
+                    path: c.name.clone(),
+                    found_by: c.found_by.clone(),
+                    version: Observed::Error(e),
+                });
+            }
+            Probe::Loaded { path, version } => {
+                if copies.iter().any(|k| same_file(&k.path, &path)) {
+                    continue;
+                }
+                chosen.get_or_insert_with(|| {
+                    let loaded = NcclLibrary {
+                        path: Some(path.clone()),
+                        version: version.clone(),
+                        found_by: Some(c.found_by.clone()),
+                    };
+                    (c, LibraryState::Loaded(loaded))
+                });
+                copies.push(NcclCopy {
+                    path,
+                    found_by: c.found_by.clone(),
+                    version,
+                });
             }
         }
     }
-    LibraryFact {
-        library: candidates.first().cloned().unwrap_or_default(),
-        state: LibraryState::NotFound {
-            message: missing.join("; "),
+    let library = match chosen {
+        Some((c, state)) => LibraryFact {
+            library: c.name.clone(),
+            state,
         },
-    }
+        None => LibraryFact {
+            library: candidates
+                .first()
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            state: LibraryState::NotFound {
+                message: missing.join("; "),
+            },
+        },
+    };
+    (library, copies)
 }
 
 /// The most of a plugin file read to find aws-ofi-nccl's version string (aws-ofi-nccl
@@ -172,13 +315,13 @@ fn read_plugin(watch: &Watch, lib: &Library, name: &str) -> NetPlugin {
 /// NCCL's library, and its net plugin unless `skip_plugin` says why not.
 pub fn gather(
     watch: &Watch,
-    nccl_candidates: &[String],
+    nccl_candidates: &[Candidate],
     plugin_env: Option<&str>,
     skip_plugin: Option<String>,
 ) -> NcclFacts {
-    let library = nccl_library(watch, nccl_candidates);
+    let (library, copies) = nccl_library(watch, nccl_candidates);
     let mut attempts = Vec::new();
-    let candidates = match plugin_candidates(plugin_env) {
+    let candidates = match plugin_candidates(plugin_env, loaded_version(&library)) {
         Some(c) if skip_plugin.is_none() => c,
         _ => {
             return NcclFacts {
@@ -186,6 +329,7 @@ pub fn gather(
                 net_plugin: Observed::Value(None),
                 net_plugin_attempts: attempts,
                 net_plugin_skipped: skip_plugin,
+                copies,
             };
         }
     };
@@ -231,6 +375,7 @@ pub fn gather(
         net_plugin,
         net_plugin_attempts: attempts,
         net_plugin_skipped: None,
+        copies,
     }
 }
 
@@ -241,26 +386,35 @@ mod tests {
     #[test]
     fn plugin_names_follow_nccl() {
         assert_eq!(
-            plugin_candidates(None),
+            plugin_candidates(None, None),
             Some(vec!["libnccl-net.so".to_string()])
         );
         assert_eq!(
-            plugin_candidates(Some("ofi")),
+            plugin_candidates(Some("ofi"), None),
             Some(vec!["ofi".into(), "libnccl-net-ofi.so".into()])
         );
         assert_eq!(
-            plugin_candidates(Some("libnccl-net-ofi.so")),
+            plugin_candidates(Some("libnccl-net-ofi.so"), None),
             Some(vec!["libnccl-net-ofi.so".into()])
         );
         assert_eq!(
-            plugin_candidates(Some("/opt/x/libp.so,aws")),
+            plugin_candidates(Some("/opt/x/libp.so,aws"), None),
             Some(vec![
                 "/opt/x/libp.so".into(),
                 "aws".into(),
                 "libnccl-net-aws.so".into()
             ])
         );
-        assert_eq!(plugin_candidates(Some("none")), None);
+        assert_eq!(plugin_candidates(Some("none"), None), None);
+        // Before 2.27 the value is one name, and NCCL does not trim it.
+        assert_eq!(
+            plugin_candidates(Some(" ofi,x"), Some((2, 18, 3))),
+            Some(vec!["libnccl-net- ofi,x.so".into()])
+        );
+        assert_eq!(
+            plugin_candidates(Some(""), Some((2, 21, 5))),
+            Some(vec!["libnccl-net.so".into()])
+        );
     }
 
     #[test]

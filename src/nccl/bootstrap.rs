@@ -1,0 +1,346 @@
+//! The interface and address NCCL's bootstrap binds, and the interfaces its socket
+//! transport (NET/Socket) drives, per NCCL version: the pure function the prediction
+//! calls, proven against real libnccl builds from 2.13 to 2.32 in
+//! tests/integration/nccl_oracle.rs (ncclGetUniqueId in network namespaces).
+//!
+//! NCCL's code, per tag of NVIDIA/nccl:
+//! - src/bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, the interface in the
+//!   same subnet as its address (ncclFindInterfaceMatchSubnet); else
+//!   ncclFindInterfaces(..., maxIfs = 1), and none found is
+//!   `WARN("Bootstrap : no socket interface found")`, returning ncclInternalError (3)
+//!   up to v2.23.4-1 and ncclInvalidUsage (5) from v2.24.3-1.
+//! - src/misc/socket.cc ncclFindInterfaces (v2.13.4-1 to v2.30.7-1): a
+//!   NCCL_SOCKET_IFNAME longer than one byte is the filter; otherwise `ib`, then
+//!   `^docker,lo`, `docker`, `lo` (v2.13.4-1 to v2.27.7-1), with `virbr` kept out of
+//!   the second step and tried last from v2.28.3-1.
+//! - findInterfaces (src/misc/socket.cc; src/os/linux.cc ncclOsFindInterfaces from
+//!   v2.29.2-1): walks getifaddrs, keeps IPv4/IPv6 entries passing NCCL_SOCKET_FAMILY,
+//!   skips IPv6 loopback, and from v2.28.3-1 skips interfaces without IFF_RUNNING
+//!   (before, a down interface with an address counted); the first entry of each
+//!   interface name gives its address.
+//! - src/misc/utils.cc parseStringList: at most MAX_IFS (16) list entries are read.
+
+use crate::facts::{Family, IfAddress, Interface};
+use crate::nccl::catalog::Version;
+use crate::nccl::socket_ifname::{self, IfnameFilter, MAX_IFS};
+
+/// The variables NCCL's interface selection reads, as NCCL would see them (the
+/// process environment with the config files applied: ncclGetEnv).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketEnv<'a> {
+    /// NCCL_SOCKET_IFNAME, as set (unset: `None`).
+    pub ifname: Option<&'a str>,
+    /// NCCL_SOCKET_FAMILY, as set.
+    pub family: Option<&'a str>,
+    /// NCCL_COMM_ID, as set.
+    pub comm_id: Option<&'a str>,
+}
+
+impl<'a> SocketEnv<'a> {
+    /// The three variables, read through `get` (a name -> value lookup).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<&'a str>) -> SocketEnv<'a> {
+        SocketEnv {
+            ifname: get("NCCL_SOCKET_IFNAME"),
+            family: get("NCCL_SOCKET_FAMILY"),
+            comm_id: get("NCCL_COMM_ID"),
+        }
+    }
+}
+
+/// An interface NCCL uses and the address it binds there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub interface: String,
+    pub address: IfAddress,
+}
+
+/// What bootstrapNetInit does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// Binds `Endpoint` (printed as `Bootstrap : Using <name>:<address><0>`).
+    Uses(Endpoint),
+    /// Fails init: no interface passes the selection.
+    NoInterface(BootstrapFailure),
+    /// NCCL_COMM_ID is set: NCCL takes the interface in the same subnet as its address
+    /// (ncclFindInterfaceMatchSubnet), which this function does not predict.
+    ByCommId,
+}
+
+/// How NCCL reports a bootstrap without an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootstrapFailure {
+    /// The WARN text.
+    pub warning: &'static str,
+    /// The ncclResult_t that ncclGetUniqueId (and init) returns.
+    pub result: i32,
+}
+
+/// The WARN NCCL prints when no interface is left (src/bootstrap.cc, every release).
+pub const NO_INTERFACE: &str = "Bootstrap : no socket interface found";
+
+/// Whether `version` (None: the newest) skips interfaces without IFF_RUNNING
+/// (findInterfaces, from v2.28.3-1).
+fn running_only(version: Option<Version>) -> bool {
+    version.is_none_or(|v| v >= (2, 28, 0))
+}
+
+/// The automatic selection's steps (ncclFindInterfaces with NCCL_SOCKET_IFNAME unset):
+/// `virbr` joined the avoided names in v2.28.3-1.
+fn automatic_steps(version: Option<Version>) -> &'static [&'static str] {
+    if version.is_none_or(|v| v >= (2, 28, 0)) {
+        &["ib", "^docker,lo,virbr", "docker", "lo", "virbr"]
+    } else {
+        &["ib", "^docker,lo", "docker", "lo"]
+    }
+}
+
+/// NCCL's filter for a list text (`^`, `=`, entries), reading only the first MAX_IFS
+/// entries as parseStringList does.
+fn filter_of(text: &str) -> IfnameFilter {
+    let mut filter = IfnameFilter::parse_list(text);
+    filter.names.truncate(MAX_IFS);
+    filter
+}
+
+/// findInterfaces: up to `max` interfaces passing `filter`, each with the first address
+/// that passes, in getifaddrs order.
+fn find(
+    version: Option<Version>,
+    filter: &IfnameFilter,
+    family: Option<Family>,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+    max: usize,
+) -> Vec<Endpoint> {
+    // Indexed once (a search per address is quadratic on nodes with many interfaces);
+    // the first of a name wins.
+    let mut links: std::collections::HashMap<&str, &Interface> = std::collections::HashMap::new();
+    for i in interfaces {
+        links.entry(i.name.as_str()).or_insert(i);
+    }
+    let mut found: Vec<Endpoint> = Vec::new();
+    for a in addresses {
+        if found.len() >= max {
+            break;
+        }
+        // Every getifaddrs entry carries its interface's flags; an address of an
+        // interface missing from the list is not one getifaddrs gave.
+        let Some(link) = links.get(a.interface.as_str()) else {
+            continue;
+        };
+        if running_only(version) && !link.running {
+            continue;
+        }
+        if family.is_some_and(|f| f != a.family)
+            || (a.family == Family::Inet6 && a.address == "::1")
+        {
+            continue;
+        }
+        if filter.admits(&a.interface) && !found.iter().any(|e| e.interface == a.interface) {
+            found.push(Endpoint {
+                interface: a.interface.clone(),
+                address: a.clone(),
+            });
+        }
+    }
+    found
+}
+
+/// ncclFindInterfaces (NCCL_COMM_ID's subnet step aside): up to `max` interfaces.
+pub fn find_interfaces(
+    version: Option<Version>,
+    env: SocketEnv,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+    max: usize,
+) -> Vec<Endpoint> {
+    let family = socket_ifname::socket_family(env.family);
+    if let Some(value) = env.ifname.filter(|v| v.len() > 1) {
+        return find(
+            version,
+            &filter_of(value),
+            family,
+            interfaces,
+            addresses,
+            max,
+        );
+    }
+    for step in automatic_steps(version) {
+        let found = find(
+            version,
+            &filter_of(step),
+            family,
+            interfaces,
+            addresses,
+            max,
+        );
+        if !found.is_empty() {
+            return found;
+        }
+    }
+    Vec::new()
+}
+
+/// What NCCL's bootstrap binds on this node, or how it fails, for NCCL `version`
+/// (None: the newest rules).
+pub fn bootstrap(
+    version: Option<Version>,
+    env: SocketEnv,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+) -> Bootstrap {
+    if env.comm_id.is_some() {
+        return Bootstrap::ByCommId;
+    }
+    match find_interfaces(version, env, interfaces, addresses, 1).pop() {
+        Some(endpoint) => Bootstrap::Uses(endpoint),
+        None => Bootstrap::NoInterface(BootstrapFailure {
+            warning: NO_INTERFACE,
+            result: if version.is_some_and(|v| v < (2, 24, 0)) {
+                3
+            } else {
+                5
+            },
+        }),
+    }
+}
+
+/// The interfaces NET/Socket drives (src/transport/net_socket.cc ncclNetSocketInit:
+/// ncclFindInterfaces with MAX_IFS), in NCCL's order.
+pub fn socket_transport(
+    version: Option<Version>,
+    env: SocketEnv,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+) -> Vec<Endpoint> {
+    find_interfaces(version, env, interfaces, addresses, MAX_IFS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: &str, running: bool) -> Interface {
+        Interface {
+            name: name.into(),
+            up: running,
+            running,
+            loopback: name == "lo",
+            kind: None,
+        }
+    }
+
+    fn addr(name: &str, family: Family, address: &str) -> IfAddress {
+        IfAddress {
+            interface: name.into(),
+            family,
+            address: address.into(),
+            prefix_len: None,
+        }
+    }
+
+    fn node() -> (Vec<Interface>, Vec<IfAddress>) {
+        let links = vec![
+            link("lo", true),
+            link("eth0", false),
+            link("virbr0", true),
+            link("docker0", true),
+        ];
+        let addrs = vec![
+            addr("lo", Family::Inet, "127.0.0.1"),
+            addr("eth0", Family::Inet, "10.0.0.5"),
+            addr("virbr0", Family::Inet, "192.168.122.1"),
+            addr("docker0", Family::Inet, "172.17.0.1"),
+            addr("lo", Family::Inet6, "::1"),
+            addr("virbr0", Family::Inet6, "fe80::1"),
+        ];
+        (links, addrs)
+    }
+
+    fn uses(b: Bootstrap) -> String {
+        match b {
+            Bootstrap::Uses(e) => format!("{}:{}", e.interface, e.address.address),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn down_interfaces_count_before_2_28_and_virbr_is_avoided_from_2_28() {
+        let (l, a) = node();
+        let env = SocketEnv::default();
+        // 2.27: eth0 is down but has an address, and NCCL took it.
+        assert_eq!(
+            uses(bootstrap(Some((2, 27, 7)), env, &l, &a)),
+            "eth0:10.0.0.5"
+        );
+        // 2.28: eth0 is skipped; virbr0 is avoided; docker0 comes before lo.
+        assert_eq!(
+            uses(bootstrap(Some((2, 28, 9)), env, &l, &a)),
+            "docker0:172.17.0.1"
+        );
+        let no_docker: Vec<IfAddress> = a
+            .iter()
+            .filter(|x| x.interface != "docker0")
+            .cloned()
+            .collect();
+        assert_eq!(uses(bootstrap(None, env, &l, &no_docker)), "lo:127.0.0.1");
+        let env = SocketEnv {
+            ifname: Some("^lo,docker"),
+            family: Some("AF_INET6"),
+            comm_id: None,
+        };
+        assert_eq!(uses(bootstrap(None, env, &l, &a)), "virbr0:fe80::1");
+    }
+
+    #[test]
+    fn failure_result_follows_the_version() {
+        let (l, a) = node();
+        let env = SocketEnv {
+            ifname: Some("nonexist0"),
+            ..SocketEnv::default()
+        };
+        let failure = |v| match bootstrap(Some(v), env, &l, &a) {
+            Bootstrap::NoInterface(f) => (f.warning, f.result),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(failure((2, 21, 5)), (NO_INTERFACE, 3));
+        assert_eq!(failure((2, 24, 3)), (NO_INTERFACE, 5));
+        let comm = SocketEnv {
+            comm_id: Some("10.0.0.1:1234"),
+            ..env
+        };
+        assert_eq!(bootstrap(None, comm, &l, &a), Bootstrap::ByCommId);
+        // One byte is no filter at all: automatic selection.
+        let one = SocketEnv {
+            ifname: Some("x"),
+            ..SocketEnv::default()
+        };
+        assert_eq!(uses(bootstrap(None, one, &l, &a)), "docker0:172.17.0.1");
+    }
+
+    #[test]
+    fn only_sixteen_list_entries_are_read() {
+        let names: Vec<String> = (0..18).map(|i| format!("e{i:02}")).collect();
+        let links: Vec<Interface> = names.iter().map(|n| link(n, true)).collect();
+        let addrs: Vec<IfAddress> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| addr(n, Family::Inet, &format!("10.0.0.{i}")))
+            .collect();
+        let value = format!("={}", names[..].join(","));
+        let env = SocketEnv {
+            ifname: Some(&value),
+            ..SocketEnv::default()
+        };
+        let used = socket_transport(None, env, &links, &addrs);
+        assert_eq!(used.len(), 16);
+        assert_eq!(used[15].interface, "e15");
+        // The seventeenth entry is never read: an exclusion of it excludes nothing.
+        let exclude = format!("^{}", names[..17].join(","));
+        let env = SocketEnv {
+            ifname: Some(&exclude),
+            ..SocketEnv::default()
+        };
+        assert_eq!(uses(bootstrap(None, env, &links, &addrs)), "e16:10.0.0.16");
+    }
+}
