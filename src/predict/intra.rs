@@ -12,6 +12,9 @@ use crate::facts::gpu::{NvmlFacts, P2pStatus};
 use crate::topology::matrix;
 use serde::{Deserialize, Serialize};
 
+/// GPUs whose pairs are predicted (8128 pairs at most).
+const MAX_GPUS: usize = 128;
+
 /// cuMem handles (NCCL_CUMEM_ENABLE's default) since 2.19: P2P prints P2P/CUMEM.
 const CUMEM_SINCE: Version = (2, 19, 0);
 
@@ -125,7 +128,9 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>) -> Vec<PairTransp
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Vec::new();
     };
-    let indexes: Vec<u32> = nvml.gpus.iter().map(|g| g.index).collect();
+    // A node has at most 72 GPUs in one NVLink domain; facts with more (a fuzzed or
+    // corrupt capture) are predicted for the first MAX_GPUS, as doctor's matrices are.
+    let indexes: Vec<u32> = nvml.gpus.iter().map(|g| g.index).take(MAX_GPUS).collect();
     let mut out = Vec::new();
     for (i, a) in indexes.iter().enumerate() {
         for b in &indexes[i + 1..] {

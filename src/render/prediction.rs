@@ -60,8 +60,22 @@ fn network(out: &mut String, p: &Prediction) {
     decision(out, "between nodes", &p.inter_node, name);
 }
 
+/// Lines per list in the text: the JSON report keeps them all.
+const MAX_LINES: usize = 64;
+
+fn left_out(out: &mut String, what: &str, total: usize) {
+    if total > MAX_LINES {
+        let _ = writeln!(
+            out,
+            "  ({} more {what} in the JSON report)",
+            total - MAX_LINES
+        );
+    }
+}
+
 fn node(out: &mut String, p: &Prediction) {
-    for g in &p.gdr {
+    left_out(out, "GPU-NIC lines", p.gdr.len());
+    for g in p.gdr.iter().take(MAX_LINES) {
         let via = g
             .via
             .as_ref()
@@ -74,7 +88,8 @@ fn node(out: &mut String, p: &Prediction) {
         let what = format!("GPU {} - {} {}{via}: {used}", g.gpu, g.nic, g.distance);
         line(out, "GDR", &what, &g.why);
     }
-    for t in &p.intra_node {
+    left_out(out, "GPU pairs", p.intra_node.len());
+    for t in p.intra_node.iter().take(MAX_LINES) {
         let what = format!("GPU {} - GPU {} ({}): {}", t.a, t.b, t.path, t.transport);
         line(out, "pair", &what, &t.why);
     }
