@@ -22,6 +22,21 @@
 #   e  PyTorch all-reduce under torchrun --nnodes 2 (one process per namespace),
 #      same sizes as the gang, for the busbw comparison (scripts/gang_allreduce.py)
 #
+# With --pods N (N > 2): N "pods" on a Linux bridge instead (a veth per pod into a
+# bridge in a switch namespace, /32 addresses and routes, PyTorchJob identity:
+# hostnames job-master-0, job-worker-0.., MASTER_ADDR=job-master-0, MASTER_PORT=29500,
+# PET_NNODES, PET_NODE_RANK), GPU i x GPUs / N for pod i (two pods per GPU on a
+# 2-GPU machine), and these legs (default all; each judged by
+# scripts/gang_pods_judge.py, one row per leg: rank 0's and rank 1's verdict, wall):
+#   A  healthy: every pod passes
+#   V  pod 1 loads the system libnccl (ldconfig's), the others the PyTorch wheel's
+#      (in --dry: the fake reporting 2.28.3 whose bootstrap never completes)
+#   L  pod 1's own checks fail (NCCL_SOCKET_IFNAME=eth9)
+#   M  pod N-1 never starts (its name resolves)
+#   P  pod 2 takes TCP connections on the gang port only (tc u32 drops other SYNs):
+#      the rendezvous works, NCCL's ephemeral ports do not
+#   S  pod 2's link at 1 Gbit/s (tbf both ends), the gang's default settings
+#
 # Usage:
 #   scripts/gang-gpu.sh [--dry] [--legs LIST] [--tools DIR] [--gpus I,J] [BINARY] [OUTDIR]
 #   scripts/gang-gpu.sh --pack-tools DIR
@@ -68,6 +83,19 @@ pack_tools() {
             esac
         done
     done
+    # iptables (nf_tables), for --pods leg P where tc cannot drop: the multi-call
+    # binary named iptables, its libraries and its extensions (XTABLES_LIBDIR).
+    local multi
+    if multi=$(readlink -f "$(command -v iptables)" 2>/dev/null) && [ -x "$multi" ]; then
+        cp -L "$multi" "$dest/iptables"
+        for lib in $(ldd "$multi" | awk '/=> \//{print $3}'); do
+            case $(basename "$lib") in
+                libc.so.*|ld-linux*) ;;
+                *) cp -L "$lib" "$dest/lib/" ;;
+            esac
+        done
+        cp -rL /usr/lib/x86_64-linux-gnu/xtables "$dest/xtables" 2>/dev/null || true
+    fi
     local newest
     newest=$(for f in "$dest"/ip "$dest"/tc "$dest"/lib/*; do
         objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*'
@@ -76,9 +104,10 @@ pack_tools() {
 }
 
 dry=0
-legs=p,a,b,c,d,e
+legs=
 tools=
 gpus=0,1
+pods=2
 pos=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -86,8 +115,9 @@ while [ $# -gt 0 ]; do
         --legs) legs=${2:?--legs needs a list}; shift ;;
         --tools) tools=${2:?--tools needs a directory}; shift ;;
         --gpus) gpus=${2:?--gpus needs I,J}; shift ;;
+        --pods) pods=${2:?--pods needs a count}; shift ;;
         --pack-tools) pack_tools "${2:?--pack-tools needs a directory}"; exit 0 ;;
-        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) pos+=("$1") ;;
     esac
@@ -95,14 +125,21 @@ while [ $# -gt 0 ]; do
 done
 bin=${pos[0]:-dist/nccl-preflight}
 out=${pos[1]:-${OUT:-gang-gpu-out}}
-case ,$legs, in *[!,pabcde]*) die "--legs takes letters of p,a,b,c,d,e: $legs" ;; esac
+[[ $pods =~ ^[0-9]+$ ]] && [ "$pods" -ge 2 ] && [ "$pods" -le 16 ] || die "--pods takes 2 to 16: $pods"
+if [ "$pods" = 2 ]; then
+    legs=${legs:-p,a,b,c,d,e}
+    case ,$legs, in *[!,pabcde]*) die "--legs takes letters of p,a,b,c,d,e: $legs" ;; esac
+else
+    legs=${legs:-A,V,L,M,P,S}
+    case ,$legs, in *[!,AVLMPS]*) die "--legs with --pods takes letters of A,V,L,M,P,S: $legs" ;; esac
+fi
 [[ $gpus =~ ^[0-9]+,[0-9]+$ ]] || die "--gpus takes two GPU indices, I,J: $gpus"
 gpu=("${gpus%,*}" "${gpus#*,}")
 has_leg() { case ,$legs, in *,$1,*) return 0 ;; esac; return 1; }
 [ "$(id -u)" = 0 ] || die "needs root (namespaces, veth, tc)"
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
-if has_leg a || has_leg b || has_leg c || has_leg d; then
+if has_leg a || has_leg b || has_leg c || has_leg d || [ "$pods" -gt 2 ]; then
     [ -x "$bin" ] || die "$bin is not an executable nccl-preflight"
     bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 fi
@@ -166,6 +203,14 @@ else
     rate=1gbit
 fi
 note "sizes: $sizes, $iters iterations, --gang-wait $wait_s, --gang-timeout $timeout_s, tc rate $rate, GPUs: node0 ${gpu[0]}, node1 ${gpu[1]}"
+
+if [ "$pods" -gt 2 ]; then
+    # shellcheck source=scripts/gang-gpu-pods.sh
+    . "$here/gang-gpu-pods.sh"
+    run_pods
+    note "gang-gpu: $( [ $result = 0 ] && echo all legs passed || echo some legs failed )"
+    exit $result
+fi
 
 # --- the two nodes -------------------------------------------------------------
 # Node i: a process holding new mount, UTS and network namespaces; hostname nodeI,

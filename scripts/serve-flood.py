@@ -4,9 +4,11 @@
 usage: scripts/serve-flood.py HOST:PORT [COUNTS...]
 
 For each count (default 32 256 1024) and each kind of flood (idle: connect and send
-nothing; slowloris: send a partial request head, then a byte every 0.2 s; both
-reconnect when the server closes them, as an attacker would), sends 100 /healthz
-probes with a 1 s timeout (the kubelet's default) and prints the share answered 200.
+nothing; slowloris: send a partial request head, then a byte every 0.2 s; slowread:
+GET /report with a 4 KiB receive buffer and read one byte every 0.2 s, as a client that
+reads slowly or never; all reconnect when the server closes them, as an attacker
+would), sends 100 /healthz probes with a 1 s timeout (the kubelet's default) and prints
+the share answered 200. `--kinds slowread` (a comma list) runs only those kinds.
 Bounded: at most 1024 flood connections, 100 probes, about 40 s per row; loopback only.
 """
 import resource
@@ -41,10 +43,20 @@ def flood(addr, count, kind, stop):
 
     def connect():
         try:
-            s = socket.create_connection(addr, timeout=1.0)
+            if kind == "slowread":
+                # A small receive window, set before connecting: /report (180-210 KB
+                # on an 8-GPU, 32-EFA node) then outgrows the socket buffers.
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.settimeout(1.0)
+                s.connect(addr)
+            else:
+                s = socket.create_connection(addr, timeout=1.0)
             s.setblocking(False)
             if kind == "slowloris":
                 s.send(b"GET /healthz HTTP/1.1\r\n")
+            if kind == "slowread":
+                s.send(b"GET /report HTTP/1.1\r\nHost: flood\r\n\r\n")
             return s
         except OSError:
             return None
@@ -56,7 +68,7 @@ def flood(addr, count, kind, stop):
             if alive:
                 try:
                     # A closed connection reads b"" (or an error): reconnect it.
-                    if s.recv(1 << 16) == b"":
+                    if s.recv(1 if kind == "slowread" else 1 << 16) == b"":
                         alive = False
                 except BlockingIOError:
                     pass
@@ -82,11 +94,17 @@ def main():
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
         sys.exit("loopback addresses only")
     addr = (host.strip("[]"), int(port))
-    counts = [min(int(c), MAX_FLOOD) for c in sys.argv[2:]] or [32, 256, 1024]
+    args = sys.argv[2:]
+    kinds = ["idle", "slowloris", "slowread"]
+    if "--kinds" in args:
+        at = args.index("--kinds")
+        kinds = args[at + 1].split(",")
+        del args[at : at + 2]
+    counts = [min(int(c), MAX_FLOOD) for c in args] or [32, 256, 1024]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
     print(f"{'flood':<10} {'connections':>11} {'probes ok':>10} {'median ms':>10}")
-    for kind in ("idle", "slowloris"):
+    for kind in kinds:
         for count in counts:
             stop = threading.Event()
             t = threading.Thread(target=flood, args=(addr, count, kind, stop))

@@ -21,6 +21,11 @@ if [ "$mode" = test ]; then
   # skopeo, umoci and runc read, unpack and run the image docker/build-oci.py builds.
   packages+=(iproute2 util-linux binutils python3 python3-venv ibverbs-providers libfabric1 libfabric-bin
     skopeo umoci runc)
+  # iptables: the gang test that opens only the gang port in a pod's namespace.
+  packages+=(iptables)
+  # fuse3 and libfuse3-dev: a FUSE file that never answers a read (tests/fakes/hung_fuse.c)
+  # stands in for the attribute of a hung driver.
+  packages+=(fuse3 libfuse3-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -105,6 +105,44 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub xid_ignore: Vec<u64>,
+    #[command(flatten)]
+    pub watch: WatchArgs,
+}
+
+/// `serve --watch-nccl`: the running job through NCCL's RAS.
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// Watch the running job through NCCL's RAS (the trainer's NCCL_RAS_ADDR): name a hung
+    /// collective, a dead rank, an NCCL error on /job, /metrics and /report, and answer
+    /// 503 on /job/livez for the trainer container's livenessProbe. Off by default.
+    #[arg(long, env = "NCCL_PREFLIGHT_WATCH_NCCL", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub watch_nccl: bool,
+    /// Where the trainer's NCCL RAS listens: its NCCL_RAS_ADDR (the sidecar shares the
+    /// pod's network namespace, so localhost is the trainer's).
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_RAS_ADDR",
+        default_value = "localhost:28028",
+        value_name = "HOST:PORT"
+    )]
+    pub ras_addr: String,
+    /// Time between RAS queries (sooner after an NCCL 2.29+ MONITOR event).
+    #[arg(long, env = "NCCL_PREFLIGHT_WATCH_INTERVAL", default_value = "15s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub watch_interval: std::time::Duration,
+    /// A communicator whose ranks' collective counts disagree (or that misses a rank) and
+    /// do not move for this long is hung. Set it above the longest time ranks legitimately
+    /// wait on one another (a checkpoint written by one rank); below PyTorch's NCCL
+    /// timeout (10 minutes by default) to act before it.
+    #[arg(long, env = "NCCL_PREFLIGHT_HANG_AFTER", default_value = "5m", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub hang_after: std::time::Duration,
+    /// NCCL before 2.27.3 only (nccl#1669: a query during communicator init can crash
+    /// the trainer): how long RAS must have been up, and since a reply last showed a
+    /// communicator initialising, before a query.
+    #[arg(long, env = "NCCL_PREFLIGHT_WATCH_INIT_GRACE", default_value = "60s", value_name = "DURATION",
+          value_parser = crate::units::parse_duration)]
+    pub watch_init_grace: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +189,11 @@ pub struct GangOpts {
         value_delimiter = ','
     )]
     pub gang_peers: Vec<String>,
+    /// This attempt of the job, the same in every pod and new on every retry (from the
+    /// downward API, e.g. the pod label batch.kubernetes.io/controller-uid or
+    /// jobset.sigs.k8s.io/restart-attempt): the rendezvous refuses a pod of another attempt.
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ATTEMPT", value_name = "TEXT")]
+    pub gang_attempt: Option<String>,
     /// All-reduce sizes (comma list); the smallest is also the node-to-node send size.
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_SIZES", default_value = "64MiB,256MiB",
           value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]

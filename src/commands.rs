@@ -239,6 +239,7 @@ const EXIT_NOT_FOUND: u8 = 127;
 const EXIT_NOT_EXECUTABLE: u8 = 126;
 
 pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    crate::gang::command::stop_on_signals();
     let policy = build_policy(&args.check)?;
     // A bad gang identity is refused before anything is gathered.
     let identity = if args.gang {

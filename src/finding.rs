@@ -319,6 +319,7 @@ pub mod ids {
     pub const GANG_CONSISTENCY: &str = "gang-consistency";
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
     pub const NCCL_CONF: &str = "nccl-conf";
+    pub const NCCL_JOB: &str = "nccl-job";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -337,6 +338,11 @@ pub const REGISTRY: &[CheckInfo] = &[
     CheckInfo {
         id: ids::GPU_XID,
         title: "GPU XID events seen while serving",
+        source: Source::Runtime,
+    },
+    CheckInfo {
+        id: ids::NCCL_JOB,
+        title: "the running job through NCCL's RAS: hung collectives, dead ranks, NCCL errors (serve --watch-nccl)",
         source: Source::Runtime,
     },
     CheckInfo {

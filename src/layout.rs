@@ -17,30 +17,52 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "WORLD_SIZE",
 ];
 
-fn number(env: &BTreeMap<String, EnvValue>, name: &str) -> Option<u64> {
-    env.get(name)?.value.trim().parse().ok()
-}
-
 /// Where `--nodes` (NCCL_PREFLIGHT_NODES) is recorded among the launcher variables:
 /// an initContainer does not get the launcher's variables, so the manifest states it.
 pub const NODES_VAR: &str = "NCCL_PREFLIGHT_NODES";
 
 /// The number of nodes the job spans, when `--nodes` or the launcher says; the
-/// largest value an elastic range allows.
+/// largest value an elastic range allows. The judges' view of [`job_nodes`].
 pub fn nodes(env: &BTreeMap<String, EnvValue>) -> Option<u64> {
-    if let Some(n) = number(env, NODES_VAR).filter(|&n| n > 0) {
-        return Some(n);
+    job_nodes(&|name: &str| env.get(name).map(|v| v.value.clone())).map(|(n, _)| n)
+}
+
+/// The job's node count and the variable it came from, one order for the judges
+/// and the gang alike (issue 31 row 19): `--nodes` (NCCL_PREFLIGHT_NODES), then
+/// PET_NNODES (the largest value of an elastic `MIN:MAX`), then torchrun's
+/// per-process WORLD_SIZE / LOCAL_WORLD_SIZE (16 / 8 is 2 nodes, never 16), then
+/// Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE (1 when unset) and
+/// Hydra's PMI_SIZE (one process per node, as the gang runs).
+pub fn job_nodes(var: &dyn Fn(&str) -> Option<String>) -> Option<(u64, &'static str)> {
+    let num = |name: &str| var(name).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = num(NODES_VAR).filter(|&n| n > 0) {
+        return Some((n, NODES_VAR));
     }
-    if let Some(v) = env.get("PET_NNODES") {
-        let max = v.value.rsplit(':').next().unwrap_or("").trim();
+    if let Some(v) = var("PET_NNODES") {
+        let max = v.rsplit(':').next().unwrap_or("").trim().to_string();
         if let Ok(n) = max.parse::<u64>() {
-            return Some(n);
+            return Some((n, "PET_NNODES"));
         }
     }
-    let world = number(env, "WORLD_SIZE")?;
-    let local = number(env, "LOCAL_WORLD_SIZE").filter(|&l| l > 0)?;
-    Some(world.div_ceil(local))
+    let per_node = |world: &'static str, local: &str, default: Option<u64>| {
+        let w = num(world)?;
+        let l = num(local).or(default).filter(|&l| l > 0)?;
+        Some((w.div_ceil(l), world))
+    };
+    per_node("WORLD_SIZE", "LOCAL_WORLD_SIZE", None)
+        .or_else(|| {
+            per_node(
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                Some(1),
+            )
+        })
+        .or_else(|| per_node("PMI_SIZE", "MPI_LOCALNRANKS", Some(1)))
 }
+
+/// The most pods a gang takes (issue 31 row 11: a count of 1e8 allocated gigabytes
+/// of peer names before anything failed): checked before anything is allocated.
+pub const MAX_PODS: u64 = 65_536;
 
 /// What the job's span means for RDMA: a single-node job never sends NCCL traffic
 /// over EFA or InfiniBand (NVLink, PCIe and shared memory carry it), so RDMA
@@ -79,6 +101,8 @@ pub struct GangFlags {
     pub port: Option<u16>,
     /// Every pod's host name in node-rank order (`--gang-peers`).
     pub peers: Vec<String>,
+    /// This attempt of the job (`--gang-attempt`): pods of another attempt are refused.
+    pub attempt: Option<String>,
 }
 
 /// Who this pod is in the gang and where the gang's root is.
@@ -100,6 +124,8 @@ pub struct GangIdentity {
     pub peers: Vec<String>,
     /// Which variable or flag gave each field, for the report.
     pub sources: Vec<String>,
+    /// The job's attempt (`--gang-attempt`; empty when not given), part of the job key.
+    pub attempt: String,
 }
 
 /// The port when the launcher names none (MPI, Indexed Job): one above torch's default
@@ -144,6 +170,11 @@ pub fn gang_identity(
     if nodes == 0 {
         return Err(IdentityError("the pod count is 0".to_string()));
     }
+    if nodes > MAX_PODS {
+        return Err(IdentityError(format!(
+            "a gang of {nodes} pods is more than the {MAX_PODS} it takes"
+        )));
+    }
     if node_rank >= nodes {
         return Err(IdentityError(format!(
             "rank {node_rank} is not below the pod count {nodes}"
@@ -173,6 +204,7 @@ pub fn gang_identity(
         port,
         peers,
         sources,
+        attempt: flags.attempt.clone().unwrap_or_default(),
     })
 }
 
@@ -242,22 +274,32 @@ fn gang_nodes(
         sources.push("nodes from --gang-nodes".to_string());
         return Ok(n);
     }
+    if let Some((n, name)) = job_nodes(get) {
+        sources.push(format!("nodes from {name}"));
+        return Ok(n);
+    }
     let node_vars = [
         "PET_NNODES",
-        "WORLD_SIZE",
+        "WORLD_SIZE / LOCAL_WORLD_SIZE",
         "OMPI_COMM_WORLD_SIZE",
         "PMI_SIZE",
     ];
-    let Some((name, value)) = first_set(&node_vars, get) else {
-        return Err(IdentityError(format!(
-            "no pod count: set --gang-nodes (NCCL_PREFLIGHT_GANG_NODES) or --nodes; none of {} is set",
-            node_vars.join(", ")
-        )));
-    };
-    sources.push(format!("nodes from {name}"));
-    // PET_NNODES `N:N` is fixed.
-    let value = value.split(':').next().unwrap_or("").to_string();
-    parse_count(name, &value)
+    // A variable that is set but no count (WORLD_SIZE=x) is named as such.
+    if let Some((name, value)) = first_set(
+        &[
+            "PET_NNODES",
+            "WORLD_SIZE",
+            "OMPI_COMM_WORLD_SIZE",
+            "PMI_SIZE",
+        ],
+        get,
+    ) {
+        parse_count(name, value.split(':').next().unwrap_or(""))?;
+    }
+    Err(IdentityError(format!(
+        "no pod count: set --gang-nodes (NCCL_PREFLIGHT_GANG_NODES) or --nodes; none of {} gives one",
+        node_vars.join(", ")
+    )))
 }
 
 /// The rank-0 pod's host: --gang-root, else MASTER_ADDR or PET_MASTER_ADDR.
@@ -303,10 +345,13 @@ fn gang_port(
         sources.push(format!("port default {DEFAULT_GANG_PORT}"));
         return Ok(DEFAULT_GANG_PORT);
     };
+    // MASTER_PORT=0 is no port the trainer can meet at; 0 + 1 = 1 is no gang port.
     let base: u16 = value
         .trim()
         .parse()
-        .map_err(|_| IdentityError(format!("{name}={value:?} is not a port number")))?;
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| IdentityError(format!("{name}={value:?} is not a port number (1-65535)")))?;
     let port = base.checked_add(1).ok_or_else(|| {
         IdentityError(format!(
             "{name}={value}: no port above it for the gang; set --gang-port"
@@ -342,7 +387,14 @@ pub fn hostfile_root(text: &str) -> Option<String> {
         .find(|l| !l.is_empty())
         .and_then(|l| l.split_whitespace().next())
         .map(|h| h.split(':').next().unwrap_or(h).to_string())
-        .filter(|h| !h.is_empty())
+        // A DNS name is at most 253 bytes of letters, digits, `-`, `.` (`_` in some
+        // clusters): anything else (NUL bytes from /dev/zero) is not a host.
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 253
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        })
 }
 
 /// Every pod's name from the rank-0 pod's name, where the launcher's naming is known:
@@ -518,6 +570,11 @@ mod tests {
         );
         assert_eq!(hostfile_root("h0:8\nh1:8").as_deref(), Some("h0"));
         assert_eq!(hostfile_root("\n# only a comment\n"), None);
+        // Issue 31 row 7: NUL bytes (a hostfile that was /dev/zero) or an endless line
+        // are no host name.
+        assert_eq!(hostfile_root(&"\0".repeat(1 << 20)), None);
+        assert_eq!(hostfile_root(&"a".repeat(254)), None);
+        assert_eq!(hostfile_root("h\x1b[2J slots=1"), None);
     }
 
     #[test]
@@ -528,6 +585,7 @@ mod tests {
             root: Some("10.0.0.1".into()),
             port: Some(31000),
             peers: vec![],
+            attempt: None,
         };
         let id = gang_identity(
             &flags,
@@ -657,5 +715,63 @@ mod tests {
         )
         .unwrap_err();
         assert!(port.0.contains("--gang-port"), "{port}");
+    }
+
+    #[test]
+    fn regression_pod_count_bound_port_zero_and_one_node_count() {
+        let none = GangFlags::default();
+        // Issue 31 row 11: a huge count is refused before anything is allocated.
+        let huge = gang_identity(
+            &GangFlags {
+                nodes: Some(100_000_000),
+                rank: Some(0),
+                root: Some("m".into()),
+                ..GangFlags::default()
+            },
+            &lookup(&[]),
+        )
+        .unwrap_err();
+        assert!(huge.0.contains("65536"), "{huge}");
+        // Issue 31 row 19: MASTER_PORT=0 is no port (it gave gang port 1).
+        let zero = gang_identity(
+            &none,
+            &lookup(&[
+                ("PET_NNODES", "2"),
+                ("PET_NODE_RANK", "0"),
+                ("MASTER_ADDR", "m"),
+                ("MASTER_PORT", "0"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(zero.0.contains("MASTER_PORT=\"0\" is not a port"), "{zero}");
+        // Per-process torchrun values are 2 nodes for the gang as for the judges.
+        let per_process = [
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_WORLD_SIZE", "8"),
+            ("RANK", "1"),
+            ("MASTER_ADDR", "m"),
+        ];
+        let id = gang_identity(
+            &none,
+            &lookup(&[
+                ("WORLD_SIZE", "16"),
+                ("LOCAL_WORLD_SIZE", "8"),
+                ("RANK", "1"),
+                ("MASTER_ADDR", "m"),
+            ]),
+        )
+        .unwrap();
+        let judged = nodes(&env(&per_process[..2]));
+        assert_eq!((id.nodes, judged), (2, Some(2)));
+        assert!(
+            id.sources.contains(&"nodes from WORLD_SIZE".to_string()),
+            "{:?}",
+            id.sources
+        );
+        // Open MPI with one process per node counts its world.
+        assert_eq!(
+            job_nodes(&|n: &str| (n == "OMPI_COMM_WORLD_SIZE").then(|| "4".to_string())),
+            Some((4, "OMPI_COMM_WORLD_SIZE"))
+        );
     }
 }

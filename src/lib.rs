@@ -5,6 +5,7 @@
 //! module that touches the host; the others are pure functions over `Facts`.
 
 pub mod bench;
+pub mod child;
 pub mod cli;
 pub mod commands;
 pub mod diagnostic;

@@ -8,7 +8,93 @@ use std::process::ExitCode;
 
 const EXIT_TOOL_ERROR: u8 = 2;
 
+/// The system allocator, except that running out of memory exits 2 with a message
+/// instead of Rust's abort (SIGABRT, exit 134, no report): under `prlimit --as=8388608`
+/// the tool's own address-space limit, not the node, is what failed (issue 31 row 6).
+struct ExitOnOom;
+
+/// Written with one write(2) from a static buffer: nothing may allocate here.
+const OOM_MESSAGE: &[u8] = b"nccl-preflight: error: out of memory: this process's address-space \
+limit (ulimit -v, prlimit --as) or its container's memory limit is too small for the tool \
+(it needs about 16 MiB)\n";
+
+fn out_of_memory() -> ! {
+    // SAFETY: write(2) on stderr from a static buffer and _exit(2) are async-signal-safe
+    // and allocate nothing; buffered output is lost, which a process out of memory
+    // cannot avoid.
+    unsafe {
+        libc::write(2, OOM_MESSAGE.as_ptr().cast(), OOM_MESSAGE.len());
+        libc::_exit(i32::from(EXIT_TOOL_ERROR))
+    }
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so
+// `System`'s guarantees hold; a null result never returns (the process exits).
+unsafe impl std::alloc::GlobalAlloc for ExitOnOom {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `alloc`'s contract, forwarded as is.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `alloc_zeroed`'s contract, forwarded as is.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from this allocator, that is from `System`, with `layout`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from `System` with `layout`; the caller upholds the rest.
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, size) };
+        if p.is_null() {
+            out_of_memory();
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: ExitOnOom = ExitOnOom;
+
+/// An abort from below the tool's code ends in exit 2 with a line too, not 134: glibc
+/// aborts on its own when it cannot allocate for a new thread ("Fatal glibc error: failed
+/// to register TLS destructor: out of memory", seen at `prlimit --as=11763712`), which
+/// no allocator of ours sees. Exit 2 is the contract's "could not do its job".
+extern "C" fn on_abort(_: libc::c_int) {
+    const MESSAGE: &[u8] = b"nccl-preflight: error: aborted (the line above says why; under \
+an address-space limit, ulimit -v or prlimit --as, raise it)\n";
+    // SAFETY: write(2) from a static buffer and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+        libc::_exit(i32::from(EXIT_TOOL_ERROR))
+    }
+}
+
+fn exit_2_on_abort() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_abort),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only writes a static buffer and calls _exit, both
+    // async-signal-safe; an exec'ed command gets the default action back (execve(2)).
+    let _ = unsafe { sigaction(Signal::SIGABRT, &action) };
+}
+
 fn main() -> ExitCode {
+    exit_2_on_abort();
     // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
     let cli = Cli::parse();
     let env: Vec<_> = std::env::vars_os().collect();

@@ -12,8 +12,10 @@
 //! can plant one to make this tool (often root) overwrite a file it points to. A
 //! device node, FIFO, socket or directory is refused too (`init --env-file
 //! /dev/null` used to replace the machine's /dev/null). A replaced file keeps its
-//! permission bits; a new one gets the output's mode (0644). `install` always
-//! gives 0755.
+//! permission bits only when it is ours (owned by this process's user) in a directory
+//! no one else can write or a sticky one; otherwise, and for a new file, the output
+//! gets its own mode (0644): another user's planted 0666 file never leaves a
+//! world-writable env file behind. `install` always gives 0755.
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
@@ -80,11 +82,34 @@ fn kind_of(file_type: fs::FileType) -> &'static str {
     }
 }
 
+/// Whether the bits of the file `meta` describes may be kept for the output that
+/// replaces it: only a file this process's user owns, in a directory no one else can
+/// write or one that is sticky. Another user's file (planted 0666 in a shared
+/// directory, issue 31 row 2) or any file in a non-sticky directory others can write
+/// (where anyone could have made it) gets the output's own mode instead.
+fn may_keep_mode(meta: &fs::Metadata, dir: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid(2) takes nothing, cannot fail and touches no memory of ours.
+    let ours = meta.uid() == unsafe { libc::geteuid() };
+    let others_write = dir.mode() & 0o022 != 0;
+    let sticky = dir.mode() & 0o1000 != 0;
+    ours && (!others_write || sticky)
+}
+
 /// The permission bits to give the output: those of the regular file it
-/// replaces (when `keep`), or `mode`. Anything else at the path is refused.
+/// replaces (when `keep` and `may_keep_mode`), or `mode`. Anything else at the path
+/// is refused.
 fn destination_mode(flag: &str, path: &Path, mode: u32, keep: bool) -> Result<u32> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_file() && keep => Ok(meta.permissions().mode() & 0o777),
+        Ok(meta) if meta.file_type().is_file() && keep => {
+            let dir = fs::metadata(parent_of(path))
+                .with_context(|| format!("{flag} {}: its directory", path.display()))?;
+            Ok(if may_keep_mode(&meta, &dir) {
+                meta.permissions().mode() & 0o777
+            } else {
+                mode
+            })
+        }
         Ok(meta) if meta.file_type().is_file() => Ok(mode),
         Ok(meta) if meta.file_type().is_symlink() => bail!(
             "{flag} {}: is a symbolic link; refusing to follow it (name the file it points to instead)",
@@ -225,8 +250,10 @@ pub fn write_atomically(outputs: &[Output]) -> Result<()> {
     let mut targets = Vec::new();
     for (s, output) in staged.into_iter().zip(outputs) {
         // rename(2) replaces the directory entry itself: a symbolic link planted
-        // since the check above is replaced, its target left untouched.
-        s.temp.persist(&s.target).map_err(|e| {
+        // since the check above is replaced, its target left untouched. The file is
+        // closed first: a new binary still open for writing when it appears under its
+        // name makes a concurrent execve of that name fail with ETXTBSY (issue 31 row 9).
+        s.temp.into_temp_path().persist(&s.target).map_err(|e| {
             anyhow!(
                 "{} {}: cannot rename into place: {}",
                 output.flag,

@@ -144,8 +144,13 @@ pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 fn read_whole(flag: &str, path: &Path) -> Result<String> {
-    use std::io::Read;
     let file = open_input(path).with_context(|| flag.to_string())?;
+    read_opened(flag, file)
+}
+
+/// `read_whole` of a file already opened with `open_input`.
+fn read_opened(flag: &str, file: std::fs::File) -> Result<String> {
+    use std::io::Read;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -162,21 +167,176 @@ fn read_whole(flag: &str, path: &Path) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| anyhow!("{flag}: not UTF-8 text"))
 }
 
+/// Where a facts document is parsed from: a regular file, read again from its start
+/// for each pass (memory holds only what is kept), or the bytes of a pipe, read whole
+/// (at most `MAX_INPUT_BYTES`; a pipe cannot be read twice).
+enum FactsSource {
+    File(std::fs::File),
+    Bytes(Vec<u8>),
+}
+
+impl FactsSource {
+    fn open(flag: &str, path: &Path) -> Result<FactsSource> {
+        let file = open_input(path).with_context(|| flag.to_string())?;
+        let meta = file.metadata().with_context(|| flag.to_string())?;
+        if !meta.is_file() {
+            return Ok(FactsSource::Bytes(read_opened(flag, file)?.into_bytes()));
+        }
+        if meta.len() > MAX_INPUT_BYTES {
+            bail!(
+                "{flag}: larger than {} (the most this tool reads); not a facts or recording file",
+                crate::units::format_bytes(MAX_INPUT_BYTES)
+            );
+        }
+        if meta.len() == 0 {
+            bail!("{flag}: empty (a FIFO or pipe that nobody writes to reads as empty)");
+        }
+        Ok(FactsSource::File(file))
+    }
+
+    /// One pass over the whole document into `T`, streaming: the fields `T` does not
+    /// name are skipped without being kept (serde's `IgnoredAny`).
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        use std::io::{Read, Seek};
+        match self {
+            FactsSource::Bytes(bytes) => parse_json(&mut bytes.as_slice()),
+            FactsSource::File(file) => {
+                let mut file = file;
+                file.rewind().map_err(|e| e.to_string())?;
+                let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+                let mut bytes = [0u8; 3];
+                // serde_json reads UTF-8 but does not check strings it skips: refuse
+                // a file that does not start as text, as the whole-file read did.
+                let n = reader.read(&mut bytes).map_err(|e| e.to_string())?;
+                if std::str::from_utf8(&bytes[..n]).is_err_and(|e| e.error_len().is_some()) {
+                    return Err("not UTF-8 text".into());
+                }
+                file.rewind().map_err(|e| e.to_string())?;
+                parse_json(&mut file.take(MAX_INPUT_BYTES))
+            }
+        }
+    }
+}
+
+/// Parses the JSON document `reader` gives into `T`, as it streams. Every caller goes
+/// through this one reader type (a buffered `dyn Read`), so the binary carries one
+/// deserializer of the facts tree, not one per input kind (each is ~450 KB of code:
+/// `serve::probe` reads the child's facts through it too).
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    reader: &mut dyn std::io::Read,
+) -> Result<T, String> {
+    serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, reader))
+        .map_err(|e| e.to_string())
+}
+
+/// The `schema` of a JSON object and nothing else: every other value is skipped as
+/// it streams past, so a 64 MiB unknown field costs no memory (issue 31 row 5).
+struct SchemaOnly(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for SchemaOnly {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct Document;
+        impl<'de> Visitor<'de> for Document {
+            type Value = SchemaOnly;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SchemaOnly, A::Error> {
+                let mut schema = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "schema" {
+                        schema = map.next_value::<TextOrNot>()?.0;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(SchemaOnly(schema))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SchemaOnly, A::Error> {
+                // Read through (the parser's depth limit applies), then refuse.
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Err(serde::de::Error::invalid_type(
+                    serde::de::Unexpected::Seq,
+                    &self,
+                ))
+            }
+        }
+        d.deserialize_any(Document)
+    }
+}
+
+/// A string, or `None` for any other value (skipped, not kept).
+struct TextOrNot(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for TextOrNot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess};
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = TextOrNot;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(Some(v.to_string())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(None))
+            }
+            fn visit_unit<E>(self) -> Result<TextOrNot, E> {
+                Ok(TextOrNot(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextOrNot, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TextOrNot(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TextOrNot, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(TextOrNot(None))
+            }
+        }
+        d.deserialize_any(Text)
+    }
+}
+
+/// A report's facts; its other fields are skipped unread.
+#[derive(serde::Deserialize)]
+struct ReportFacts {
+    facts: Option<Facts>,
+}
+
 /// Loads saved facts: a facts document, or a report (its `facts`). A document
-/// from another schema version is refused rather than misread.
+/// from another schema version is refused rather than misread. Parsed in two streaming
+/// passes (the schema, then the typed facts), never into a generic JSON value: a 64 MiB
+/// facts file padded with an unknown field took 5.8 GB that way (issue 31 row 5).
 pub fn load_facts(path: &Path) -> Result<Facts> {
     let flag = format!("--facts {}", path.display());
-    let text = read_whole(&flag, path)?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
-    let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-    let facts = if schema == FACTS_SCHEMA {
-        value
+    let source = FactsSource::open(&flag, path)?;
+    let SchemaOnly(schema) = source
+        .parse()
+        .map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
+    let schema = schema.unwrap_or_default();
+    let facts: Facts = if schema == FACTS_SCHEMA {
+        source.parse().map_err(|e| anyhow!("{flag}: {e}"))?
     } else if schema == REPORT_SCHEMA {
-        value
-            .get("facts")
-            .cloned()
+        let report: ReportFacts = source.parse().map_err(|e| anyhow!("{flag}: {e}"))?;
+        report
+            .facts
             .ok_or_else(|| anyhow!("{flag}: report has no facts"))?
+    } else if schema == crate::explain::SCHEMA {
+        bail!(
+            "{flag}: this is an explain-log report ({schema}), not facts: give --facts the output of `nccl-preflight facts` or a report from check --format json or init --report"
+        )
     } else if schema.starts_with("nccl-preflight/") {
         bail!(
             "{flag}: schema {schema:?} is not one this version reads ({FACTS_SCHEMA} or {REPORT_SCHEMA}); it was written by another nccl-preflight version"
@@ -184,7 +344,6 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
     } else {
         bail!("{flag}: not an nccl-preflight facts document (no \"schema\": {FACTS_SCHEMA:?})")
     };
-    let facts: Facts = serde_json::from_value(facts).map_err(|e| anyhow!("{flag}: {e}"))?;
     if facts.schema != FACTS_SCHEMA {
         bail!(
             "{flag}: facts schema {:?} is not {FACTS_SCHEMA}",

@@ -58,6 +58,7 @@ pub fn identity(
             .map(|p| p.trim().to_string())
             .filter(|p| !p.is_empty())
             .collect(),
+        attempt: opts.gang_attempt.clone(),
     };
     let var = |name: &str| {
         env.iter()
@@ -74,13 +75,9 @@ pub fn identity(
         let path = var("OMPI_MCA_orte_default_hostfile")
             .or_else(|| var("HYDRA_HOST_FILE"))
             .unwrap_or_else(|| "/etc/mpi/hostfile".to_string());
-        let head = std::fs::File::open(&path).ok().and_then(|f| {
-            use std::io::Read;
-            let mut text = String::new();
-            f.take(1 << 20).read_to_string(&mut text).ok()?;
-            crate::layout::hostfile_root(&text)
-        });
-        flags.root = head;
+        flags.root = read_hostfile(&path)?
+            .as_deref()
+            .and_then(crate::layout::hostfile_root);
     }
     let from_hostfile = flags.root.is_some() && opts.gang_root.is_none();
     let mut identity =
@@ -93,6 +90,44 @@ pub fn identity(
         }
     }
     Ok(identity)
+}
+
+/// Largest MPI hostfile read: one line per worker, so 64 KiB holds thousands of hosts.
+const MAX_HOSTFILE_BYTES: u64 = 64 << 10;
+
+/// The MPI hostfile's text; `None` when it does not exist (a worker pod has none). Only
+/// a regular file of at most `MAX_HOSTFILE_BYTES` is read, opened without blocking: a
+/// FIFO nobody writes blocked for ever, and /dev/zero gave a 1 MiB "host name" (issue 31
+/// row 7).
+fn read_hostfile(path: &str) -> Result<Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = crate::render::visible(path);
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("gang: cannot read the MPI hostfile {shown}: {e}"),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| anyhow!("gang: cannot read the MPI hostfile {shown}: {e}"))?;
+    if !meta.file_type().is_file() {
+        bail!("gang: the MPI hostfile {shown} is not a regular file (a FIFO or a device?)");
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_HOSTFILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow!("gang: cannot read the MPI hostfile {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_HOSTFILE_BYTES {
+        bail!("gang: the MPI hostfile {shown} is larger than {MAX_HOSTFILE_BYTES} bytes");
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| anyhow!("gang: the MPI hostfile {shown} is not UTF-8 text"))
 }
 
 /// Runs the gang after the local checks in `report`, adds its findings (settled
@@ -145,8 +180,39 @@ pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
     }
 }
 
+/// What SIGTERM or SIGINT prints before the process ends.
+const STOPPED: &[u8] =
+    b"nccl-preflight: stopped by a signal before the checks ended; nothing was started\n";
+
+extern "C" fn on_stop(signal: libc::c_int) {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; STOPPED is a static buffer.
+    unsafe {
+        libc::write(2, STOPPED.as_ptr().cast(), STOPPED.len());
+        libc::_exit(128 + signal);
+    }
+}
+
+/// Ends the process at once on SIGTERM or SIGINT with a line saying so (exit
+/// 128 + the signal), also as PID 1, where the kernel drops a signal that has
+/// no handler (issue 31 row 13): the gang's worker dies with it (PR_SET_PDEATHSIG,
+/// `crate::child`), the rendezvous port closes with it, and `exec` never starts
+/// the command. execve resets the handler, so the command gets its own signals.
+pub fn stop_on_signals() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler calls only async-signal-safe functions (see on_stop).
+        let _ = unsafe { sigaction(signal, &action) };
+    }
+}
+
 /// `nccl-preflight gang`.
 pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    stop_on_signals();
     let policy = build_policy(&args.check)?;
     // A bad identity costs nothing: refused before anything is gathered.
     let identity = identity(&args.check, &args.gang, env)?;

@@ -1,11 +1,12 @@
-//! The fingerprint: what one pod tells every other pod, as a fixed-size,
-//! versioned record that NCCL all-gathers (one record per rank).
+//! The fingerprint: what one pod tells every other pod at the gang's
+//! rendezvous (`rendezvous`), as a bounded, versioned record.
 //!
-//! Record layout (`FINGERPRINT_BYTES` bytes): `NPGF` | version (u16 LE) |
-//! length of the body (u32 LE) | the body, JSON of [`Fingerprint`] | zeros.
-//! A fixed size is what an all-gather needs (every rank sends the same count);
-//! the version lets a newer tool refuse an older record by name rather than
-//! misread it.
+//! Record layout (at most `FINGERPRINT_BYTES` bytes): `NPGF` | version (u16 LE)
+//! | length of the body (u32 LE) | the body, JSON of [`Fingerprint`]. The
+//! version lets a newer tool refuse an older record by name rather than misread
+//! it. A peer's record is hostile input: [`Fingerprint::decode`] bounds it and
+//! [`Fingerprint::escaped`] makes every string in it printable before any of it
+//! reaches a finding or a terminal.
 
 use crate::finding::Status;
 use crate::report::Report;
@@ -17,7 +18,11 @@ use std::collections::BTreeMap;
 /// fit with room to spare; more is refused when encoding, never cut.
 pub const FINGERPRINT_BYTES: usize = 16384;
 /// The record's version; bumped when a field changes meaning.
-pub const FINGERPRINT_VERSION: u16 = 1;
+/// 2: the libnccl's path, failed and warned checks' summaries and the gang's own
+/// options joined the record (it travels over the rendezvous, not NCCL).
+pub const FINGERPRINT_VERSION: u16 = 2;
+/// A check summary carried in the record is cut to this many characters.
+const SUMMARY_CHARS: usize = 240;
 const MAGIC: &[u8; 4] = b"NPGF";
 const HEADER: usize = 10;
 
@@ -32,6 +37,8 @@ pub struct Fingerprint {
     pub host: String,
     /// The libnccl the trainer will load (`2.28.9`).
     pub nccl_version: Option<String>,
+    /// Where that libnccl is (its path as found).
+    pub nccl_library: Option<String>,
     /// The CUDA driver version (`12.8`).
     pub cuda_driver_version: Option<String>,
     /// The first GPU's model.
@@ -54,6 +61,12 @@ pub struct Fingerprint {
     pub checks: BTreeMap<String, Status>,
     /// The local verdict (the same `check` gives).
     pub local_verdict: Status,
+    /// Every failed or warned local check's summary, by check id (cut to
+    /// SUMMARY_CHARS): the text the job verdict quotes for a pod that failed its own checks.
+    pub summaries: BTreeMap<String, String>,
+    /// The gang's own options (`--gang-sizes`, `--gang-iterations`, `--gang-timeout`),
+    /// which every pod must share: pods that measure differently never line up.
+    pub gang_options: String,
 }
 
 impl Default for Fingerprint {
@@ -62,6 +75,7 @@ impl Default for Fingerprint {
             node_rank: 0,
             host: String::new(),
             nccl_version: None,
+            nccl_library: None,
             cuda_driver_version: None,
             gpu_model: None,
             gpus: 0,
@@ -74,6 +88,8 @@ impl Default for Fingerprint {
             env: BTreeMap::new(),
             checks: BTreeMap::new(),
             local_verdict: Status::Pass,
+            summaries: BTreeMap::new(),
+            gang_options: String::new(),
         }
     }
 }
@@ -103,7 +119,7 @@ impl std::fmt::Display for DecodeError {
 }
 
 impl Fingerprint {
-    /// The fixed-size record.
+    /// The record: header and body, at most FINGERPRINT_BYTES.
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let body = serde_json::to_vec(self).map_err(|e| e.to_string())?;
         if body.len() > FINGERPRINT_BYTES - HEADER {
@@ -113,16 +129,22 @@ impl Fingerprint {
                 FINGERPRINT_BYTES - HEADER
             ));
         }
-        let mut out = vec![0u8; FINGERPRINT_BYTES];
-        out[..4].copy_from_slice(MAGIC);
-        out[4..6].copy_from_slice(&FINGERPRINT_VERSION.to_le_bytes());
-        out[6..10].copy_from_slice(&(body.len() as u32).to_le_bytes());
-        out[HEADER..HEADER + body.len()].copy_from_slice(&body);
+        let mut out = Vec::with_capacity(HEADER + body.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FINGERPRINT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
         Ok(out)
     }
 
-    /// Reads a record.
+    /// Reads a record (a peer's: bounded, and escaped before it is returned).
     pub fn decode(record: &[u8]) -> Result<Fingerprint, DecodeError> {
+        if record.len() > FINGERPRINT_BYTES {
+            return Err(DecodeError::Body(format!(
+                "{} bytes, more than a record's {FINGERPRINT_BYTES}",
+                record.len()
+            )));
+        }
         if record.len() < HEADER || &record[..4] != MAGIC {
             return Err(DecodeError::NotARecord);
         }
@@ -134,7 +156,38 @@ impl Fingerprint {
         let body = record
             .get(HEADER..HEADER.saturating_add(len))
             .ok_or_else(|| DecodeError::Body(format!("length {len} past the record's end")))?;
-        serde_json::from_slice(body).map_err(|e| DecodeError::Body(e.to_string()))
+        serde_json::from_slice(body)
+            .map(Fingerprint::escaped)
+            .map_err(|e| DecodeError::Body(e.to_string()))
+    }
+
+    /// The record with every string made printable (control characters shown as
+    /// `\xNN`, as the rest of the report shows host text): a peer's host name, a
+    /// variable or a check id could otherwise move the cursor, ring the bell or
+    /// forge a line (`\n[PASS] gang-consistency`).
+    pub fn escaped(self) -> Fingerprint {
+        let v = |s: String| crate::render::visible(&s).into_owned();
+        let o = |s: Option<String>| s.map(v);
+        Fingerprint {
+            host: v(self.host),
+            nccl_version: o(self.nccl_version),
+            nccl_library: o(self.nccl_library),
+            cuda_driver_version: o(self.cuda_driver_version),
+            gpu_model: o(self.gpu_model),
+            net_plugin: o(self.net_plugin),
+            libfabric_version: o(self.libfabric_version),
+            rdma_rates: self.rdma_rates.into_iter().map(v).collect(),
+            socket_interface: o(self.socket_interface),
+            env: self.env.into_iter().map(|(k, x)| (v(k), v(x))).collect(),
+            checks: self.checks.into_iter().map(|(k, s)| (v(k), s)).collect(),
+            summaries: self
+                .summaries
+                .into_iter()
+                .map(|(k, x)| (v(k), v(x)))
+                .collect(),
+            gang_options: v(self.gang_options),
+            ..self
+        }
     }
 
     /// The rows compared across pods: (field, value), in a stable order.
@@ -142,6 +195,7 @@ impl Fingerprint {
         let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".to_string());
         let mut out = vec![
             ("nccl version".to_string(), opt(&self.nccl_version)),
+            ("gang options".to_string(), self.gang_options.clone()),
             ("cuda driver".to_string(), opt(&self.cuda_driver_version)),
             ("gpu model".to_string(), opt(&self.gpu_model)),
             ("gpus".to_string(), self.gpus.to_string()),
@@ -203,13 +257,34 @@ pub fn effective_env(report: &Report) -> BTreeMap<String, String> {
     env
 }
 
+/// RDMA devices with an ACTIVE port, and those ports' rates, sorted.
+fn active_rdma(facts: &crate::facts::Facts) -> (u32, Vec<String>) {
+    let mut devices = 0;
+    let mut rates = Vec::new();
+    for d in facts.rdma.devices.value().into_iter().flatten() {
+        let active: Vec<_> = d
+            .ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .collect();
+        if !active.is_empty() {
+            devices += 1;
+        }
+        rates.extend(active.iter().filter_map(|p| p.rate.clone()));
+    }
+    rates.sort();
+    (devices, rates)
+}
+
 /// The fingerprint of this pod from its local report. `gpus` is what the CUDA driver
-/// showed the gang; `socket` the interface NCCL's sockets use and its speed.
+/// showed the gang; `socket` the interface NCCL's sockets use and its speed;
+/// `gang_options` the gang's own options as text.
 pub fn from_report(
     report: &Report,
     node_rank: u64,
     gpus: u32,
     socket: (Option<String>, Option<u64>),
+    gang_options: String,
 ) -> Fingerprint {
     let facts = &report.facts;
     let nvml = facts.gpus.nvml.loaded();
@@ -236,20 +311,8 @@ pub fn from_report(
                 None => name,
             }
         });
-    let mut rdma_devices = 0;
-    let mut rdma_rates = Vec::new();
-    for d in facts.rdma.devices.value().into_iter().flatten() {
-        let active: Vec<_> = d
-            .ports
-            .iter()
-            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-            .collect();
-        if !active.is_empty() {
-            rdma_devices += 1;
-        }
-        rdma_rates.extend(active.iter().filter_map(|p| p.rate.clone()));
-    }
-    rdma_rates.sort();
+    let (rdma_devices, rdma_rates) = active_rdma(facts);
+    let nccl = facts.rdma.nccl.library.loaded();
     Fingerprint {
         node_rank,
         host: facts
@@ -258,12 +321,8 @@ pub fn from_report(
             .value()
             .cloned()
             .unwrap_or_default(),
-        nccl_version: facts
-            .rdma
-            .nccl
-            .library
-            .loaded()
-            .and_then(|l| l.version.value().cloned()),
+        nccl_version: nccl.and_then(|l| l.version.value().cloned()),
+        nccl_library: nccl.and_then(|l| l.path.clone()),
         cuda_driver_version,
         gpu_model,
         gpus,
@@ -280,6 +339,18 @@ pub fn from_report(
             .map(|c| (c.id.clone(), c.status()))
             .collect(),
         local_verdict: report.verdict,
+        summaries: report
+            .checks
+            .iter()
+            .filter(|c| matches!(c.status(), Status::Fail | Status::Warn))
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    c.summary.chars().take(SUMMARY_CHARS).collect(),
+                )
+            })
+            .collect(),
+        gang_options,
     }
 }
 
@@ -303,10 +374,10 @@ mod tests {
     }
 
     #[test]
-    fn encode_decode_round_trip_at_fixed_size() {
+    fn encode_decode_round_trip_within_the_bound() {
         let f = sample();
         let rec = f.encode().unwrap();
-        assert_eq!(rec.len(), FINGERPRINT_BYTES);
+        assert!(rec.len() <= FINGERPRINT_BYTES);
         assert_eq!(&rec[..4], b"NPGF");
         assert_eq!(u16::from_le_bytes([rec[4], rec[5]]), FINGERPRINT_VERSION);
         assert_eq!(Fingerprint::decode(&rec).unwrap(), f);
@@ -319,11 +390,11 @@ mod tests {
             Fingerprint::decode(&[0u8; FINGERPRINT_BYTES]),
             Err(DecodeError::NotARecord)
         );
-        rec[4] = 2;
-        let e = Fingerprint::decode(&rec).unwrap_err();
-        assert_eq!(e, DecodeError::Version(2));
-        assert!(e.to_string().contains("same nccl-preflight"));
         rec[4] = 1;
+        let e = Fingerprint::decode(&rec).unwrap_err();
+        assert_eq!(e, DecodeError::Version(1));
+        assert!(e.to_string().contains("same nccl-preflight"));
+        rec[4] = 2;
         rec[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             Fingerprint::decode(&rec),
@@ -336,6 +407,28 @@ mod tests {
             Err(DecodeError::Body(_))
         ));
         assert_eq!(Fingerprint::decode(b"NP"), Err(DecodeError::NotARecord));
+        // Longer than any record: refused before it is parsed.
+        let mut long = sample().encode().unwrap();
+        long.resize(FINGERPRINT_BYTES + 1, b' ');
+        assert!(matches!(
+            Fingerprint::decode(&long),
+            Err(DecodeError::Body(_))
+        ));
+    }
+
+    #[test]
+    fn regression_peer_strings_reach_the_report_escaped() {
+        // Issue 31 row 14: a newline in a peer's host name forged a report line.
+        let mut f = sample();
+        f.host = "evil\n[PASS] gang-consistency\x1b[2J\x07".into();
+        f.env.insert("NCCL_\u{0}X".into(), "a\rb".into());
+        f.summaries
+            .insert("nccl-env".into(), "bad\x1b]0;title\x07".into());
+        let back = Fingerprint::decode(&f.encode().unwrap()).unwrap();
+        assert_eq!(back.host, "evil\\x0a[PASS] gang-consistency\\x1b[2J\\x07");
+        assert!(back.env.contains_key("NCCL_\\x00X"), "{:?}", back.env);
+        assert_eq!(back.env["NCCL_\\x00X"], "a\\x0db");
+        assert!(!back.summaries["nccl-env"].chars().any(char::is_control));
     }
 
     #[test]

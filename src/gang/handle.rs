@@ -9,13 +9,12 @@
 //! `sockaddr_in6` (family 10, port, flow info 0, address, scope 0), then zeros.
 //! v2.30.7-1 appends `int nRanks`, 0 for a fresh communicator: still zeros.
 //!
-//! The magic is the gang's own, derived from the job identity and the phase,
-//! never NCCL_MAGIC: NCCL's root (src/bootstrap.cc `bootstrapCreateRoot` listens
-//! with the handle's magic) drops a connection carrying another one, so a stale
-//! pod of another gang, or a rank still in the other phase, cannot check in and
-//! kill the root with a duplicate rank. It is not derived from the NCCL version,
-//! so a rank with another NCCL still reaches NCCL's own "Mismatched NCCL version"
-//! check (v2.23.4-1 and later src/init.cc).
+//! The magic is the gang's own job key, derived from the job identity (root,
+//! port, pod count, attempt), never NCCL_MAGIC: NCCL's root (src/bootstrap.cc
+//! `bootstrapCreateRoot` listens with the handle's magic) drops a connection
+//! carrying another one, so a stale pod of another gang cannot check in and
+//! kill the root with a duplicate rank. The rendezvous (`rendezvous`) refuses a
+//! hello with another key the same way, saying why.
 
 use crate::layout::GangIdentity;
 use std::net::{IpAddr, SocketAddr};
@@ -28,22 +27,17 @@ pub const ADDR_OFFSET: usize = 8;
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 
-/// Which of the gang's two NCCL runs a handle is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Join and the fingerprint all-gather, collective tuning removed.
-    Consistency,
-    /// All-reduce and pairwise send/recv rounds with the trainer's exact environment.
-    Bandwidth,
-}
-
-/// A non-zero magic from the job identity and the phase (FNV-1a, 64 bit).
-pub fn magic(identity: &GangIdentity, phase: Phase) -> u64 {
+/// A non-zero job key from the job identity (FNV-1a, 64 bit) and the rendezvous
+/// protocol's version.
+pub fn magic(identity: &GangIdentity) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let text = format!(
-        "nccl-preflight gang|{}|{}|{}|{:?}",
-        identity.root, identity.port, identity.nodes, phase
+        "nccl-preflight gang|{}|{}|{}|{}|{}",
+        super::rendezvous::PROTOCOL,
+        identity.root,
+        identity.port,
+        identity.nodes,
+        identity.attempt
     );
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -149,7 +143,7 @@ mod tests {
     }
 
     #[test]
-    fn magic_is_per_job_and_phase_and_never_zero() {
+    fn magic_is_per_job_and_attempt_and_never_zero() {
         let id = crate::layout::GangIdentity {
             launcher: "flags".into(),
             node_rank: 0,
@@ -158,21 +152,26 @@ mod tests {
             port: 23457,
             peers: vec![],
             sources: vec![],
+            attempt: String::new(),
         };
-        let a = magic(&id, Phase::Consistency);
+        let a = magic(&id);
         assert_ne!(a, 0);
-        assert_ne!(a, magic(&id, Phase::Bandwidth));
+        let retried = GangIdentity {
+            attempt: "1".into(),
+            ..id.clone()
+        };
+        assert_ne!(a, magic(&retried));
         // Every rank of the job computes the same, whatever its own rank.
         let other = GangIdentity {
             node_rank: 1,
             ..id.clone()
         };
-        assert_eq!(a, magic(&other, Phase::Consistency));
+        assert_eq!(a, magic(&other));
         let another_job = GangIdentity {
             root: "other-master-0".into(),
             ..id
         };
-        assert_ne!(a, magic(&another_job, Phase::Consistency));
+        assert_ne!(a, magic(&another_job));
     }
 
     #[test]

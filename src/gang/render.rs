@@ -75,10 +75,11 @@ fn consistency(s: &mut String, run: &GangRun, names: &[String]) {
     if run.rows.is_empty() {
         return;
     }
+    // The same count as gang-consistency's: the records that came.
     let _ = writeln!(
         s,
         "Consistency: {} node(s) agree on {} of {} fields",
-        run.identity.nodes,
+        run.fingerprints.iter().filter(|f| f.is_some()).count(),
         run.rows.len() - differing.len(),
         run.rows.len()
     );

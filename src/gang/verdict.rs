@@ -36,7 +36,9 @@ impl Row {
 }
 
 /// Every field across the nodes' fingerprints; `None` is a node whose record was
-/// not readable. Fields are the union over nodes, in the first record's order.
+/// not readable or never came ("missing", neither odd nor counted in the
+/// majority: what is judged is the records that are there). Fields are the
+/// union over nodes, in the first record's order.
 pub fn rows(fps: &[Option<Fingerprint>]) -> Vec<Row> {
     let per_node: Vec<Vec<(String, String)>> = fps
         .iter()
@@ -64,11 +66,18 @@ pub fn rows(fps: &[Option<Fingerprint>]) -> Vec<Row> {
                         .map_or("unset".to_string(), |(_, v)| v.clone()),
                 })
                 .collect();
-            let majority = majority(&values);
+            let present: Vec<String> = values
+                .iter()
+                .zip(fps)
+                .filter(|(_, f)| f.is_some())
+                .map(|(v, _)| v.clone())
+                .collect();
+            let majority = majority(&present);
             let odd = values
                 .iter()
+                .zip(fps)
                 .enumerate()
-                .filter(|(_, v)| **v != majority)
+                .filter(|(_, (v, f))| f.is_some() && **v != majority)
                 .map(|(i, _)| i)
                 .collect();
             Row {
@@ -109,42 +118,130 @@ fn list(nodes: &[usize], names: &[String]) -> String {
         .join(", ")
 }
 
-/// gang-consistency from the rows: a differing NCCL version or NCCL_* value, a node
-/// with fewer GPUs or usable RDMA devices than its peers, or a node whose own checks
-/// failed, fails; any other difference warns.
-pub fn consistency(rows: &[Row], names: &[String]) -> Finding {
+/// What gang-consistency judges: the rows, the records they came from, the
+/// nodes' names and the records that could not be read (`node i: why`).
+pub struct TableInput<'a> {
+    pub rows: &'a [Row],
+    pub fps: &'a [Option<Fingerprint>],
+    pub names: &'a [String],
+    pub unreadable: &'a [(usize, String)],
+}
+
+/// gang-consistency from the rows: a record that cannot be read, a node whose own
+/// checks failed, a differing NCCL version, gang option or NCCL_* value, a node
+/// with fewer GPUs or usable RDMA devices than its peers fails, in that order of
+/// headline; any other difference warns. Every rank judges the same table, so
+/// every rank prints the same text.
+pub fn consistency(input: &TableInput<'_>) -> Finding {
+    let (rows, names) = (input.rows, input.names);
     let differing: Vec<&Row> = rows.iter().filter(|r| r.differs()).collect();
     let agree = rows.len() - differing.len();
-    let nodes = rows.first().map_or(0, |r| r.values.len());
-    let evidence = vec![format!(
-        "{nodes} node(s) agree on {agree} of {} fields",
-        rows.len()
-    )];
-    let problems = differing
+    let nodes = input.fps.iter().filter(|f| f.is_some()).count();
+    let counted = format!("{nodes} node(s) agree on {agree} of {} fields", rows.len());
+    let evidence = vec![counted.clone()];
+    let mut problems: Vec<Problem> = input
+        .unreadable
         .iter()
-        .filter_map(|r| row_problem(r, names))
+        .map(|(i, why)| {
+            Problem::new(
+                Severity::Fail,
+                format!(
+                    "{} sent a record this nccl-preflight cannot read: {why}",
+                    node_name(*i, names)
+                ),
+                "Run the same nccl-preflight (one image or one init container) in every pod",
+            )
+        })
         .collect();
+    problems.extend(failed_own_checks(input));
+    problems.extend(differing.iter().filter_map(|r| row_problem(r, input)));
     // A failed check on one pod also shows as "local verdict"; the per-check rows are evidence.
     let checks: Vec<String> = differing
         .iter()
         .filter(|r| r.field.starts_with("check "))
         .map(|r| format!("{}: {}", r.field, r.values.join(" | ")))
         .collect();
-    let mut f = combine(
-        ids::GANG_CONSISTENCY,
-        format!("{nodes} node(s) agree on all {} fields", rows.len()),
-        evidence,
-        problems,
-    );
+    // One count, whatever differs only as evidence (issue 31 row 16).
+    let pass = if agree == rows.len() {
+        format!("{nodes} node(s) agree on all {} fields", rows.len())
+    } else {
+        format!("{counted}; the rest differ only in checks that passed or warned")
+    };
+    let mut f = combine(ids::GANG_CONSISTENCY, pass, evidence, problems);
     f.evidence.extend(checks);
     f
+}
+
+/// The nodes whose own checks failed, each with its failed checks' summaries.
+fn failed_own_checks(input: &TableInput<'_>) -> Vec<Problem> {
+    input
+        .fps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.as_ref().map(|f| (i, f)))
+        .filter(|(_, f)| f.local_verdict == crate::finding::Status::Fail)
+        .map(|(i, f)| {
+            let failed: Vec<String> = f
+                .checks
+                .iter()
+                .filter(|(_, s)| **s == crate::finding::Status::Fail)
+                .map(|(id, _)| match f.summaries.get(id) {
+                    Some(text) => format!("{id}: {text}"),
+                    None => id.clone(),
+                })
+                .collect();
+            Problem::new(
+                Severity::Fail,
+                format!("{} failed its own checks: {}", node_name(i, input.names), failed.join("; ")),
+                "Fix what that pod's own checks name (its report has each check's fix); the whole job waits for it",
+            )
+        })
+        .collect()
+}
+
+/// "node 1 (job-worker-0) loads NCCL 2.28.3 (/usr/lib/...), the other 3 pods 2.28.9".
+fn version_text(r: &Row, input: &TableInput<'_>) -> String {
+    let path = |i: usize| {
+        input
+            .fps
+            .get(i)
+            .and_then(|f| f.as_ref())
+            .and_then(|f| f.nccl_library.as_deref())
+            .map_or(String::new(), |p| format!(" ({p})"))
+    };
+    let others = input.fps.iter().filter(|f| f.is_some()).count() - r.odd.len();
+    let odd: Vec<String> = r
+        .odd
+        .iter()
+        .map(|&i| {
+            format!(
+                "{} loads NCCL {}{}",
+                node_name(i, input.names),
+                r.values[i],
+                path(i)
+            )
+        })
+        .collect();
+    let majority_path = r
+        .values
+        .iter()
+        .enumerate()
+        .find(|(i, v)| **v == r.majority && input.fps.get(*i).is_some_and(|f| f.is_some()))
+        .map_or(String::new(), |(i, _)| path(i));
+    format!(
+        "{}, the other {others} pod(s) NCCL {}{majority_path}",
+        odd.join(", "),
+        r.majority
+    )
 }
 
 /// The nodes whose value in `r` is not a number or is below the largest one.
 fn below_the_most(r: &Row) -> Vec<usize> {
     let nums: Vec<Option<u64>> = r.values.iter().map(|v| v.parse().ok()).collect();
     let max = nums.iter().flatten().max().copied().unwrap_or(0);
-    nodes_where(r, |v| v.parse::<u64>().ok().is_none_or(|n| n < max))
+    nodes_where(r, |v| {
+        v != "missing" && v.parse::<u64>().ok().is_none_or(|n| n < max)
+    })
 }
 
 /// The nodes whose value in `r` satisfies `keep`.
@@ -159,7 +256,8 @@ fn nodes_where(r: &Row, keep: impl Fn(&str) -> bool) -> Vec<usize> {
 
 /// What one differing row means: None for rows that are only evidence (a
 /// per-check row; a local verdict where no pod failed).
-fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
+fn row_problem(r: &Row, input: &TableInput<'_>) -> Option<Problem> {
+    let names = input.names;
     let shown: Vec<String> = r
         .values
         .iter()
@@ -175,12 +273,17 @@ fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
     match r.field.as_str() {
         "nccl version" => p(
             Severity::Fail,
+            version_text(r, input),
+            "Build every pod from one image (one libnccl for the whole job): ranks with different NCCL versions fail NCCL's init or hang in it",
+        ),
+        "gang options" => p(
+            Severity::Fail,
             format!(
-                "pods load different NCCL versions: {} differ from {}",
+                "the gang's own options differ across pods ({} against {})",
                 list(&r.odd, names),
                 r.majority
             ),
-            "Build every pod from the same image (one libnccl for the whole job); ranks with different NCCL versions fail init or hang",
+            "Give every pod the same --gang-sizes, --gang-iterations and --gang-timeout (one pod template): pods that measure differently never line up",
         ),
         "gpus" | "rdma devices" => {
             let fewer = below_the_most(r);
@@ -199,17 +302,8 @@ fn row_problem(r: &Row, names: &[String]) -> Option<Problem> {
                 "Give every pod the same GPU and RDMA resources (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) and drain the node whose devices are missing or down; the whole job runs at the slowest node's speed",
             )
         }
-        "local verdict" => {
-            let failed = nodes_where(r, |v| v == "fail");
-            if failed.is_empty() {
-                return None;
-            }
-            p(
-                Severity::Fail,
-                format!("{} failed its own checks", list(&failed, names)),
-                "Read that pod's report (its check rows say what failed and how to fix it)",
-            )
-        }
+        // Judged with the summaries in failed_own_checks.
+        "local verdict" => None,
         f if f.starts_with("env NCCL_") => p(
             Severity::Fail,
             format!(
@@ -439,11 +533,65 @@ pub struct BandwidthInput<'a> {
     pub transports: &'a std::collections::BTreeMap<String, u64>,
     pub matrix: &'a [Vec<Option<f64>>],
     pub straggler: Option<&'a Straggler>,
+    /// Nodes that sent a time that is not a finite, non-negative number.
+    pub nonsense: &'a [usize],
+    /// Measurements the budget left out, with why.
+    pub skipped: &'a [String],
+}
+
+/// A busbw under this, GB/s (1 MB/s), fails whatever the network figure: the
+/// job's network carries next to nothing (issue 31 row 18).
+pub const NEAR_ZERO_GBPS: f64 = 0.001;
+
+/// The nodes any of whose times (`[node][...]`, or `[size][node]` when
+/// `by_size`) is NaN, infinite or negative: a peer's numbers are input, never trusted.
+pub fn nonsense_nodes(round_seconds: &[Vec<f64>], allreduce_seconds: &[Vec<f64>]) -> Vec<usize> {
+    let bad = |t: &f64| !t.is_finite() || *t < 0.0;
+    let mut out: Vec<usize> = round_seconds
+        .iter()
+        .enumerate()
+        .filter(|(_, ts)| ts.iter().any(bad))
+        .map(|(i, _)| i)
+        .collect();
+    for size in allreduce_seconds {
+        out.extend(
+            size.iter()
+                .enumerate()
+                .filter(|(_, t)| bad(t))
+                .map(|(i, _)| i),
+        );
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
     let mut evidence = Vec::new();
     let mut problems = Vec::new();
+    if !input.nonsense.is_empty() {
+        problems.push(Problem::new(
+            Severity::Fail,
+            format!(
+                "{} sent times that are not finite numbers (NaN, infinite or negative); they are left out",
+                list(input.nonsense, input.names)
+            ),
+            "Run the same nccl-preflight in every pod; a pod that sends nonsense is broken or not one of the job's",
+        ));
+    }
+    if let Some(b) = best_busbw(input).filter(|b| *b < NEAR_ZERO_GBPS) {
+        problems.push(Problem::new(
+            Severity::Fail,
+            format!("all-reduce busbw {b:.4} GB/s: the network between the pods carries next to nothing"),
+            "Check the network between the pods (rate limits, the interface NCCL picks: NCCL_SOCKET_IFNAME) and rerun",
+        ));
+    }
+    evidence.extend(
+        input
+            .skipped
+            .iter()
+            .map(|s| format!("not measured within the budget: {s}")),
+    );
     for s in input.sizes {
         evidence.push(format!(
             "all-reduce {}: busbw {:.2} GB/s (slowest rank, {:.3} ms)",
@@ -558,6 +706,17 @@ fn against_network(
     }
 }
 
+/// A rate in GB/s with the digits a slow link needs (0.0025, not 0.00).
+pub fn gbps_text(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 /// The straggler node, with its NIC facts as evidence.
 fn straggler_problem(input: &BandwidthInput<'_>, s: &Straggler) -> Problem {
     let facts = input
@@ -578,11 +737,11 @@ fn straggler_problem(input: &BandwidthInput<'_>, s: &Straggler) -> Problem {
     let mut p = Problem::new(
         Severity::Fail,
         format!(
-            "{} is the straggler: every link it exchanges on runs at {:.2} GB/s on average, under {:.0}% of the other links' median {:.2} GB/s",
+            "{} is the straggler: every link it exchanges on runs at {} GB/s on average, under {:.0}% of the other links' median {} GB/s",
             node_name(s.node, input.names),
-            s.mean_gbps,
+            gbps_text(s.mean_gbps),
             STRAGGLER_FACTOR * 100.0,
-            s.median_gbps
+            gbps_text(s.median_gbps)
         ),
         "Drain that node or fix its links (a NIC trained at a lower rate, a missing NIC, a rate limit), then rerun",
     );
@@ -611,12 +770,21 @@ mod tests {
         (0..n).map(|i| format!("pod-{i}")).collect()
     }
 
+    fn judge(fps: &[Option<Fingerprint>]) -> Finding {
+        consistency(&TableInput {
+            rows: &rows(fps),
+            fps,
+            names: &names(fps.len()),
+            unreadable: &[],
+        })
+    }
+
     #[test]
     fn agreeing_pods_pass_with_a_count() {
         let fps = vec![fp(0, "2.28.9", 8, "Ring"), fp(1, "2.28.9", 8, "Ring")];
         let r = rows(&fps);
         assert!(r.iter().all(|r| !r.differs()));
-        let f = consistency(&r, &names(2));
+        let f = judge(&fps);
         assert_eq!(f.status(), Status::Pass);
         assert!(
             f.summary
@@ -636,11 +804,14 @@ mod tests {
         let r = rows(&fps);
         let v = r.iter().find(|r| r.field == "nccl version").unwrap();
         assert_eq!((v.majority.as_str(), v.odd.clone()), ("2.28.9", vec![2]));
-        let f = consistency(&r, &names(3));
+        let f = judge(&fps);
         assert_eq!(f.status(), Status::Fail);
         let text = format!("{} {}", f.summary, f.evidence.join("\n"));
         assert!(text.contains("3 problems"), "{text}");
-        assert!(text.contains("node 2 (pod-2) differ from 2.28.9"), "{text}");
+        assert!(
+            text.contains("node 2 (pod-2) loads NCCL 2.21.5, the other 2 pod(s) NCCL 2.28.9"),
+            "{text}"
+        );
         assert!(text.contains("NCCL_ALGO differs across pods"), "{text}");
         assert!(text.contains("node 2 (pod-2) has fewer GPUs"), "{text}");
     }
@@ -649,10 +820,12 @@ mod tests {
     fn other_differences_warn_and_a_missing_record_is_shown() {
         let mut b = fp(1, "2.28.9", 8, "Ring");
         b.as_mut().unwrap().libfabric_version = Some("1.22".into());
-        let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), b]), &names(2));
+        let f = judge(&[fp(0, "2.28.9", 8, "Ring"), b]);
         assert_eq!(f.status(), Status::Warn, "{f:?}");
         let r = rows(&[fp(0, "2.28.9", 8, "Ring"), None]);
         assert_eq!(r[0].values[1], "missing");
+        // A missing record is neither odd nor a fewer-GPUs node.
+        assert!(r.iter().all(|r| !r.differs()), "{r:?}");
         // A pod whose own checks failed fails the job, named.
         let mut c = fp(1, "2.28.9", 8, "Ring");
         c.as_mut().unwrap().local_verdict = Status::Fail;
@@ -660,13 +833,62 @@ mod tests {
             .unwrap()
             .checks
             .insert("memlock".into(), Status::Fail);
-        let f = consistency(&rows(&[fp(0, "2.28.9", 8, "Ring"), c]), &names(2));
+        c.as_mut()
+            .unwrap()
+            .summaries
+            .insert("memlock".into(), "RLIMIT_MEMLOCK is 8 MiB".into());
+        let f = judge(&[fp(0, "2.28.9", 8, "Ring"), c]);
         assert_eq!(f.status(), Status::Fail);
-        assert_eq!(f.summary, "node 1 (pod-1) failed its own checks");
+        assert_eq!(
+            f.summary,
+            "node 1 (pod-1) failed its own checks: memlock: RLIMIT_MEMLOCK is 8 MiB"
+        );
         assert!(
             f.evidence.iter().any(|e| e == "check memlock: pass | fail"),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn regression_one_count_and_the_unreadable_record_first() {
+        // Issue 31 row 16: "agree on all 28 fields" above "agree on 26 of 28".
+        let mut b = fp(1, "2.28.9", 8, "Ring");
+        b.as_mut()
+            .unwrap()
+            .checks
+            .insert("memlock".into(), Status::Warn);
+        let fps = [fp(0, "2.28.9", 8, "Ring"), b];
+        let f = judge(&fps);
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
+        let total = rows(&fps).len();
+        assert_eq!(
+            f.summary,
+            format!(
+                "2 node(s) agree on {} of {total} fields; the rest differ only in checks that passed or warned",
+                total - 1
+            )
+        );
+        // Issue 31 row 15: a record that does not decode is the headline, not
+        // "different NCCL versions" or "fewer GPUs".
+        let fps = [fp(0, "2.28.9", 8, "Ring"), fp(1, "2.28.9", 8, "Ring"), None];
+        let f = consistency(&TableInput {
+            rows: &rows(&fps),
+            fps: &fps,
+            names: &names(3),
+            unreadable: &[(2, "fingerprint version 1".into())],
+        });
+        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(
+            f.summary,
+            "node 2 (pod-2) sent a record this nccl-preflight cannot read: fingerprint version 1"
+        );
+        assert!(f.remediation().unwrap().contains("same nccl-preflight"));
+        // Issue 31 row 17: the gang's own options are compared.
+        let mut odd = fp(1, "2.28.9", 8, "Ring");
+        odd.as_mut().unwrap().gang_options = "sizes 1MiB iterations 5".into();
+        let f = judge(&[fp(0, "2.28.9", 8, "Ring"), odd]);
+        assert_eq!(f.status(), Status::Fail);
+        assert!(f.summary.contains("the gang's own options differ"), "{f:?}");
     }
 
     #[test]
@@ -770,6 +992,10 @@ mod tests {
 
     #[test]
     fn busbw_factor_and_bandwidth_verdicts() {
+        // A slow link keeps its digits (it printed 0.00 GB/s at 20 Mbit/s).
+        assert_eq!(gbps_text(0.0025), "0.0025");
+        assert_eq!(gbps_text(0.48), "0.48");
+        assert_eq!(gbps_text(295.04), "295.0");
         let row = size_row(1_000_000_000, 0.1, 4);
         assert!((row.algbw_gbps - 10.0).abs() < 1e-9);
         assert!((row.busbw_gbps - 15.0).abs() < 1e-9);
@@ -786,6 +1012,8 @@ mod tests {
             transports: &sockets,
             matrix: &m,
             straggler: None,
+            nonsense: &[],
+            skipped: &[],
         });
         assert_eq!(f.status(), Status::Fail);
         assert!(
@@ -803,19 +1031,47 @@ mod tests {
             transports: &ib,
             matrix: &m,
             straggler: None,
+            nonsense: &[],
+            skipped: &[],
         });
         assert_eq!(ok.status(), Status::Pass, "{ok:?}");
         // No figure: measured, not judged.
         let plain = vec![fp(0, "2.28.9", 1, "Ring"), fp(1, "2.28.9", 1, "Ring")];
         let none = bandwidth(&BandwidthInput {
-            sizes: &[size_row(1000, 0.1, 2)],
+            sizes: &[size_row(1_000_000, 0.1, 2)],
             fps: &plain,
             names: &names(2),
             transports: &sockets,
             matrix: &m,
             straggler: None,
+            nonsense: &[],
+            skipped: &[],
         });
         assert_eq!(none.status(), Status::Pass);
         assert!(none.evidence.iter().any(|e| e.contains("not judged")));
+        // Issue 31 row 18: zero busbw fails with no figure; a NaN from a peer is named.
+        let zero = bandwidth(&BandwidthInput {
+            sizes: &[size_row(1000, 1e6, 2)],
+            fps: &plain,
+            names: &names(2),
+            transports: &sockets,
+            matrix: &m,
+            straggler: None,
+            nonsense: &nonsense_nodes(
+                &[vec![0.1], vec![f64::NAN]],
+                &[vec![0.1, f64::NEG_INFINITY]],
+            ),
+            skipped: &[],
+        });
+        assert_eq!(zero.status(), Status::Fail);
+        assert!(
+            zero.evidence.iter().any(|e| e.contains("next to nothing")),
+            "{zero:?}"
+        );
+        assert!(
+            zero.summary
+                .contains("node 1 (pod-1) sent times that are not finite"),
+            "{zero:?}"
+        );
     }
 }

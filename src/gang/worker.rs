@@ -1,6 +1,6 @@
 //! The gang's NCCL child (`nccl-preflight gang-worker`, hidden): reads its plan
 //! as JSON on standard input, drives every local GPU through libnccl, and
-//! writes one JSON result on standard output. It never returns to a caller that
+//! replies with one JSON result, both through the child protocol (`crate::child`). It never returns to a caller that
 //! could exec the trainer: it leaves with `_exit`, so NCCL's sockets (created
 //! without SOCK_CLOEXEC, NVIDIA/nccl v2.28.9-1 src/misc/socket.cc) and its
 //! detached root thread (src/bootstrap.cc `bootstrapCreateRoot`) die with it.
@@ -14,8 +14,14 @@
 //! one group (grouped abort since v2.22.3-1, one by one before). A watchdog
 //! thread writes what is known and `_exit`s a few seconds after the deadline
 //! whatever NCCL does: abort itself can hang (NVIDIA/nccl#1777, #863).
+//!
+//! Measurements run under the budget the deadline leaves: a pairwise probe of
+//! every node pair at a small size first, then, from what the probe says of the
+//! slowest link, the all-reduce sizes and a larger pairwise size that fit what
+//! is left. Every rank decides from the same all-gathered numbers, so every
+//! rank runs the same collectives. What was measured before a stop is kept.
 
-use super::handle::{self, Phase};
+use super::handle;
 use super::verdict::SizeRow;
 use crate::bench::driver::{DeviceBuffer, Driver, Gpu, Opened};
 use crate::bench::libnccl::{
@@ -25,7 +31,6 @@ use crate::gather::deadline::Watch;
 use crate::gather::dl::{Library, Symbol};
 use serde::{Deserialize, Serialize};
 use std::ffi::{c_int, c_void};
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,17 +42,16 @@ const POLL: Duration = Duration::from_millis(2);
 /// What the parent asks the worker to do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
-    pub phase: Phase,
     /// The 128-byte handle, hex.
     pub handle: String,
     pub node_rank: u64,
     pub nodes: u64,
-    /// This pod's fingerprint record, hex (consistency phase).
-    pub fingerprint: String,
-    /// All-reduce sizes, bytes (bandwidth phase).
+    /// All-reduce sizes, bytes, run where the budget allows.
     pub sizes: Vec<u64>,
     pub iterations: u32,
-    /// Bytes each end of a pair sends per exchange (bandwidth phase).
+    /// Bytes each end of a pair sends per exchange in the probe.
+    pub probe_bytes: u64,
+    /// The larger pairwise size, run where the budget allows.
     pub p2p_bytes: u64,
     /// Everything (init and every collective) must end within this, from the start.
     pub timeout_ms: u64,
@@ -76,12 +80,17 @@ pub struct WorkerResult {
     pub timed_out: bool,
     /// Libnccl, libcuda or a GPU is missing: the gang cannot run here.
     pub unavailable: Option<String>,
-    /// One fingerprint record per node, hex (consistency phase).
-    pub fingerprints: Vec<String>,
     pub allreduce: Vec<SizeRow>,
+    /// Each node's time per all-reduce, seconds: `[size][node]`, sizes as in `allreduce`.
+    pub allreduce_seconds: Vec<Vec<f64>>,
+    /// Bytes each end sent per pairwise exchange for `round_seconds`.
+    pub p2p_bytes: u64,
     /// Each node's pairwise round times, seconds: `[node][r]`, r indexing
-    /// `verdict::schedule(N)` (0 where the node sat the round out).
+    /// `verdict::schedule(N)` (0 where the node sat the round out): the largest
+    /// pairwise size measured (the probe's when nothing larger fit).
     pub round_seconds: Vec<Vec<f64>>,
+    /// Measurements the budget left out, with why.
+    pub skipped: Vec<String>,
     pub done: bool,
 }
 
@@ -245,10 +254,8 @@ impl Shared {
             if timed_out {
                 slot.0.timed_out = true;
             }
-            let text = serde_json::to_string(&slot.0).unwrap_or_default();
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{text}");
-            let _ = out.flush();
+            let text = serde_json::to_vec(&slot.0).unwrap_or_default();
+            crate::child::reply(&text);
         }
         // SAFETY: _exit ends the process at once; the result was flushed above. No
         // library destructor runs against NCCL's threads.
@@ -258,12 +265,8 @@ impl Shared {
 
 /// `gang-worker`: never returns.
 pub fn main() -> ! {
-    let mut input = String::new();
-    let plan: Result<Plan, String> = std::io::stdin()
-        .take(1 << 20)
-        .read_to_string(&mut input)
-        .map_err(|e| e.to_string())
-        .and_then(|_| serde_json::from_str(&input).map_err(|e| e.to_string()));
+    let plan: Result<Plan, String> = crate::child::request()
+        .and_then(|input| serde_json::from_slice(&input).map_err(|e| e.to_string()));
     let shared = Arc::new(Shared {
         result: Mutex::new((WorkerResult::default(), false)),
     });
@@ -392,7 +395,7 @@ fn open_gpus<'w>(
     });
     let cuda = extra
         .map_err(|e| Halt::Failed(format!("the CUDA driver lacks a call the gang needs: {e}")))?;
-    let mut gpus = driver
+    let gpus = driver
         .gpus()
         .map_err(|e| Halt::Failed(format!("listing GPUs: {e}")))?;
     if gpus.is_empty() {
@@ -400,12 +403,7 @@ fn open_gpus<'w>(
             "no GPU visible to the CUDA driver".into(),
         ));
     }
-    // The consistency phase joins one rank per pod (GPU 0), so pods with different GPU
-    // counts still form a communicator and the difference is reported; the bandwidth
-    // phase drives every local GPU, nranks = pods x GPUs, as the trainer's communicator.
-    if plan.phase == Phase::Consistency {
-        gpus.truncate(1);
-    }
+    // Every local GPU, nranks = pods x GPUs, as the trainer's communicator.
     let local = gpus.len() as u64;
     let nranks = plan.nodes.saturating_mul(local);
     if nranks > c_int::MAX as u64 {
@@ -463,10 +461,7 @@ fn join_and_measure(
         r.joined = true;
         r.join_seconds = Some(started.elapsed().as_secs_f64());
     });
-    match plan.phase {
-        Phase::Consistency => exchange(gang, plan, shared)?,
-        Phase::Bandwidth => measure(gang, plan, shared)?,
-    }
+    measure(gang, plan, shared)?;
     // A last tiny all-reduce as a barrier: no rank leaves while a peer still needs it.
     shared.update(|r| r.stage = "final barrier".into());
     barrier(gang)?;
@@ -570,22 +565,6 @@ fn gather_per_node(
         .collect())
 }
 
-/// The fingerprint all-gather: every rank sends its pod's record.
-fn exchange(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
-    shared.update(|r| r.stage = "fingerprint all-gather".into());
-    let record = handle::from_hex(&plan.fingerprint)
-        .ok_or_else(|| Stop::Error("gang-worker: the fingerprint is not hex".into()))?;
-    let per_node = gather_per_node(
-        gang,
-        &record,
-        plan.nodes as usize,
-        "the fingerprint all-gather",
-    )?;
-    let records = per_node.iter().map(|r| handle::to_hex(r)).collect();
-    shared.update(|r| r.fingerprints = records);
-    Ok(())
-}
-
 fn to_bytes(values: &[f64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
@@ -636,42 +615,162 @@ fn timed(
     Ok(t0.elapsed().as_secs_f64() / f64::from(iterations))
 }
 
-/// All-reduce busbw at each size, then the pairwise rounds.
+/// Timed repetitions of the probe, after its warm-up.
+const PROBE_ITERATIONS: u32 = 2;
+/// Estimates are multiplied by this before they are held against the budget.
+const SAFETY: f64 = 2.0;
+
+/// Seconds left before the deadline on the rank with the least left (the same on
+/// every rank: an all-reduce of the negated figure).
+fn least_left(gang: &Gang<'_>) -> Result<f64, Stop> {
+    let left = gang
+        .deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    let worst = max_over_ranks(gang, &[-left], "the budget exchange")?;
+    Ok(-worst.first().copied().unwrap_or(0.0))
+}
+
+/// What the budget left, decided from numbers every rank shares.
+struct Budget {
+    /// Seconds still to spend on measurements.
+    left: f64,
+    /// The slowest link the probe saw, bytes per second.
+    slowest: f64,
+    /// The probe's slowest exchange, seconds: a floor for any exchange's time.
+    latency: f64,
+}
+
+impl Budget {
+    /// Takes `seconds` from the budget when they fit.
+    fn take(&mut self, seconds: f64) -> bool {
+        let cost = seconds * SAFETY;
+        if cost.is_finite() && cost <= self.left {
+            self.left -= cost;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The pairwise probe, then the all-reduce sizes and the larger pairwise size
+/// that fit the budget; everything measured is kept in `shared` as it comes.
 fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(), Stop> {
     let largest = plan
         .sizes
         .iter()
         .copied()
+        .chain([plan.p2p_bytes, plan.probe_bytes, 4])
         .max()
-        .unwrap_or(4)
-        .max(plan.p2p_bytes) as usize;
+        .unwrap_or(4) as usize;
     let mut bufs = Vec::new();
     for gpu in gang.gpus {
         bufs.push((alloc(gang, gpu, largest)?, alloc(gang, gpu, largest)?));
     }
-    all_reduce_sizes(gang, plan, shared, &bufs)?;
-    let rounds = pairwise_rounds(gang, plan, shared, &bufs)?;
-    // Every node's round times to every rank: an all-gather of R doubles per rank.
-    let per_node = gather_per_node(
+    let probe = pairwise_rounds(
         gang,
-        &to_bytes(&rounds),
-        plan.nodes as usize,
-        "the round-time all-gather",
+        plan,
+        shared,
+        &bufs,
+        plan.probe_bytes,
+        PROBE_ITERATIONS,
     )?;
-    shared.update(|r| r.round_seconds = per_node.iter().map(|b| from_bytes(b)).collect());
+    let per_node = share_rounds(gang, plan, &probe, plan.probe_bytes, shared)?;
+    let links = super::verdict::links(&super::verdict::matrix(&per_node, plan.probe_bytes));
+    let slowest_gbps = links.iter().copied().fold(f64::INFINITY, f64::min);
+    let latency = per_node
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|t| t.is_finite())
+        .fold(0.0, f64::max);
+    // Kept back for the exchanges after the last measurement and the final barrier.
+    let reserve = 1.0 + plan.timeout_ms as f64 / 1e3 * 0.1;
+    let mut budget = Budget {
+        left: least_left(gang)? - reserve,
+        slowest: slowest_gbps * 1e9,
+        latency,
+    };
+    all_reduce_sizes(gang, plan, shared, &bufs, &mut budget)?;
+    if plan.p2p_bytes > plan.probe_bytes {
+        let rounds = super::verdict::schedule(plan.nodes as usize).len() as f64;
+        let each = (plan.p2p_bytes as f64 / budget.slowest).max(budget.latency);
+        let reps = f64::from(plan.iterations.max(1) + 1);
+        budget.left = least_left(gang)? - reserve;
+        if budget.take(rounds * reps * each) {
+            let times =
+                pairwise_rounds(gang, plan, shared, &bufs, plan.p2p_bytes, plan.iterations)?;
+            share_rounds(gang, plan, &times, plan.p2p_bytes, shared)?;
+        } else {
+            shared.update(|r| {
+                r.skipped.push(format!(
+                    "pairwise exchanges of {}: about {:.1} s estimated from the probe, {:.1} s left",
+                    crate::units::format_bytes(plan.p2p_bytes),
+                    rounds * reps * each * SAFETY,
+                    budget.left.max(0.0)
+                ))
+            });
+        }
+    }
     Ok(())
 }
 
-/// The all-reduce at each size; every rank keeps the slowest rank's time.
+/// Every node's round times to every rank (an all-gather of R doubles per rank),
+/// kept in `shared` as the matrix's source for `bytes`.
+fn share_rounds(
+    gang: &Gang<'_>,
+    plan: &Plan,
+    rounds: &[f64],
+    bytes: u64,
+    shared: &Shared,
+) -> Result<Vec<Vec<f64>>, Stop> {
+    let per_node: Vec<Vec<f64>> = gather_per_node(
+        gang,
+        &to_bytes(rounds),
+        plan.nodes as usize,
+        "the round-time all-gather",
+    )?
+    .iter()
+    .map(|b| from_bytes(b))
+    .collect();
+    shared.update(|r| {
+        r.p2p_bytes = bytes;
+        r.round_seconds = per_node.clone();
+    });
+    Ok(per_node)
+}
+
+/// The all-reduce at each size the budget allows; every node's time is shared,
+/// and the row keeps the slowest node's (nccl-tests averages; a straggler's view is the max).
 fn all_reduce_sizes(
     gang: &Gang<'_>,
     plan: &Plan,
     shared: &Shared,
     bufs: &Pairs<'_>,
+    budget: &mut Budget,
 ) -> Result<(), Stop> {
-    let nranks = (plan.nodes as usize * gang.gpus.len()) as u64;
-    let mut times = Vec::new();
-    for &bytes in &plan.sizes {
+    let nodes = plan.nodes as usize;
+    let nranks = (nodes * gang.gpus.len()) as u64;
+    let mut sizes = plan.sizes.clone();
+    sizes.sort_unstable();
+    let reps = f64::from(plan.iterations.max(1) + 1);
+    for bytes in sizes {
+        // Ring all-reduce: each rank sends and receives 2(n-1)/n of the buffer (nccl-tests
+        // src/all_reduce.cu), through the slowest link at worst.
+        let moved = 2.0 * (nodes as f64 - 1.0) / nodes as f64 * bytes as f64;
+        let each = (moved / budget.slowest).max(budget.latency);
+        if !budget.take(reps * each) {
+            shared.update(|r| {
+                r.skipped.push(format!(
+                    "all-reduce of {}: about {:.1} s estimated from the probe, {:.1} s left",
+                    crate::units::format_bytes(bytes),
+                    reps * each * SAFETY,
+                    budget.left.max(0.0)
+                ))
+            });
+            continue;
+        }
         shared.update(|r| r.stage = format!("all-reduce of {bytes} bytes"));
         let count = bytes as usize / 4;
         let op = |g: usize| {
@@ -687,23 +786,36 @@ fn all_reduce_sizes(
             )
         };
         let iterations = plan.iterations.max(1);
-        times.push(timed(
+        let t = timed(
             gang,
             iterations,
             "a warm-up all-reduce",
             "an all-reduce",
             op,
-        )?);
+        )?;
+        let per_node =
+            gather_per_node(gang, &to_bytes(&[t]), nodes, "the all-reduce time exchange")?;
+        let times: Vec<f64> = per_node
+            .iter()
+            .map(|b| from_bytes(b).first().copied().unwrap_or(f64::NAN))
+            .collect();
+        let slowest = times
+            .iter()
+            .copied()
+            .filter(|t| t.is_finite())
+            .fold(0.0, f64::max);
+        // The probe's small exchanges understate a fast link (latency dominates 1 MiB):
+        // what the all-reduce just moved through the slowest rank is a better rate for
+        // the next estimates, and every rank computes it from the same gathered times.
+        if slowest > 0.0 {
+            budget.slowest = budget.slowest.max(moved / slowest);
+        }
+        shared.update(|r| {
+            r.allreduce
+                .push(super::verdict::size_row(bytes, slowest, nranks));
+            r.allreduce_seconds.push(times);
+        });
     }
-    // The slowest rank's time (nccl-tests averages; a straggler's view is the max).
-    let slowest = max_over_ranks(gang, &times, "the all-reduce time exchange")?;
-    let rows: Vec<SizeRow> = plan
-        .sizes
-        .iter()
-        .zip(&slowest)
-        .map(|(&b, &t)| super::verdict::size_row(b, t, nranks))
-        .collect();
-    shared.update(|r| r.allreduce = rows);
     Ok(())
 }
 
@@ -719,13 +831,15 @@ fn pairwise_rounds(
     plan: &Plan,
     shared: &Shared,
     bufs: &Pairs<'_>,
+    bytes: u64,
+    iterations: u32,
 ) -> Result<Vec<f64>, Stop> {
     let local = gang.gpus.len();
     let n = plan.nodes as usize;
     let schedule = super::verdict::schedule(n);
     let mut rounds = vec![0f64; schedule.len().max(1)];
     let node = plan.node_rank as usize;
-    let p2p = plan.p2p_bytes as usize;
+    let p2p = bytes as usize;
     for (r, slot) in rounds.iter_mut().enumerate().take(schedule.len()) {
         let Some(peer) = super::verdict::partner(n, r, node) else {
             continue;
@@ -741,7 +855,7 @@ fn pairwise_rounds(
             }
             gang.nccl.recv(recv, p2p, peer * local + g, comm, gpu)
         };
-        let iterations = plan.iterations.max(1);
+        let iterations = iterations.max(1);
         *slot = timed(
             gang,
             iterations,

@@ -6,8 +6,11 @@
 //! - files are opened with O_NONBLOCK and must be regular files (procfs and sysfs
 //!   files are), so a FIFO planted under `--host-root` is refused, not waited on;
 //! - with a deadline (`Host::with_deadline`, the `--timeout` of vendor calls), each
-//!   read runs on a worker thread and gives up when it overruns, naming the path:
-//!   a /proc/driver/nvidia or sysfs attribute can block inside a hung driver.
+//!   read runs in a child process (`gather::reader`) and gives up when it overruns,
+//!   naming the path: a /proc/driver/nvidia or sysfs attribute can block inside a
+//!   hung driver, and a read stuck in the kernel must strand a child, not keep this
+//!   process from exiting. Directory listings, links and metadata stay in this
+//!   process: sysfs and procfs answer those without calling into a driver.
 
 use crate::facts::{FactError, Observed};
 use std::fs;
@@ -26,10 +29,21 @@ pub struct Host {
     root: PathBuf,
     /// How long one file read may block; `None` reads on the calling thread.
     deadline: Option<Duration>,
-    /// The thread that does the reads under a deadline, started on the first one.
-    /// One thread for all reads (hundreds per run: a thread each cost ~0.3 s); it is
-    /// dropped and replaced when a read overruns and leaves it stuck.
-    reader: Arc<Mutex<Option<Reader>>>,
+    /// What does the reads under a deadline: a child process (`gather::reader`),
+    /// started on the first read and replaced when a read overruns and leaves it
+    /// stuck; where no child can be started, a thread, as before.
+    reader: Arc<Mutex<Readers>>,
+}
+
+/// The reading child, or the reading thread where no child can be started, and the
+/// children left stuck in a read, reaped once they end.
+#[derive(Debug, Default)]
+struct Readers {
+    process: Option<super::reader::Reader>,
+    /// A child could not be started (this process's own limits): threads from now on.
+    no_process: bool,
+    thread: Option<Reader>,
+    stranded: Vec<libc::pid_t>,
 }
 
 /// A request to the reading thread: one read, which sends its own outcome back.
@@ -217,17 +231,52 @@ fn kind(meta: &fs::Metadata) -> &'static str {
 }
 
 impl Host {
-    /// `read_regular` on the reading thread, abandoned when it takes longer than
-    /// `deadline` (a read blocked in a driver cannot be cancelled; that thread stays
-    /// parked in the kernel, and the next read starts a fresh one).
+    /// `read_regular` in the reading child, abandoned when it takes longer than
+    /// `deadline` (a read blocked in a driver or a FUSE server cannot be cancelled;
+    /// the child stays parked in the kernel, and the next read starts a fresh one).
+    /// A thread does the same where no child can be started.
     fn read_with_deadline(&self, path: PathBuf, deadline: Duration) -> ReadOutcome {
+        use std::os::unix::ffi::OsStrExt;
+        // A poisoned lock only means another reader panicked; the slot is usable.
+        let mut readers = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        readers.stranded.retain(|&pid| !super::reader::reap(pid));
+        if readers.process.is_none() && !readers.no_process {
+            match super::reader::Reader::start() {
+                Ok(r) => readers.process = Some(r),
+                Err(_) => readers.no_process = true,
+            }
+        }
+        let Some(child) = readers.process.as_mut() else {
+            drop(readers);
+            return self.read_on_thread(path, deadline);
+        };
+        let until = std::time::Instant::now() + deadline;
+        match child.read(path.as_os_str().as_bytes(), until) {
+            Ok(answer) => outcome_of(answer),
+            Err(super::reader::Lost::Overran) => {
+                if let Some(stuck) = readers.process.take() {
+                    let pid = stuck.abandon();
+                    readers.stranded.push(pid);
+                }
+                ReadOutcome::Failed(overran(deadline))
+            }
+            Err(super::reader::Lost::Broken(why)) => {
+                readers.process = None;
+                ReadOutcome::Failed(format!("the reading process failed: {why}"))
+            }
+        }
+    }
+
+    /// `read_regular` on the reading thread, abandoned when it takes longer than
+    /// `deadline` (a thread stuck in the kernel keeps the process from exiting: used
+    /// only where no reading child can be started).
+    fn read_on_thread(&self, path: PathBuf, deadline: Duration) -> ReadOutcome {
         let (reply, outcome) = mpsc::channel();
         let sent = {
-            // A poisoned lock only means another reader panicked; the slot is usable.
-            let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
+            let mut readers = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            if readers.thread.is_none() {
                 match start_reader() {
-                    Ok(r) => *slot = Some(r),
+                    Ok(r) => readers.thread = Some(r),
                     Err(e) => {
                         return ReadOutcome::Failed(format!(
                             "cannot start the reading thread ({e})"
@@ -235,7 +284,7 @@ impl Host {
                     }
                 }
             }
-            slot.as_ref().is_some_and(|r| {
+            readers.thread.as_ref().is_some_and(|r| {
                 let read = move || {
                     let _ = reply.send(read_regular(&path));
                 };
@@ -249,18 +298,48 @@ impl Host {
             Ok(outcome) => outcome,
             Err(e) => {
                 // Stuck (or gone): later reads get a thread of their own.
-                *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                self.reader.lock().unwrap_or_else(|p| p.into_inner()).thread = None;
                 match e {
-                    mpsc::RecvTimeoutError::Timeout => ReadOutcome::Failed(format!(
-                        "read did not return within {:.1} s (--timeout): a stuck driver file?",
-                        deadline.as_secs_f64()
-                    )),
+                    mpsc::RecvTimeoutError::Timeout => ReadOutcome::Failed(overran(deadline)),
                     mpsc::RecvTimeoutError::Disconnected => {
                         ReadOutcome::Failed("the reading thread ended without a result".into())
                     }
                 }
             }
         }
+    }
+}
+
+fn overran(deadline: Duration) -> String {
+    format!(
+        "read did not return within {:.1} s (--timeout): a stuck driver file?",
+        deadline.as_secs_f64()
+    )
+}
+
+/// The reading child's answer as `read_regular`'s outcome, in the same words.
+fn outcome_of(answer: super::reader::Answer) -> ReadOutcome {
+    use super::reader::Answer;
+    match answer {
+        Answer::Bytes(bytes) => ReadOutcome::Bytes(bytes),
+        Answer::Errno(libc::ENOENT) => ReadOutcome::Missing,
+        Answer::Errno(e) => ReadOutcome::Failed(io::Error::from_raw_os_error(e).to_string()),
+        Answer::NotRegular(mode) => {
+            ReadOutcome::Failed(format!("{}, not a regular file", kind_of_mode(mode)))
+        }
+        Answer::TooLarge => ReadOutcome::Failed(format!("larger than {MAX_FILE_BYTES} bytes")),
+    }
+}
+
+/// `kind` from a raw `st_mode`.
+fn kind_of_mode(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        _ => "not a regular file",
     }
 }
 
@@ -332,11 +411,16 @@ mod tests {
     fn stuck_read_gives_up_at_the_deadline_and_later_reads_still_work() {
         // A driver file can block in read(2) for ever; nothing on a test machine
         // does, so the reading thread is made to hang by a request that sleeps.
+        // This is the thread used where no reading child can be started.
         let host = Host::with_deadline("/", Duration::from_millis(50));
         let reader = start_reader().unwrap();
         let hang: ReadRequest = Box::new(|| std::thread::sleep(Duration::from_secs(5)));
         reader.requests.send(hang).unwrap();
-        *host.reader.lock().unwrap() = Some(reader);
+        {
+            let mut readers = host.reader.lock().unwrap();
+            readers.no_process = true;
+            readers.thread = Some(reader);
+        }
         let err = host.read("/proc/self/status").unwrap_err();
         assert!(err.message.contains("did not return within 0.1 s"), "{err}");
         assert!(err.source.ends_with("proc/self/status"), "{err}");

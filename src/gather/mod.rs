@@ -14,6 +14,7 @@ pub mod netlink;
 pub mod network;
 pub mod platform;
 pub mod rdma;
+pub mod reader;
 pub mod replay;
 pub mod shm;
 pub mod trainer_path;

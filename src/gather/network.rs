@@ -111,6 +111,21 @@ fn routes(host: &Host) -> Observed<Vec<DefaultRoute>> {
     Observed::Value(all)
 }
 
+/// An interface's link speed in Mb/s from /sys/class/net/<name>/speed, None where
+/// the kernel gives none (-1, EINVAL for virtual links, no such file) or the name
+/// is not a plain interface name. Read on demand for the gang's socket figure.
+pub fn link_speed_mbps(host: &Host, name: &str) -> Option<u64> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    host.read(&format!("/sys/class/net/{name}/speed"))
+        .ok()
+        .flatten()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .map(|s| s as u64)
+}
+
 pub fn gather(host: &Host, kernel: &dyn Kernel, hostname: Option<&str>) -> NetworkFacts {
     // A failed kind query leaves every kind unknown and says why in `errors`: a
     // virtual interface must not pass for a physical one without a trace.

@@ -40,6 +40,20 @@ fn sized(shm: &ShmFacts, usage: FsUsage, min: u64) -> Finding {
             "Find what holds /dev/shm (ls -la /dev/shm) and remove stale segments, or enlarge it:\n"
                 .to_string() + remediation::DEV_SHM,
         )
+    } else if let Observed::Error(_) = &shm.mount {
+        // Unreadable is not absent: whether /dev/shm is a tmpfs is unknown (issue 31
+        // row 9), so this is "could not determine", not a pass.
+        Finding::warn(
+            ID,
+            format!(
+                "/dev/shm is {}, but could not determine whether it is a tmpfs (mountinfo unreadable)",
+                format_bytes(usage.size_bytes)
+            ),
+            "Let the tool read /proc/self/mountinfo (it is readable in every container unless a \
+security profile hides it), or check by hand that /dev/shm is a tmpfs: grep /dev/shm /proc/self/mountinfo\n"
+                .to_string()
+                + remediation::DEV_SHM,
+        )
     } else if disk_backed {
         Finding::warn(
             ID,
@@ -156,5 +170,14 @@ mod tests {
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
         let explicit = policy::build(&[], &[], Some("1GiB"), None).unwrap();
         assert_eq!(judge(&f, &explicit).status(), Status::Fail);
+        // Issue 31 row 9: mountinfo unreadable is "could not determine", not a pass.
+        let mut f = sized(100 << 30, 50 << 30);
+        f.dev_shm.mount = Observed::Error(crate::facts::FactError::new(
+            "/proc/self/mountinfo",
+            "Permission denied",
+        ));
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Warn);
+        assert!(j.summary.contains("could not determine"), "{}", j.summary);
     }
 }

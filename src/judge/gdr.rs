@@ -154,7 +154,7 @@ fn acs_redirection(
 
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(m) = affinity::matrix(facts) else {
-        return Finding::skip(ID, "no GPU and RDMA device pair on this node");
+        return no_pair(facts);
     };
     let (close, close_gpus) = close_pairs(&m);
     if close.is_empty() {
@@ -177,6 +177,29 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let mut f = acs_redirection(facts, f, &close_gpus, &mut evidence);
     f.evidence = evidence;
     f
+}
+
+/// No GPU-NIC pair to judge: a skip, unless the RDMA devices could not be read while
+/// there are GPUs (unreadable is not absent, issue 31 row 8): then could not determine,
+/// failing when the job spans nodes.
+fn no_pair(facts: &Facts) -> Finding {
+    let gpus = facts.gpus.pci_gpus.value().is_some_and(|g| !g.is_empty());
+    match facts.rdma.devices.error() {
+        Some(e) if gpus => {
+            let scope = super::rdma_scope::Scope::of(facts);
+            Finding::flagged(
+                ID,
+                scope.missing_status(false),
+                format!(
+                    "could not determine whether GPUDirect RDMA is possible: /sys/class/infiniband could not be read; {}",
+                    scope.span_words()
+                ),
+                "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
+            )
+            .evidence(e.to_string())
+        }
+        _ => Finding::skip(ID, "no GPU and RDMA device pair on this node"),
+    }
 }
 
 #[cfg(test)]

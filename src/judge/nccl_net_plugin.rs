@@ -143,6 +143,20 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             if needed {
                 problems.push(missing_plugin(efa, env_plugin, fail));
             }
+            if let Some(e) = facts.rdma.devices.error() {
+                // Unreadable is not absent (issue 31 row 8): whether a plugin is needed
+                // is unknown, which fails a job that spans nodes.
+                return Finding::flagged(
+                    ID,
+                    scope.missing_status(false),
+                    format!(
+                        "no net plugin, and could not determine whether this node needs one: /sys/class/infiniband could not be read; {}",
+                        scope.span_words()
+                    ),
+                    "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
+                )
+                .evidence(format!("{e}; {}", evidence.join("; ")));
+            }
             if devices.is_empty() && !needed {
                 return Finding::skip(ID, "no RDMA devices: no net plugin needed")
                     .evidence(evidence.join("; "));

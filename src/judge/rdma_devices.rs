@@ -291,22 +291,66 @@ fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -
     let down: Vec<String> = d
         .ports
         .iter()
-        .filter(|p| p.state.as_deref() != Some("ACTIVE"))
         .filter(|p| !nccl_ignores(facts, d, p.port))
-        .map(|p| {
-            format!(
-                "port {} {} ({})",
-                p.port,
-                p.state.as_deref().unwrap_or("?"),
-                p.phys_state.as_deref().unwrap_or("?")
-            )
+        .filter_map(|p| {
+            let state = p.state.as_deref()?;
+            (state != "ACTIVE").then(|| match p.phys_state.as_deref() {
+                Some(phys) => format!("port {} {state} ({phys})", p.port),
+                None => format!("port {} {state}", p.port),
+            })
         })
         .collect();
-    (!down.is_empty()).then(|| {
-        Problem::new(
+    if !down.is_empty() {
+        return Some(Problem::new(
             scope.in_use_status(required),
             format!("{}: {}", d.name, down.join(", ")),
             PORT_FIX,
+        ));
+    }
+    unknown_ports(scope, d, required)
+}
+
+/// /sys/class/infiniband_verbs unreadable: which devices this pod can open is unknown.
+/// Unreadable is not absent (issue 31 row 8): "8 RDMA device(s), 0 usable" passed a
+/// 16-node job. Could not determine: a failure when the job spans nodes.
+fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Problem> {
+    scope.nodes_unknown?;
+    (devices > 0).then(|| {
+        Problem::new(
+            scope.missing_status(required),
+            format!(
+                "could not determine which of the {devices} RDMA device(s) this container can use: /sys/class/infiniband_verbs could not be read; {}",
+                scope.span_words()
+            ),
+            "Make /sys/class/infiniband_verbs readable in the container (sysfs mounted read-only is enough).",
+        )
+    })
+}
+
+/// Ports whose state could not be read: "could not determine", never "port 1 ? (?)"
+/// (issue 31 row 8); failing when the job spans nodes.
+fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
+    let unknown: Vec<String> = d
+        .ports
+        .iter()
+        .filter(|p| p.state.is_none())
+        .map(|p| {
+            let path = format!("/ports/{}/state", p.port);
+            match d.unreadable.iter().find(|e| e.source.ends_with(&path)) {
+                Some(e) => format!("port {} ({})", p.port, e.message),
+                None => format!("port {} (no state in sysfs)", p.port),
+            }
+        })
+        .collect();
+    (!unknown.is_empty()).then(|| {
+        Problem::new(
+            scope.missing_status(required),
+            format!(
+                "{}: could not determine the state of {}",
+                d.name,
+                unknown.join(", ")
+            ),
+            "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
         )
     })
 }
@@ -548,23 +592,40 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         !efa.is_empty(),
         need.as_ref(),
     ));
+    problems.extend(unknown_usable(&scope, devices.len(), required));
     if scope.own_image {
         evidence.push(OWN_IMAGE_NOTE.to_string());
     } else if scope.in_use() {
         problems.extend(verbs_problems(facts, &scope, scope.in_use_status(required)));
     }
-    let usable = scope.usable.len();
-    let summary = format!(
-        "{} RDMA device(s){}, {usable} usable from this container{}",
-        devices.len(),
-        if efa.is_empty() {
+    super::combine(
+        ID,
+        summary(&scope, devices.len(), efa.len()),
+        evidence,
+        problems,
+    )
+}
+
+/// "8 RDMA device(s) (8 EFA), 8 usable from this container, ports up"; how many are
+/// usable is "unknown" where the device nodes could not be matched, never 0.
+fn summary(scope: &Scope, devices: usize, efa: usize) -> String {
+    let usable = match scope.nodes_unknown {
+        Some(_) => "usable from this container unknown".to_string(),
+        None => format!("{} usable from this container", scope.usable.len()),
+    };
+    format!(
+        "{devices} RDMA device(s){}, {usable}{}",
+        if efa == 0 {
             String::new()
         } else {
-            format!(" ({} EFA)", efa.len())
+            format!(" ({efa} EFA)")
         },
-        if usable > 0 { ", ports up" } else { "" }
-    );
-    super::combine(ID, summary, evidence, problems)
+        if scope.usable.is_empty() {
+            ""
+        } else {
+            ", ports up"
+        }
+    )
 }
 
 #[cfg(test)]
@@ -809,6 +870,20 @@ mod tests {
                 .evidence
                 .iter()
                 .any(|e| e.contains("could not tell which devices"))
+        );
+        // Issue 31 row 8: with every port up, the unknown count itself fails a job
+        // that spans nodes; it never reads "0 usable".
+        if let Observed::Value(d) = &mut f.rdma.devices {
+            d[1].ports[0].state = Some("ACTIVE".into());
+        }
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert!(
+            finding
+                .summary
+                .contains("could not determine which of the 4"),
+            "{}",
+            finding.summary
         );
     }
 

@@ -8,12 +8,21 @@
 //! on a driver call.
 //!
 //! Probes must keep answering while anything that can reach the port opens
-//! connections and sends nothing (or a byte at a time): the kubelet restarts a
-//! sidecar whose /healthz fails. So at most `MAX_CONNECTIONS` are served at once,
-//! and when all are taken the oldest one still waiting for its request head is
-//! closed to make room for the new one (a kubelet probe sends its head at once,
-//! so it is never the oldest waiting for long); only when every slot is answering
-//! does a new connection get 503.
+//! connections and sends nothing (or a byte at a time), or asks for /report and reads
+//! the answer slowly or never: the kubelet restarts a sidecar whose /healthz fails.
+//! So at most `MAX_CONNECTIONS` are served at once, and when all are taken one is
+//! closed to make room for the new one: the oldest still waiting for its request head
+//! or closing, else the one that has been answering longest, once it has taken more
+//! than `SLOW_ANSWER` (a probe's answer fits the socket buffer and is written in
+//! microseconds, so a probe is never that one); only when every slot is answering
+//! and none has been at it that long does a new connection get 503. A whole response
+//! must be written within `RESPONSE_TIME`, however slowly the client reads. Every
+//! endpoint gets the same treatment: the protection is in the slots, not the routes.
+//!
+//! After the answer the connection is closed without a reset: the server stops
+//! sending (FIN) and reads and drops what the client still sends (a request body, a
+//! pipelined request), bounded; closing with unread data makes the kernel send RST,
+//! and the client may then lose the answer it was sent.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,8 +37,14 @@ pub const MAX_CONNECTIONS: usize = 32;
 /// idle and slow connections do not wait this long for a slot to free, because
 /// they are evicted first when the slots run out.
 pub const REQUEST_TIME: Duration = Duration::from_secs(2);
-/// After a 431, at most this much of the rest of the request is read and dropped
-/// before closing, so the client reads the answer instead of a reset.
+/// The whole response (head and body) must be written within this; a client that
+/// reads slower is cut off, its answer incomplete.
+pub const RESPONSE_TIME: Duration = Duration::from_secs(5);
+/// A connection still answering after this is slow (its client reads slower than the
+/// socket buffers drain), and may be closed to make room for a new one.
+pub const SLOW_ANSWER: Duration = Duration::from_millis(250);
+/// After the answer, at most this much of what the client still sends is read and
+/// dropped before closing, so the client reads the answer instead of a reset.
 const DRAIN_BYTES: usize = 64 * 1024;
 /// The longest the accept loop waits before looking at the stop flag again.
 const POLL: Duration = Duration::from_millis(100);
@@ -63,7 +78,10 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn send(stream: &mut TcpStream, response: &Response, head_only: bool) {
+/// Writes the response, all of it within `within`: each write may block only for
+/// what is left of it (`SO_SNDTIMEO` bounds one call, not the response). False when
+/// the client did not take it all in time or went away.
+fn send(stream: &mut TcpStream, response: &Response, head_only: bool, within: Duration) -> bool {
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
         response.status,
@@ -71,11 +89,28 @@ fn send(stream: &mut TcpStream, response: &Response, head_only: bool) {
         response.content_type,
         response.body.len()
     );
-    let _ = stream.write_all(head.as_bytes());
-    if !head_only {
-        let _ = stream.write_all(response.body.as_bytes());
+    let started = Instant::now();
+    let body: &[u8] = if head_only {
+        &[]
+    } else {
+        response.body.as_bytes()
+    };
+    for part in [head.as_bytes(), body] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let left = within.saturating_sub(started.elapsed());
+            if left.is_zero() || stream.set_write_timeout(Some(left)).is_err() {
+                return false;
+            }
+            match stream.write(rest) {
+                Ok(0) => return false,
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
     }
-    let _ = stream.flush();
+    true
 }
 
 /// Where a request head is read from: a socket, or literal chunks in tests.
@@ -131,10 +166,11 @@ fn read_request(stream: &mut impl HeadSource) -> Result<(String, String), Respon
     }
 }
 
-/// Closes after a refusal without a TCP reset: closing a socket with unread data
+/// Closes after an answer without a TCP reset: closing a socket with unread data
 /// makes the kernel send RST, and the client may then lose the response it was
 /// sent. So: stop sending (FIN after the response), and read and drop what is
-/// still arriving, bounded in bytes and time.
+/// still arriving (a body, pipelined requests) until the client closes, bounded in
+/// bytes and time.
 fn close_gracefully(stream: &mut TcpStream) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let started = Instant::now();
@@ -152,41 +188,61 @@ fn close_gracefully(stream: &mut TcpStream) {
     }
 }
 
-fn handle(
-    mut stream: TcpStream,
-    route: &(dyn Fn(&str) -> Response + Sync),
-    head_read: impl FnOnce(),
-) {
-    let _ = stream.set_write_timeout(Some(REQUEST_TIME));
+/// Where a connection is, for eviction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the request head.
+    Reading,
+    /// Writing the answer, since then.
+    Answering(Instant),
+    /// Answered; draining what the client still sends before closing.
+    Closing,
+}
+
+fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync), phase: impl Fn(Phase)) {
     let request = read_request(&mut stream);
-    head_read();
-    let (method, path) = match request {
-        Ok(r) => r,
-        Err(refusal) => {
-            send(&mut stream, &refusal, false);
-            if refusal.status == 431 {
-                close_gracefully(&mut stream);
-            }
-            return;
+    phase(Phase::Answering(Instant::now()));
+    let (response, head_only) = match request {
+        Err(refusal) => (refusal, false),
+        Ok((method, path)) if method == "GET" || method == "HEAD" => {
+            (route(&path), method == "HEAD")
         }
+        Ok(_) => (Response::text(405, "only GET and HEAD\n"), false),
     };
-    let head_only = method == "HEAD";
-    let response = if method == "GET" || head_only {
-        route(&path)
+    if send(&mut stream, &response, head_only, RESPONSE_TIME) {
+        phase(Phase::Closing);
+        close_gracefully(&mut stream);
     } else {
-        Response::text(405, "only GET and HEAD\n")
-    };
-    send(&mut stream, &response, head_only);
+        // Too slow or gone: drop what is still queued for it (a reset, SO_LINGER 0)
+        // rather than let the kernel keep trickling an answer that is cut anyway.
+        let off = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::Linger, &off);
+    }
 }
 
 /// One connection being served.
 struct Slot {
     id: u64,
     accepted: Instant,
-    /// Still waiting for the request head (the only state that may be evicted).
-    reading: bool,
+    phase: Phase,
     /// A second handle on the socket, to shut it down from the accept loop.
     socket: TcpStream,
+}
+
+impl Slot {
+    /// Which connection to close first when the slots are full (lowest first): one
+    /// waiting for its head or closing, oldest first; then one answering for longer
+    /// than `SLOW_ANSWER`, longest first. `None`: this one is not to be closed.
+    fn eviction_rank(&self, now: Instant) -> Option<(u8, Instant)> {
+        match self.phase {
+            Phase::Reading | Phase::Closing => Some((0, self.accepted)),
+            Phase::Answering(since) if now.duration_since(since) > SLOW_ANSWER => Some((1, since)),
+            Phase::Answering(_) => None,
+        }
+    }
 }
 
 /// The connections being served, at most `MAX_CONNECTIONS`.
@@ -201,38 +257,38 @@ impl Slots {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for `stream`, evicting the oldest connection still waiting for its
-    /// request head when all are taken; `None` when every slot is answering.
+    /// A slot for `stream`, closing another connection (see `Slot::eviction_rank`)
+    /// when all are taken; `None` when none may be closed.
     fn admit(&self, stream: &TcpStream) -> Option<u64> {
         let socket = stream.try_clone().ok()?;
         let mut guard = self.lock();
         let (next, slots) = &mut *guard;
         if slots.len() >= MAX_CONNECTIONS {
-            let oldest = slots
+            let now = Instant::now();
+            let evict = slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.reading)
-                .min_by_key(|(_, s)| s.accepted)
-                .map(|(i, _)| i)?;
-            let evicted = slots.swap_remove(oldest);
-            // Its handler's read returns at once; it answers into a closed socket
-            // and ends. Its slot is free now, not when that thread ends.
+                .filter_map(|(i, s)| Some((s.eviction_rank(now)?, i)))
+                .min()
+                .map(|(_, i)| i)?;
+            let evicted = slots.swap_remove(evict);
+            // Its handler's read or write returns at once and it ends. Its slot is
+            // free now, not when that thread ends.
             let _ = evicted.socket.shutdown(std::net::Shutdown::Both);
         }
         *next += 1;
         slots.push(Slot {
             id: *next,
             accepted: Instant::now(),
-            reading: true,
+            phase: Phase::Reading,
             socket,
         });
         Some(*next)
     }
 
-    /// The connection's request head is in: it is answered, not evicted.
-    fn answering(&self, id: u64) {
+    fn set_phase(&self, id: u64, phase: Phase) {
         if let Some(s) = self.lock().1.iter_mut().find(|s| s.id == id) {
-            s.reading = false;
+            s.phase = phase;
         }
     }
 
@@ -242,7 +298,7 @@ impl Slots {
 }
 
 /// Serves until `stop` is set; returns within `POLL` of it (connections in flight
-/// finish on their own threads, bounded by `REQUEST_TIME`).
+/// finish on their own threads, bounded by `REQUEST_TIME`, `RESPONSE_TIME` and the drain).
 pub fn serve(
     listener: TcpListener,
     stop: &AtomicBool,
@@ -279,11 +335,11 @@ pub fn serve(
         let Some(id) = slots.admit(&stream) else {
             // Every slot is answering a request: refuse this one at once.
             let mut s = stream;
-            let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
             send(
                 &mut s,
                 &Response::text(503, "too many connections\n"),
                 false,
+                Duration::from_millis(100),
             );
             continue;
         };
@@ -291,7 +347,9 @@ pub fn serve(
         let spawned = std::thread::Builder::new()
             .name("http".into())
             .spawn(move || {
-                handle(stream, route.as_ref(), || slots_for_thread.answering(id));
+                handle(stream, route.as_ref(), |phase| {
+                    slots_for_thread.set_phase(id, phase)
+                });
                 slots_for_thread.release(id);
             });
         if spawned.is_err() {

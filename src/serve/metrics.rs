@@ -68,13 +68,13 @@ fn label_value(value: &str) -> String {
 
 const STATUSES: [Status; 4] = [Status::Pass, Status::Warn, Status::Fail, Status::Skip];
 
-fn float_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
+pub(super) fn float_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
     let g = Gauge::<f64, AtomicU64>::default();
     g.set(value);
     registry.register(name, help, g);
 }
 
-fn int_gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+pub(super) fn int_gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
     let g = Gauge::<i64>::default();
     g.set(value);
     registry.register(name, help, g);
@@ -94,7 +94,7 @@ fn active_present(registry: &mut Registry, name: &str, help: &str, active: usize
 /// Registers a counter `name` (exposed as `name_total`) holding `value`. The
 /// registry is built anew at every scrape from cumulative values kept elsewhere
 /// (the driver's, sysfs's, this server's), so a counter starts at that value.
-fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+pub(super) fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
     let c = Counter::<u64>::default();
     c.inc_by(value);
     registry.register(name, help, c);
@@ -108,10 +108,14 @@ pub fn render(
     xid: &crate::finding::Finding,
     xids: &super::xid::Xids,
     ready: bool,
+    job: Option<&super::ras::JobView>,
 ) -> String {
     let mut registry = Registry::with_prefix("nccl_preflight");
     register_run(&mut registry, snapshot, xid, ready);
     register_xids(&mut registry, xids);
+    if let Some(job) = job {
+        super::ras::metrics::register(&mut registry, job);
+    }
     if let Some(r) = &snapshot.report {
         register_gpus(&mut registry, &r.facts);
         register_rdma(&mut registry, &r.facts);
@@ -375,7 +379,7 @@ mod tests {
             ..Default::default()
         };
         let xid = Finding::pass("gpu-xid", "none");
-        let text = render(&snapshot, &xid, &Default::default(), true);
+        let text = render(&snapshot, &xid, &Default::default(), true, None);
         assert!(
             !text.lines().any(|l| l.starts_with("nccl_preflight_forged")),
             "{text}"
@@ -408,7 +412,7 @@ mod tests {
             ..Default::default()
         };
         let xid = Finding::fail("gpu-xid", "GPU 1: XID 79", "reboot");
-        let text = render(&snapshot, &xid, &xids, false);
+        let text = render(&snapshot, &xid, &xids, false, None);
         for line in [
             "# TYPE nccl_preflight_runs counter",
             "nccl_preflight_runs_total 7",

@@ -7,6 +7,7 @@
 pub mod http;
 pub mod metrics;
 pub mod probe;
+pub mod ras;
 pub mod xid;
 
 use crate::cli::ServeArgs;
@@ -96,6 +97,8 @@ pub struct Live<'a> {
     pub xids: &'a xid::Xids,
     /// The `gpu-xid` finding for `xids`, under `--ignore`.
     pub xid: Finding,
+    /// The job as NCCL's RAS shows it, with `--watch-nccl`.
+    pub job: Option<ras::JobView>,
 }
 
 impl Live<'_> {
@@ -103,6 +106,9 @@ impl Live<'_> {
     fn report(&self) -> Option<Report> {
         let mut report = self.snapshot.report.clone()?;
         report.checks.push(self.xid.clone());
+        if let Some(job) = &self.job {
+            report.checks.push(ras::finding(job));
+        }
         report.verdict = crate::finding::verdict(&report.checks);
         Some(report)
     }
@@ -150,8 +156,11 @@ pub fn route(
                 &live.xid,
                 live.xids,
                 readiness(snapshot, &live.xid).is_ok(),
+                live.job.as_ref(),
             ),
         },
+        "/job" => ras::job_response(live.job.as_ref()),
+        "/job/livez" => ras::liveness_response(live.job.as_ref()),
         "/report" => match live.report() {
             Some(report) => http::Response {
                 status: 200,
@@ -160,7 +169,10 @@ pub fn route(
             },
             None => http::Response::text(503, "no check has finished yet\n"),
         },
-        _ => http::Response::text(404, "not found: try /healthz, /readyz, /metrics, /report\n"),
+        _ => http::Response::text(
+            404,
+            "not found: try /healthz, /readyz, /metrics, /report, /job, /job/livez\n",
+        ),
     }
 }
 
@@ -170,6 +182,8 @@ struct Shared {
     xids: Arc<Mutex<xid::Xids>>,
     policy: Policy,
     xid_policy: xid::XidPolicy,
+    /// With `--watch-nccl`: the job watcher's view.
+    job: std::sync::OnceLock<Arc<ras::Watching>>,
 }
 
 impl Shared {
@@ -333,9 +347,43 @@ fn start_checks(
         .context("starting the check thread")
 }
 
+/// With `--watch-nccl`, starts the job watcher (it runs until STOP, and is not waited
+/// for). Its NCCL version, until RAS's own reply names it, is the trainer's libnccl as
+/// the last run of the checks found it (facts.rdma.nccl.library).
+fn start_watching(args: &ServeArgs, shared: &Arc<Shared>) -> Result<()> {
+    let w = &args.watch;
+    if !w.watch_nccl {
+        return Ok(());
+    }
+    let config = ras::Config {
+        addr: w.ras_addr.clone(),
+        interval: w.watch_interval,
+        hang_after: w.hang_after,
+        init_grace: w.watch_init_grace,
+    };
+    let weak = Arc::downgrade(shared);
+    let hint = Box::new(move || {
+        let shared = weak.upgrade()?;
+        let state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let library = state.report.as_ref()?.facts.rdma.nccl.library.loaded()?;
+        ras::version::Version::parse(library.version.value()?)
+    });
+    let log = Arc::new(|line: String| crate::diagnostic::line(format_args!("{line}")));
+    let (watching, _thread) =
+        ras::watch::start(config, hint, log, &STOP).context("starting the RAS watcher")?;
+    let _ = shared.job.set(watching);
+    Ok(())
+}
+
 pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.interval < Duration::from_secs(1) {
         anyhow::bail!("--interval {:?}: at least 1s", args.interval);
+    }
+    if args.watch.watch_interval < Duration::from_secs(1) {
+        anyhow::bail!(
+            "--watch-interval {:?}: at least 1s",
+            args.watch.watch_interval
+        );
     }
     let args = &without_cuda(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
@@ -350,7 +398,12 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // Log lines never panic: stderr may be a closed pipe.
     let log = |line: String| crate::diagnostic::line(format_args!("{line}"));
     log(format!(
-        "nccl-preflight: serving /healthz /readyz /metrics /report on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
+        "nccl-preflight: serving /healthz /readyz /metrics /report{} on {} (checks every {:.0} s, through NVML: serve does not call cuInit)",
+        if args.watch.watch_nccl {
+            " /job /job/livez"
+        } else {
+            ""
+        },
         listener
             .local_addr()
             .map(|a| a.to_string())
@@ -362,7 +415,9 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         xids: Arc::new(Mutex::new(xid::Xids::default())),
         policy,
         xid_policy: xid::XidPolicy::new(&args.xid_not_ready, &args.xid_ignore),
+        job: std::sync::OnceLock::new(),
     });
+    start_watching(args, &shared)?;
     let watcher = {
         let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
         let deadline = args.check.gather.timeout;
@@ -381,6 +436,11 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
                 snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
                 xid: shared.xid_finding(&xids),
                 xids: &xids,
+                // A copy of the job's view only for the paths that show it: /healthz
+                // and /readyz never touch the watcher's lock.
+                job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
+                    .then(|| shared.job.get().and_then(|w| w.view()))
+                    .flatten(),
             };
             route(&live, path, stale_after, started)
         })
@@ -464,6 +524,7 @@ mod tests {
                 snapshot,
                 xids: &xids,
                 xid,
+                job: None,
             };
             route(&live, path, hour, started)
         };
@@ -531,7 +592,10 @@ mod tests {
         let r = ask(&halted, pass_xid(), "/nope", now);
         assert_eq!(
             (r.status, r.body.as_str()),
-            (404, "not found: try /healthz, /readyz, /metrics, /report\n")
+            (
+                404,
+                "not found: try /healthz, /readyz, /metrics, /report, /job, /job/livez\n"
+            )
         );
     }
 }

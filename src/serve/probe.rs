@@ -103,10 +103,10 @@ pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts
             finished.stderr.trim_end()
         );
     }
-    // Through a JSON value, as `--facts` reads one: a second, direct deserializer of
-    // the whole facts tree would add ~450 KB to the binary.
-    let facts: Facts = serde_json::from_str::<serde_json::Value>(&finished.stdout)
-        .and_then(serde_json::from_value)
+    // Through the one deserializer `--facts` uses too (`run::parse_json`): a second
+    // one of the whole facts tree would add ~450 KB to the binary.
+    let facts: Facts = crate::run::parse_json(&mut finished.stdout.as_bytes())
+        .map_err(anyhow::Error::msg)
         .context("`facts` printed no facts document")?;
     Ok(facts)
 }

@@ -37,7 +37,10 @@
  *
  * Like NCCL (init.cc, after the first bootstrap all-gather), ranks whose NCCL
  * versions differ all fail init with ncclInvalidUsage and "Mismatched NCCL
- * version detected : rank A version X rank B version Y".
+ * version detected : rank A version X rank B version Y". With
+ * FAKE_NCCL_MISMATCH_HANG=1 a rank instead sends a shorter bootstrap hello, as
+ * another version's layout can be, and no rank's join ever completes (what
+ * real NCCL did with 4 pods, one on 2.28.3 among 2.28.9).
  *
  * Waits: like NCCL the root waits for every rank without a time limit and
  * ncclCommAbort interrupts it (and any pending init or operation) within about
@@ -505,7 +508,17 @@ static ncclResult_t run_root(struct ncclComm *c, int root_fd, struct hello *tabl
         int fd;
         struct hello h;
         if ((r = accept_one(c, root_fd, c->init_deadline, "all ranks to join the bootstrap root", &fd))) break;
-        if ((r = io_all(c, fd, &h, sizeof h, 0, c->init_deadline, "a rank's bootstrap hello"))) { close(fd); break; }
+        /* The wire magic first, as NCCL reads its socket magic before anything else
+         * and drops a connection that carries another (src/misc/socket.cc
+         * socketFinalizeAccept): a stranger on the port is closed, the root goes on. */
+        if ((r = io_all(c, fd, &h.magic, sizeof h.magic, 0, c->init_deadline, "a rank's bootstrap hello"))) { close(fd); break; }
+        if (h.magic != WIRE_MAGIC) {
+            INFO(c->dev, "fake libnccl: bootstrap root: dropped a connection with wire magic 0x%x", h.magic);
+            close(fd);
+            got--;
+            continue;
+        }
+        if ((r = io_all(c, fd, (char *)&h + sizeof h.magic, sizeof h - sizeof h.magic, 0, c->init_deadline, "a rank's bootstrap hello"))) { close(fd); break; }
         /* NCCL's root drops a connection whose magic is not the handle's and accepts
          * again, silently in 2.28 (src/misc/socket.cc socketFinalizeAccept). */
         uint64_t want;
@@ -572,7 +585,12 @@ static ncclResult_t bootstrap(struct ncclComm *c) {
         getsockname(root_fd, (struct sockaddr *)&me.addr, &l);
         ((struct sockaddr_in *)&me.addr)->sin_port = 0;
         if ((r = listen_at(c, &me.addr, 1024, &c->listen_fd))) goto out;
-        if ((r = io_all(c, root_fd, &me, sizeof me, 1, c->init_deadline, "registering with the bootstrap root"))) goto out;
+        /* FAKE_NCCL_MISMATCH_HANG=1: this rank's bootstrap message is shorter, as
+         * another NCCL version's can be: the root waits for the rest, so no rank's
+         * join completes (what 4 pods with one on NCCL 2.28.3 among 2.28.9 did on
+         * real NCCL: every rank timed out instead of "Mismatched NCCL version"). */
+        size_t hello_len = env_long("FAKE_NCCL_MISMATCH_HANG", 0) ? sizeof me - 16 : sizeof me;
+        if ((r = io_all(c, root_fd, &me, hello_len, 1, c->init_deadline, "registering with the bootstrap root"))) goto out;
         if ((r = io_all(c, root_fd, table, sizeof *table * (size_t)n, 0, c->init_deadline, "the rank table from the bootstrap root"))) goto out;
         for (int i = 0; i < n; i++) table[i].host[sizeof table[i].host - 1] = 0;
     }

@@ -346,8 +346,10 @@ fn hostile_facts_and_recordings_exit_2_naming_the_file() {
     let schema = "nccl-preflight/report/v1";
     let cases = [
         (
+            // Skipped as it streams past, never built into a value (issue 31 row 5):
+            // the parser meets the end of the file, not its depth limit.
             write("deep.json", "[".repeat(100_000).as_bytes()),
-            "recursion limit exceeded",
+            "not valid JSON",
         ),
         (
             write(
@@ -595,4 +597,297 @@ echo "left:$(ls -A "$M/full" "$M/ro" | tr '\n' ' ')"
         "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Peak resident memory of `cmd` (stdout and stderr discarded) and its exit code, from
+/// wait4(2)'s rusage of that one child. Bounded: killed after `bounded::WAIT`.
+// The child is reaped by wait4 below, for its rusage, which `Child::wait` does not give.
+#[allow(clippy::zombie_processes)]
+fn peak_rss(cmd: &mut Command) -> (Option<i32>, u64) {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let started = std::time::Instant::now();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: polls our own child, writing into the two locals above.
+        let waited = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(waited, 0, "wait4 failed");
+        if started.elapsed() > super::bounded::WAIT {
+            // SAFETY: kill(2) of our own child, not yet reaped, so the pid is still its.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!(
+                "{cmd:?} never exited within {:?} (killed)",
+                super::bounded::WAIT
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss as u64 * 1024)
+}
+
+/// Issue 31 row 5: a 64 MiB `--facts` (the cap) padded with an unknown field was parsed
+/// into a generic JSON value first: 5.8 GB resident. Streamed into the typed facts, the
+/// padding is skipped as it passes: the run is judged with memory far below the file's
+/// size (the bound, 256 MiB, is 4x the file: no speed is asserted).
+#[test]
+fn a_64_mib_facts_padded_with_an_unknown_field_is_judged_in_little_memory() {
+    let dir = scratch("attack-facts-64mib");
+    let golden = repo().join("tests/golden/healthy-pod/facts/facts.json");
+    let text = std::fs::read_to_string(golden).unwrap();
+    let body = text.trim_end().strip_suffix('}').unwrap();
+    let mut padded = format!("{body},\"padding\":[");
+    let cap = 64 << 20;
+    while padded.len() + 16 < cap {
+        padded.push_str("{\"a\":0},");
+    }
+    padded.push_str("{}]}");
+    assert!(padded.len() <= cap);
+    let path = dir.join("padded.json");
+    std::fs::write(&path, &padded).unwrap();
+    let args = ["check", "--facts", path.to_str().unwrap()];
+    let (code, rss) = peak_rss(&mut command(&args, &[]));
+    assert_eq!(code, Some(0), "{args:?}");
+    assert!(rss < 256 << 20, "peak RSS {} MiB", rss >> 20);
+    // An explain-log report is named as one, not as another version's file (row 9).
+    let explain = dir.join("explain.json");
+    std::fs::write(
+        &explain,
+        "{\"schema\":\"nccl-preflight/explain-log/v1\",\"input\":\"x\"}",
+    )
+    .unwrap();
+    let out = output_within(
+        &mut command(&["check", "--facts", explain.to_str().unwrap()], &[]),
+        "check --facts explain.json",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("this is an explain-log report"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The FUSE server of `tests/fakes/hung_fuse.c` mounted at a directory; killed (which
+/// aborts its connection and so releases every read stuck on it) and unmounted when
+/// dropped, whatever the test found.
+struct HungFuse {
+    server: std::process::Child,
+    mountpoint: std::path::PathBuf,
+}
+
+impl HungFuse {
+    fn mount(dir: &Path, mountpoint: &Path) -> HungFuse {
+        let bin = dir.join("hung_fuse");
+        let flags = Command::new("pkg-config")
+            .args(["--cflags", "--libs", "fuse3"])
+            .output()
+            .unwrap();
+        assert!(flags.status.success(), "pkg-config fuse3 (libfuse3-dev)");
+        let flags = String::from_utf8(flags.stdout).unwrap();
+        let built = Command::new("cc")
+            .arg(repo().join("tests/fakes/hung_fuse.c"))
+            .arg("-o")
+            .arg(&bin)
+            .args(flags.split_whitespace())
+            .status()
+            .unwrap();
+        assert!(built.success(), "building hung_fuse.c");
+        std::fs::create_dir_all(mountpoint).unwrap();
+        let server = Command::new(&bin).arg(mountpoint).spawn().unwrap();
+        let fuse = HungFuse {
+            server,
+            mountpoint: mountpoint.to_path_buf(),
+        };
+        let started = std::time::Instant::now();
+        let wanted = format!(" {} ", mountpoint.display());
+        while !std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&wanted)
+        {
+            assert!(started.elapsed() < super::bounded::WAIT, "never mounted");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        fuse
+    }
+}
+
+impl Drop for HungFuse {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(&self.mountpoint)
+            .status();
+    }
+}
+
+/// Issue 31 row 3: a read that blocks uninterruptibly (a sysfs attribute of a hung
+/// driver; here a FUSE file whose server never answers, under --host-root) hit the
+/// deadline and the outputs were written, but the process could not exit, even on
+/// SIGKILL: exit_group waits for the thread stuck in the kernel, so the initContainer
+/// never completed. The read now strands a child process: `init` exits with its
+/// verdict and outputs written, within a bound far above its 1 s deadline.
+#[test]
+fn a_read_stuck_in_the_kernel_does_not_keep_the_process_from_exiting() {
+    let test = "stuck_kernel_read";
+    if !require_root(test) || !require_tools(test, &["cc", "pkg-config", "fusermount3"]) {
+        return;
+    }
+    let dir = scratch("attack-stuck-read");
+    let root = copy_root("healthy-pod", &dir);
+    let random = root.join("proc/sys/kernel/random");
+    let _ = std::fs::remove_dir_all(&random);
+    let fuse = HungFuse::mount(&dir, &random);
+    let kernel = repo().join("tests/fixtures/healthy-pod/kernel.json");
+    let (env_file, report) = (dir.join("nccl.env"), dir.join("report.json"));
+    let mut cmd = command(
+        &[
+            "init",
+            "--host-root",
+            root.to_str().unwrap(),
+            "--replay-kernel",
+            kernel.to_str().unwrap(),
+            "--timeout",
+            "1s",
+            "--env-file",
+            env_file.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        &NO_VENDOR_LIBS,
+    );
+    // Files, not pipes: nothing here waits for a descriptor a stuck process may hold.
+    let mut child = cmd
+        .env("NCCL_PREFLIGHT_FABRIC_LIB", "absent/libfabric.so.1")
+        .env("NCCL_PREFLIGHT_NCCL_LIB", "absent/libnccl.so.2")
+        .env("NCCL_PREFLIGHT_CUDART_LIB", "absent/libcudart.so.12")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Release the stuck read (it may hold the process) before judging.
+    drop(fuse);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    let status =
+        status.unwrap_or_else(|| panic!("init never exited (30 s, --timeout 1s)\n{stderr}"));
+    assert!(matches!(status.code(), Some(0 | 1)), "{status:?}\n{stderr}");
+    assert!(env_file.exists(), "no env file\n{stderr}");
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        text.contains("boot_id") && text.contains("did not return within 1.0 s"),
+        "{text}"
+    );
+}
+
+/// Issue 31 rows 8 and 9, unreadable is not absent: as a user who cannot read parts of a p5's
+/// sysfs (chmod 000, run through setpriv), in a job of 16 nodes. /sys/class/infiniband
+/// unreadable: nccl-net-plugin and gdr skipped with "no RDMA devices"; now they could
+/// not determine, and fail. /sys/class/infiniband_verbs unreadable: "0 usable" passed;
+/// now how many are usable is unknown, and that fails. Every port attribute unreadable:
+/// "port 1 ? (?)"; now "could not determine the state of port 1".
+#[test]
+fn unreadable_rdma_sysfs_is_could_not_determine_never_a_skip_or_a_pass() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "unreadable_rdma_sysfs";
+    if !require_root(test) || !require_tools(test, &["setpriv"]) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("nccl-preflight-unreadable-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = copy_root("rdma-p5-efa", tmp.path());
+    let kernel = repo().join("tests/fixtures/rdma-p5-efa/kernel.json");
+    let check = |what: &str| -> serde_json::Value {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(BIN)
+            .args(["check", "--format", "json", "--nodes", "16", "--host-root"])
+            .arg(&root)
+            .arg("--replay-kernel")
+            .arg(&kernel)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .envs(NO_VENDOR_LIBS)
+            .env("NCCL_PREFLIGHT_FABRIC_LIB", "absent/libfabric.so.1")
+            .env("NCCL_PREFLIGHT_NCCL_LIB", "absent/libnccl.so.2")
+            .env("NCCL_PREFLIGHT_CUDART_LIB", "absent/libcudart.so.12");
+        let out = output_within(&mut cmd, what);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(&out));
+        report(&out)
+    };
+    let text = |f: &serde_json::Value| f.to_string();
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let class = root.join("sys/class/infiniband");
+    chmod(&class, 0o000);
+    // Row 9: mountinfo unreadable passed dev-shm; whether /dev/shm is a tmpfs is unknown.
+    let mountinfo = root.join("proc/self/mountinfo");
+    chmod(&mountinfo, 0o000);
+    let r = check("infiniband and mountinfo unreadable");
+    for id in ["nccl-net-plugin", "gdr"] {
+        let f = finding(&r, id);
+        assert_eq!(f["status"], "fail", "{id}: {f:#}");
+        assert!(text(f).contains("could not determine"), "{id}: {f:#}");
+    }
+    let shm = finding(&r, "dev-shm");
+    assert_ne!(shm["status"], "pass", "{shm:#}");
+    chmod(&class, 0o755);
+    chmod(&mountinfo, 0o644);
+    let verbs = root.join("sys/class/infiniband_verbs");
+    chmod(&verbs, 0o000);
+    let r = check("infiniband_verbs unreadable");
+    let f = finding(&r, "rdma-devices");
+    assert_eq!(f["status"], "fail", "{f:#}");
+    assert!(
+        text(f).contains("could not determine which of the 32 RDMA device(s)"),
+        "{f:#}"
+    );
+    chmod(&verbs, 0o755);
+    // Every port attribute: class entries are links into /sys/devices, so follow them.
+    let mut ports = Vec::new();
+    for dev in std::fs::read_dir(&class).unwrap() {
+        let port = dev.unwrap().path().join("ports/1");
+        for attr in std::fs::read_dir(&port).unwrap() {
+            let attr = attr.unwrap().path();
+            if attr.is_file() {
+                chmod(&attr, 0o000);
+                ports.push(attr);
+            }
+        }
+    }
+    assert!(!ports.is_empty());
+    let r = check("port attributes unreadable");
+    let f = text(finding(&r, "rdma-devices"));
+    assert!(!f.contains("port 1 ? (?)"), "{f}");
+    assert!(f.contains("could not determine the state of port 1"), "{f}");
 }

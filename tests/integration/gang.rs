@@ -348,7 +348,7 @@ fn two_gpus_per_node_make_nranks_pods_times_gpus_and_rank_0_prints_the_job() {
         other.stdout
     );
     assert_eq!(other.stdout.lines().count(), 1, "{}", other.stdout);
-    // nranks = 2 pods x 2 GPUs in the bandwidth phase; one rank per pod for consistency.
+    // nranks = 2 pods x 2 GPUs; the records met at the rendezvous before NCCL.
     let json = gang(
         "twogpu-json",
         TWO_GPUS,
@@ -366,12 +366,16 @@ fn two_gpus_per_node_make_nranks_pods_times_gpus_and_rank_0_prints_the_job() {
     let r = json[1].as_ref().unwrap().json();
     assert_eq!(r["gang"]["bandwidth"]["nranks"], 4);
     assert_eq!(r["gang"]["bandwidth"]["local_gpus"], 2);
-    assert_eq!(r["gang"]["consistency"]["nranks"], 2);
+    assert!(
+        r["gang"]["rendezvous_seconds"].is_number(),
+        "{:#}",
+        r["gang"]
+    );
     assert_eq!(r["gang"]["fingerprints"][0]["gpus"], 2);
 }
 
 #[test]
-fn a_different_nccl_version_fails_every_rank_from_nccls_own_check() {
+fn a_different_nccl_version_fails_every_rank_at_the_rendezvous_before_nccl() {
     let ended = gang(
         "version",
         ONE_GPU,
@@ -395,24 +399,21 @@ fn a_different_nccl_version_fails_every_rank_from_nccls_own_check() {
         assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         assert_eq!(r["verdict"], "fail");
-        let join = gang_finding(&r, "gang-join");
-        assert_eq!(join["status"], "fail");
-        assert!(
-            text(join).contains("Mismatched NCCL version detected"),
-            "{join:#}"
-        );
+        // Every pod met at the rendezvous; the records name the odd pod and NCCL never runs.
+        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
         let c = gang_finding(&r, "gang-consistency");
         assert_eq!(c["status"], "fail");
-        assert_eq!(
-            c["summary"],
-            "NCCL could not form a communicator: ranks load different NCCL versions"
-        );
-        // Each rank names a pair it saw: one of them loads 2.21.5, node 1.
+        let summary = c["summary"].as_str().unwrap_or("");
         assert!(
-            text(c).contains("node 1 loads NCCL 2.21.5"),
+            summary.starts_with("node 1 (") && summary.contains(") loads NCCL 2.21.5 ("),
             "node {rank}: {c:#}"
         );
+        assert!(
+            summary.contains("the other 2 pod(s) NCCL 2.28.9 ("),
+            "{c:#}"
+        );
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        assert!(r["gang"]["bandwidth"].is_null(), "{:#}", r["gang"]);
         // Every rank still prints its own NCCL version.
         let own = &r["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"];
         assert_eq!(own, if rank == 1 { "2.21.5" } else { "2.28.9" });
@@ -513,15 +514,23 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");
         assert!(
-            text(join).contains("not all 3 pod(s) joined within --gang-timeout 3 s"),
+            text(join)
+                .contains("1 of 3 pod(s) never reached the rendezvous at 127.0.0.1 at 127.0.0.1:"),
+            "{join:#}"
+        );
+        assert!(
+            text(join)
+                .contains("within --gang-timeout 3 s: node 2 (pod-that-never-started.invalid)"),
             "{join:#}"
         );
         assert!(
             text(join).contains("node 2 (pod-that-never-started.invalid): no DNS record"),
             "{join:#}"
         );
-        assert_eq!(r["gang"]["consistency"]["timed_out"], true);
-        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "skip");
+        assert_eq!(r["gang"]["missing"], serde_json::json!([2]));
+        // The two records that came agree; nothing is measured without every pod.
+        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "pass");
+        assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
     }
 }
 
@@ -553,7 +562,8 @@ fn a_users_nccl_comm_id_never_reaches_a_non_root_rank() {
 #[test]
 fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
     // Node 1's worker dies (as a SIGKILL'd process reports) at its first collective,
-    // the fingerprint all-gather, after everybody joined.
+    // the pairwise probe, after everybody joined. The pods exchange how NCCL ended
+    // for each, so every rank names node 1 with the same words.
     let ended = gang(
         "killed",
         ONE_GPU,
@@ -565,25 +575,27 @@ fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
             Some(node()),
         ],
     );
+    let mut summaries = Vec::new();
     for (rank, e) in ended.iter().enumerate() {
         let e = e.as_ref().unwrap();
         assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
-        if rank == 1 {
-            let join = gang_finding(&r, "gang-join");
-            assert_eq!(join["status"], "fail");
-            assert!(text(join).contains("without a result"), "{join:#}");
-            continue;
-        }
-        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass");
-        let c = gang_finding(&r, "gang-consistency");
-        assert_eq!(c["status"], "fail");
+        let join = gang_finding(&r, "gang-join");
+        assert_eq!(join["status"], "fail");
+        let summary = join["summary"].as_str().unwrap_or("").to_string();
         assert!(
-            text(c).contains("the fingerprint exchange did not finish"),
-            "{c:#}"
+            summary.contains("but NCCL could not form the gang's communicator on node 1 (")
+                && summary.contains("without a result"),
+            "node {rank}: {join:#}"
         );
+        assert_eq!(gang_finding(&r, "gang-consistency")["status"], "pass");
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
+        summaries.push(summary);
     }
+    assert!(
+        summaries.iter().all(|s| *s == summaries[0]),
+        "{summaries:#?}"
+    );
 }
 
 #[test]
@@ -810,6 +822,35 @@ fn mpi_ranks_take_their_identity_from_open_mpi_and_the_hostfile() {
 }
 
 #[test]
+fn an_mpi_hostfile_that_is_a_fifo_or_dev_zero_exits_2_without_waiting() {
+    // Issue 31 row 7: a FIFO nobody writes as the hostfile blocked rank 1 for ever, and
+    // /dev/zero gave a 1 MiB root "name". Both must be refused at once, naming the file.
+    let dir = scratch("gang-mpi-fifo");
+    let env = base_env(&dir, ONE_GPU);
+    let fifo = dir.join("hostfile-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let nuls = dir.join("hostfile-nuls");
+    std::fs::write(&nuls, vec![0u8; 1 << 20]).unwrap();
+    let cases = [
+        (fifo.display().to_string(), "is not a regular file"),
+        ("/dev/zero".to_string(), "is not a regular file"),
+        (nuls.display().to_string(), "larger than 65536 bytes"),
+    ];
+    for (hostfile, why) in cases {
+        let mut cmd = command(&["gang", "--gang-timeout", "20"], &[]);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
+            .env("OMPI_COMM_WORLD_RANK", "1")
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
+            .env("OMPI_MCA_orte_default_hostfile", &hostfile);
+        let out = super::bounded::output_within(&mut cmd, "gang with a hostile hostfile");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{hostfile}: {err}");
+        assert!(err.contains(&hostfile) && err.contains(why), "{err}");
+    }
+}
+
+#[test]
 fn an_nccl_older_than_2_16_is_refused_by_name() {
     let ended = gang(
         "old-nccl",
@@ -892,4 +933,168 @@ fn a_stranger_on_the_gang_port_sending_garbage_or_nothing_cannot_hang_the_gang()
             _ => panic!("node {rank}: {join}"),
         }
     }
+}
+
+/// The pid of `parent`'s child whose command line holds `word`, if any.
+fn child_with(parent: u32, word: &str) -> Option<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    list.split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+        })
+}
+
+/// Whether `pid` is gone (or a zombie nobody reaped: it holds no socket).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn regression_a_killed_gang_takes_its_worker_along_and_sigterm_ends_it_at_once() {
+    // Issue 31 row 13: SIGKILL to `gang` left gang-worker listening on the root port
+    // until its watchdog; SIGTERM waited for the checks to end.
+    let mut g = start_gang(
+        "killed-parent",
+        ONE_GPU,
+        2,
+        &[
+            "--format",
+            "json",
+            "--gang-timeout",
+            "20",
+            "--gang-sizes",
+            "64KiB",
+        ],
+        // Rank 1's bootstrap hello never completes: both workers wait in NCCL's join.
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_NCCL_MISMATCH_HANG", "1")),
+        ],
+    );
+    let parent = g.children[0].as_ref().unwrap().id();
+    let started = Instant::now();
+    let worker = loop {
+        if let Some(w) = child_with(parent, "gang-worker") {
+            break w;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no worker started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(parent as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    while !gone(worker) && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(worker), "gang-worker {worker} outlived its parent");
+    // Its NCCL root let the gang port go: a retry can listen there at once.
+    let port: u16 = g.port.parse().unwrap();
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+    for c in g.children.iter_mut().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir_all(&g.dir);
+
+    // SIGTERM at the rendezvous (rank 1 never comes): it ends at once, saying so.
+    let g = start_gang(
+        "sigterm",
+        ONE_GPU,
+        2,
+        &["--gang-timeout", "30"],
+        vec![Some(node()), None],
+    );
+    let pid = g.children[0].as_ref().unwrap().id();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let termed = Instant::now();
+    let ended = g.finish();
+    let e = ended[0].as_ref().unwrap();
+    assert!(
+        termed.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        termed.elapsed()
+    );
+    assert_eq!(e.code, Some(128 + libc::SIGTERM), "{}", e.stderr);
+    assert!(e.stderr.contains("stopped by a signal"), "{}", e.stderr);
+}
+
+#[test]
+fn regression_exec_gang_as_pid_1_ends_on_sigterm_during_the_checks() {
+    // Issue 31 row 13: as PID 1 (a container's first process), `exec --gang` ignored
+    // SIGTERM until the checks ended, since the kernel drops a signal PID 1 has no
+    // handler for. Here it waits at the rendezvous for a rank that never comes.
+    if !require_root("exec_gang_pid_1") || !require_tools("exec_gang_pid_1", &["unshare"]) {
+        return;
+    }
+    let dir = scratch("gang-pid1");
+    let port = free_port().to_string();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", BIN, "exec", "--gang"])
+        .args([
+            "--gang-rank",
+            "0",
+            "--gang-nodes",
+            "2",
+            "--gang-root",
+            "127.0.0.1",
+        ])
+        .args(["--gang-port", &port, "--gang-timeout", "30", "--", "true"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(base_env(&dir, ONE_GPU))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut unshare = cmd.spawn().expect("unshare");
+    let started = Instant::now();
+    let pid1 = loop {
+        if let Some(p) = child_with(unshare.id(), "exec") {
+            break p;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no PID 1 started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // In its namespace it is PID 1.
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1")),
+        "{status}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(pid1 as i32, libc::SIGTERM) };
+    let termed = Instant::now();
+    while unshare.try_wait().unwrap().is_none() && termed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = unshare.try_wait().unwrap();
+    if ended.is_none() {
+        let _ = unshare.kill();
+    }
+    let out = unshare.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        termed.elapsed() < Duration::from_secs(5),
+        "{:?}: {stderr}",
+        termed.elapsed()
+    );
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -231,6 +231,40 @@ fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Issue 31 row 6: between the limit where the loader cannot map the binary and the one
+/// where the tool runs, the allocator ran out and Rust aborted (SIGABRT, 134, no report).
+/// Swept in 32 KiB steps so the window is crossed whatever the build's size: every run
+/// ends in the loader (127, before any code of ours) or exits 0-2, never by a signal
+/// (glibc's own out-of-memory abort for a new thread included), and at least one exits
+/// 2 saying it ran out of memory.
+#[test]
+fn regression_out_of_memory_exits_2_with_a_message_not_sigabrt() {
+    if !require_tools("out_of_memory", &["prlimit"]) {
+        return;
+    }
+    let (mut oom, mut ran) = (0, 0);
+    for kib in (8 * 1024..=12 * 1024).step_by(32) {
+        let limit = format!("--as={}", kib * 1024);
+        let out = wrapped(&["prlimit", &limit], &["check", "--cuda", "off"]);
+        let text = format!("{}{}", stdout(&out), stderr(&out));
+        let loader = text.contains("error while loading shared libraries")
+            || text.contains("cannot allocate TLS data structures");
+        if out.status.code() == Some(127) && loader {
+            continue;
+        }
+        assert!(
+            matches!(out.status.code(), Some(0..=2)),
+            "{limit}: {:?}\n{text}",
+            out.status
+        );
+        if out.status.code() == Some(2) && text.contains("out of memory") {
+            oom += 1;
+        }
+        ran += 1;
+    }
+    assert!(ran > 0 && oom > 0, "{ran} run(s), {oom} out of memory");
+}
+
 /// Issue 18: under a small address space the tool said "the driver or a GPU is hung ...
 /// drain the node" (no thread could start) or "driver libraries do not match" (dlopen's
 /// ENOMEM). Its own limits are never the node's fault, and nothing panics.

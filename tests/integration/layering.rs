@@ -18,6 +18,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
         "lines to standard error that a closed stderr cannot break",
     ),
     ("units", 1, "sizes, limits and durations"),
+    (
+        "child",
+        1,
+        "a child process of this binary: one framed reply under a deadline",
+    ),
     ("platform", 1, "known machine types"),
     (
         "layout",

@@ -150,6 +150,16 @@ impl Net {
         ));
     }
 
+    /// Drops every TCP connection into node i but those to `port` (iptables in its
+    /// namespace): a NetworkPolicy that opens only the gang port, so NCCL's own
+    /// listeners (ephemeral ports) cannot be reached.
+    pub fn only_port_open(&self, i: usize, port: u16) {
+        sh(&format!(
+            "set -e; ip netns exec {} iptables -A INPUT -p tcp --syn ! --dport {port} -j DROP",
+            self.nodes[i]
+        ));
+    }
+
     /// Every node's link carries `mbit` Mb/s (tc, both ends). Its eth0 stays
     /// what it is, one end of a veth pair as a pod's is on most CNIs, whose
     /// sysfs speed (10000) rtnetlink's link kind marks as no figure: the gang
@@ -291,7 +301,7 @@ impl Launch {
 }
 
 /// How a process ended.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ended {
     pub node: usize,
     /// None: killed (by a signal, or here as a stuck process).

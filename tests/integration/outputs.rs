@@ -181,3 +181,104 @@ fn outputs_naming_one_file_exit_2_before_writing() {
     assert!(!x.exists());
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 31 row 2: another user pre-created `SHARED/nccl.env` 0666 in a sticky shared
+/// directory; root's `init` kept the mode (root-owned 0666), the user appended
+/// `export LD_PRELOAD=...` and the trainer sourced it. A file that is not ours, or any
+/// file in a non-sticky directory others can write, gets 0644; our own file in a sticky
+/// or private directory keeps its bits.
+#[test]
+fn a_planted_world_writable_env_file_does_not_stay_world_writable() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !require_root("planted_env_file") || !require_tools("planted_env_file", &["setpriv"]) {
+        return;
+    }
+    // Not under the scratch root (0700): the other user must reach the directories.
+    let tmp = tempfile::Builder::new()
+        .prefix("nccl-preflight-planted-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let mode_of = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let as_nobody = |script: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args(["sh", "-c", script])
+            .status()
+            .unwrap()
+    };
+    // (directory mode, who made the old file, its mode, the mode expected after init)
+    let cases = [
+        (0o1777, "nobody", 0o666, 0o644),
+        (0o777, "root", 0o666, 0o644),
+        (0o1777, "root", 0o640, 0o640),
+        (0o755, "root", 0o600, 0o600),
+    ];
+    for (i, (dir_mode, owner, old_mode, want)) in cases.into_iter().enumerate() {
+        let shared = dir.join(format!("shared{i}"));
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(dir_mode)).unwrap();
+        let env_file = shared.join("nccl.env");
+        if owner == "nobody" {
+            let made = as_nobody(&format!("umask 0; echo x > '{}'", env_file.display()));
+            assert!(made.success());
+        } else {
+            fs::write(&env_file, "x\n").unwrap();
+        }
+        fs::set_permissions(&env_file, fs::Permissions::from_mode(old_mode)).unwrap();
+        let out = init_in_fixture(&["--env-file", env_file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let case = format!("dir {dir_mode:o}, {owner}'s {old_mode:o} file");
+        assert_eq!(mode_of(&env_file), want, "{case}");
+        assert_eq!(fs::metadata(&env_file).unwrap().uid(), 0, "{case}");
+        if owner == "nobody" {
+            let append = format!("echo 'export LD_PRELOAD=/x' >> '{}'", env_file.display());
+            assert!(!as_nobody(&append).success(), "{case}: still writable");
+            assert!(
+                !fs::read_to_string(&env_file)
+                    .unwrap()
+                    .contains("LD_PRELOAD")
+            );
+        }
+    }
+}
+
+/// Issue 31 row 9: running the installed binary while `install` replaced it failed with
+/// ETXTBSY (22 of 300 runs): the new file was renamed into place while still open for
+/// writing. 30 installs against a loop that runs the installed binary: no ETXTBSY.
+#[test]
+fn running_the_installed_binary_during_install_never_fails_with_etxtbsy() {
+    let dir = scratch("install-race");
+    let dest = dir.to_str().unwrap().to_string();
+    let first = run(&["install", &dest], &[]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let installer = {
+        let (done, dest) = (std::sync::Arc::clone(&done), dest.clone());
+        std::thread::spawn(move || {
+            for _ in 0..30 {
+                let out = run(&["install", &dest], &[]);
+                assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let installed = dir.join("nccl-preflight");
+    let (mut runs, mut busy) = (0, 0);
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        match std::process::Command::new(&installed)
+            .arg("--version")
+            .output()
+        {
+            Ok(out) => assert!(out.status.success(), "{}", stderr(&out)),
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32) => busy += 1,
+            Err(e) => panic!("running {}: {e}", installed.display()),
+        }
+        runs += 1;
+    }
+    installer.join().unwrap();
+    assert!(runs > 0);
+    assert_eq!(busy, 0, "{busy} of {runs} runs failed with ETXTBSY");
+    fs::remove_dir_all(&dir).unwrap();
+}

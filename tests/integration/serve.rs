@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// test asserts how fast serve is.
 const WAIT: Duration = Duration::from_secs(60);
 
-struct Server {
+pub struct Server {
     child: Child,
     addr: String,
 }
@@ -24,13 +24,20 @@ impl Drop for Server {
 }
 
 /// Starts `serve` in a fixture on an ephemeral loopback port; waits for its first run.
-fn start(fixture: &str, args: &[&str]) -> Server {
+pub fn start(fixture: &str, args: &[&str]) -> Server {
     let mut all = vec!["--listen", "127.0.0.1:0"];
     all.extend(args);
     start_command(fixture_command(fixture, "serve", &all, &[]))
 }
 
-fn start_command(mut command: std::process::Command) -> Server {
+fn start_command(command: std::process::Command) -> Server {
+    let server = spawn_server(command);
+    wait_for(&server, "/report", |status, _| status != 503);
+    server
+}
+
+/// Starts `serve` and reads the address it listens on; does not wait for a run.
+fn spawn_server(mut command: std::process::Command) -> Server {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -47,9 +54,7 @@ fn start_command(mut command: std::process::Command) -> Server {
         .and_then(|s| s.split(' ').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
-    let server = Server { child, addr };
-    wait_for(&server, "/report", |status, _| status != 503);
-    server
+    Server { child, addr }
 }
 
 /// Sends raw bytes; returns (status, content type, body).
@@ -73,7 +78,7 @@ fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
     (status, content_type, body.to_string())
 }
 
-fn get(server: &Server, path: &str) -> (u16, String, String) {
+pub fn get(server: &Server, path: &str) -> (u16, String, String) {
     raw(
         server,
         format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
@@ -340,7 +345,7 @@ fn runs(metrics: &str) -> u64 {
 
 /// Polls `path` until `done` holds for its status and body; fails after [`WAIT`]
 /// saying it never happened.
-fn wait_for(server: &Server, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
+pub fn wait_for(server: &Server, path: &str, done: impl Fn(u16, &str) -> bool) -> String {
     let started = Instant::now();
     loop {
         let (status, _, body) = get(server, path);
@@ -573,7 +578,9 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
         );
     }
     // A thousand clients at once: each gets its answer, or is evicted (closed with no
-    // status) when the 32 slots are full of clients that have not sent their head.
+    // status) when the 32 slots are full of clients that have not sent their head or
+    // are closing, or gets the documented 503 when all 32 are being answered at that
+    // moment (on a loaded 2-core machine a burst of a thousand can catch them so).
     let addr = server.addr.clone();
     let clients: Vec<_> = (0..1000)
         .map(|_| {
@@ -591,11 +598,12 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
     let mut answered = 0;
     for c in clients {
         let text = c.join().unwrap().unwrap_or_default();
+        let busy = text.starts_with("HTTP/1.1 503 ") && text.ends_with("too many connections\n");
         assert!(
-            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n"),
+            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n") || busy,
             "{text}"
         );
-        answered += usize::from(!text.is_empty());
+        answered += usize::from(text.starts_with("HTTP/1.1 200 OK\r\n"));
     }
     assert!(answered > 0, "no client of a thousand was answered");
     assert_eq!(get(&server, "/healthz").0, 200);
@@ -644,4 +652,158 @@ fn a_failing_net_plugin_is_retried_each_run_in_a_child_never_in_the_server() {
     );
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Connects with a 4 KiB receive buffer (set before connecting, so the window the
+/// client offers stays small) and asks for `path`; reads nothing.
+fn never_reading(addr: &str, path: &str) -> TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, sockopt};
+    use std::os::fd::AsRawFd;
+    let fd = nix::sys::socket::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    nix::sys::socket::setsockopt(&fd, sockopt::RcvBuf, &4096).unwrap();
+    let to: std::net::SocketAddrV4 = addr.parse().unwrap();
+    nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
+    let mut s = TcpStream::from(fd);
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: slow\r\n\r\n").as_bytes())
+        .unwrap();
+    s
+}
+
+/// Issue 31 row 1: 32-40 clients that GET /report (210 KB here, larger than the socket
+/// buffers at MTU 1500) and read it slowly or never held every slot, answering, never
+/// evicted: 0 of 1,141 kubelet probes passed. Now a slot answering for longer than
+/// `SLOW_ANSWER` is evicted for a new connection, and a whole response must be written
+/// within `RESPONSE_TIME`. Run in a private network namespace whose loopback has a
+/// pod's MTU (1500): at loopback's 64 KiB MTU the kernel's buffers hold the report.
+#[test]
+fn probes_pass_while_forty_clients_read_the_report_slowly_or_never() {
+    use std::os::fd::AsRawFd;
+    let test = "slow_report_readers";
+    if !crate::support::require_root(test)
+        || !crate::support::require_tools(test, &["unshare", "ip"])
+    {
+        return;
+    }
+    let args = ["--listen", "127.0.0.1:0", "--interval", "60m"];
+    let inner = fixture_command("rdma-p5-efa", "serve", &args, &[]);
+    let mut outer = std::process::Command::new("unshare");
+    outer
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            "ip link set lo mtu 1500 up && exec \"$0\" \"$@\"",
+        ])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            outer.env(k, v);
+        }
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        outer.current_dir(dir);
+    }
+    let server = spawn_server(outer);
+    let netns = std::fs::File::open(format!("/proc/{}/ns/net", server.child.id())).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // SAFETY: setns(2) moves this thread alone into serve's network namespace;
+            // the descriptor is open for the call. The thread ends with the test.
+            let rc = unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            slow_readers_against(&server);
+        });
+    });
+}
+
+fn slow_readers_against(server: &Server) {
+    wait_for(server, "/report", |status, _| status == 200);
+    let mut slow = Vec::new();
+    for round in 0..5 {
+        slow.extend((0..40).map(|_| never_reading(&server.addr, "/report")));
+        // Every slot is now answering a client that reads nothing, for longer than
+        // SLOW_ANSWER (and less than the old per-write SO_SNDTIMEO of 2 s).
+        std::thread::sleep(Duration::from_millis(600));
+        let (status, _, body) = get(server, "/healthz");
+        assert_eq!(status, 200, "round {round}: /healthz: {body}");
+        let (status, _, body) = get(server, "/readyz");
+        assert!(
+            !body.contains("too many connections") && [200, 503].contains(&status),
+            "round {round}: /readyz {status}: {body}"
+        );
+    }
+    drop(slow);
+    // A client reading 4 KiB every 0.5 s would take the whole report for ~25 s: it is
+    // cut off at RESPONSE_TIME, its answer incomplete, within the hang guard.
+    let mut s = never_reading(&server.addr, "/report");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("reading /report slowly: {e}"),
+        }
+        assert!(started.elapsed() < WAIT, "a slow reader was never cut off");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(
+        body.len() < length,
+        "all {length} bytes went to a client reading 8 KiB/s"
+    );
+}
+
+/// Issue 31 row 9: a request with a body, or pipelined requests beyond what the head
+/// reader took, got the answer and then a reset (the server closed with unread data),
+/// so the client could lose the answer. The rest is drained: the client reads the whole
+/// answer and a clean end.
+#[test]
+fn a_request_body_or_pipelined_requests_end_cleanly_not_in_a_reset() {
+    let server = start("healthy-pod", &["--interval", "60m"]);
+    let body = "x".repeat(16 << 10);
+    let pipelined =
+        format!("GET /readyz HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "p".repeat(500)).repeat(20);
+    let requests = [
+        (
+            format!(
+                "POST /healthz HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+            "HTTP/1.1 405 ",
+        ),
+        (
+            format!("GET /healthz HTTP/1.1\r\n\r\n{pipelined}"),
+            "HTTP/1.1 200 OK\r\n",
+        ),
+    ];
+    for (request, status) in requests {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        // The server answers and closes while this client is still here.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut text = String::new();
+        s.read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("{status}: {e} after {text:?}"));
+        assert!(text.starts_with(status), "{text}");
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    }
 }

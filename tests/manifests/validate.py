@@ -339,6 +339,47 @@ def check_gang_placement(doc, where, errors):
                       "WaitForWorkersReady: the launcher may start before the workers' names resolve")
 
 
+def serve_watch_ports(tspec):
+    """Ports on which a container of the pod runs `serve --watch-nccl` (a native sidecar,
+    restartPolicy Always, or a plain container): the only ones answering /job/livez."""
+    ports = set()
+    for c in (tspec.get("initContainers") or []) + (tspec.get("containers") or []):
+        sidecar = c in (tspec.get("containers") or []) or c.get("restartPolicy") == "Always"
+        for argv in container_commands(c):
+            if not argv or argv[0] != "serve" or not sidecar:
+                continue
+            flags = " ".join(argv)
+            if "--watch-nccl" not in flags:
+                continue
+            listen = next((a.split("=", 1)[1] for a in argv if a.startswith("--listen=")),
+                          "0.0.0.0:9464")
+            ports.add(int(listen.rsplit(":", 1)[1]))
+            ports.update(p.get("name") for p in c.get("ports") or [])
+    return ports
+
+
+def check_job_probe(doc, where, errors):
+    """A livenessProbe on /job/livez (README, "Watching the running job") needs, in the same
+    pod, `serve --watch-nccl` running beside it on that port, and tolerance for a sidecar
+    restart: periodSeconds x failureThreshold of at least 60 s, else a restarting sidecar
+    (connection refused) restarts the trainer."""
+    for tpath, template in pod_templates(doc):
+        tspec = template["spec"]
+        for c in tspec.get("containers") or []:
+            probe = c.get("livenessProbe") or {}
+            get = probe.get("httpGet") or {}
+            if get.get("path") != "/job/livez":
+                continue
+            name = f"{where}: {tpath.removeprefix('spec.')}: {c.get('name')}"
+            if get.get("port") not in serve_watch_ports(tspec):
+                errors.append(f"{name}: livenessProbe on /job/livez port {get.get('port')}, "
+                              "but no serve --watch-nccl listens there in this pod")
+            tolerance = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+            if tolerance < 60:
+                errors.append(f"{name}: /job/livez probe tolerates {tolerance} s: a sidecar "
+                              "restart would restart the trainer (periodSeconds x failureThreshold >= 60)")
+
+
 def is_custom(api_version):
     """Groups with a dot are CRDs, except Kubernetes' own (*.k8s.io)."""
     group = (api_version or "").rpartition("/")[0]
@@ -383,6 +424,7 @@ def validate_file(path, schemas, errors):
                 errors.append(f"{where}: {e}")
         check_two_step(doc, where, errors)
         check_gang_placement(doc, where, errors)
+        check_job_probe(doc, where, errors)
         for container, argv in commands(doc):
             found.append({"file": path.name, "container": container, "argv": argv})
     if not found:

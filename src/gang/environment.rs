@@ -1,0 +1,135 @@
+//! The worker's environment: the trainer's own (the user's variables and the
+//! tuned settings the user did not set), less what must differ per pod, plus
+//! what the gang needs from NCCL (its log, the root's address on rank 0, a
+//! connect retry that fits the timeout).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+/// Collective-tuning variables: ranks that disagree on them hang in the first
+/// collective (NVIDIA/nccl#1136, #626; NCCL_ALGO/NCCL_PROTO read per
+/// communicator in src/graph/tuning.cc), so a difference in them stops the gang
+/// before NCCL, as a differing NCCL version does.
+pub const COLLECTIVE_TUNING: &[&str] = &[
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NTHREADS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_BUFFSIZE",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_NET_OVERHEAD",
+];
+
+/// True for a collective-tuning variable (the list, or any NCCL_*_THRESHOLD).
+pub fn is_collective_tuning(name: &str) -> bool {
+    COLLECTIVE_TUNING.contains(&name) || (name.starts_with("NCCL_") && name.ends_with("_THRESHOLD"))
+}
+
+/// NCCL_SOCKET_RETRY_CNT so that NCCL's connect retries (sleep n x 100 ms before
+/// attempt n+1, src/misc/socket.cc since v2.24) last about as long as `timeout`.
+pub fn retry_count(timeout: Duration) -> u64 {
+    let budget_ms = timeout.as_millis() as f64;
+    // 100 x c(c+1)/2 >= budget
+    (((1.0 + 8.0 * budget_ms / 100.0).sqrt() - 1.0) / 2.0)
+        .ceil()
+        .max(1.0) as u64
+}
+
+/// The worker's environment. Only rank 0 gets `comm_id` (NCCL_COMM_ID): a
+/// non-root rank with it would need a local interface in the root's subnet
+/// (src/bootstrap.cc `bootstrapNetInit`), which pod networks rarely give.
+pub fn worker_env(
+    trainer: &[(OsString, OsString)],
+    comm_id: Option<&str>,
+    log: &Path,
+    timeout: Duration,
+) -> Vec<(OsString, OsString)> {
+    let drop_names = [
+        "NCCL_COMM_ID",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_FILE",
+    ];
+    let mut env: Vec<(OsString, OsString)> = trainer
+        .iter()
+        .filter(|(k, _)| !drop_names.contains(&k.to_string_lossy().as_ref()))
+        .cloned()
+        .collect();
+    let has = |env: &[(OsString, OsString)], name: &str| env.iter().any(|(k, _)| k == name);
+    if let Some(id) = comm_id {
+        env.push(("NCCL_COMM_ID".into(), id.into()));
+    }
+    env.push(("NCCL_DEBUG".into(), "INFO".into()));
+    env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
+    env.push(("NCCL_DEBUG_FILE".into(), log.as_os_str().to_owned()));
+    if !has(&env, "NCCL_SOCKET_RETRY_SLEEP_MSEC") && !has(&env, "NCCL_SOCKET_RETRY_CNT") {
+        env.push(("NCCL_SOCKET_RETRY_SLEEP_MSEC".into(), "100".into()));
+        env.push((
+            "NCCL_SOCKET_RETRY_CNT".into(),
+            retry_count(timeout).to_string().into(),
+        ));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_count_covers_the_timeout() {
+        for secs in [1u64, 5, 30, 300] {
+            let c = retry_count(Duration::from_secs(secs));
+            let window_ms = 100 * c * (c + 1) / 2;
+            assert!(window_ms >= secs * 1000, "{secs}: {c}");
+            assert!(
+                c == 1 || 100 * (c - 1) * c / 2 < secs * 1000,
+                "{secs}: {c} is more than needed"
+            );
+        }
+    }
+
+    #[test]
+    fn worker_env_gives_comm_id_to_rank_0_only_and_keeps_the_trainers_tuning() {
+        let trainer: Vec<(OsString, OsString)> = [
+            ("NCCL_ALGO", "Ring"),
+            ("NCCL_SOCKET_IFNAME", "eth0"),
+            ("NCCL_COMM_ID", "10.9.9.9:1"),
+            ("PATH", "/bin"),
+        ]
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect();
+        let log = Path::new("/tmp/x/nccl.log");
+        let get = |env: &[(OsString, OsString)], k: &str| {
+            env.iter()
+                .filter(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let other = worker_env(&trainer, None, log, Duration::from_secs(30));
+        assert_eq!(get(&other, "NCCL_ALGO"), ["Ring"]);
+        assert_eq!(get(&other, "NCCL_SOCKET_IFNAME"), ["eth0"]);
+        // A non-root rank never gets NCCL_COMM_ID, not even the user's.
+        assert!(get(&other, "NCCL_COMM_ID").is_empty());
+        assert_eq!(get(&other, "NCCL_DEBUG_FILE"), ["/tmp/x/nccl.log"]);
+        let root = worker_env(
+            &trainer,
+            Some("10.0.0.1:29501"),
+            log,
+            Duration::from_secs(30),
+        );
+        assert_eq!(get(&root, "NCCL_COMM_ID"), ["10.0.0.1:29501"]);
+        assert_eq!(
+            get(&root, "NCCL_SOCKET_RETRY_CNT"),
+            [retry_count(Duration::from_secs(30)).to_string()]
+        );
+        assert!(is_collective_tuning("NCCL_LL128_THRESHOLD"));
+        assert!(!is_collective_tuning("NCCL_SOCKET_IFNAME"));
+    }
+}

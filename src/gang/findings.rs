@@ -1,0 +1,328 @@
+//! The gang's three findings in words: gang-join from the names, the
+//! rendezvous and NCCL's join; gang-bandwidth from what the worker measured.
+//! Every text built from the table is the same on every rank that has it.
+
+use super::GangRun;
+use super::Peer;
+use super::outcome::Outcome;
+use super::rendezvous::Failure;
+use super::verdict::{self, node_name};
+use super::worker::WorkerResult;
+use crate::cli::GangOpts;
+use crate::finding::{Finding, Problem, Severity, combine, ids};
+
+/// "node 3 (train-worker-2): no DNS record" for each name that never resolved.
+pub fn unresolved(peers: &[Peer]) -> Vec<String> {
+    peers
+        .iter()
+        .filter(|p| p.address.is_none())
+        .map(|p| format!("node {} ({}): no DNS record", p.node, p.name))
+        .collect()
+}
+
+fn skipped(why: &str) -> [Finding; 2] {
+    [
+        Finding::skip(ids::GANG_CONSISTENCY, why),
+        Finding::skip(ids::GANG_BANDWIDTH, why),
+    ]
+}
+
+/// The root has no address: gang-join fails, the rest skip.
+pub fn no_root(
+    identity: &crate::layout::GangIdentity,
+    opts: &GangOpts,
+    unresolved: Vec<String>,
+) -> Vec<Finding> {
+    let why = if identity.node_rank == 0 {
+        format!(
+            "rank 0 has no local address for the root {:?} (not local, and no default route's address)",
+            identity.root
+        )
+    } else {
+        format!(
+            "the root {:?} did not resolve within --gang-wait {:.0} s (its pod is not Ready or not scheduled)",
+            identity.root,
+            opts.gang_wait.as_secs_f64()
+        )
+    };
+    let mut f = Finding::fail(
+        ids::GANG_JOIN,
+        why,
+        "Check that the rank-0 pod is running and its Service name resolves (kubectl get pods, nslookup), or pass --gang-root",
+    );
+    f.evidence.extend(unresolved);
+    let mut out = vec![f];
+    out.extend(skipped("the gang did not meet"));
+    out
+}
+
+/// "train-master-0 at 10.0.0.1:29501".
+fn root_text(run: &GangRun) -> String {
+    format!(
+        "{} at {}",
+        run.identity.root,
+        run.root_address.as_deref().unwrap_or("?")
+    )
+}
+
+/// This pod got no table: gang-join says why, the rest skip.
+pub fn no_table(
+    run: &GangRun,
+    failure: &Failure,
+    opts: &GangOpts,
+    unresolved: Vec<String>,
+) -> Vec<Finding> {
+    let port = run.identity.port;
+    let (summary, fix) = match failure {
+        Failure::Listen(e) => (
+            format!("rank 0 could not listen on the gang port {port}: {e}"),
+            "Another process holds the port (a gang of an earlier attempt still running, or the trainer): let it end, or give every pod another --gang-port".to_string(),
+        ),
+        Failure::Unreachable(e) => (
+            format!(
+                "this pod could not reach rank 0 ({}) within --gang-timeout {:.0} s: {e}",
+                root_text(run),
+                opts.gang_timeout.as_secs_f64()
+            ),
+            format!("Check that the rank-0 pod is running the gang (kubectl get pods; its log) and that the pods reach each other on TCP port {port} (NetworkPolicy, security groups)"),
+        ),
+        Failure::Refused(why) => (
+            format!("rank 0 ({}) refused this pod: {why}", root_text(run)),
+            "This pod is not one of the attempt rank 0 runs: let a stale pod end, and give every pod of one attempt the same root, port, pod count and --gang-attempt".to_string(),
+        ),
+        Failure::NoTable(e) => (
+            format!("this pod reached rank 0 ({}), but no table came back: {e}", root_text(run)),
+            "Rank 0 ended or its network failed mid-way: read the rank-0 pod's log".to_string(),
+        ),
+    };
+    let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
+    f.evidence.extend(unresolved);
+    let mut out = vec![f];
+    out.extend(skipped("the gang did not meet"));
+    out
+}
+
+/// gang-join from the table: every rank there, once.
+pub fn table_join(run: &GangRun, opts: &GangOpts, unresolved: &[String]) -> Finding {
+    let names = run.names();
+    let n = run.identity.nodes;
+    let mut problems = Vec::new();
+    for d in &run.duplicates {
+        problems.push(Problem::new(
+            Severity::Fail,
+            format!(
+                "two pods claim {}: {} (kept) and {} (refused)",
+                node_name(d.rank as usize, &names),
+                d.kept,
+                d.refused
+            ),
+            "Give every pod its own rank (PET_NODE_RANK, RANK or --gang-rank): two pods of one rank is a manifest error, or a pod of an earlier attempt still running",
+        ));
+    }
+    let who: Vec<String> = run
+        .missing
+        .iter()
+        .map(|&i| node_name(i as usize, &names))
+        .collect();
+    if let Some(first) = problems.first_mut()
+        && run.missing.len() <= run.duplicates.len()
+    {
+        // Rank 0 stopped waiting once every pod had reported: a duplicate stands for a missing rank.
+        if !who.is_empty() {
+            first.evidence.push(format!(
+                "no pod reported as {}: its pod claimed another rank",
+                who.join(", ")
+            ));
+        }
+    } else if !run.missing.is_empty() {
+        let mut p = Problem::new(
+            Severity::Fail,
+            format!(
+                "{} of {n} pod(s) never reached the rendezvous at {} within --gang-timeout {:.0} s: {}",
+                run.missing.len(),
+                root_text(run),
+                opts.gang_timeout.as_secs_f64(),
+                who.join(", ")
+            ),
+            format!(
+                "Check that every pod started and runs the gang (kubectl get pods; the missing pod's log), and that the pods reach rank 0 on TCP port {} (NetworkPolicy, security groups)",
+                run.identity.port
+            ),
+        );
+        p.evidence.extend(unresolved.iter().cloned());
+        problems.insert(0, p);
+    }
+    let mut evidence = Vec::new();
+    if let Some(s) = run.rendezvous_seconds {
+        evidence.push(format!(
+            "this pod had the table {s:.2} s after it started the rendezvous"
+        ));
+    }
+    if !run.refused.is_empty() {
+        evidence.push(format!(
+            "rank 0 refused {} connection(s) from outside this attempt: {}",
+            run.refused.len(),
+            run.refused.join("; ")
+        ));
+    }
+    combine(
+        ids::GANG_JOIN,
+        format!("all {n} pod(s) met at the rendezvous"),
+        evidence,
+        problems,
+    )
+}
+
+/// The local ephemeral port range NCCL's listeners bind in (port 0).
+fn ephemeral_range() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .map(|t| t.split_whitespace().collect::<Vec<_>>().join("-"))
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "32768-60999".to_string())
+}
+
+/// gang-join once NCCL ran: the table's verdict, or, from every pod's outcome
+/// (the same on every pod that has them), which pods NCCL did not join and why,
+/// although every pod met at the rendezvous.
+fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpts) -> Finding {
+    let names = run.names();
+    let mut outcomes: Vec<(usize, Outcome)> = run
+        .outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.clone().map(|o| (i, o)))
+        .collect();
+    if outcomes.is_empty() {
+        outcomes.push((run.identity.node_rank as usize, Outcome::of(result)));
+    }
+    let failed: Vec<&(usize, Outcome)> = outcomes.iter().filter(|(_, o)| !o.joined).collect();
+    let unknown: Vec<usize> = (0..run.outcomes.len())
+        .filter(|&i| run.outcomes[i].is_none())
+        .collect();
+    if failed.is_empty() {
+        let mut f = join;
+        if let Some(s) = result.join_seconds {
+            f.evidence.push(format!("NCCL joined in {s:.2} s here"));
+        }
+        if !unknown.is_empty() {
+            let who: Vec<String> = unknown.iter().map(|&i| node_name(i, &names)).collect();
+            f.evidence
+                .push(format!("no NCCL outcome came from {}", who.join(", ")));
+        }
+        return f;
+    }
+    let who: Vec<String> = failed.iter().map(|(i, _)| node_name(*i, &names)).collect();
+    let n = run.identity.nodes;
+    let first = &failed[0].1;
+    let summary = match (&first.unavailable, failed.iter().any(|(_, o)| o.timed_out)) {
+        (Some(why), _) => format!("NCCL cannot run on {}: {why}", who.join(", ")),
+        (None, true) => format!(
+            "all {n} pod(s) reached {}, but NCCL's join did not complete within --gang-timeout {:.0} s on {}",
+            root_text(run),
+            opts.gang_timeout.as_secs_f64(),
+            who.join(", ")
+        ),
+        (None, false) => format!(
+            "all {n} pod(s) reached {}, but NCCL could not form the gang's communicator on {}: {}",
+            root_text(run),
+            who.join(", "),
+            first.error.as_deref().unwrap_or("no result")
+        ),
+    };
+    let fix = format!(
+        "NCCL's bootstrap root uses the gang port {} but every other NCCL listener binds an ephemeral port (port 0: {} here, net.ipv4.ip_local_port_range): allow TCP between the job's pods on {} and on that range (NetworkPolicy ingress and egress, security groups), and check that NCCL_SOCKET_IFNAME picks an interface the pods reach each other on",
+        run.identity.port,
+        ephemeral_range(),
+        run.identity.port
+    );
+    let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
+    f.evidence = join.evidence;
+    for (i, o) in &failed {
+        f.evidence.push(format!(
+            "{}: stopped at {}{}",
+            node_name(*i, &names),
+            o.stage,
+            o.error
+                .as_deref()
+                .map_or(String::new(), |e| format!(": {e}"))
+        ));
+    }
+    f
+}
+
+/// gang-join and gang-bandwidth after the worker; what was measured is judged
+/// even when the budget or a failure cut the phase short.
+pub fn after_nccl(
+    run: &mut GangRun,
+    result: &WorkerResult,
+    join: Finding,
+    opts: &GangOpts,
+) -> (Finding, Finding) {
+    let join = nccl_join(run, result, join, opts);
+    if join.status() == crate::finding::Status::Fail {
+        return (
+            join,
+            Finding::skip(
+                ids::GANG_BANDWIDTH,
+                "not measured: NCCL did not join every pod",
+            ),
+        );
+    }
+    let nonsense = verdict::nonsense_nodes(&result.round_seconds, &result.allreduce_seconds);
+    run.p2p_bytes = result.p2p_bytes;
+    if !result.round_seconds.is_empty() {
+        run.matrix = verdict::matrix(&result.round_seconds, result.p2p_bytes);
+        run.straggler = verdict::straggler(&run.matrix);
+    }
+    if result.round_seconds.is_empty() && result.allreduce.is_empty() {
+        let mut f = Finding::fail(
+            ids::GANG_BANDWIDTH,
+            format!(
+                "the bandwidth phase measured nothing: {}",
+                result.error.as_deref().unwrap_or("no result")
+            ),
+            "Rerun with NCCL_DEBUG=INFO; check the network between the pods and each pod's NCCL variables",
+        );
+        f.evidence.push(format!("stopped at: {}", result.stage));
+        return (join, f);
+    }
+    let names = run.names();
+    let mut f = verdict::bandwidth(&verdict::BandwidthInput {
+        sizes: &result.allreduce,
+        fps: &run.fingerprints,
+        names: &names,
+        transports: &run.transports,
+        matrix: &run.matrix,
+        straggler: run.straggler.as_ref(),
+        nonsense: &nonsense,
+        skipped: &result.skipped,
+    });
+    if !result.done {
+        let stop = format!(
+            "the bandwidth phase stopped early ({}): what it measured is judged above",
+            result.error.as_deref().unwrap_or("no result")
+        );
+        f = unfinished(f, stop);
+    }
+    (join, f)
+}
+
+/// A bandwidth finding whose phase did not finish: it fails, keeping its own
+/// headline where it already failed.
+fn unfinished(f: Finding, stop: String) -> Finding {
+    let fix = f
+        .remediation()
+        .unwrap_or("Check the network between the pods and rerun")
+        .to_string();
+    let summary = if f.status() == crate::finding::Status::Fail {
+        f.summary.clone()
+    } else {
+        stop.clone()
+    };
+    let mut out = Finding::fail(ids::GANG_BANDWIDTH, summary, fix);
+    out.evidence = f.evidence;
+    out.evidence
+        .push(crate::render::visible(&stop).into_owned());
+    out
+}
