@@ -1,10 +1,10 @@
 //! nccl-preflight: checks a GPU node or pod for what breaks or slows NCCL and
 //! writes tuned NCCL settings.
 //!
-//! The pipeline is vendor -> gather -> judge -> tune -> render. `vendor` loads and
-//! calls the vendor libraries (nothing else does); `gather` reads the host into
-//! `Facts`; judge, tune, render, explain and the domain modules are pure functions
-//! over data. The host is also touched at the edges: `output` writes files, `run`
+//! The pipeline is vendor -> gather -> predict -> judge -> tune -> render. `vendor` loads
+//! and calls the vendor libraries (nothing else does); `gather` reads the host into
+//! `Facts`; predict, judge, tune, render, explain and the domain modules are pure
+//! functions over data. The host is also touched at the edges: `output` writes files, `run`
 //! opens inputs and bounds child processes, and the commands that act spawn
 //! children, bind sockets and resolve names (`bench`, `serve`, `gang`, `commands`).
 //! tests/integration/layering.rs parses the code and holds this line to what it finds:
@@ -26,6 +26,7 @@ pub mod nccl;
 pub mod output;
 pub mod platform;
 pub mod policy;
+pub mod predict;
 pub mod remediation;
 pub mod render;
 pub mod report;

@@ -3,6 +3,7 @@
 
 use crate::facts::Facts;
 use crate::finding::{Finding, Status};
+use crate::predict::Prediction;
 use crate::tune::Setting;
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +18,10 @@ pub struct Report {
     pub verdict: Status,
     pub checks: Vec<Finding>,
     pub settings: Vec<Setting>,
+    /// What NCCL will do on this node (crate::predict), schema
+    /// `nccl-preflight/nccl-prediction/v1`; absent from reports of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<Prediction>,
     pub facts: Facts,
 }
 
@@ -28,6 +33,7 @@ impl Report {
             verdict: crate::finding::verdict(&checks),
             checks,
             settings,
+            nccl: Some(crate::predict::predict(&facts)),
             facts,
         }
     }

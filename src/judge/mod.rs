@@ -138,6 +138,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Rdma,
             Fact::Gpus,
             Fact::Launcher,
+            Fact::NcclEnv,
             Fact::Image,
             Fact::Platform,
         ],

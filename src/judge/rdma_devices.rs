@@ -263,7 +263,27 @@ fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) 
     }
 }
 
-/// Ports of a device this container uses (or could not tell) that are not ACTIVE.
+/// A port that is not ACTIVE but that NCCL would not use anyway (src/transport/net_ib.cc
+/// ncclIbInitDevices): one the user's NCCL_IB_HCA leaves out, or the idle port of a
+/// multi-port HCA whose other port NCCL uses. A port NCCL will not use does not fail
+/// the pod.
+fn nccl_ignores(facts: &Facts, d: &RdmaDevice, port: u32) -> bool {
+    if d.is_efa() {
+        return false;
+    }
+    let filter = facts
+        .nccl_env
+        .get("NCCL_IB_HCA")
+        .map(|v| crate::nccl::ib_hca::HcaFilter::parse(&v.value));
+    let admitted = |p: u32| filter.as_ref().is_none_or(|f| f.admits(&d.name, p));
+    !admitted(port)
+        || d.ports
+            .iter()
+            .any(|p| p.port != port && p.state.as_deref() == Some("ACTIVE") && admitted(p.port))
+}
+
+/// Ports of a device this container uses (or could not tell) that are not ACTIVE and
+/// that NCCL would use.
 fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
     if d.ports.is_empty() {
         return unlisted_ports(facts, scope, d, required);
@@ -271,6 +291,7 @@ fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -
     let down: Vec<String> = d
         .ports
         .iter()
+        .filter(|p| !nccl_ignores(facts, d, p.port))
         .filter_map(|p| {
             let state = p.state.as_deref()?;
             (state != "ACTIVE").then(|| match p.phys_state.as_deref() {
@@ -334,6 +355,24 @@ fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Proble
     })
 }
 
+/// The fix for a device node that does not open: a permission refusal is the user's
+/// privileges over a node that is there (the resource was granted), not a missing resource.
+fn refused_fix(refused: &str) -> String {
+    let denied = [
+        "EACCES",
+        "EPERM",
+        "Permission denied",
+        "Operation not permitted",
+    ]
+    .iter()
+    .any(|e| refused.contains(e));
+    if denied {
+        "The device node is in the container but this process's user has no permission to open it: the node is root-only (a hostPath or privileged pod keeps the host's mode) or the device cgroup refuses it. Run the trainer as root or with a group that may open /dev/infiniband/uverbs*, or get the device through the RDMA device plugin's resource, which grants it to the container.".to_string()
+    } else {
+        "Give the container access to the device (the device plugin's resource, or a device cgroup rule) or remove the node from /dev/infiniband in the pod.".to_string()
+    }
+}
+
 /// One device: its evidence, a device node that cannot be opened, ports not ACTIVE.
 fn device_problems(
     facts: &Facts,
@@ -359,7 +398,7 @@ fn device_problems(
                 d.name,
                 node.map_or("?", |n| n.name.as_str()),
             ),
-            "Give the container access to the device (the device plugin's resource, or a device cgroup rule) or remove the node from /dev/infiniband in the pod.",
+            refused_fix(refused),
         ));
     }
     // Ports matter where this container can use the device (or could not tell).

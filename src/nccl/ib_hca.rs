@@ -13,28 +13,17 @@ pub struct HcaFilter {
 }
 
 impl HcaFilter {
+    /// Parses a value as NCCL does: nothing is trimmed, so a space after a comma is part
+    /// of the next name (which then matches no device).
     pub fn parse(value: &str) -> HcaFilter {
         let (exclude, rest) = value
             .strip_prefix('^')
             .map_or((false, value), |r| (true, r));
         let (exact, rest) = rest.strip_prefix('=').map_or((false, rest), |r| (true, r));
-        let entries = rest
-            .split(',')
-            .filter_map(|e| {
-                let mut parts = e.split(':');
-                let name = parts.next()?.trim();
-                (!name.is_empty()).then(|| {
-                    (
-                        name.to_string(),
-                        parts.next().and_then(|p| p.trim().parse().ok()),
-                    )
-                })
-            })
-            .collect();
         HcaFilter {
             exclude,
             exact,
-            entries,
+            entries: parse_string_list(rest),
         }
     }
 
@@ -58,6 +47,50 @@ impl HcaFilter {
     }
 }
 
+/// At most this many entries are read (src/transport/net_ib.cc `MAX_IB_DEVS`, 32 since 2.12).
+const MAX_ENTRIES: usize = 32;
+
+/// src/misc/utils.cc parseStringList: the bytes before ',' or ':' are a name (empty names
+/// are skipped); after ':' the port is `atoi` of the rest, and everything up to the next
+/// ',' is dropped.
+fn parse_string_list(list: &str) -> Vec<(String, Option<u32>)> {
+    list.split(',')
+        .filter_map(|entry| {
+            let (name, port) = match entry.split_once(':') {
+                Some((n, p)) => (n, Some(atoi(p))),
+                None => (entry, None),
+            };
+            (!name.is_empty()).then(|| (name.to_string(), port_number(port)))
+        })
+        .take(MAX_ENTRIES)
+        .collect()
+}
+
+/// C's atoi: leading whitespace, a sign, digits; anything else ends it (0 when none).
+fn atoi(text: &str) -> i64 {
+    let t = text.trim_start();
+    let (sign, digits) = match t.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    sign * digits[..end]
+        .parse::<i64>()
+        .unwrap_or(0)
+        .min(i64::from(u32::MAX))
+}
+
+/// An entry's port as NCCL's matchPort reads it: -1 (or no ':') is any port; a port
+/// number no device has (0, negative) matches none, kept as 0.
+fn port_number(port: Option<i64>) -> Option<u32> {
+    match port {
+        None | Some(-1) => None,
+        Some(p) => Some(u32::try_from(p).unwrap_or(0)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +109,21 @@ mod tests {
         let f = HcaFilter::parse("^mlx5_0");
         assert!(!f.admits("mlx5_0", 1) && !f.admits("mlx5_01", 1) && f.admits("mlx5_1", 1));
         assert_eq!(HcaFilter::parse("").entries, vec![]);
+    }
+
+    #[test]
+    fn nothing_is_trimmed_and_ports_are_atoi() {
+        let f = HcaFilter::parse("=mlx5_0:1, mlx5_1:1");
+        assert_eq!(f.entries[1], (" mlx5_1".to_string(), Some(1)));
+        assert!(f.admits("mlx5_0", 1) && !f.admits("mlx5_1", 1));
+        // "mlx5_0:" is port atoi("") = 0, which no port is; ":-1" is any port.
+        let f = HcaFilter::parse("mlx5_0:,mlx5_1:-1,mlx5_2:x");
+        assert!(!f.admits("mlx5_0", 1) && f.admits("mlx5_1", 2) && !f.admits("mlx5_2", 1));
+        // "^" alone excludes everything (an empty list matches all, then negated).
+        assert!(!HcaFilter::parse("^").admits("mlx5_0", 1));
+        assert_eq!(
+            HcaFilter::parse(&"d,".repeat(40)).entries.len(),
+            MAX_ENTRIES
+        );
     }
 }

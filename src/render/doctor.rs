@@ -1,6 +1,7 @@
 //! `doctor`: the whole picture for a person debugging a node. GPU topology and
 //! P2P matrices in nvidia-smi's notation, CPU and NUMA affinity per GPU, the
-//! CUDA view, then the report `check` prints.
+//! CUDA view, the RDMA devices, what NCCL will do (the prediction), then the
+//! report `check` prints.
 
 use super::{human, visible};
 use crate::facts::gpu::{GpuFacts, LibraryState};
@@ -256,6 +257,9 @@ pub fn render(report: &Report, color: bool) -> String {
     cuda_section(&mut out, gpus);
     pci_section(&mut out, gpus);
     rdma_section(&mut out, report);
+    if let Some(p) = &report.nccl {
+        super::prediction::section(&mut out, p);
+    }
     out.push_str(&super::human::render(report, color));
     out
 }

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod human;
 pub mod json;
 pub mod nccl_conf;
+mod prediction;
 pub mod termination;
 
 /// Text made safe for a one-line `#` comment: control characters (newlines

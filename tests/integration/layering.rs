@@ -47,6 +47,7 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("nccl", 1, "how NCCL reads its variables"),
     ("topology", 1, "GPU and NIC topology from facts"),
     ("policy", 2, "what the user asked the judge to enforce"),
+    ("predict", 2, "what NCCL will do, from the facts"),
     ("cli", 2, "flags"),
     ("gather", 3, "the host, read into facts"),
     ("judge", 3, "facts -> findings"),

@@ -24,6 +24,7 @@ mod nccl_oracle;
 mod nccl_vars;
 mod netns;
 mod outputs;
+mod prediction;
 mod ras;
 mod rdma;
 mod scenarios;

@@ -161,6 +161,55 @@ fn set_switch_acs(f: &mut Value, control: u16) {
     }
 }
 
+/// The version the trainer's libnccl answers: makes the fixture's NCCL (or, where the
+/// fixture has none, a libnccl beside the trainer) that version.
+fn nccl_version(f: &mut Value, version: &str) {
+    f["rdma"]["nccl"]["library"]["state"] = json!({"loaded": {
+        "path": "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "version": {"value": version}
+    }});
+}
+
+/// Puts a running interface with one address at position `at` of the getifaddrs order.
+fn insert_interface(f: &mut Value, at: usize, name: &str, address: (&str, &str, u8), kind: &str) {
+    let net = &mut f["network"];
+    let interfaces = net["interfaces"]["value"].as_array_mut().unwrap();
+    interfaces.insert(
+        at.min(interfaces.len()),
+        json!({"name": name, "up": true, "running": true, "loopback": false, "kind": kind}),
+    );
+    let (family, ip, prefix_len) = address;
+    let addresses = net["addresses"]["value"].as_array_mut().unwrap();
+    addresses.insert(
+        at.min(addresses.len()),
+        json!({"interface": name, "family": family, "address": ip, "prefix_len": prefix_len}),
+    );
+}
+
+/// Adds port `port` to RDMA device `device` (a dual-port HCA), in `state`.
+fn add_port(f: &mut Value, device: &str, port: u32, state: &str, link_layer: &str) {
+    let d = rdma_device(f, device);
+    let mut p = d["ports"][0].clone();
+    p["port"] = port.into();
+    p["state"] = state.into();
+    p["phys_state"] = if state == "ACTIVE" {
+        "LinkUp"
+    } else {
+        "Disabled"
+    }
+    .into();
+    p["link_layer"] = link_layer.into();
+    d["ports"].as_array_mut().unwrap().push(p);
+}
+
+/// Moves every RDMA device's PCI path one switch level further from the GPUs (PXB).
+fn nics_behind_another_switch(f: &mut Value) {
+    for d in f["rdma"]["devices"]["value"].as_array_mut().unwrap() {
+        let path = d["sysfs_path"].as_str().unwrap().to_string();
+        let (parent, function) = path.rsplit_once('/').unwrap();
+        d["sysfs_path"] = format!("{parent}/0000:f0:00.0/0000:f1:00.0/{function}").into();
+    }
+}
+
 /// The situations where the tool gives the expert's verdict today.
 fn agreed() -> Vec<Scenario> {
     vec![
@@ -694,9 +743,12 @@ fn agreed() -> Vec<Scenario> {
             env: &[("NCCL_IB_DISABLE", "1")],
             flags: &["--nodes", "16"],
             // "Running with NCCL_IB_DISABLE=1 works successfully but the throughput is
-            // terrible": a deliberate workaround, slow rather than broken.
-            expect: &[("nccl-env", "warn")],
-            exit: 0,
+            // terrible". Issue 25: a multi-node job whose inter-node transport is NET/Socket on a node
+            // with usable RDMA fails, whatever the cause (net_ib.cc ncclIbInitDevices returns
+            // at once under NCCL_IB_DISABLE; net.cc then falls to the Socket transport).
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_IB_DISABLE")),
             ..row(
                 "ib-disabled-on-an-infiniband-node",
                 "https://github.com/NVIDIA/nccl/issues/1591",
@@ -733,9 +785,13 @@ fn agreed() -> Vec<Scenario> {
             },
             env: &[("NCCL_IB_GID_INDEX", "1")],
             // GID 1 was a link-local RoCE v2 GID there and timed out; NCCL >= 2.21 picks
-            // a routable RoCE v2 GID itself, so a fixed index only adds risk.
-            expect: &[("nccl-env", "warn")],
-            exit: 0,
+            // a routable RoCE v2 GID itself, so a fixed index only adds risk. On this
+            // fixture GID 1 is link-local too (fe80::, RoCE v2), and the job spans 2 nodes:
+            // NCCL uses that GID (net_ib.cc ncclIbGetGidIndex returns NCCL_IB_GID_INDEX
+            // as is) and the QPs time out, as in the thread: a failure, not a warning.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "Unset NCCL_IB_GID_INDEX")),
             ..row(
                 "fixed-gid-index-on-a-nccl-that-picks-its-own",
                 "https://github.com/NVIDIA/nccl/issues/769",
@@ -932,6 +988,561 @@ fn agreed() -> Vec<Scenario> {
     ]
 }
 
+/// Situations of issue 25's classes (interfaces on nodes with virtual interfaces, multi-port
+/// HCAs and NCCL_IB_HCA's full syntax, per-version features, GDR and P2P levels against the
+/// real topology, TCP between RDMA nodes, remediations that name the cause), each from a
+/// public thread, with the verdict written from NVIDIA/nccl's source (file and function in
+/// the row's comment) before the tool ran on it.
+fn from_nccl_source() -> Vec<Scenario> {
+    let mut rows = from_nccl_source_interfaces();
+    rows.extend(from_nccl_source_hcas());
+    rows.extend(from_nccl_source_topology());
+    rows.extend(from_nccl_source_tcp_fallback());
+    rows
+}
+
+fn from_nccl_source_interfaces() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            env: &[("NCCL_SOCKET_IFNAME", " eth0")],
+            flags: &["--nodes", "2"],
+            // utils.cc parseStringList copies every byte up to ',' or ':': the entry is
+            // " eth0", matchIf compares it as a prefix of each name and none starts with a
+            // space, so ncclFindInterfaces finds nothing: "Bootstrap : no socket interface
+            // found" on every rank. The fix is the stray space, not another interface.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "space")),
+            ..row(
+                "socket-ifname-with-a-leading-space",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME=\" eth0\" from a quoted manifest value in a 2-node job",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| add_interface(f, "pod-id-link0", "169.254.170.23", 32, "dummy"),
+            env: &[("NCCL_SOCKET_IFNAME", "")],
+            flags: &["--nodes", "2"],
+            // socket.cc ncclFindInterfaces: a value of length <= 1 is ignored, so NCCL picks
+            // automatically ("^docker,lo,virbr" after "ib"): eth0 and pod-id-link0, and
+            // net_socket.cc drives both. The per-node 169.254.170.23 connects each node to
+            // itself. The tool keeps values the user set, so it does not pin eth0 over it:
+            // the fix names the empty variable.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "empty")),
+            ..row(
+                "socket-ifname-set-empty",
+                "https://github.com/AMD-AGI/Primus/pull/1063",
+                "NCCL_SOCKET_IFNAME exported empty by a launcher script on an EKS node with Pod Identity's link-local interface",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| insert_interface(f, 1, "vxlan.calico", ("inet", "10.244.12.0", 32), "vxlan"),
+            flags: &["--nodes", "2"],
+            // Automatic selection takes interfaces in getifaddrs order: the Calico VXLAN
+            // overlay before eth0 becomes the bootstrap interface. Unset, the tool pins the
+            // default route's interface, exactly.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            setting: Some(("NCCL_SOCKET_IFNAME", "=eth0")),
+            ..row(
+                "overlay-interface-first-gets-eth0-pinned",
+                "https://github.com/NVIDIA/nccl/issues/913",
+                "a hostNetwork pod on a Calico VXLAN node where vxlan.calico precedes eth0",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| add_interface(f, "docker0", "172.17.0.1", 16, "bridge"),
+            env: &[("NCCL_SOCKET_IFNAME", "^docker0")],
+            flags: &["--nodes", "2"],
+            // An exclusion list replaces the default one, so lo is no longer skipped and
+            // comes first in getifaddrs order: bootstrap on 127.0.0.1 across nodes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "^docker0,lo")),
+            ..row(
+                "exclusion-of-docker0-leaves-lo-first",
+                "https://github.com/NVIDIA/nccl/issues/286",
+                "NCCL_SOCKET_IFNAME=^docker0 on a hostNetwork node with docker0",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let addresses = f["network"]["addresses"]["value"].as_array_mut().unwrap();
+                addresses.retain(|a| !(a["interface"] == "eth0" && a["family"] == "inet"));
+                addresses.push(json!({"interface": "eth0", "family": "inet6",
+                                      "address": "fd00:10::5", "prefix_len": 64}));
+            },
+            env: &[("NCCL_SOCKET_FAMILY", "AF_INET")],
+            flags: &["--nodes", "2"],
+            // An IPv6-only pod: with AF_INET only lo has an address of that family, and
+            // automatic selection falls back to lo: bootstrap on loopback across nodes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "ipv6-only-pod-with-an-inet-family",
+                "https://github.com/NVIDIA/nccl/issues/210",
+                "NCCL_SOCKET_FAMILY=AF_INET carried into an IPv6-only cluster's pod",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                insert_interface(f, 1, "eth1", ("inet", "10.20.0.5", 24), "veth");
+                let ifs = f["network"]["interfaces"]["value"].as_array_mut().unwrap();
+                let eth1 = ifs.iter_mut().find(|i| i["name"] == "eth1").unwrap();
+                eth1["running"] = false.into();
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "eth")],
+            flags: &["--nodes", "2"],
+            // ncclFindInterfaces skips interfaces without IFF_RUNNING: the prefix selects
+            // eth0 alone, and the job runs.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "socket-ifname-prefix-skips-a-no-carrier-interface",
+                "https://github.com/NVIDIA/nccl/issues/177",
+                "NCCL_SOCKET_IFNAME=eth where eth1 is up without carrier",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                remove_interface(f, "eth0");
+                add_interface(f, "ens5", "10.0.1.5", 24, "");
+                add_interface(f, "ens6", "169.254.3.5", 16, "");
+                // Physical NICs: no link kind.
+                for i in f["network"]["interfaces"]["value"].as_array_mut().unwrap() {
+                    if i["kind"] == "" {
+                        i["kind"] = Value::Null;
+                    }
+                }
+                f["network"]["default_routes"] =
+                    json!({"value": [{"interface": "ens5", "family": "inet", "metric": 0}]});
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "ens")],
+            flags: &["--nodes", "2"],
+            // net_socket.cc drives every interface the prefix selects (up to MAX_IFS): ens6
+            // has only a link-local address, which no other node can reach.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            ..row(
+                "prefix-selects-a-link-local-only-interface",
+                "https://github.com/aws-samples/aws-do-eks/pull/54",
+                "NCCL_SOCKET_IFNAME=ens on a hostNetwork node whose ens6 has only 169.254.3.5",
+                "healthy-pod",
+            )
+        },
+    ]
+}
+
+fn from_nccl_source_hcas() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| add_port(f, "mlx5_0", 2, "DOWN", "InfiniBand"),
+            flags: &["--nodes", "16"],
+            // net_ib.cc ncclIbInitDevices skips ports that are not IBV_PORT_ACTIVE: NCCL uses
+            // mlx5_0 port 1 and never the cabled-off port 2. A port NCCL will not use does
+            // not fail the pod.
+            expect: &[("rdma-devices", "pass")],
+            exit: 0,
+            ..row(
+                "dual-port-hca-with-its-second-port-down",
+                "https://github.com/NVIDIA/nccl/issues/1010",
+                "a dual-port ConnectX whose second port is not cabled, 16-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                add_rdma_device(f, "mlx5_7", "mlx5_8", None);
+                let d = rdma_device(f, "mlx5_8");
+                d["ports"][0]["state"] = "DOWN".into();
+                d["ports"][0]["phys_state"] = "Disabled".into();
+                d["ports"][0]["link_layer"] = "Ethernet".into();
+            },
+            env: &[("NCCL_IB_HCA", "^=mlx5_8")],
+            flags: &["--nodes", "16"],
+            // matchIfList ^ searchNot: the exact exclusion leaves mlx5_0..7, all ACTIVE. The
+            // storage NIC's DOWN port is one NCCL never opens.
+            expect: &[("rdma-devices", "pass"), ("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "ib-hca-excludes-a-down-storage-nic",
+                "https://github.com/NVIDIA/nccl/issues/366",
+                "a down Ethernet storage NIC excluded with NCCL_IB_HCA=^=mlx5_8 beside 8 NDR HCAs",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| add_port(f, "mlx5_0", 2, "DOWN", "InfiniBand"),
+            env: &[("NCCL_IB_HCA", "=mlx5_0:2")],
+            flags: &["--nodes", "16"],
+            // The only entry names a DOWN port, which ncclIbInitDevices skips before the
+            // filter: no device, "NET/IB : No device found", NET/Socket between 16 nodes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "mlx5_0:1")),
+            ..row(
+                "ib-hca-names-only-a-down-port",
+                "https://github.com/getainode/ainode/pull/89",
+                "NCCL_IB_HCA=\"=mlx5_0:2\" naming the dual-port HCA's down port, 16-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_IB_HCA", "^mlx5")],
+            flags: &["--nodes", "16"],
+            // A prefix exclusion: every mlx5_* is excluded, NCCL finds no HCA and uses TCP.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_IB_HCA")),
+            ..row(
+                "ib-hca-exclusion-removes-every-hca",
+                "https://github.com/NVIDIA/nccl/issues/952",
+                "NCCL_IB_HCA=^mlx5 meant to drop one NIC, on a node whose HCAs are all mlx5_*",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            env: &[(
+                "NCCL_IB_HCA",
+                "=mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_3:1, mlx5_4:1, mlx5_5:1, mlx5_6:1, mlx5_7:1",
+            )],
+            flags: &["--nodes", "16"],
+            // parseStringList keeps the space after each comma: " mlx5_1" is no device's exact
+            // name, so NCCL uses mlx5_0 alone for all 8 GPUs' inter-node traffic.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "space")),
+            ..row(
+                "ib-hca-list-with-spaces-after-commas",
+                "https://github.com/NVIDIA/nccl/issues/981",
+                "an NCCL_IB_HCA list written with \", \" between its 8 entries, 16-node job",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                add_rdma_device(f, "mlx5_7", "mlx5_10", None);
+                add_rdma_device(f, "mlx5_7", "mlx5_11", None);
+            },
+            env: &[("NCCL_IB_HCA", "mlx5_1")],
+            flags: &["--nodes", "16"],
+            // matchIf without '=' compares strlen(entry) bytes: mlx5_1 also selects mlx5_10
+            // and mlx5_11. It still runs over IB: a warning, with the exact-name fix.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            remediation: Some(("nccl-env", "=mlx5_1")),
+            ..row(
+                "ib-hca-prefix-also-selects-mlx5_10",
+                "https://github.com/NVIDIA/nccl/issues/799",
+                "NCCL_IB_HCA=mlx5_1 on a node with mlx5_10 and mlx5_11",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| add_port(f, "mlx5_0", 2, "ACTIVE", "InfiniBand"),
+            env: &[(
+                "NCCL_IB_HCA",
+                "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
+            )],
+            flags: &["--nodes", "16"],
+            // Exact names with ports: matchPort takes port 1 of each; mlx5_0's second port is
+            // left out on purpose. Nothing to fix.
+            expect: &[("nccl-env", "pass"), ("rdma-devices", "pass")],
+            exit: 0,
+            ..row(
+                "ib-hca-exact-ports-on-a-dual-port-hca",
+                "https://github.com/NVIDIA/nccl/issues/1010",
+                "exact NCCL_IB_HCA entries naming port 1 of every HCA, one of them dual-port",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            // NCCL 2.18 net_ib.cc: NCCL_IB_GID_INDEX defaults to 0, here the link-local
+            // RoCE v1 GID; RoCE v2 across subnets needs GID 3 ("Got completion with error 12").
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            setting: Some(("NCCL_IB_GID_INDEX", "3")),
+            ..row(
+                "roce-default-gid-on-nccl-2-18",
+                "https://github.com/NVIDIA/nccl/issues/426",
+                "RoCE v2 fabric, NCCL 2.18, no NCCL_IB_GID_INDEX",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            edit: |f| nccl_version(f, "2.23.4"),
+            env: &[("NCCL_IB_ADDR_FAMILY", "AF_INET6")],
+            // ncclIbGetGidIndex (2.21+): candidates must be AF_INET6 and valid (not
+            // link-local); this port's only IPv6 GIDs are link-local fe80, so the index stays
+            // 0, a link-local RoCE v1 GID no other subnet routes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_IB_ADDR_FAMILY")),
+            ..row(
+                "roce-addr-family-inet6-without-an-ipv6-gid",
+                "https://github.com/uccl-project/uccl/pull/803",
+                "NCCL_IB_ADDR_FAMILY=AF_INET6 on a RoCE port whose GIDs are IPv4-mapped and link-local, 2-node job",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            edit: |f| nccl_version(f, "2.23.4"),
+            // ncclIbGetGidIndex (2.21+) with the defaults (AF_INET, RoCE v2) picks GID 3,
+            // ::ffff:192.168.100.5 RoCE v2: nothing to set.
+            expect: &[("nccl-env", "pass"), ("rdma-devices", "pass")],
+            exit: 0,
+            ..row(
+                "roce-nccl-2-23-picks-the-routable-gid",
+                "https://github.com/NVIDIA/nccl/issues/1333",
+                "RoCE v2 fabric, NCCL 2.23, no GID variables",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NET", "IB")],
+            // NCCL's IB transport drives RoCE ports too (link layer Ethernet is accepted in
+            // ncclIbInitDevices): NCCL_NET=IB on RoCE is right.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "nccl-net-ib-on-roce",
+                "https://github.com/NVIDIA/nccl/issues/1537",
+                "NCCL_NET=IB on a RoCE node",
+                "rdma-roce-multus",
+            )
+        },
+    ]
+}
+
+fn from_nccl_source_topology() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: nics_behind_another_switch,
+            env: &[("NCCL_NET_GDR_LEVEL", "PIX")],
+            flags: &["--nodes", "16"],
+            // graph/paths.cc ncclTopoCheckGdr: "GPU Direct RDMA Disabled for GPU ... (distance
+            // 5 > 4)" for every pair, which sit two switches apart (PXB): all inter-node
+            // traffic stages through host memory. Slow, not broken.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            remediation: Some(("nccl-env", "NCCL_NET_GDR_LEVEL")),
+            ..row(
+                "gdr-level-pix-on-pxb-pairs",
+                "https://github.com/NVIDIA/DeepLearningExamples/issues/383",
+                "NCCL_NET_GDR_LEVEL=PIX from a recipe, on a node whose GPU-NIC pairs are PXB",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: nics_behind_another_switch,
+            flags: &["--nodes", "16"],
+            // The default level is PXB (ncclTopoCheckGdr netGdrLevel = PATH_PXB): PXB pairs
+            // get GPUDirect RDMA through nvidia_peermem.
+            expect: &[("gdr", "pass"), ("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "gdr-default-level-on-pxb-pairs",
+                "https://github.com/NVIDIA/nccl/issues/1151",
+                "GPU-NIC pairs two PCIe switches apart, NCCL_NET_GDR_LEVEL unset",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NET_GDR_LEVEL", "LOC")],
+            flags: &["--nodes", "16"],
+            // LOC: no pair is that close, GPUDirect RDMA is off for all 8 NDR HCAs.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            ..row(
+                "gdr-level-loc-turns-gpudirect-off",
+                "https://github.com/Mellanox/nv_peer_memory/issues/56",
+                "NCCL_NET_GDR_LEVEL=LOC (formerly 0) kept from a debugging session",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                let g = &mut f["rdma"]["gdr"];
+                g["peermem_module"] = json!({"value": null});
+                g["kernel_release"] = json!({"value": "6.8.0-1015-generic"});
+                g["nvidia_open_modules"] = json!({"value": true});
+            },
+            flags: &["--nodes", "16"],
+            // net_ib.cc ncclIbGetProperties: NCCL_PTR_DMABUF where ibv_reg_dmabuf_mr is
+            // supported (kernel >= 5.12) and CUDA gives dma-buf handles (open kernel modules):
+            // GPUDirect RDMA without nvidia-peermem.
+            expect: &[("gdr", "pass")],
+            exit: 0,
+            ..row(
+                "gdr-through-dma-buf-without-peermem",
+                "https://github.com/NVIDIA/nccl/issues/1474",
+                "open GPU kernel modules on kernel 6.8 with no nvidia-peermem, NCCL 2.21",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_P2P_LEVEL", "PIX")],
+            // graph/paths.cc ncclTopoCheckP2p: P2P when the path type <= the level; NVLink
+            // paths (PATH_NVL) are closer than PIX, so P2P stays on between every pair.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "p2p-level-pix-on-nvlink",
+                "https://github.com/NVIDIA/nccl-tests/issues/373",
+                "NCCL_P2P_LEVEL=PIX copied from a PCIe box to an NVSwitch H100 node",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_P2P_LEVEL", "NVL")],
+            // The two GPUs share a PCIe switch (PIX) and no NVLink: NVL turns P2P off, SHM
+            // through host memory carries their traffic.
+            expect: &[("nccl-env", "warn")],
+            exit: 0,
+            remediation: Some(("nccl-env", "NCCL_P2P_LEVEL")),
+            ..row(
+                "p2p-level-nvl-on-a-pcie-switch-pair",
+                "https://github.com/NVIDIA/nccl/issues/631",
+                "NCCL_P2P_LEVEL=NVL on two GPUs under one PCIe switch without NVLink",
+                "gpu-pcie-switch-pair",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_MNNVL_ENABLE", "1")],
+            flags: &["--nodes", "1"],
+            // init.cc runs ncclMnnvlCheck whenever NCCL_MNNVL_ENABLE=1, even on one node;
+            // mnnvl.cc returns success without MNNVL when the fabric has no cluster UUID (an
+            // HGX node): forcing it does not fail init.
+            expect: &[("mnnvl", "skip")],
+            exit: 0,
+            ..row(
+                "mnnvl-forced-on-an-hgx-node",
+                "https://github.com/NVIDIA/nccl/issues/1604",
+                "NCCL_MNNVL_ENABLE=1 from a GB200 recipe on an 8x H100 HGX node",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NVLS_ENABLE", "1")],
+            // init.cc: the NVLS graph finds no NVSwitch on a PCIe node (nChannels 0) and
+            // NVLS is dropped before any multicast object is made: nothing fails.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "nvls-forced-on-a-pcie-node",
+                "https://github.com/NVIDIA/nccl/issues/1788",
+                "NCCL_NVLS_ENABLE=1 from an H100 recipe on an L40S PCIe node",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+    ]
+}
+
+fn from_nccl_source_tcp_fallback() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            env: &[("NCCL_IB_DISABLE", "1")],
+            flags: &["--nodes", "2"],
+            // ncclIbInitDevices returns before looking at any device: RoCE is IB to NCCL,
+            // so both nodes talk NET/Socket.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_IB_DISABLE")),
+            ..row(
+                "ib-disabled-on-roce-multi-node",
+                "https://github.com/scottclowe/pytorch-experiment-template/issues/11",
+                "NCCL_IB_DISABLE=1 left in a launcher script after the cluster gained RoCE",
+                "rdma-roce-multus",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_IB_DISABLE", "1")],
+            flags: &["--nodes", "1"],
+            // One node: NCCL's network transport carries nothing (P2P over NVLink), so the
+            // variable has no effect on this job.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "ib-disabled-single-node",
+                "https://github.com/hiyouga/LlamaFactory/issues/6111",
+                "NCCL_IB_DISABLE=1 in a single-node job on an InfiniBand node",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NET", "Socket")],
+            flags: &["--nodes", "2"],
+            // net.cc: NCCL_NET names the one network NCCL may use: Socket, over EFA nodes.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_NET")),
+            ..row(
+                "nccl-net-socket-on-efa-multi-node",
+                "https://github.com/NVIDIA/nccl/issues/676",
+                "NCCL_NET=Socket from a debugging session on a 2-node p5 job",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            env: &[("FI_PROVIDER", "tcp")],
+            flags: &["--nodes", "2"],
+            // aws-ofi-nccl opens the provider libfabric gives it: FI_PROVIDER=tcp keeps EFA
+            // out, inter-node traffic runs over TCP (through the plugin).
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "FI_PROVIDER")),
+            ..row(
+                "fi-provider-tcp-on-efa-multi-node",
+                "https://github.com/NVIDIA/nccl/issues/229",
+                "FI_PROVIDER=tcp in the image's environment on a 2-node p5 job",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_NET_PLUGIN", "none")],
+            flags: &["--nodes", "2"],
+            // No plugin: NCCL's IB transport skips EFA ports (link layer Unspecified, neither
+            // InfiniBand nor Ethernet in ncclIbInitDevices), so NET/Socket carries the job.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "NCCL_NET_PLUGIN")),
+            ..row(
+                "net-plugin-none-on-efa-multi-node",
+                "https://github.com/SemiAnalysisAI/InferenceX/pull/2979",
+                "NCCL_NET_PLUGIN=none on a 2-node p5 job",
+                "rdma-p5-efa",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["rdma"]["uverbs"]["value"][0]["open"] =
+                    json!({"refused": "EACCES: Permission denied"});
+                f["memlock"]["euid"] = 1000.into();
+            },
+            // ibv_open_device fails ("NET/IB : Unable to open device mlx5_0"), NCCL finds no
+            // device and the 2-node job runs over TCP. The device is there: the fix is the
+            // user's access to it, not a resource request.
+            expect: &[("rdma-devices", "fail")],
+            exit: 1,
+            remediation: Some(("rdma-devices", "permission")),
+            ..row(
+                "uverbs-refused-to-a-non-root-trainer",
+                "https://github.com/NVIDIA/nccl/issues/1925",
+                "RoCE pod running as UID 1000 whose /dev/infiniband/uverbs0 is root-only",
+                "rdma-roce-multus",
+            )
+        },
+    ]
+}
+
 /// Runs a scenario's situation through the tool.
 fn run_scenario(s: &Scenario) -> (i32, Value) {
     let mut facts = gathered_facts(s.fixture, s.env);
@@ -975,7 +1586,8 @@ fn misses(s: &Scenario, code: i32, r: &Value) -> Vec<String> {
 
 #[test]
 fn real_incidents_get_the_experts_verdict() {
-    let rows = agreed();
+    let mut rows = agreed();
+    rows.extend(from_nccl_source());
     let mut failures = Vec::new();
     for s in &rows {
         assert!(
@@ -991,7 +1603,9 @@ fn real_incidents_get_the_experts_verdict() {
 
 #[test]
 fn the_matrix_covers_at_least_twenty_sourced_situations() {
-    let agreed = agreed();
+    assert!(from_nccl_source().len() >= 30, "issue 25 asks for 30");
+    let mut agreed = agreed();
+    agreed.extend(from_nccl_source());
     let ids: Vec<&str> = agreed.iter().map(|s| s.id).collect();
     assert!(ids.len() >= 20, "{} situations", ids.len());
     let mut unique = ids.clone();

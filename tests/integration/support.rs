@@ -383,6 +383,13 @@ pub fn golden_report(name: &str, report: &str) {
             .unwrap_or_else(|| panic!("{name}: the report has no {key}"));
         golden(&golden_path(name, Part::Facts, file), &pretty(&part));
     }
+    // The prediction (what NCCL will do) beside the findings it is judged into.
+    if let Some(nccl) = object.remove("nccl") {
+        golden(
+            &golden_path(name, Part::Findings, "nccl.json"),
+            &pretty(&nccl),
+        );
+    }
     golden(
         &golden_path(name, Part::Findings, "checks.json"),
         &pretty(&value),

@@ -6,45 +6,58 @@ use crate::facts::Facts;
 use crate::facts::rdma::RdmaDevice;
 use crate::finding::Severity;
 use crate::nccl::ib_hca::HcaFilter;
+use crate::predict::Prediction;
 
-/// An include list none of whose entries names a device leaves NCCL's IB transport with
-/// nothing ("NET/IB : No device found"): NCCL falls back to TCP sockets, which fails a
-/// multi-node job's bandwidth, while one node never uses the network.
-fn nothing_matches(
+/// Entries with spaces: NCCL does not trim them (utils.cc parseStringList), so
+/// " mlx5_1" names no device and NCCL uses fewer HCAs than listed.
+fn spaced_entries(
     facts: &Facts,
     value: &str,
     filter: &HcaFilter,
-    names: &[&str],
+    p: &Prediction,
 ) -> Option<Problem> {
-    let nothing = !filter.exclude
-        && !filter.entries.is_empty()
-        && filter
-            .entries
-            .iter()
-            .all(|(entry, _)| !names.iter().any(|n| filter.entry_matches(entry, n)));
-    if !nothing {
+    let spaced: Vec<&str> = filter
+        .entries
+        .iter()
+        .map(|(e, _)| e.as_str())
+        .filter(|e| e.trim() != *e)
+        .collect();
+    if spaced.is_empty() {
         return None;
     }
-    let multi = crate::layout::is_multi_node(&facts.launcher);
-    Some(Problem::new(
-        if multi {
-            Severity::Fail
-        } else {
-            Severity::Warn
-        },
+    let devices = facts.rdma.devices.value().map_or(&[][..], Vec::as_slice);
+    // Devices the entries were meant to name that NCCL now leaves out.
+    let dropped: Vec<&str> = devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .filter(|n| spaced.iter().any(|e| filter.entry_matches(e.trim(), n)))
+        .filter(|n| !p.ib.value.used.iter().any(|u| u.device == *n))
+        .collect();
+    let status = if !dropped.is_empty() && crate::layout::is_multi_node(&facts.launcher) {
+        Severity::Fail
+    } else {
+        Severity::Warn
+    };
+    let fixed: String = value.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut problem = Problem::new(
+        status,
         format!(
-            "NCCL_IB_HCA={value:?} names no RDMA device here: NCCL finds no HCA and uses TCP sockets{}",
-            if multi {
-                " between the job's nodes"
+            "NCCL_IB_HCA={value:?} has entries with a space ({}): NCCL keeps the space, so they name no device{}",
+            spaced
+                .iter()
+                .map(|e| format!("{e:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if dropped.is_empty() {
+                String::new()
             } else {
-                " (this job runs on one node)"
+                format!(" and NCCL leaves out {}", dropped.join(", "))
             }
         ),
-        format!(
-            "Name the devices /sys/class/infiniband lists, with '=' and ports, e.g. NCCL_IB_HCA='={}:1', or unset it.",
-            names.first().copied().unwrap_or("mlx5_0")
-        ),
-    ))
+        format!("Remove the spaces: NCCL_IB_HCA='{fixed}'."),
+    );
+    problem.evidence.push(p.ib.why.clone());
+    Some(problem)
 }
 
 /// One entry: it names no device, or (as a prefix) more than the one meant.
@@ -113,7 +126,7 @@ fn entry_ports(filter: &HcaFilter, entry: &str, p: u32, devices: &[RdmaDevice]) 
     out
 }
 
-pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
+pub(super) fn lint_ib_hca(facts: &Facts, p: &Prediction) -> Vec<Problem> {
     let Some(value) = get(facts, "NCCL_IB_HCA") else {
         return Vec::new();
     };
@@ -122,15 +135,26 @@ pub(super) fn lint_ib_hca(facts: &Facts) -> Vec<Problem> {
     if devices.is_empty() {
         return Vec::new();
     }
-    let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    if let Some(p) = nothing_matches(facts, value, &filter, &names) {
-        return vec![p];
+    if let Some(problem) = spaced_entries(facts, value, &filter, p) {
+        return vec![problem];
     }
+    // A filter that leaves NCCL no port at all is the prediction's (prediction.rs).
+    let leaves_nothing = p
+        .inter_node
+        .value
+        .cause
+        .as_ref()
+        .and_then(|c| c.variable.as_deref())
+        .is_some_and(|v| v.starts_with("NCCL_IB_HCA="));
+    if leaves_nothing {
+        return Vec::new();
+    }
+    let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
     let mut out = Vec::new();
     for (entry, port) in &filter.entries {
         out.extend(entry_matches(value, &filter, entry, &names));
-        if let Some(p) = port {
-            out.extend(entry_ports(&filter, entry, *p, devices));
+        if let Some(port) = port {
+            out.extend(entry_ports(&filter, entry, *port, devices));
         }
     }
     out

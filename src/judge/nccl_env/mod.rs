@@ -24,6 +24,7 @@
 mod ib_hca;
 mod names;
 pub(super) mod network;
+mod prediction;
 mod socket_ifname;
 mod topo_file;
 mod transports;
@@ -49,14 +50,12 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         lints.extend(socket_ifname::lint_socket_ifname(facts, v));
     }
     if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
-        lints.extend(socket_ifname::lint_socket_family(v));
+        lints.extend(socket_ifname::lint_socket_family(facts, v));
     }
     for lint in [
-        ib_hca::lint_ib_hca,
         ib_hca::lint_gid_index,
         transports::lint_p2p_shm,
         topo_file::lint_topo_file,
-        network::lint_net,
         network::lint_rdma_requested,
         network::lint_net_plugin_name,
         values::lint_buffsize,
@@ -64,6 +63,9 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     ] {
         lints.extend(lint(facts));
     }
+    // After the text lints, so a variable's own problem (a misspelled plugin name) leads
+    // and the prediction adds what it does to this job.
+    lints.extend(prediction::lints(facts));
     let version = crate::nccl::version(facts);
     let settings: Vec<(&String, &crate::facts::EnvValue)> = match Catalog::embedded() {
         Ok(cat) => {
@@ -280,8 +282,11 @@ mod tests {
         );
         let f = lint(&[("NCCL_SOCKET_IFNAME", "veth")]);
         assert!(f.summary.contains("hangs"), "{f:?}");
+        // One character is ignored: NCCL's automatic choice here includes the test pod's
+        // link-local veth, which is judged as a value would be.
         let f = lint(&[("NCCL_SOCKET_IFNAME", "e")]);
-        assert!(f.summary.contains("ignored by NCCL"));
+        assert!(f.summary.contains("which NCCL ignores"), "{f:?}");
+        assert!(f.remediation().unwrap().contains("one character"), "{f:?}");
         let f = lint(&[("NCCL_SOCKET_FAMILY", "inet6")]);
         assert_eq!(f.status(), Status::Warn);
         // Family filter: no IPv6 addresses here, so AF_INET6 leaves nothing.
@@ -353,7 +358,7 @@ mod tests {
         );
         let none = lint_on(ib_node(), &[("NCCL_IB_HCA", "=mlx5_99")]);
         assert!(
-            none.summary.contains("names no RDMA device"),
+            none.summary.contains("leaves no ACTIVE IB or RoCE port"),
             "{}",
             none.summary
         );
@@ -474,9 +479,21 @@ mod tests {
             lint_on(ib_node(), &[("NCCL_NET", "IB")]).status(),
             Status::Pass
         );
+        // aws-ofi-nccl loaded: FI_PROVIDER=tcp puts it on libfabric's tcp provider.
+        let mut ofi = efa_node();
+        ofi.rdma.nccl.net_plugin = Observed::Value(Some(crate::facts::rdma::NetPlugin {
+            library: "libnccl-net.so".into(),
+            path: None,
+            api: Some("v9".into()),
+            apis: vec![9],
+            ofi_nccl_version: None,
+            name: Some("Libfabric".into()),
+        }));
+        let tcp = lint_on(ofi.clone(), &[("FI_PROVIDER", "tcp")]);
+        assert_eq!(tcp.status(), Status::Warn, "{tcp:?}");
         assert_eq!(
-            lint_on(efa_node(), &[("FI_PROVIDER", "tcp")]).status(),
-            Status::Warn
+            lint_on(ofi, &[("FI_PROVIDER", "tcp"), ("PET_NNODES", "2")]).status(),
+            Status::Fail
         );
         assert_eq!(
             lint_on(efa_node(), &[("FI_PROVIDER", "efa")]).status(),
@@ -753,9 +770,14 @@ mod tests {
 
     #[test]
     fn rdma_asked_for_without_a_device() {
+        // NCCL_NET=IB with no IB device: no network initializes, and NCCL fails at init
+        // even on one node (src/plugin/net.cc ncclNetInit, "Failed to initialize any NET
+        // plugin", v2.28.9).
+        let f = lint_on(healthy(), &[("NCCL_NET", "IB")]);
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert!(f.summary.contains("fails at init"), "{}", f.summary);
         for pair in [
             ("NCCL_IB_HCA", "=mlx5_1"),
-            ("NCCL_NET", "IB"),
             ("NCCL_NET_PLUGIN", "ofi"),
             ("FI_PROVIDER", "efa"),
             ("OFI_NCCL_PROTOCOL", "RDMA"),

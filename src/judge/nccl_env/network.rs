@@ -1,6 +1,6 @@
-//! Which network NCCL will use: RDMA turned off or mis-chosen where usable
-//! devices exist, and RDMA asked for (issue 13) where this container has no
-//! usable device. NCCL does not fail in that case: without an openable device
+//! RDMA asked for (issue 13) where this container has no usable device (RDMA
+//! turned off or mis-chosen where usable devices exist is judged from the
+//! prediction, in `prediction.rs`). NCCL does not fail in that case: without an openable device
 //! its IB transport and aws-ofi-nccl find nothing and NCCL falls back to TCP
 //! sockets silently (FACTS.md section 2), the most common silent slowdown.
 
@@ -25,45 +25,6 @@ fn usable_rdma(facts: &Facts) -> (Vec<String>, Vec<&crate::facts::rdma::RdmaDevi
     let usable = devices.iter().filter(|d| open.contains(&d.name));
     let (efa, ib): (Vec<_>, Vec<_>) = usable.partition(|d| d.is_efa());
     (efa.into_iter().map(|d| d.name.clone()).collect(), ib)
-}
-
-pub(super) fn lint_net(facts: &Facts) -> Vec<Problem> {
-    let (efa, ib) = usable_rdma(facts);
-    let mut out = Vec::new();
-    if !ib.is_empty() && get(facts, "NCCL_IB_DISABLE") == Some("1") {
-        out.push(Problem::new(
-            Severity::Warn,
-            format!("NCCL_IB_DISABLE=1 with {} usable RDMA device(s): NCCL uses TCP sockets between nodes", ib.len()),
-            "Unset NCCL_IB_DISABLE.",
-        ));
-    }
-    let net = get(facts, "NCCL_NET").map(str::to_ascii_lowercase);
-    if (!ib.is_empty() || !efa.is_empty()) && net.as_deref() == Some("socket") {
-        out.push(Problem::new(
-            Severity::Warn,
-            "NCCL_NET=Socket with usable RDMA devices: NCCL uses TCP sockets between nodes"
-                .to_string(),
-            "Unset NCCL_NET.",
-        ));
-    }
-    if !efa.is_empty() && net.as_deref() == Some("ib") {
-        out.push(Problem::new(
-            Severity::Fail,
-            "NCCL_NET=IB on EFA: NCCL's IB transport cannot drive EFA devices, so NCCL finds no network".to_string(),
-            "Unset NCCL_NET (aws-ofi-nccl registers as \"Libfabric\" and NCCL picks it).",
-        ));
-    }
-    if let Some(p) = get(facts, "FI_PROVIDER")
-        && !efa.is_empty()
-        && !p.split(',').any(|x| x.trim() == "efa")
-    {
-        out.push(Problem::new(
-            Severity::Warn,
-            format!("FI_PROVIDER={p:?} on EFA: libfabric will not use the EFA devices"),
-            "Unset FI_PROVIDER (aws-ofi-nccl >= 1.6 selects efa itself).",
-        ));
-    }
-    out
 }
 
 /// The user's variables that only make sense with RDMA, as `NAME=value`.

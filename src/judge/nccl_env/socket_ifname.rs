@@ -45,6 +45,75 @@ fn unusable_value(facts: &Facts, value: &EnvValue, shown: &str) -> Option<Proble
     })
 }
 
+/// The value without its spaces, when a name has one (NCCL keeps it: utils.cc
+/// parseStringList copies every byte).
+fn spaced(filter: &IfnameFilter) -> Option<String> {
+    if !filter.names.iter().any(|n| n.trim() != n) {
+        return None;
+    }
+    let names: Vec<&str> = filter.names.iter().map(|n| n.trim()).collect();
+    Some(format!(
+        "{}{}{}",
+        if filter.exclude { "^" } else { "" },
+        if filter.exact { "=" } else { "" },
+        names.join(",")
+    ))
+}
+
+/// An empty (or one-character) NCCL_SOCKET_IFNAME: NCCL ignores it and selects
+/// automatically, and the tuner keeps it because it is set. The automatic choice is
+/// judged as a value would be, and the fix names the empty variable.
+fn ignored_value(facts: &Facts, value: &EnvValue, shown: &str) -> Vec<Problem> {
+    let (Observed::Value(interfaces), Observed::Value(addresses)) =
+        (&facts.network.interfaces, &facts.network.addresses)
+    else {
+        return Vec::new();
+    };
+    let family = socket_ifname::socket_family(
+        facts
+            .nccl_env
+            .get("NCCL_SOCKET_FAMILY")
+            .map(|v| v.value.as_str()),
+    );
+    let selected = socket_ifname::select_automatic(interfaces, addresses, family);
+    let any = IfnameFilter::parse("^docker,lo,virbr").unwrap_or(IfnameFilter {
+        exclude: true,
+        exact: false,
+        names: Vec::new(),
+    });
+    let evidence = vec![format!(
+        "NCCL's automatic selection: {}",
+        selected.join(", ")
+    )];
+    let auto = format!("{shown}, which NCCL ignores (automatic selection),");
+    let mut out: Vec<Problem> = selected
+        .first()
+        .and_then(|first| {
+            lint_bootstrap_interface(facts, &auto, &any, first, interfaces, &evidence)
+        })
+        .into_iter()
+        .collect();
+    let plain = IfnameFilter {
+        exclude: false,
+        ..any
+    };
+    out.extend(lint_link_local(
+        &auto, &plain, &selected, addresses, family, &evidence, facts,
+    ));
+    for p in &mut out {
+        let what = if value.value.is_empty() {
+            "set but empty".to_string()
+        } else {
+            format!("set to {:?}, one character", value.value)
+        };
+        p.remediation = format!(
+            "NCCL_SOCKET_IFNAME is {what}: NCCL ignores it, and this tool keeps values the user set. Set it, e.g. {}",
+            suggestion(facts)
+        );
+    }
+    out
+}
+
 fn unreadable_interfaces(facts: &Facts, shown: &str) -> Problem {
     Problem {
         status: Severity::Warn,
@@ -149,7 +218,12 @@ fn lint_prefix_matches(
 pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem> {
     let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
     if let Some(p) = unusable_value(facts, value, &shown) {
-        return vec![p];
+        let worse = if value.not_utf8 {
+            Vec::new()
+        } else {
+            ignored_value(facts, value, &shown)
+        };
+        return if worse.is_empty() { vec![p] } else { worse };
     }
     let Some(filter) = IfnameFilter::parse(&value.value) else {
         return Vec::new();
@@ -183,9 +257,13 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
             summary: format!(
                 "{shown} matches no running interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\""
             ),
-            remediation: match missing_multus(&filter, interfaces) {
-                Some(name) => multus_fix(&name),
-                None => suggestion(facts),
+            remediation: match (missing_multus(&filter, interfaces), spaced(&filter)) {
+                (Some(name), _) => multus_fix(&name),
+                (None, Some(fixed)) => format!(
+                    "Remove the space: NCCL_SOCKET_IFNAME='{fixed}' (NCCL does not trim names, so a name with a space matches no interface), or {}",
+                    suggestion(facts)
+                ),
+                (None, None) => suggestion(facts),
             },
             evidence,
         }];
@@ -310,17 +388,60 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
     )
 }
 
-pub(super) fn lint_socket_family(value: &EnvValue) -> Option<Problem> {
-    if socket_ifname::socket_family(Some(&value.value)).is_some() {
+pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+    let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
+        return Some(Problem {
+            status: Severity::Warn,
+            summary: format!(
+                "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
+                value.value
+            ),
+            evidence: vec![],
+            remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
+        });
+    };
+    family_without_address(facts, value, family)
+}
+
+/// NCCL_SOCKET_FAMILY naming a family the interface that routes between nodes has no
+/// address of: with NCCL_SOCKET_IFNAME pinned to it (as the tuner does) NCCL finds no
+/// interface, and left automatic it falls back to loopback (ncclFindInterfaces skips
+/// addresses of the other family).
+fn family_without_address(
+    facts: &Facts,
+    value: &EnvValue,
+    family: crate::facts::Family,
+) -> Option<Problem> {
+    if facts.nccl_env.contains_key("NCCL_SOCKET_IFNAME") {
         return None;
     }
+    let routed = choose_interface(facts)?;
+    let addresses = facts.network.addresses.value()?;
+    if socket_ifname::used_address(&routed.name, addresses, Some(family)).is_some() {
+        return None;
+    }
+    let status = if layout::is_multi_node(&facts.launcher) {
+        Severity::Fail
+    } else {
+        Severity::Warn
+    };
+    let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
     Some(Problem {
-        status: Severity::Warn,
+        status,
         summary: format!(
-            "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
-            value.value
+            "NCCL_SOCKET_FAMILY={:?}, but {} ({}) has no address of that family: NCCL bootstraps on {}",
+            value.value,
+            routed.name,
+            routed.why,
+            predicted.map_or(
+                "nothing (\"Bootstrap : no socket interface found\")".to_string(),
+                |b| format!("{} ({})", b.interface, b.address)
+            )
         ),
         evidence: vec![],
-        remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
+        remediation: format!(
+            "Unset NCCL_SOCKET_FAMILY ({} has only the other family's addresses).",
+            routed.name
+        ),
     })
 }

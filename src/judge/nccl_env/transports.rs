@@ -25,7 +25,6 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
         .is_some_and(crate::topology::matrix::has_nvlink);
     let mut out = Vec::new();
     let p2p_off = get(facts, "NCCL_P2P_DISABLE") == Some("1");
-    let level = get(facts, "NCCL_P2P_LEVEL").map(str::to_ascii_uppercase);
     if nvlink && p2p_off {
         out.push(Problem::new(
             Severity::Warn,
@@ -33,13 +32,7 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
             "Unset NCCL_P2P_DISABLE.",
         ));
     }
-    if nvlink && matches!(level.as_deref(), Some("LOC") | Some("0")) {
-        out.push(Problem::new(
-            Severity::Warn,
-            "NCCL_P2P_LEVEL=LOC on an NVLink node turns peer access off between GPUs".to_string(),
-            "Unset NCCL_P2P_LEVEL, or set it to NVL.",
-        ));
-    }
+    // NCCL_P2P_LEVEL against the pairs' real paths: prediction.rs lint_p2p_level.
     if get(facts, "NCCL_SHM_DISABLE") == Some("1") && (p2p_off || !nvlink) {
         out.push(Problem::new(
             Severity::Warn,

@@ -1,0 +1,191 @@
+//! What NCCL needs from /dev/shm, and whether NVLS and multi-node NVLink are used or
+//! fail init, per version.
+
+use super::intra::PairTransport;
+use super::{Decision, Version, env, int_param, since};
+use crate::facts::Facts;
+use crate::facts::gpu::FabricState;
+use serde::{Deserialize, Serialize};
+
+/// SHM buffers in cuMem host memory by default since 2.24 on CUDA 12.6 drivers
+/// (src/misc/cudawrap.cc ncclCuMemHostEnable: NCCL_CUMEM_HOST_ENABLE -1 means
+/// `cudaDriverVersion >= 12060`; 2.23 had the variable, default 0).
+const CUMEM_HOST_SINCE: Version = (2, 24, 0);
+
+/// src/include/device.h: LL = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
+/// NCCL_STEPS (8) x 16 bytes; LL128 = 120 x 640 x 8 x 8 bytes; Simple = NCCL_BUFFSIZE.
+const LL_BYTES: u64 = 8 * 512 * 8 * 16;
+const LL128_BYTES: u64 = 120 * 640 * 8 * 8;
+const SIMPLE_BYTES: u64 = 4 << 20;
+
+/// What the SHM transport needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmNeed {
+    /// Some GPU pair of this node uses SHM.
+    pub used: bool,
+    /// Its buffers are files in /dev/shm (else cuMem host memory).
+    pub in_dev_shm: bool,
+    /// Bytes of buffers per SHM connection (one per channel and peer direction):
+    /// init.cc computeBuffSizes, LL + LL128 + Simple.
+    pub bytes_per_connection: u64,
+}
+
+/// A feature NCCL may try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Feature {
+    Enabled,
+    Disabled,
+    /// NCCL's init fails trying it.
+    FailsInit,
+    /// The facts cannot tell (CUDA multicast support is not gathered).
+    Unknown,
+}
+
+pub(super) fn shm(
+    facts: &Facts,
+    version: Option<Version>,
+    pairs: &[PairTransport],
+) -> Decision<ShmNeed> {
+    let used = pairs.iter().any(|p| p.transport == "SHM");
+    let driver = facts
+        .gpus
+        .nvml
+        .loaded()
+        .and_then(|n| n.cuda_driver_version.value().copied());
+    let cumem_host = match int_param(facts, "NCCL_CUMEM_HOST_ENABLE") {
+        Some(v) => since(version, (2, 23, 0)) && v != 0 && driver.is_none_or(|d| d >= 12020),
+        None => since(version, CUMEM_HOST_SINCE) && driver.is_none_or(|d| d >= 12060),
+    };
+    let simple = int_param(facts, "NCCL_BUFFSIZE")
+        .and_then(|b| u64::try_from(b).ok())
+        .unwrap_or(SIMPLE_BYTES);
+    let why = match (used, cumem_host) {
+        (false, _) => "no GPU pair of this node uses SHM".to_string(),
+        (true, true) => "SHM buffers in cuMem host memory (NCCL >= 2.24 on a CUDA 12.6+ driver), not /dev/shm".to_string(),
+        (true, false) => "SHM buffers are /dev/shm files (NCCL < 2.24, NCCL_CUMEM_HOST_ENABLE=0, or a driver before CUDA 12.6)".to_string(),
+    };
+    Decision::new(
+        ShmNeed {
+            used,
+            in_dev_shm: used && !cumem_host,
+            bytes_per_connection: LL_BYTES + LL128_BYTES + simple,
+        },
+        why,
+        "src/transport/shm.cc shmSendSetup/shmRecvSetup, src/misc/cudawrap.cc ncclCuMemHostEnable (v2.24+), src/init.cc computeBuffSizes",
+    )
+}
+
+/// NVLink SHARP (src/transport/nvls.cc ncclNvlsInit, src/init.cc): off with
+/// NCCL_NVLS_ENABLE=0 or one GPU; needs NVSwitches (the NVLS graph finds no channel
+/// otherwise, even when forced); forced (=1) where multicast binding fails, init fails,
+/// and before 2.27 even the default failed there.
+pub(super) fn nvls(facts: &Facts, version: Option<Version>) -> Decision<Feature> {
+    const SOURCE: &str = "src/transport/nvls.cc ncclNvlsInit and ncclNvlsGroupCreate (\"Continue without NVLS support\" since v2.27.3), src/init.cc (NVLS graph with no channel drops NVLS)";
+    let gpus = facts.gpus.nvml.loaded().map_or(0, |n| n.gpus.len());
+    // NVLinks whose far end is an NVSwitch (NVML's remote device type); the PCI listing
+    // of NVSwitch functions is not enough, a PCIe node may show a bridge there.
+    let switches = facts.gpus.nvml.loaded().is_some_and(|n| {
+        n.gpus.iter().any(|g| {
+            g.nvlinks
+                .iter()
+                .any(|l| l.remote_type.value().is_some_and(|t| t == "switch"))
+        })
+    });
+    let (value, why) = match int_param(facts, "NCCL_NVLS_ENABLE") {
+        Some(0) => (Feature::Disabled, "NCCL_NVLS_ENABLE=0".to_string()),
+        _ if gpus < 2 => (Feature::Disabled, "fewer than two GPUs".to_string()),
+        _ if !switches => (Feature::Disabled, "no NVSwitch: the NVLS graph has no channel".to_string()),
+        Some(1) => (Feature::Unknown, "forced: init fails if NVSwitch multicast does not bind (fabric manager, /dev/nvidia-caps)".to_string()),
+        _ if !since(version, (2, 27, 3)) => (Feature::Unknown, "on NVSwitches where multicast does not bind, NCCL before 2.27.3 fails init".to_string()),
+        _ => (Feature::Unknown, "used when CUDA reports multicast support, dropped otherwise".to_string()),
+    };
+    Decision::new(value, why, SOURCE)
+}
+
+/// Multi-node NVLink (src/init.cc, src/mnnvl.cc ncclMnnvlCheck, v2.19+): checked across
+/// nodes (NCCL_MNNVL_ENABLE=2, the default) or when forced; enabled when every GPU's
+/// fabric registration completed in one clique of a cluster; where the clique exists but
+/// FABRIC handles cannot be shared (no IMEX channel), init fails.
+pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature> {
+    const SOURCE: &str =
+        "src/init.cc initTransportsRank (NCCL_MNNVL_ENABLE), src/mnnvl.cc ncclMnnvlCheck";
+    let nvml = facts.gpus.nvml.loaded();
+    // "A zero UUID means we don't have MNNVL fabric info - disable MNNVL" (HGX nodes
+    // register with the fabric manager but in no cluster).
+    let cliques = nvml.map_or(0, |n| {
+        n.gpus
+            .iter()
+            .filter_map(|g| g.fabric_clique.as_ref())
+            .filter(|c| {
+                c.cluster_uuid
+                    .chars()
+                    .any(|ch| ch.is_ascii_hexdigit() && ch != '0')
+            })
+            .count()
+    });
+    let forced_on = int_param(facts, "NCCL_MNNVL_ENABLE") == Some(1);
+    let one_node = crate::layout::span(&facts.launcher) == crate::layout::Span::Single;
+    let completed = nvml.is_some_and(|n| {
+        !n.gpus.is_empty()
+            && n.gpus
+                .iter()
+                .all(|g| g.fabric_state.value() == Some(&FabricState::Completed))
+    });
+    let imex = facts
+        .gpus
+        .imex_channels
+        .value()
+        .is_some_and(|c| c.as_ref().is_some_and(|c| !c.is_empty()));
+    let forced_off = env(facts, "NCCL_MNNVL_ENABLE").is_some_and(|v| v.trim() == "0");
+    let (value, why) = if !since(version, (2, 19, 0)) {
+        (
+            Feature::Disabled,
+            "this NCCL predates multi-node NVLink".to_string(),
+        )
+    } else if forced_off {
+        (Feature::Disabled, "NCCL_MNNVL_ENABLE=0".to_string())
+    } else if one_node && !forced_on {
+        (
+            Feature::Disabled,
+            "one node: NCCL checks multi-node NVLink only across nodes, or when NCCL_MNNVL_ENABLE=1".to_string(),
+        )
+    } else if !completed || cliques == 0 {
+        (Feature::Disabled, "no GPU is registered in an NVLink fabric clique: NCCL goes on without it, even when forced".to_string())
+    } else if !imex {
+        (Feature::FailsInit, "\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\": no /dev/nvidia-caps-imex-channels in the container".to_string())
+    } else {
+        (
+            Feature::Enabled,
+            "fabric registered, clique and IMEX channel present".to_string(),
+        )
+    };
+    Decision::new(value, why, SOURCE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_facts;
+
+    #[test]
+    fn shm_lives_in_dev_shm_before_2_24() {
+        let f = test_facts::with_env(test_facts::healthy(), &[("NCCL_P2P_DISABLE", "1")]);
+        let pairs = super::super::intra::predict(&f, Some((2, 23, 4)));
+        let old = shm(&f, Some((2, 23, 4)), &pairs).value;
+        assert!(old.used && old.in_dev_shm);
+        assert_eq!(old.bytes_per_connection, 524_288 + 4_915_200 + 4_194_304);
+        let new = shm(&f, Some((2, 28, 9)), &pairs).value;
+        assert!(new.used && !new.in_dev_shm);
+        let off = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_HOST_ENABLE", "0")]);
+        assert!(shm(&off, Some((2, 28, 9)), &pairs).value.in_dev_shm);
+    }
+
+    #[test]
+    fn features_off_on_the_healthy_node() {
+        let f = test_facts::healthy();
+        assert_eq!(mnnvl(&f, None).value, Feature::Disabled);
+        let off = test_facts::with_env(f, &[("NCCL_NVLS_ENABLE", "0")]);
+        assert_eq!(nvls(&off, None).value, Feature::Disabled);
+    }
+}

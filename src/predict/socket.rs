@@ -1,0 +1,117 @@
+//! The interface bootstrap binds and the interfaces NET/Socket drives, per NCCL version,
+//! from `crate::nccl::bootstrap` (proven against real libnccl 2.13-2.32 in
+//! tests/integration/nccl_oracle.rs).
+
+use super::{Decision, Version, env};
+use crate::facts::Facts;
+use crate::nccl::bootstrap::{self, Bootstrap, SocketEnv};
+use serde::{Deserialize, Serialize};
+
+const SOURCE: &str = "src/misc/socket.cc ncclFindInterfaces (v2.12-v2.28; src/os/linux.cc ncclOsFindInterfaces in v2.29), src/bootstrap.cc bootstrapNetInit (one interface), src/transport/net_socket.cc ncclNetSocketInit (MAX_IFS = 16)";
+
+/// An interface and the address NCCL binds on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub interface: String,
+    pub address: String,
+}
+
+/// The socket interfaces NCCL uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketInterfaces {
+    /// The first one: bootstrap's; `None`: NCCL fails at init ("Bootstrap : no socket
+    /// interface found"), or NCCL_COMM_ID decides (`comm_id`).
+    pub bootstrap: Option<Endpoint>,
+    /// Every interface NET/Socket drives, in NCCL's order (at most 16).
+    pub interfaces: Vec<Endpoint>,
+    /// True when NCCL chose by itself (NCCL_SOCKET_IFNAME unset, or a value of one
+    /// character or less, which NCCL ignores).
+    pub automatic: bool,
+    /// NCCL_COMM_ID is set: bootstrap binds the interface in its address's subnet.
+    pub comm_id: bool,
+}
+
+pub(super) fn predict(facts: &Facts, version: Option<Version>) -> Decision<SocketInterfaces> {
+    let (Some(interfaces), Some(addresses)) = (
+        facts.network.interfaces.value(),
+        facts.network.addresses.value(),
+    ) else {
+        return Decision::new(
+            SocketInterfaces {
+                bootstrap: None,
+                interfaces: Vec::new(),
+                automatic: true,
+                comm_id: false,
+            },
+            "the interface list is unreadable: not predicted",
+            SOURCE,
+        );
+    };
+    let socket_env = SocketEnv::from_lookup(|name| env(facts, name));
+    let endpoint = |e: bootstrap::Endpoint| Endpoint {
+        interface: e.interface,
+        address: e.address.address,
+    };
+    let transport: Vec<Endpoint> =
+        bootstrap::socket_transport(version, socket_env, interfaces, addresses)
+            .into_iter()
+            .map(endpoint)
+            .collect();
+    let (first, comm_id) = match bootstrap::bootstrap(version, socket_env, interfaces, addresses) {
+        Bootstrap::Uses(e) => (Some(endpoint(e)), false),
+        Bootstrap::NoInterface(_) => (None, false),
+        Bootstrap::ByCommId => (None, true),
+    };
+    let value = socket_env.ifname;
+    let automatic = value.is_none_or(|v| v.len() <= 1);
+    let why = match value {
+        _ if comm_id => "NCCL_COMM_ID is set: bootstrap takes the interface in its address's subnet (not predicted here)".to_string(),
+        Some(v) if !automatic => format!("NCCL_SOCKET_IFNAME={v:?} selects them"),
+        Some(v) => format!(
+            "NCCL_SOCKET_IFNAME={v:?} is one character or less, which NCCL ignores: automatic selection (ib*, then anything but docker*, lo, virbr*)"
+        ),
+        None => {
+            "NCCL_SOCKET_IFNAME unset: automatic selection (ib*, then anything but docker*, lo, virbr*)"
+                .to_string()
+        }
+    };
+    Decision::new(
+        SocketInterfaces {
+            bootstrap: first,
+            interfaces: transport,
+            automatic,
+            comm_id,
+        },
+        why,
+        SOURCE,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_facts;
+
+    #[test]
+    fn automatic_explicit_and_ignored_values() {
+        let f = test_facts::healthy();
+        let auto = predict(&f, None).value;
+        assert!(auto.automatic);
+        assert_eq!(auto.bootstrap.unwrap().interface, "eth0");
+        let with = |k: &str, v: &str| test_facts::with_env(f.clone(), &[(k, v)]);
+        let lo = predict(&with("NCCL_SOCKET_IFNAME", "lo"), None).value;
+        assert_eq!(lo.bootstrap.unwrap().address, "127.0.0.1");
+        let none = predict(&with("NCCL_SOCKET_IFNAME", "x0"), Some((2, 28, 9)));
+        assert_eq!(none.value.bootstrap, None);
+        let ignored = predict(
+            &test_facts::with_env(f.clone(), &[("NCCL_SOCKET_IFNAME", "")]),
+            None,
+        );
+        assert!(ignored.value.automatic && ignored.why.contains("ignores"));
+        let id = predict(
+            &test_facts::with_env(f, &[("NCCL_COMM_ID", "10.0.0.5:1234")]),
+            None,
+        );
+        assert!(id.value.comm_id && id.value.bootstrap.is_none());
+    }
+}
