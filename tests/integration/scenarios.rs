@@ -1001,6 +1001,7 @@ fn from_nccl_source() -> Vec<Scenario> {
     rows.extend(per_version_interfaces());
     rows.extend(per_version_gpu_pairs());
     rows.extend(per_version_gdr());
+    rows.extend(per_version_dev_shm());
     rows
 }
 
@@ -1810,6 +1811,74 @@ fn per_version_gdr() -> Vec<Scenario> {
                 "https://github.com/NVIDIA/nccl/issues/1151",
                 "NICs on another PCIe root than the GPUs, NCCL_NET_GDR_LEVEL unset",
                 "rdma-ib-ndr",
+            )
+        },
+    ]
+}
+
+/// /dev/shm of `bytes`, all free.
+fn dev_shm_of(f: &mut Value, bytes: u64) {
+    f["dev_shm"]["usage"] = json!({ "value": { "size_bytes": bytes, "free_bytes": bytes } });
+}
+
+/// What the SHM transport needs from /dev/shm, per release: src/transport/shm.cc puts each
+/// connection's buffers (~9.6 MB: LL + LL128 + 4 MiB Simple) in a /dev/shm segment unless
+/// NCCL keeps them in cuMem host memory (v2.24.3-1+, src/misc/cudawrap.cc
+/// ncclCuMemHostEnable, on drivers of CUDA 12.6 or later); src/graph/connect.cc runs at
+/// least two ring channels.
+fn per_version_dev_shm() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.21.5");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // Four GPUs without P2P: a ring takes SHM four times on two channels, eight
+            // 9.6 MB segments (77 MB) in a 64 MiB /dev/shm: "failed to extend" at init.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            remediation: Some(("dev-shm", "medium: Memory")),
+            ..row(
+                "dev-shm-64mib-four-pcie-gpus-nccl-2-21",
+                "https://github.com/NVIDIA/nccl/issues/525",
+                "a Kubeflow pod with 4 PCIe GPUs without P2P and Docker's 64 MB /dev/shm, the minimum lowered to 64MiB",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // NCCL 2.28 would keep the buffers in cuMem host memory, but this driver is CUDA
+            // 12.4 (< 12.6): ncclCuMemHostEnable says no, so /dev/shm it is, and it fails.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-on-a-cuda-12-4-driver",
+                "https://github.com/pytorch/ci-infra/pull/490",
+                "a CI pod with 4 PCIe GPUs, a recent NCCL, a CUDA 12.4 driver and no /dev/shm mount",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_P2P_DISABLE", "1")],
+            flags: &["--min-shm", "64MiB"],
+            // Every pair on SHM, but NCCL 2.28 on a CUDA 13 driver puts the buffers in cuMem
+            // host memory (measured on 2x H200: 1 MiB /dev/shm, P2P off, still 27 GB/s).
+            expect: &[("dev-shm", "pass")],
+            exit: 0,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-cumem-host",
+                "https://github.com/NVIDIA/nccl/issues/1518",
+                "8 H100 with P2P disabled and a 64 MB /dev/shm, NCCL 2.28 on a CUDA 13 driver",
+                "gpu-h100-nv18",
             )
         },
     ]
