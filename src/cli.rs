@@ -35,7 +35,16 @@ const LIBRARIES: &str = "Where the host and its libraries are";
 /// mode never reads (`unread`), and `-h` gives each flag's first sentence (`--help` all).
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    unread::hide_unread(Cli::command().mut_subcommands(|sub| sub.mut_args(short_help)))
+    let command = Cli::command().mut_subcommands(|sub| {
+        // bench checks nothing: its one "what to check" flag, the call deadline, bounds
+        // what it measures.
+        let bench = sub.get_name() == "bench";
+        sub.mut_args(|arg| match arg.get_id().as_str() {
+            "timeout" if bench => short_help(arg.help_heading(MEASURE)),
+            _ => short_help(arg),
+        })
+    });
+    unread::hide_unread(command)
 }
 
 /// `-h`: the first sentence of a flag's help; `--help` keeps the whole text.
