@@ -27,8 +27,10 @@ const CHECK: &str = "What to check";
 const REPORT: &str = "How to report";
 const MEASURE: &str = "What to measure";
 const SERVING: &str = "Serving";
-const WATCH: &str = "Watching the running job";
+const WATCH: &str = "Watching the running job (--watch-nccl turns it on)";
 const GANG: &str = "The gang (across the job's pods)";
+const GANG_SWITCHED: &str = "The gang (with --gang)";
+const MEASURE_SWITCHED: &str = "What to measure (with --bench)";
 const LIBRARIES: &str = "Where the host and its libraries are";
 
 /// The command line as the binary parses it: each mode's help leaves out the flags the
@@ -36,15 +38,22 @@ const LIBRARIES: &str = "Where the host and its libraries are";
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     let command = Cli::command().mut_subcommands(|sub| {
-        // bench checks nothing: its one "what to check" flag, the call deadline, bounds
-        // what it measures.
-        let bench = sub.get_name() == "bench";
-        sub.mut_args(|arg| match arg.get_id().as_str() {
-            "timeout" if bench => short_help(arg.help_heading(MEASURE)),
-            _ => short_help(arg),
-        })
+        let mode = sub.get_name().to_string();
+        sub.mut_args(|arg| short_help(heading_in(&mode, arg)))
     });
     unread::hide_unread(command)
+}
+
+/// A heading as it reads in `mode`: where a switch turns a group on, the heading names
+/// it (`init`'s gang knobs need `--gang`); bench's call deadline bounds what it measures.
+fn heading_in(mode: &str, arg: clap::Arg) -> clap::Arg {
+    let heading = arg.get_help_heading().map(str::to_string);
+    match (mode, heading.as_deref()) {
+        ("bench", Some(CHECK)) => arg.help_heading(MEASURE),
+        ("init" | "exec", Some(GANG)) => arg.help_heading(GANG_SWITCHED),
+        ("init", Some(MEASURE)) => arg.help_heading(MEASURE_SWITCHED),
+        _ => arg,
+    }
 }
 
 /// `-h`: the first sentence of a flag's help; `--help` keeps the whole text.
