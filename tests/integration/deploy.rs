@@ -728,8 +728,10 @@ fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what
     // the exec gate restarting without a backoff limit.
     write(
         "init-onfailure.yaml",
-        base_file("base/pytorchjob-init", "pytorchjob-init.yaml")
-            .replace("      restartPolicy: Never\n", "      restartPolicy: OnFailure\n"),
+        base_file("base/pytorchjob-init", "pytorchjob-init.yaml").replace(
+            "      restartPolicy: Never\n",
+            "      restartPolicy: OnFailure\n",
+        ),
         "      restartPolicy: OnFailure\n",
         "      restartPolicy: OnFailure\n",
     );

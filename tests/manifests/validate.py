@@ -599,7 +599,8 @@ def validate_doc(doc, where, schemas, errors):
             except kubernetes_validate.ValidationError as e:
                 errors.append(f"{where}: {tpath}: {e.message} at {'.'.join(map(str, e.path))}")
     elif is_custom(key[0]):
-        errors.append(f"{where}: no CRD for {key[0]} {key[1]} in the CRD directories")
+        errors.append(f"{where}: no CRD for {key[0]} {key[1]} in the CRD directories "
+                      "(pass --crds DIR with its definition: kubectl get crd NAME -o yaml)")
     else:
         try:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
