@@ -81,6 +81,18 @@ fn validate_json(python: &std::path::Path, dir: &std::path::Path) -> serde_json:
     v
 }
 
+/// The test venv's Python with the validator's packages, and the Kubeflow CRDs beside
+/// the repository; None (the test skips, or fails under NCCL_PREFLIGHT_TEST_STRICT) without.
+fn validator_python(test: &str) -> Option<std::path::PathBuf> {
+    crate::support::require_shared(test, "crds")?;
+    crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+}
+
+/// A file under examples/manifests.
+fn manifest_text(rel: &str) -> String {
+    std::fs::read_to_string(manifests().join(rel)).unwrap()
+}
+
 /// The manifests under examples/manifests.
 fn manifests() -> std::path::PathBuf {
     crate::support::repo().join("examples/manifests")
@@ -143,12 +155,7 @@ fn parses(argv: &[String]) -> Result<(), String> {
 #[test]
 fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     let test = "example_manifests_match_the_real_schemas_and_every_command_parses";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let dir = manifests();
@@ -240,12 +247,7 @@ fn effective<'a>(v: &'a serde_json::Value, file: &str) -> Vec<&'a serde_json::Va
 #[test]
 fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
     let test = "every_manifest_pod_fits_its_node_as_the_scheduler_counts_it";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let v = validate_json(&python, &manifests());
@@ -288,12 +290,7 @@ fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
 #[test]
 fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
     let test = "sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let bad = scratch("sidecar-gpus");
@@ -397,12 +394,7 @@ fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
 #[test]
 fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count() {
     let test = "a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let bad = scratch("two-step");
@@ -480,12 +472,7 @@ fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_cou
 #[test]
 fn a_gang_only_where_the_job_kind_lets_it_form() {
     let test = "a_gang_only_where_the_job_kind_lets_it_form";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let dir = manifests();
@@ -711,12 +698,7 @@ fn base_file(dir: &str, file: &str) -> String {
 fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what_restricted_v2_rejects()
  {
     let test = "the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what_restricted_v2_rejects";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let bad = scratch("policies");
@@ -751,20 +733,14 @@ fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what
         "      - action: FailJob",
     );
     // A CNI configuration that is not JSON; a CRI-O drop-in that is not TOML.
-    let nad = std::fs::read_to_string(
-        manifests().join("overlays/openshift-roce/network-attachment-definition.yaml"),
-    )
-    .unwrap();
+    let nad = manifest_text("overlays/openshift-roce/network-attachment-definition.yaml");
     write(
         "nad.yaml",
         nad,
         "\"mode\": \"bridge\",",
         "\"mode\": bridge,",
     );
-    let mc = std::fs::read_to_string(
-        manifests().join("overlays/openshift-roce/machineconfig-memlock.yaml"),
-    )
-    .unwrap();
+    let mc = manifest_text("overlays/openshift-roce/machineconfig-memlock.yaml");
     write("machineconfig.yaml", mc, "%5D%0A", "%0A");
     // A pod restricted-v2 would not admit: running as root, privileged.
     let os = rendered("overlays/openshift-roce");
@@ -805,9 +781,7 @@ fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what
 #[test]
 fn validate_manifests_is_a_command_with_one_line_per_error_and_an_exit_code() {
     let test = "validate_manifests_is_a_command_with_one_line_per_error_and_an_exit_code";
-    if crate::support::require_shared(test, "crds").is_none()
-        || crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml").is_none()
-    {
+    if validator_python(test).is_none() {
         return;
     }
     let script = repo().join("scripts/validate-manifests");
