@@ -58,7 +58,8 @@ K8S_VERSION = "1.32.0"
 def crd_schemas(crd_dir):
     out = {}
     for path in sorted(pathlib.Path(crd_dir).glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
+        # libyaml's loader when PyYAML has it: the Kubeflow CRDs are 3.7 MB of YAML.
+        for crd in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
