@@ -980,24 +980,41 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
     assert!(line.starts_with("unknown: ") && line.contains("/nonexistent/facts.json"));
 }
 
-/// Every metric and label an alert of the PrometheusRule names is in the /metrics of
-/// the binary the DaemonSet runs (serve on a fake 8-GPU node with an XID and NVLink
-/// errors), so no alert waits on a series that never exists.
+/// The DaemonSet's `serve` command line on a fake healthy 8-GPU node (an XID, NVLink
+/// errors) is ready, and every metric and label an alert of the PrometheusRule names is
+/// in its /metrics, so no alert waits on a series that never exists.
 #[test]
-fn every_metric_and_label_an_alert_names_is_in_the_binarys_metrics() {
-    let test = "every_metric_and_label_an_alert_names_is_in_the_binarys_metrics";
+fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metrics() {
+    let test = "the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metrics";
     let Some(python) = crate::support::require_python(test, "yaml") else {
         return;
     };
     let rule = yaml_file(&python, &manifests().join("node/serve/prometheusrule.yaml"));
+    // The DaemonSet's own command line, on a loopback port instead of 0.0.0.0:9464.
+    let daemonset = yaml_file(&python, &manifests().join("node/serve/daemonset.yaml"));
+    let args: Vec<&str> = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "serve");
+    let args: Vec<&str> = args[1..]
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with("--listen"))
+        .collect();
     let server = crate::serve::start_gpu(
         "deploy-alerts",
         "xid 0 13 100\nnvlink_errors 0 1 2 3\n",
-        &["--interval", "60m"],
+        &args,
     );
     let metrics = crate::serve::wait_for(&server, "/metrics", |_, m| {
         m.contains("nccl_preflight_gpu_xid_events_total{")
     });
+    // A healthy 8-GPU node is ready with the DaemonSet's flags (its own small /dev/shm
+    // ignored), an XID that needs no reset counted, not judged.
+    assert_eq!(crate::serve::get(&server, "/readyz").0, 200, "{metrics}");
     let samples = |name: &str| -> Vec<&str> {
         metrics
             .lines()
