@@ -254,7 +254,7 @@ def check_two_step(doc, where, errors):
             if nodes is None and gpu_nodes > 1:
                 errors.append(f"{name}: no --nodes in an init container of a {gpu_nodes}-node job "
                               "(the launcher's variables are not in init containers)")
-            elif nodes is not None and nodes != str(gpu_nodes):
+            elif nodes is not None and gpu_nodes and nodes != str(gpu_nodes):
                 errors.append(f"{name}: --nodes {nodes}, but the job has {gpu_nodes} GPU pods")
             if not in_training_image(c):
                 continue
@@ -675,22 +675,26 @@ def is_component(directory):
     return isinstance(k, dict) and k.get("kind") == "Component"
 
 
-def sources(path):
+def sources(path, root=None):
     """(label, kind, path) for what PATH holds: a YAML file; a kustomization directory
     (rendered); a directory whose *.yaml files are validated one by one and whose
     subdirectories are searched for kustomizations (components are left out: they
-    render only inside a kustomization)."""
+    render only inside a kustomization). A kustomization found below PATH is labelled
+    with its path from PATH, one given as PATH with its last two path components."""
+    root = root or path
     if path.is_file():
         yield path.name, "file", path
         return
     if (path / "kustomization.yaml").is_file():
         if not is_component(path):
-            yield "/".join(path.resolve().parts[-2:]), "kustomization", path
+            label = (str(path.relative_to(root)) if path != root
+                     else "/".join(path.resolve().parts[-2:]))
+            yield label, "kustomization", path
         return
     for f in sorted(path.glob("*.yaml")):
         yield f.name, "file", f
     for d in sorted(p for p in path.iterdir() if p.is_dir()):
-        yield from sources(d)
+        yield from sources(d, root)
 
 
 def validate_path(path, schemas, report):
