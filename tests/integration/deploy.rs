@@ -978,6 +978,15 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
     let line = answer(&out);
     assert_eq!(out.status.code(), Some(2), "{line}");
     assert!(line.starts_with("unknown: ") && line.contains("/nonexistent/facts.json"));
+    // --max-output belongs to --npd, and a line too short to name a check is refused.
+    for bad in [
+        &["probe", "--max-output=80"][..],
+        &["probe", "--npd", "--max-output=8"][..],
+    ] {
+        let out = command(bad, &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(stderr(&out).contains("--max-output"), "{}", stderr(&out));
+    }
 }
 
 /// The DaemonSet's `serve` command line on a fake healthy 8-GPU node (an XID, NVLink
