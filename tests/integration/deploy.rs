@@ -1076,3 +1076,49 @@ fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metri
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
 }
+
+/// The OpenShift overlay's memlock story on the real kernel: a process the runtime starts
+/// as a random non-root UID (restricted-v2's) with IPC_LOCK "added" the way Kubernetes
+/// adds it (inheritable, no ambient set) still has no effective CAP_IPC_LOCK, so only
+/// the RLIMIT_MEMLOCK it inherits counts: the limit CRI-O's default_ulimits sets passes,
+/// a low one fails whatever the capability says. (This machine's root cannot raise the
+/// limit above its own 8 MiB, so 8 MiB stands for the MachineConfig's unlimited.)
+#[test]
+fn a_non_root_pod_gets_memlock_from_the_runtimes_rlimit_not_from_ipc_lock() {
+    if !crate::support::require_root("non_root_memlock")
+        || !crate::support::require_tools("non_root_memlock", &["prlimit", "setpriv"])
+    {
+        return;
+    }
+    let run = |limit: u64| {
+        let limit = format!("--memlock={limit}:{limit}");
+        let out = std::process::Command::new("prlimit")
+            .arg(&limit)
+            .args(["setpriv", "--reuid=1000770000", "--regid=1000770000"])
+            .args([
+                "--clear-groups",
+                "--inh-caps=+ipc_lock",
+                "--ambient-caps=-all",
+            ])
+            .arg(crate::support::BIN)
+            .args([
+                "check",
+                "--cuda",
+                "off",
+                "--format",
+                "json",
+                "--min-memlock",
+                "8MiB",
+            ])
+            .output()
+            .unwrap();
+        let r = crate::support::report(&out);
+        assert_eq!(
+            r["facts"]["memlock"]["cap_ipc_lock"]["value"], false,
+            "{limit}"
+        );
+        crate::support::finding(&r, "memlock")["status"].clone()
+    };
+    assert_eq!(run(8 << 20), "pass");
+    assert_eq!(run(64 << 10), "fail");
+}
