@@ -165,7 +165,7 @@ pub fn attach(
     report
         .checks
         .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
-    report.verdict = crate::finding::verdict(&report.checks);
+    report.rejudge();
     Ok(run)
 }
 

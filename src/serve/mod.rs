@@ -102,7 +102,7 @@ impl Live<'_> {
         if let Some(job) = &self.job {
             report.checks.push(ras::finding(job));
         }
-        report.verdict = crate::finding::verdict(&report.checks);
+        report.rejudge();
         Some(report)
     }
 }
