@@ -89,9 +89,11 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     }
     if args.gang {
         if hung.0 {
-            bail!(
-                "init --gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
-            );
+            // The driver is the node's, as for `gang`; nothing is written.
+            crate::diagnostic::line(format_args!(
+                "nccl-preflight: init --gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
+            ));
+            return Ok(Exit::new(EXIT_NODE_FAULT, hung));
         }
         let identity = crate::gang::command::identity(&args.check, &args.gang_opts, env)?;
         let run = crate::gang::command::attach(
@@ -328,7 +330,8 @@ fn exec_gang(
             "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout; the gang cannot run NCCL here",
             args.command[0].to_string_lossy()
         );
-        return Ok(Some(Exit::new(crate::gang::command::EXIT_CANNOT_RUN, hung)));
+        // The driver is the node's, as for `gang`.
+        return Ok(Some(Exit::new(EXIT_NODE_FAULT, hung)));
     }
     let run =
         crate::gang::command::attach(report, policy, &args.check, identity, &args.gang_opts, env)?;

@@ -161,7 +161,12 @@ pub fn attach(
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
     };
-    let run = super::run(report, identity, &settings);
+    let mut run = super::run(report, identity, &settings);
+    // The gang's own list (its JSON's `gang.findings`) carries the blame the report does.
+    run.findings = std::mem::take(&mut run.findings)
+        .into_iter()
+        .map(crate::judge::blame)
+        .collect();
     report
         .checks
         .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
@@ -224,7 +229,9 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
         );
-        return Ok(Exit::new(EXIT_CANNOT_RUN, hung));
+        // A hung driver is the node's (exit 3), as the other pods, which name this one
+        // missing from the gang, blame it.
+        return Ok(Exit::new(crate::run::EXIT_NODE_FAULT, hung));
     }
     let run = attach(
         &mut report,

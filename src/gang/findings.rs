@@ -246,6 +246,9 @@ fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpt
         run.identity.port
     );
     let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
+    if failed.iter().any(|(_, o)| image_lacks_nccl(o)) {
+        f = f.blamed(Blame::Job);
+    }
     f.evidence = join.evidence;
     for (i, o) in &failed {
         f.evidence.push(format!(
@@ -258,6 +261,15 @@ fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpt
         ));
     }
     f
+}
+
+/// A pod whose image has no libnccl or one older than 2.16: the job's, not its node's.
+fn image_lacks_nccl(o: &Outcome) -> bool {
+    use super::worker::{NCCL_TOO_OLD, NO_LIBNCCL};
+    o.unavailable
+        .as_deref()
+        .is_some_and(|u| u.starts_with(NO_LIBNCCL))
+        || o.error.as_deref().is_some_and(|e| e.contains(NCCL_TOO_OLD))
 }
 
 /// gang-join and gang-bandwidth after the worker; what was measured is judged

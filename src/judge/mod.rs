@@ -169,7 +169,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Platform,
         ],
         blame: Blame::Node,
-        blame_why: "a device missing, a port down or a device node that does not open is the node's NICs and drivers; a pod that requested no RDMA resource or libibverbs missing from the image is the job's (set per finding)",
+        blame_why: "a device missing, a port down or slow, a NIC's PCIe link trained low is the node's NICs and drivers; a pod that requested no RDMA resource, a device node it cannot open (no device plugin grant) or libibverbs missing from the image is the job's (set per finding)",
         judge: rdma_devices::judge,
     },
     Check {
@@ -351,7 +351,7 @@ mod tests {
     }
 
     /// Every check has a default blame with its reason, every warning or failure any judge
-    /// gives on a broken node carries one once in a report, and docs/failure-policy.md
+    /// gives on a broken node carries one once stamped (as `Report` does), and docs/failure-policy.md
     /// lists every check with the same blame.
     #[test]
     fn every_check_has_a_blame_and_the_policy_document_says_which() {
@@ -370,9 +370,7 @@ mod tests {
         }
         assert_eq!(default_blame("no-such-check"), None);
         for facts in test_facts::broken_variants() {
-            let findings = judge(&facts, &Policy::default());
-            let report = crate::report::Report::new(facts, findings, Vec::new());
-            for f in &report.checks {
+            for f in judge(&facts, &Policy::default()).into_iter().map(blame) {
                 assert_eq!(f.blame().is_some(), f.status() >= Status::Warn, "{f:?}");
             }
         }

@@ -399,7 +399,10 @@ fn device_problems(
                 node.map_or("?", |n| n.name.as_str()),
             ),
             refused_fix(refused),
-        ));
+        )
+        // The node is in the container without the device plugin's grant (a hostPath,
+        // a privileged pod, another user): the pod spec's to fix.
+        .blamed(Blame::Job));
     }
     // Ports matter where this container can use the device (or could not tell).
     if node.is_some() || scope.nodes_unknown.is_some() {

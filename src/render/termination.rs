@@ -11,18 +11,21 @@ pub fn render(report: &Report) -> String {
     // about why the pod failed, and would change every scenario's message whenever a
     // check is added.
     let (failed, warned, _, _) = report.counts();
-    // The fault first (issue 28): `FAIL (node fault: retry elsewhere)` is what a
+    // The fault first (issue 28): `FAIL (node fault: retry elsewhere): ...` is what a
     // person or a controller reading the termination message acts on.
-    let verdict = match report.fault.advice() {
-        Some(advice) if report.verdict == Status::Fail => {
-            format!("{} ({advice})", report.verdict.label())
-        }
-        _ => report.verdict.label().to_string(),
-    };
-    let lines_head = format!(
-        "nccl-preflight: {verdict}: {failed} failed, {warned} {}",
+    let counts = format!(
+        "{failed} failed, {warned} {}",
         if warned == 1 { "warning" } else { "warnings" }
     );
+    let lines_head = match report.fault.advice() {
+        Some(advice) if report.verdict == Status::Fail => {
+            format!(
+                "nccl-preflight: {} ({advice}): {counts}",
+                report.verdict.label()
+            )
+        }
+        _ => format!("nccl-preflight: {} ({counts})", report.verdict.label()),
+    };
     let mut lines = vec![lines_head];
     let failures: Vec<String> = report
         .checks

@@ -427,10 +427,69 @@ fn a_different_nccl_version_fails_every_rank_at_the_rendezvous_before_nccl() {
         );
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
         assert!(r["gang"]["bandwidth"].is_null(), "{:#}", r["gang"]);
+        // Another NCCL in one image is the job's to fix: exit 1 on every rank.
+        assert_eq!(
+            (c["blame"].as_str(), r["fault"].as_str()),
+            (Some("job"), Some("job"))
+        );
         // Every rank still prints its own NCCL version.
         let own = &r["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"];
         assert_eq!(own, if rank == 1 { "2.21.5" } else { "2.28.9" });
     }
+}
+
+/// The failure-policy contract across the gang: a pod whose own node fails (a
+/// row remapping that failed) is named by every pod as the node's fault, so every pod
+/// exits 3 and the job retries elsewhere; its record carries its own fault.
+#[test]
+fn a_pod_whose_own_node_fails_makes_every_rank_exit_3() {
+    // Not "gang-sick-node": the gang's own scratch directory is made afresh.
+    let dir = scratch("sick-node-scenario");
+    let sick = dir.join("sick.scenario");
+    std::fs::write(&sick, format!("{ONE_GPU}remap 0 0 0 0 1\n")).unwrap();
+    let ended = gang(
+        "sick-node",
+        ONE_GPU,
+        3,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-timeout",
+            "20",
+        ],
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_GPU_SCENARIO", sick.to_str().unwrap())),
+            Some(node()),
+        ],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        assert_eq!(r["fault"], "node", "node {rank}");
+        let c = gang_finding(&r, "gang-consistency");
+        assert_eq!(
+            (c["status"].as_str(), c["blame"].as_str()),
+            (Some("fail"), Some("node")),
+            "node {rank}: {:#}",
+            r["checks"]
+        );
+        let summary = c["summary"].as_str().unwrap_or("");
+        assert!(
+            summary.starts_with("node 1 (")
+                && summary.contains("failed its own checks: gpu-health"),
+            "node {rank}: {c:#}"
+        );
+        assert_eq!(
+            r["gang"]["fingerprints"][1]["local_fault"], "node",
+            "{:#}",
+            r["gang"]
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -522,7 +581,7 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
     );
     for (rank, e) in ended.iter().take(2).enumerate() {
         let e = e.as_ref().unwrap();
-        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");
@@ -591,7 +650,7 @@ fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
     let mut summaries = Vec::new();
     for (rank, e) in ended.iter().enumerate() {
         let e = e.as_ref().unwrap();
-        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");

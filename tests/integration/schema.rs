@@ -102,7 +102,7 @@ fn golden_reports_and_explain_log_answers_match_the_shipped_schemas() {
             Box::new(|r| r["checks"][0]["status"] = "ok".into()),
         ),
         (
-            "checks/0/blame",
+            "False schema does not allow 'node'",
             Box::new(|r| {
                 r["checks"][0]["status"] = "pass".into();
                 r["checks"][0]["remediation"] = serde_json::Value::Null;
