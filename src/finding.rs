@@ -589,7 +589,7 @@ mod tests {
         let job = || Finding::fail("dev-shm", "small", "mount").blamed(Blame::Job);
         let warn_job = Finding::warn("nccl-env", "typo", "fix").blamed(Blame::Job);
         assert_eq!(fault(&[]), Fault::None);
-        assert_eq!(fault(&[warn_job.clone()]), Fault::None);
+        assert_eq!(fault(std::slice::from_ref(&warn_job)), Fault::None);
         assert_eq!(fault(&[node(), warn_job.clone()]), Fault::Node);
         assert_eq!(fault(&[node(), node()]), Fault::Node);
         assert_eq!(fault(&[node(), job()]), Fault::Job);
