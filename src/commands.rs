@@ -105,7 +105,11 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             env,
         )?;
         if args.check.format == Format::Human {
-            emit_err(&crate::gang::render::job(&run, report.verdict))?;
+            emit_err(&crate::gang::render::job(
+                &run,
+                report.verdict,
+                report.fault,
+            ))?;
         }
     }
     let outputs = init_outputs(args, &mut report, &policy);

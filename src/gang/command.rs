@@ -178,7 +178,7 @@ pub fn attach(
 pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
     if run.identity.node_rank == 0 {
         let mut s = crate::render::human::render(report, color);
-        s.push_str(&super::render::job(run, report.verdict));
+        s.push_str(&super::render::job(run, report.verdict, report.fault));
         s
     } else {
         super::render::own_line(run, report)
