@@ -184,12 +184,22 @@ const VIRTUAL_KINDS: &[&str] = &[
 /// NCCL_SOCKET_IFNAME admits, else the tuned NCCL_SOCKET_IFNAME's, else the
 /// tuning's own choice (`nccl::interface::choose_interface`).
 fn socket_interface(report: &Report) -> Option<String> {
-    use crate::nccl::socket_ifname::{IfnameFilter, select};
+    use crate::nccl::bootstrap::{SocketEnv, find_interfaces};
     let net = &report.facts.network;
+    let version = crate::nccl::version(&report.facts);
     let first = |value: &str| {
-        let filter = IfnameFilter::parse(value)?;
+        // A value NCCL ignores (one character or less) is no interface of the user's.
+        if value.len() <= 1 {
+            return None;
+        }
         let (links, addrs) = (net.interfaces.value()?, net.addresses.value()?);
-        select(&filter, links, addrs, None).into_iter().next()
+        let env = SocketEnv {
+            ifname: Some(value),
+            ..SocketEnv::default()
+        };
+        find_interfaces(version, env, links, addrs, 1)
+            .pop()
+            .map(|e| e.interface)
     };
     let user = report
         .facts
