@@ -320,6 +320,7 @@ pub mod ids {
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
     pub const NCCL_CONF: &str = "nccl-conf";
     pub const NCCL_JOB: &str = "nccl-job";
+    pub const NCCL_DIAGNOSTICS: &str = "nccl-diagnostics";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -343,6 +344,11 @@ pub const REGISTRY: &[CheckInfo] = &[
     CheckInfo {
         id: ids::NCCL_JOB,
         title: "the running job through NCCL's RAS: hung collectives, dead ranks, NCCL errors (serve --watch-nccl)",
+        source: Source::Runtime,
+    },
+    CheckInfo {
+        id: ids::NCCL_DIAGNOSTICS,
+        title: "NCCL's own RAS diagnostics (2.31+: ECC, NVLink, Xid/SXid, drivers, NCCL_* across ranks) judged (serve POST /job/diagnose, gang)",
         source: Source::Runtime,
     },
     CheckInfo {
