@@ -76,29 +76,144 @@ const CHECKS: &[&str] = &[
 /// (check, text that marks the case, verdict, meaning): the first row that matches wins.
 /// Rows name only cases this tool judges differently from NCCL's tag.
 const RULES: &[(&str, &str, Verdict, &str)] = &[
-    ("", "diagnostics incomplete, gathered", Verdict::Warn, "some ranks did not answer the diagnostics: dead, stopped or still initialising (see /job)"),
-    ("Xid/SXid", "Restart the affected application", Verdict::Fail, "an Xid whose documented response is restarting the application: this GPU hit an error during the job"),
-    ("Xid/SXid", "recommends resetting the affected GPU", Verdict::Fail, "an Xid the catalog answers with a GPU reset: drain the node"),
-    ("Xid/SXid", "Fabric Manager documentation", Verdict::Fail, "an NVSwitch error (SXid) that needs the fabric manager's response"),
-    ("Xid/SXid", "For the recommended response", Verdict::Warn, "an Xid with no catalogued action: look it up before retrying on this node"),
-    ("Xid/SXid", "pre-Ampere GPU", Verdict::Warn, "an Xid on a pre-Ampere GPU: see the archived Xid catalog"),
-    ("Xid/SXid", "No user action", Verdict::Note, "an Xid or SXid the catalog says needs no action"),
-    ("Xid/SXid", "no kernel-log source", Verdict::Warn, "NCCL could read no kernel log (dmesg, /var/log) on that host: its Xids are unseen"),
-    ("Xid/SXid", "scan was truncated", Verdict::Warn, "the kernel-log scan was cut short: older Xids may be missing"),
-    ("ECC", "uncorrected volatile errors on", Verdict::Fail, "uncorrected ECC errors since the driver loaded: that GPU's memory is failing"),
-    ("ECC", "corrected volatile errors at or above", Verdict::Warn, "corrected ECC errors over NCCL_DIAGNOSTICS_ECC_THRESHOLD: watch that GPU"),
-    ("NVLink", "inactive link", Verdict::Fail, "an NVLink is down on that GPU: NCCL routes around it slower, or hangs"),
-    ("NVLink", "inconsistent link speeds", Verdict::Warn, "NVLinks run at different speeds: the slowest sets the pace"),
-    ("NVLink", "link-count mismatch", Verdict::Warn, "GPUs have different numbers of NVLinks: unlike nodes or a missing link"),
-    ("GPU inventory", "mismatch", Verdict::Warn, "ranks see different GPU models or counts: the job spans unlike nodes"),
-    ("CUDA driver version", "mismatch", Verdict::Warn, "CUDA drivers differ across ranks: nodes on different driver releases"),
-    ("NVIDIA graphics driver version", "mismatch", Verdict::Warn, "NVIDIA drivers differ across ranks: nodes on different driver releases"),
-    ("NCCL environment", "for NCCL_DEBUG", Verdict::Note, "only the logging settings differ"),
-    ("NCCL environment", "mismatch across", Verdict::Warn, "ranks run with different NCCL_* settings: set them once in the job spec"),
-    ("rdma_topo check", "failed on rank", Verdict::Warn, "NCCL's GPU/NIC topology check failed on those ranks"),
-    ("IOMMU groups", "differ on", Verdict::Warn, "GPU and NIC sit in different IOMMU groups: GPUDirect RDMA between them may be blocked or slow"),
-    ("Paths", "could not locate", Verdict::Warn, "NCCL could not find the rank's own GPU in its topology"),
-    ("", "RAS diagnostics skipped", Verdict::Warn, "RAS is off in the trainer (NCCL_RAS_ENABLE=0): no diagnostics and no watch"),
+    (
+        "",
+        "diagnostics incomplete, gathered",
+        Verdict::Warn,
+        "some ranks did not answer the diagnostics: dead, stopped or still initialising (see /job)",
+    ),
+    (
+        "Xid/SXid",
+        "Restart the affected application",
+        Verdict::Fail,
+        "an Xid whose documented response is restarting the application: this GPU hit an error during the job",
+    ),
+    (
+        "Xid/SXid",
+        "recommends resetting the affected GPU",
+        Verdict::Fail,
+        "an Xid the catalog answers with a GPU reset: drain the node",
+    ),
+    (
+        "Xid/SXid",
+        "Fabric Manager documentation",
+        Verdict::Fail,
+        "an NVSwitch error (SXid) that needs the fabric manager's response",
+    ),
+    (
+        "Xid/SXid",
+        "For the recommended response",
+        Verdict::Warn,
+        "an Xid with no catalogued action: look it up before retrying on this node",
+    ),
+    (
+        "Xid/SXid",
+        "pre-Ampere GPU",
+        Verdict::Warn,
+        "an Xid on a pre-Ampere GPU: see the archived Xid catalog",
+    ),
+    (
+        "Xid/SXid",
+        "No user action",
+        Verdict::Note,
+        "an Xid or SXid the catalog says needs no action",
+    ),
+    (
+        "Xid/SXid",
+        "no kernel-log source",
+        Verdict::Warn,
+        "NCCL could read no kernel log (dmesg, /var/log) on that host: its Xids are unseen",
+    ),
+    (
+        "Xid/SXid",
+        "scan was truncated",
+        Verdict::Warn,
+        "the kernel-log scan was cut short: older Xids may be missing",
+    ),
+    (
+        "ECC",
+        "uncorrected volatile errors on",
+        Verdict::Fail,
+        "uncorrected ECC errors since the driver loaded: that GPU's memory is failing",
+    ),
+    (
+        "ECC",
+        "corrected volatile errors at or above",
+        Verdict::Warn,
+        "corrected ECC errors over NCCL_DIAGNOSTICS_ECC_THRESHOLD: watch that GPU",
+    ),
+    (
+        "NVLink",
+        "inactive link",
+        Verdict::Fail,
+        "an NVLink is down on that GPU: NCCL routes around it slower, or hangs",
+    ),
+    (
+        "NVLink",
+        "inconsistent link speeds",
+        Verdict::Warn,
+        "NVLinks run at different speeds: the slowest sets the pace",
+    ),
+    (
+        "NVLink",
+        "link-count mismatch",
+        Verdict::Warn,
+        "GPUs have different numbers of NVLinks: unlike nodes or a missing link",
+    ),
+    (
+        "GPU inventory",
+        "mismatch",
+        Verdict::Warn,
+        "ranks see different GPU models or counts: the job spans unlike nodes",
+    ),
+    (
+        "CUDA driver version",
+        "mismatch",
+        Verdict::Warn,
+        "CUDA drivers differ across ranks: nodes on different driver releases",
+    ),
+    (
+        "NVIDIA graphics driver version",
+        "mismatch",
+        Verdict::Warn,
+        "NVIDIA drivers differ across ranks: nodes on different driver releases",
+    ),
+    (
+        "NCCL environment",
+        "for NCCL_DEBUG",
+        Verdict::Note,
+        "only the logging settings differ",
+    ),
+    (
+        "NCCL environment",
+        "mismatch across",
+        Verdict::Warn,
+        "ranks run with different NCCL_* settings: set them once in the job spec",
+    ),
+    (
+        "rdma_topo check",
+        "failed on rank",
+        Verdict::Warn,
+        "NCCL's GPU/NIC topology check failed on those ranks",
+    ),
+    (
+        "IOMMU groups",
+        "differ on",
+        Verdict::Warn,
+        "GPU and NIC sit in different IOMMU groups: GPUDirect RDMA between them may be blocked or slow",
+    ),
+    (
+        "Paths",
+        "could not locate",
+        Verdict::Warn,
+        "NCCL could not find the rank's own GPU in its topology",
+    ),
+    (
+        "",
+        "RAS diagnostics skipped",
+        Verdict::Warn,
+        "RAS is off in the trainer (NCCL_RAS_ENABLE=0): no diagnostics and no watch",
+    ),
 ];
 
 /// Every `NCCL DIAG` line of `text` (a log, or a RAS reply), in order; other lines are
@@ -206,6 +321,13 @@ impl Diagnostics {
                 "the trainer's NCCL is older than 2.31 or ran without NCCL_RUN_RAS_DIAGNOSTICS=1",
             ),
             (Some(Verdict::Fail), _) => Finding::fail(id, summary, fix),
+            // Lines but no `... completed in` line: the output was cut (a reply closed
+            // early, a log truncated), so a failing line may be missing.
+            (Some(_), _) if self.completed.is_none() => Finding::warn(
+                id,
+                format!("{summary} (cut before NCCL's completion line)"),
+                "run the diagnostics again; a cut reply can hide a failing line",
+            ),
             (Some(Verdict::Warn), _) => Finding::warn(id, summary, fix),
             _ => Finding::pass(id, summary),
         };
@@ -234,7 +356,12 @@ mod tests {
         let d = parse(HEALTHY);
         assert_eq!(d.lines.len(), 20, "{d:#?}");
         assert_eq!(d.worst(), Some(Verdict::Note));
-        assert!(d.completed.as_deref().unwrap().contains("8.1 ms across 2 RAS peers"));
+        assert!(
+            d.completed
+                .as_deref()
+                .unwrap()
+                .contains("8.1 ms across 2 RAS peers")
+        );
         let ecc = d.lines.iter().find(|l| l.check == "ECC").unwrap();
         assert_eq!((ecc.tag.as_str(), ecc.verdict), ("OK", Verdict::Pass));
         assert_eq!(ecc.origin, "vm:980");
@@ -257,21 +384,63 @@ mod tests {
     fn failing_lines_from_the_binary_templates_fail() {
         // Filled from 2.32.3's format strings (strings libnccl.so.2), not recorded.
         for (body, check, verdict) in [
-            ("[INFO] ECC: uncorrected volatile errors on rank(s) {3} (worst=2) across 8 ranks in comm 0x1", "ECC", Verdict::Fail),
-            ("[INFO] NVLink: inactive link(s) on rank(s) {5} across 8 ranks in comm 0x1", "NVLink", Verdict::Fail),
-            ("[INFO] Xid 79 detected 1 time on host n1. The NVIDIA Xid catalog recommends resetting the affected GPU. Follow the documented GPU-reset capabilities and limitations: https://x", "Xid/SXid", Verdict::Fail),
-            ("[INFO] Xid 13 detected 2 times on host n1. Restart the affected application. For guidance, see the NVIDIA Xid documentation: https://x", "Xid/SXid", Verdict::Fail),
-            ("[INFO] Xid 63 detected 1 time on host n1. No user action or further investigation is required for this Xid.", "Xid/SXid", Verdict::Note),
-            ("[INFO] Xid/SXid: no kernel-log source was available on host n1", "Xid/SXid", Verdict::Warn),
-            ("[INFO] CUDA driver version: mismatch across 8 ranks in comm 0x1, rank(s) {4-7} differ from rank 0 (13000)", "CUDA driver version", Verdict::Warn),
-            ("[INFO] NCCL environment: mismatch across 2 ranks in comm 0x1 for NCCL_IB_HCA", "NCCL environment", Verdict::Warn),
-            ("INFO RAS diagnostics skipped: NCCL_RAS_ENABLE=0", "", Verdict::Warn),
+            (
+                "[INFO] ECC: uncorrected volatile errors on rank(s) {3} (worst=2) across 8 ranks in comm 0x1",
+                "ECC",
+                Verdict::Fail,
+            ),
+            (
+                "[INFO] NVLink: inactive link(s) on rank(s) {5} across 8 ranks in comm 0x1",
+                "NVLink",
+                Verdict::Fail,
+            ),
+            (
+                "[INFO] Xid 79 detected 1 time on host n1. The NVIDIA Xid catalog recommends resetting the affected GPU. Follow the documented GPU-reset capabilities and limitations: https://x",
+                "Xid/SXid",
+                Verdict::Fail,
+            ),
+            (
+                "[INFO] Xid 13 detected 2 times on host n1. Restart the affected application. For guidance, see the NVIDIA Xid documentation: https://x",
+                "Xid/SXid",
+                Verdict::Fail,
+            ),
+            (
+                "[INFO] Xid 63 detected 1 time on host n1. No user action or further investigation is required for this Xid.",
+                "Xid/SXid",
+                Verdict::Note,
+            ),
+            (
+                "[INFO] Xid/SXid: no kernel-log source was available on host n1",
+                "Xid/SXid",
+                Verdict::Warn,
+            ),
+            (
+                "[INFO] CUDA driver version: mismatch across 8 ranks in comm 0x1, rank(s) {4-7} differ from rank 0 (13000)",
+                "CUDA driver version",
+                Verdict::Warn,
+            ),
+            (
+                "[INFO] NCCL environment: mismatch across 2 ranks in comm 0x1 for NCCL_IB_HCA",
+                "NCCL environment",
+                Verdict::Warn,
+            ),
+            (
+                "INFO RAS diagnostics skipped: NCCL_RAS_ENABLE=0",
+                "",
+                Verdict::Warn,
+            ),
         ] {
             let d = parse(&format!("n1:7 NCCL DIAG {body}\n"));
             assert_eq!(d.lines.len(), 1, "{body}");
-            assert_eq!((d.lines[0].check.as_str(), d.lines[0].verdict), (check, verdict), "{body}");
+            assert_eq!(
+                (d.lines[0].check.as_str(), d.lines[0].verdict),
+                (check, verdict),
+                "{body}"
+            );
         }
-        let d = parse("n1:7 NCCL DIAG [INFO] NVLink: inactive link(s) on rank(s) {5} across 8 ranks in comm 0x1\n");
+        let d = parse(
+            "n1:7 NCCL DIAG [INFO] NVLink: inactive link(s) on rank(s) {5} across 8 ranks in comm 0x1\n",
+        );
         let f = d.finding("gang");
         assert_eq!(f.status(), Status::Fail);
         assert!(f.evidence[0].contains("NVLink is down"), "{f:?}");
@@ -284,6 +453,9 @@ mod tests {
         assert_eq!(d.finding("on demand").status(), Status::Warn);
         let d = parse("h:1 NCCL DIAG [INFO] Paths: x\x1b[2J across 2 ranks\n");
         assert!(d.lines[0].text.contains("\\x1b[2J"), "{:?}", d.lines[0]);
-        assert_eq!(parse("nothing here\n").finding("gang").status(), Status::Warn);
+        assert_eq!(
+            parse("nothing here\n").finding("gang").status(),
+            Status::Warn
+        );
     }
 }

@@ -207,6 +207,8 @@ fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync), phas
         Ok((method, path)) if method == "GET" || method == "HEAD" => {
             (route(&path), method == "HEAD")
         }
+        // POST is routed as "POST /path" (serve answers POST /job/diagnose only).
+        Ok((method, path)) if method == "POST" => (route(&format!("POST {path}")), false),
         Ok(_) => (Response::text(405, "only GET and HEAD\n"), false),
     };
     if send(&mut stream, &response, head_only, RESPONSE_TIME) {

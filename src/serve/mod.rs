@@ -344,6 +344,21 @@ fn start_checks(
 /// With `--watch-nccl`, starts the job watcher (it runs until `stop`, and is not waited
 /// for). Its NCCL version, until RAS's own reply names it, is the trainer's libnccl as
 /// the last run of the checks found it (facts.rdma.nccl.library).
+/// `POST /job/diagnose` (ras::diagnose); any other POST is refused.
+fn diagnose(watching: Option<&ras::Watching>, path: &str) -> http::Response {
+    match (path, watching) {
+        ("/job/diagnose", None) => http::Response::text(
+            404,
+            "not watching the job: start serve with --watch-nccl (NCCL_PREFLIGHT_WATCH_NCCL=1)\n",
+        ),
+        ("/job/diagnose", Some(w)) => {
+            let version = w.view().and_then(|v| v.nccl_version);
+            ras::diagnose::respond(&w.gate, &w.addr, version.as_deref(), &ras::diagnose::query)
+        }
+        _ => http::Response::text(405, "only GET and HEAD (and POST /job/diagnose)\n"),
+    }
+}
+
 fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
     let w = &args.watch;
     if !w.watch_nccl {
@@ -425,6 +440,10 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
         let shared = Arc::clone(&shared);
         Arc::new(move |path: &str| {
+            if let Some(post) = path.strip_prefix("POST ") {
+                // Outside the state's lock: a diagnostics run may take seconds.
+                return diagnose(shared.job.get().map(|w| &**w), post);
+            }
             let xids = shared.xids();
             let live = Live {
                 snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),

@@ -130,6 +130,15 @@ fn read_reply(stream: &mut TcpStream) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&reply).into_owned())
 }
 
+/// Sends `command` and reads its reply until NCCL closes, bounded as STATUS is.
+pub fn command_reply(stream: &mut TcpStream, command: &str) -> Result<String, String> {
+    let _ = stream.set_write_timeout(Some(STEP));
+    stream
+        .write_all(format!("{command}\n").as_bytes())
+        .map_err(|e| format!("sending {command}: {e}"))?;
+    read_reply(stream)
+}
+
 /// One STATUS query. `may_query_text` is asked only where the server refused JSON and
 /// the plan carries nccl#1669's init guard: false skips the query.
 pub fn query(

@@ -9,6 +9,7 @@
 //! only to copy it.
 
 pub mod client;
+pub mod diagnose;
 pub mod judge;
 pub mod judge_view;
 pub mod metrics;

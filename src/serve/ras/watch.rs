@@ -29,6 +29,10 @@ pub struct Watching {
     events: Mutex<Vec<String>>,
     /// A MONITOR event asks for a query now.
     wake: AtomicBool,
+    /// Where the trainer's RAS listens, for `POST /job/diagnose`.
+    pub addr: String,
+    /// One on-demand diagnostics run at a time (`diagnose`).
+    pub gate: super::diagnose::Gate,
 }
 
 impl Watching {
@@ -188,7 +192,10 @@ pub fn start(
     log: Log,
     stop: &'static AtomicBool,
 ) -> std::io::Result<(Arc<Watching>, std::thread::JoinHandle<()>)> {
-    let shared = Arc::new(Watching::default());
+    let shared = Arc::new(Watching {
+        addr: config.addr.clone(),
+        ..Watching::default()
+    });
     let mut state = Loop {
         guard: InitGuard {
             grace: config.init_grace,
