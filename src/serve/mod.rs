@@ -359,6 +359,17 @@ fn diagnose(watching: Option<&ras::Watching>, path: &str) -> http::Response {
     }
 }
 
+/// The pod's /etc/hosts (the kubelet writes the pod's own address and its hostAliases
+/// there), at most 1 MiB of it; empty where it cannot be read.
+fn etc_hosts() -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    if let Ok(f) = std::fs::File::open("/etc/hosts") {
+        let _ = f.take(1 << 20).read_to_string(&mut text);
+    }
+    text
+}
+
 fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
     let w = &args.watch;
     if !w.watch_nccl {
@@ -369,6 +380,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         interval: w.watch_interval,
         hang_after: w.hang_after,
         init_grace: w.watch_init_grace,
+        pods: ras::pods::from_etc_hosts(&etc_hosts()),
     };
     let weak = Arc::downgrade(shared);
     let hint = Box::new(move || {

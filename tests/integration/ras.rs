@@ -621,3 +621,41 @@ fn diagnose_at(addr: &str) -> (u16, String) {
         .unwrap_or(0);
     (status, text)
 }
+
+#[test]
+fn nccl_2_32_3s_recorded_replies_and_monitor_event_name_the_killed_rank() {
+    // STATUS replies and the MONITOR line recorded from real NCCL 2.32.3 (4x H200).
+    let fake = FakeRas::start(true, true, recorded_232("healthy.json"), String::new());
+    let server = watch(&fake, "30s", &[]);
+    let view = wait_state(&server, "healthy");
+    assert_eq!(view["ranks"], 2, "{view:#}");
+    let dead_event = data("gpu-h200x4-2.32.3/monitor.text")
+        .lines()
+        .find(|l| l.contains("PEER_DEAD"))
+        .unwrap()
+        .to_string();
+    fake.set(|s| {
+        s.json_reply = recorded_232("killed-dead.json");
+        s.events.push(dead_event);
+    });
+    // The interval is 30 s: the event, not the poll, brings the dead rank in time.
+    let started = Instant::now();
+    let view = wait_state(&server, "dead");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let headline = view["headline"].as_str().unwrap();
+    assert!(
+        headline.contains("rank 1 (pid 981 on 192.0.2.2, GPU 1)"),
+        "{headline}"
+    );
+    assert!(
+        view["events"]
+            .to_string()
+            .contains("PEER_DEAD: Process 981"),
+        "{view:#}"
+    );
+    assert_eq!(get(&server, "/job/livez").0, 503);
+}

@@ -14,6 +14,7 @@ pub mod judge;
 pub mod judge_view;
 pub mod metrics;
 pub mod monitor;
+pub mod pods;
 pub mod reply;
 pub mod reply_text;
 pub mod version;

@@ -19,6 +19,8 @@ pub struct Config {
     /// nccl#1669 (NCCL before 2.27.3): how long RAS must have been up, and since a reply
     /// last showed a communicator initialising, before a query.
     pub init_grace: Duration,
+    /// Pod names by address, from the pod's /etc/hosts (pods.rs).
+    pub pods: std::collections::BTreeMap<String, String>,
 }
 
 /// What the watcher and the request handlers share.
@@ -117,6 +119,10 @@ impl Loop {
             (Outcome::Refused, Some(why)) => Outcome::Unwatchable(why),
             (outcome, _) => outcome,
         };
+        let mut outcome = outcome;
+        if let Outcome::Reply(s) = &mut outcome {
+            super::pods::name(s, &self.config.pods);
+        }
         let now = Instant::now();
         let next = match &outcome {
             Outcome::Refused => {
