@@ -101,6 +101,7 @@ impl Live<'_> {
         report.checks.push(self.xid.clone());
         if let Some(job) = &self.job {
             report.checks.push(ras::finding(job));
+            report.checks.extend(job.diagnostics.clone());
         }
         report.verdict = crate::finding::verdict(&report.checks);
         Some(report)
@@ -353,7 +354,14 @@ fn diagnose(watching: Option<&ras::Watching>, path: &str) -> http::Response {
         ),
         ("/job/diagnose", Some(w)) => {
             let version = w.view().and_then(|v| v.nccl_version);
-            ras::diagnose::respond(&w.gate, &w.addr, version.as_deref(), &ras::diagnose::query)
+            let run = |addr: &str| {
+                let d = ras::diagnose::query(addr)?;
+                if !d.lines.is_empty() {
+                    w.set_diagnostics(d.finding("on demand"));
+                }
+                Ok(d)
+            };
+            ras::diagnose::respond(&w.gate, &w.addr, version.as_deref(), &run)
         }
         _ => http::Response::text(405, "only GET and HEAD (and POST /job/diagnose)\n"),
     }
@@ -368,6 +376,34 @@ fn etc_hosts() -> String {
         let _ = f.take(1 << 20).read_to_string(&mut text);
     }
     text
+}
+
+/// What each request gets: POST /job/diagnose outside the state's lock, the rest from
+/// the last snapshot (`route`).
+fn routes(
+    shared: &Arc<Shared>,
+    stale_after: Duration,
+    started: Instant,
+) -> Arc<dyn Fn(&str) -> http::Response + Send + Sync> {
+    let shared = Arc::clone(shared);
+    Arc::new(move |path: &str| {
+        if let Some(post) = path.strip_prefix("POST ") {
+            // Outside the state's lock: a diagnostics run may take seconds.
+            return diagnose(shared.job.get().map(|w| &**w), post);
+        }
+        let xids = shared.xids();
+        let live = Live {
+            snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
+            xid: shared.xid_finding(&xids),
+            xids: &xids,
+            // A copy of the job's view only for the paths that show it: /healthz
+            // and /readyz never touch the watcher's lock.
+            job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
+                .then(|| shared.job.get().and_then(|w| w.view()))
+                .flatten(),
+        };
+        route(&live, path, stale_after, started)
+    })
 }
 
 fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
@@ -449,27 +485,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     let started = Instant::now();
     let checker = start_checks(&shared, env, args, stop)?;
-    let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
-        let shared = Arc::clone(&shared);
-        Arc::new(move |path: &str| {
-            if let Some(post) = path.strip_prefix("POST ") {
-                // Outside the state's lock: a diagnostics run may take seconds.
-                return diagnose(shared.job.get().map(|w| &**w), post);
-            }
-            let xids = shared.xids();
-            let live = Live {
-                snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
-                xid: shared.xid_finding(&xids),
-                xids: &xids,
-                // A copy of the job's view only for the paths that show it: /healthz
-                // and /readyz never touch the watcher's lock.
-                job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
-                    .then(|| shared.job.get().and_then(|w| w.view()))
-                    .flatten(),
-            };
-            route(&live, path, stale_after, started)
-        })
-    };
+    let routes = routes(&shared, stale_after, started);
     http::serve(listener, stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.

@@ -534,6 +534,10 @@ fn post_job_diagnose_runs_nccls_diagnostics_once_per_gap_and_judges_them() {
         fake.commands().iter().any(|(_, c)| c == "diagnostics"),
         "DIAGNOSTICS was sent"
     );
+    // The finding stays on /job and /report until the next run.
+    assert_eq!(job(&server)["diagnostics"]["id"], "nccl-diagnostics");
+    let (_, _, report) = get(&server, "/report");
+    assert!(report.contains("\"nccl-diagnostics\""), "{report}");
     // A second run within the gap is refused without reaching NCCL.
     let asked = fake.commands().len();
     let (status, body) = diagnose(&server);

@@ -35,12 +35,30 @@ pub struct Watching {
     pub addr: String,
     /// One on-demand diagnostics run at a time (`diagnose`).
     pub gate: super::diagnose::Gate,
+    /// The last on-demand diagnostics' finding.
+    diagnostics: Mutex<Option<crate::finding::Finding>>,
 }
 
 impl Watching {
-    /// The last published view (a copy: the lock is held only to clone it).
+    /// The last published view (a copy: the lock is held only to clone it), with the
+    /// last on-demand diagnostics' finding.
     pub fn view(&self) -> Option<JobView> {
-        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut view = self
+            .view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        view.diagnostics = self
+            .diagnostics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Some(view)
+    }
+
+    /// Keeps the finding of an on-demand diagnostics run for /job and /report.
+    pub fn set_diagnostics(&self, finding: crate::finding::Finding) {
+        *self.diagnostics.lock().unwrap_or_else(|p| p.into_inner()) = Some(finding);
     }
 
     fn publish(&self, view: JobView) {
