@@ -43,7 +43,8 @@ struct Script {
     commands: Vec<(Instant, String)>,
     /// Events for MONITOR connections, sent once each.
     events: Vec<String>,
-    /// The `DIAGNOSTICS` reply (NCCL 2.31+); empty: `ERROR: Unknown command`.
+    /// The `DIAGNOSTICS` reply (NCCL 2.31+); empty: `ERROR: Unknown command`, the
+    /// connection left open as NCCL leaves it.
     diag_reply: String,
 }
 
@@ -591,6 +592,21 @@ fn post_job_diagnose_is_bounded_on_a_silent_or_cut_server_and_refused_before_2_3
     assert_eq!(status, 502, "{body}");
     assert!(
         started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(server);
+    // A server without the command whose version is not known (its STATUS replies are
+    // empty): NCCL answers `ERROR: Unknown command` and keeps the connection open; the
+    // answer is 409 at once, not after the reply's 12 s bound.
+    let unknown = FakeRas::start(true, false, String::new(), String::new());
+    let server = watch(&unknown, "60s", &[]);
+    let started = Instant::now();
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("Unknown command"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

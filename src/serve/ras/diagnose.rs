@@ -51,6 +51,13 @@ impl Gate {
     }
 }
 
+/// A whole one-line refusal. NCCL closes after `ERROR: diagnostics only supports text
+/// output` but not after `ERROR: Unknown command` (2.30 and older, *recorded* on 2.32.3
+/// with an argument): without this the read would wait for its whole bound.
+fn refused(reply: &[u8]) -> bool {
+    (reply.starts_with(b"ERROR:") || reply.starts_with(b"BUSY:")) && reply.contains(&b'\n')
+}
+
 /// One `DIAGNOSTICS` query: the reply's lines, or why there is none.
 pub fn query(addr: &str) -> Result<Diagnostics, String> {
     let mut stream = match client::connect(addr) {
@@ -63,7 +70,7 @@ pub fn query(addr: &str) -> Result<Diagnostics, String> {
         Err(Some(e)) => return Err(e),
     };
     client::handshake(&mut stream)?;
-    let reply = client::command_reply(&mut stream, "DIAGNOSTICS")?;
+    let reply = client::command_reply(&mut stream, "DIAGNOSTICS", refused)?;
     Ok(ras_diagnostics::parse(&reply))
 }
 
@@ -108,7 +115,14 @@ pub fn respond(
                 .refused
                 .as_deref()
                 .unwrap_or("no NCCL DIAG lines in the reply");
-            Response::text(502, format!("RAS diagnostics: {why}\n"))
+            // An NCCL without the command (its version not known yet), or NCCL's own
+            // one-at-a-time refusal.
+            let status = match why {
+                w if w.starts_with("ERROR: Unknown command") => 409,
+                w if w.starts_with("BUSY:") => 429,
+                _ => 502,
+            };
+            Response::text(status, format!("RAS diagnostics: {why}\n"))
         }
         Ok(d) => {
             let body = serde_json::json!({
@@ -149,5 +163,20 @@ mod tests {
         let r = respond(&gate, "x:1", Some("2.32.3"), &fails);
         assert_eq!(r.status, 502, "{}", r.body);
         assert_eq!(respond(&gate, "x:1", None, &fails).status, 429);
+        for (answer, status) in [
+            ("ERROR: Unknown command DIAGNOSTICS\n", 409),
+            ("BUSY: diagnostics already in progress\n", 429),
+            ("ERROR: diagnostics only supports text output\n", 502),
+        ] {
+            let gate = Gate::default();
+            let refusal = |_: &str| Ok(ras_diagnostics::parse(answer));
+            let r = respond(&gate, "x:1", None, &refusal);
+            assert_eq!(r.status, status, "{answer}: {}", r.body);
+            assert!(refused(answer.as_bytes()));
+        }
+        assert!(
+            !refused(b"ERROR: Unknown comm"),
+            "a refusal is whole at its line's end"
+        );
     }
 }
