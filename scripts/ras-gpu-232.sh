@@ -14,6 +14,11 @@
 # Usage: scripts/ras-gpu-232.sh CARRYDIR OUTDIR, CARRYDIR holding libnccl.so.2.xz,
 # nccl-preflight.xz and scripts/ras_{allreduce,capture,probe}.py. Results: OUTDIR/summary.txt
 # and OUTDIR/captures.tar.gz (RAS replies, MONITOR streams, rank logs, serve's log, /job).
+# Preparing CARRYDIR (here, not on the GPU machine; 41 MB in all):
+#   python3 scripts/nccl-slim.py ~/.cache/nccl-preflight/nccl/2.32.3/libnccl.so.2 /tmp/l 90
+#   xz -T2 -6 -c /tmp/l > D/libnccl.so.2.xz                 # 473 MB -> 40 MB
+#   strip -o /tmp/b target/debug/nccl-preflight && xz -c /tmp/b > D/nccl-preflight.xz
+#   cp scripts/ras-gpu-232.sh scripts/ras_allreduce.py scripts/ras_capture.py scripts/ras_probe.py D/
 set -uo pipefail
 d=$(cd "${1:?usage: ras-gpu-232.sh CARRYDIR OUTDIR}" && pwd)
 out=${2:?usage}
