@@ -498,6 +498,8 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::NCCL_DIAGNOSTICS,
         title: "NCCL's own RAS diagnostics (2.31+: ECC, NVLink, Xid/SXid, drivers, NCCL_* across ranks) judged (serve POST /job/diagnose, gang)",
         source: Source::Runtime,
+        blame: Blame::Node,
+        blame_why: "NCCL's diagnostics report ECC, NVLink, Xid and driver faults of the ranks' nodes; ranks that differ only in their NCCL_* settings are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_JOIN,

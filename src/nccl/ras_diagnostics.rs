@@ -331,6 +331,12 @@ impl Diagnostics {
             (Some(Verdict::Warn), _) => Finding::warn(id, summary, fix),
             _ => Finding::pass(id, summary),
         };
+        // The check's default blame is the node (ECC, NVLink, Xid, drivers); ranks that
+        // differ only in their NCCL_* settings were given them by the job's spec.
+        let flagged = || self.lines.iter().filter(|l| l.verdict > Verdict::Pass);
+        if flagged().next().is_some() && flagged().all(|l| l.check == "NCCL environment") {
+            f = f.blamed(crate::finding::Blame::Job);
+        }
         for l in self.lines.iter().filter(|l| l.verdict > Verdict::Pass) {
             let sep = if l.meaning.is_empty() { "" } else { " -- " };
             f = f.evidence(format!(

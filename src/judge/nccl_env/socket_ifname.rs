@@ -200,6 +200,7 @@ fn lint_bootstrap_interface(
             (Severity::Warn, "this works on one node only")
         };
         Some(Problem {
+            blame: None,
             status,
             summary: format!(
                 "{shown} makes NCCL bootstrap over {first}, which is down or has no carrier (this NCCL counts such interfaces; 2.28 and later skip them): {reach}"
