@@ -123,7 +123,7 @@ pub enum Command {
     /// Check this node and print the report.
     Check(CheckArgs),
     /// One-shot check for Kubernetes exec probes: exit code and one line, CUDA left out for speed.
-    Probe(CheckArgs),
+    Probe(ProbeArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
     /// In the training container: check, tune, and replace this process with CMD in the tuned
@@ -149,6 +149,22 @@ pub enum Command {
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
+}
+
+/// `probe`: the checks' flags, and node-problem-detector's plugin contract on demand.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    /// Answer as a node-problem-detector custom plugin: exit 0 (OK), 1 (NonOK: a check
+    /// failed) or 2 (Unknown: the tool could not run), and one line of at most
+    /// --max-output bytes naming the failed checks first.
+    #[arg(long)]
+    pub npd: bool,
+    /// With --npd: the longest line to print, NPD's max_output_length [default: 80].
+    #[arg(long, value_name = "BYTES", requires = "npd",
+          value_parser = clap::value_parser!(u16).range(16..))]
+    pub max_output: Option<u16>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -278,7 +278,7 @@ fn rdma_port_error_counters_are_exported() {
 }
 
 /// `serve` in the H100 fixture with `extra` scenario lines and `args`.
-fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
+pub fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
     let dir = crate::support::scratch(name);
     let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
     let scenario = dir.join("gpu.scenario");
