@@ -159,10 +159,10 @@ pub struct ProbeArgs {
     /// Answer as a node-problem-detector custom plugin: exit 0 (OK), 1 (NonOK: a check
     /// failed) or 2 (Unknown: the tool could not run), and one line of at most
     /// --max-output bytes naming the failed checks first.
-    #[arg(long)]
+    #[arg(long, help_heading = REPORT)]
     pub npd: bool,
     /// With --npd: the longest line to print, NPD's max_output_length [default: 80].
-    #[arg(long, value_name = "BYTES", requires = "npd",
+    #[arg(long, value_name = "BYTES", requires = "npd", help_heading = REPORT,
           value_parser = clap::value_parser!(u16).range(16..))]
     pub max_output: Option<u16>,
 }
