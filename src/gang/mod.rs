@@ -146,6 +146,9 @@ pub struct Settings<'a> {
     pub host_root: PathBuf,
     /// The trainer's environment: the user's, plus tuned settings the user did not set.
     pub trainer_env: Vec<(OsString, OsString)>,
+    /// The trainer's libnccl has RAS diagnostics (2.31+): the worker's NCCL runs them
+    /// (NCCL_RUN_RAS_DIAGNOSTICS=1) and its `NCCL DIAG` lines become a finding.
+    pub ras_diagnostics: bool,
 }
 
 /// Why the gang could not run here at all (exit 2).
@@ -400,12 +403,17 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         return run;
     }
     let worker_started = Instant::now();
-    let (result, transports) = spawn::run(identity, settings, root);
+    let (result, transports, diagnostics) = spawn::run(identity, settings, root);
     run.transports = transports;
     let mine = outcome::Outcome::of(&result);
     run.outcomes = outcome::exchange(identity, opts.gang_timeout, root, &mine, worker_started);
     let (join, bandwidth) = findings::after_nccl(&mut run, &result, join, opts);
     run.bandwidth = Some(result);
     run.findings = vec![join, consistency, bandwidth];
+    // NCCL prints the diagnostics' summary on one rank (rank 0 in the 2.32.3 recording):
+    // the other pods add the finding only when their log has the lines.
+    if settings.ras_diagnostics && (identity.node_rank == 0 || !diagnostics.lines.is_empty()) {
+        run.findings.push(diagnostics.finding("gang"));
+    }
     run
 }

@@ -19,7 +19,7 @@
 use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::{FabricState, NvmlGpu};
-use crate::finding::Severity;
+use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
 
 pub const ID: &str = "mnnvl";
@@ -104,7 +104,9 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
                 )
             },
             IMEX_FIX,
-        )),
+        )
+        // The channel comes with the pod's ComputeDomain claim (or its device request).
+        .blamed(Blame::Job)),
     }
 }
 
@@ -129,7 +131,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             ID,
             "NCCL_MNNVL_ENABLE=0 on a multi-node NVLink system: traffic between trays goes over the network instead of NVLink",
             "Unset NCCL_MNNVL_ENABLE once the IMEX channels work (see this check without it).",
-        );
+        )
+        .blamed(Blame::Job);
     }
     // A problem with MNNVL matters to jobs that cross trays; one node only warns.
     let status = super::rdma_scope::Scope::of(facts).in_use_status(false);
@@ -155,14 +158,17 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
                 Severity::Warn,
                 format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
                 "Use NCCL 2.20 or later (a current PyTorch wheel; 2.27+ checks the IMEX channel at init) to reach other trays over NVLink.",
-            ));
+            ).blamed(Blame::Job));
     }
     if env("NCCL_CUMEM_ENABLE").as_deref() == Some("0") {
-        problems.push(Problem::new(
-            Severity::Warn,
-            "NCCL_CUMEM_ENABLE=0: NCCL's multi-node NVLink needs cuMem, so it stays off",
-            "Unset NCCL_CUMEM_ENABLE.",
-        ));
+        problems.push(
+            Problem::new(
+                Severity::Warn,
+                "NCCL_CUMEM_ENABLE=0: NCCL's multi-node NVLink needs cuMem, so it stays off",
+                "Unset NCCL_CUMEM_ENABLE.",
+            )
+            .blamed(Blame::Job),
+        );
     }
     let summary = match cliques.iter().next() {
         Some((uuid, id)) => format!(

@@ -610,7 +610,8 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
     let out = fixture_command("gpu-h100-nv18", "check", &["--timeout", "300ms"], &env)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A hung driver is the node's.
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         stdout(&out).contains("cuInit: did not return within"),
         "{}",
@@ -976,7 +977,12 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
         );
     }
     // The tool could not run: Unknown, still one line that says why.
-    let mut all = args.clone();
+    // (--timeout left out: with --facts nothing is gathered, and probe refuses it.)
+    let mut all: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with("--timeout"))
+        .collect();
     all.extend(["--facts", "/nonexistent/facts.json"]);
     let out = command(&all, &[]).output().unwrap();
     let line = answer(&out);

@@ -31,7 +31,7 @@ struct Scenario {
     flags: &'static [&'static str],
     /// The expert's verdict: (check id, status) pairs...
     expect: &'static [(&'static str, &'static str)],
-    /// ...and the exit code (0 pass/warn, 1 a check failed).
+    /// ...and the exit code (0 pass/warn, 1 a failure the job's, 3 every failure the node's).
     exit: i32,
     /// (check id, text its remediation must hold): where the fix matters as much as the status.
     remediation: Option<(&'static str, &'static str)>,
@@ -286,7 +286,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // NCCL's rings run at the slowest NIC's speed: one slow HCA slows every node.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "ib-port-trained-slow",
                 "https://github.com/NVIDIA/nccl/issues/1412",
@@ -303,7 +303,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // The GPU paired with mlx5_1 crosses the CPU to reach another rail.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "ib-port-down",
                 "https://github.com/NVIDIA/nccl/issues/489",
@@ -321,7 +321,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // Half the lanes: that NIC moves half as much, and the ring runs at its speed.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "nic-pcie-link-trained-narrow",
                 "https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/143",
@@ -338,7 +338,7 @@ fn agreed() -> Vec<Scenario> {
                 set_p2p(f, "NS", false);
             },
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             // The fix is MIG's, not ACS's or the IOMMU's (issue 14).
             remediation: Some(("gpu-p2p", "disable MIG")),
             ..row(
@@ -353,7 +353,7 @@ fn agreed() -> Vec<Scenario> {
             // NCCL goes through host memory: sjeaugey, "P2P not being functional is
             // usually tied to ACS being enabled on the system".
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-p2p", "ACS")),
             ..row(
                 "p2p-blocked-under-a-pcie-switch",
@@ -365,7 +365,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // cuInit returns 802 on every rank: nothing runs.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-hopper",
@@ -380,7 +380,7 @@ fn agreed() -> Vec<Scenario> {
                 f["gpus"]["cuda"]["state"] = json!({"skipped": {"reason": "--cuda off"}});
             },
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-hopper-without-cuinit",
@@ -398,7 +398,7 @@ fn agreed() -> Vec<Scenario> {
                 c["peer_access"] = json!([]);
             },
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-a100",
@@ -492,7 +492,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"; ulimit -l was 8192.
             expect: &[("memlock", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("memlock", "IPC_LOCK")),
             ..row(
                 "memlock-8-mib-with-infiniband",
@@ -506,7 +506,7 @@ fn agreed() -> Vec<Scenario> {
             // separate hosts and uses the network. On p4d without EFA the job also has
             // only TCP between its 8 pods.
             expect: &[("pod-placement", "warn"), ("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "one-gpu-per-pod",
                 "https://github.com/kubeflow/pytorch-operator/issues/353",
@@ -547,7 +547,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // nvidia-smi stuck in D state after Xid 45: any NVML call may never return.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "driver-call-hangs",
                 "https://github.com/leptonai/gpud/pull/117",
@@ -566,7 +566,7 @@ fn agreed() -> Vec<Scenario> {
             // "CUDA error: uncorrectable ECC error encountered" mid-run; a failed remap
             // means the GPU needs replacing.
             expect: &[("gpu-health", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "row-remapping-failed",
                 "https://github.com/sgl-project/sglang/issues/3204",
@@ -652,7 +652,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // aws-ofi-nccl refuses to run without GDR on p4d and later.
             expect: &[("gdr", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "no-gpudirect-rdma-on-p4d",
                 "https://github.com/aws/aws-ofi-nccl/pull/286",
@@ -675,7 +675,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // A link down makes NCCL route around it or hang.
             expect: &[("nvlink", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "nvlink-down",
                 "https://github.com/NVIDIA/nccl/issues/340",
@@ -768,7 +768,7 @@ fn agreed() -> Vec<Scenario> {
             // A non-root process has an empty effective capability set: adding IPC_LOCK in
             // the pod spec changes nothing, the runtime's limit must rise.
             expect: &[("memlock", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("memlock", "runs as user 1000")),
             ..row(
                 "memlock-for-a-non-root-trainer",
@@ -930,7 +930,7 @@ fn agreed() -> Vec<Scenario> {
             // moves this GPU's inter-node traffic over its own PCIe link, so the job's ring
             // runs at that GPU's bus, a third of the NIC.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "LnkSta")),
             ..row(
                 "gpu-pcie-link-narrow-caps-gpudirect-rdma",

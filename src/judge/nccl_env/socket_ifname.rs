@@ -41,6 +41,7 @@ fn unusable_value(facts: &Facts, value: &EnvValue, shown: &str) -> Option<Proble
         return None;
     };
     Some(Problem {
+        blame: None,
         status: Severity::Warn,
         summary,
         evidence: vec![],
@@ -128,6 +129,7 @@ fn ignored_value(facts: &Facts, value: &EnvValue, shown: &str) -> Vec<Problem> {
 
 fn unreadable_interfaces(facts: &Facts, shown: &str) -> Problem {
     Problem {
+        blame: None,
         status: Severity::Warn,
         summary: format!("could not check {shown}: the interface list is unreadable"),
         evidence: facts
@@ -178,6 +180,7 @@ fn lint_bootstrap_interface(
             suggestion(facts)
         };
         Some(Problem {
+            blame: None,
             status,
             summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
             evidence: evidence.to_vec(),
@@ -197,6 +200,7 @@ fn lint_bootstrap_interface(
             (Severity::Warn, "this works on one node only")
         };
         Some(Problem {
+            blame: None,
             status,
             summary: format!(
                 "{shown} makes NCCL bootstrap over {first}, which is down or has no carrier (this NCCL counts such interfaces; 2.28 and later skip them): {reach}"
@@ -206,6 +210,7 @@ fn lint_bootstrap_interface(
         })
     } else if first.starts_with("veth") {
         Some(Problem {
+            blame: None,
             status: Severity::Warn,
             summary: format!(
                 "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
@@ -237,6 +242,7 @@ fn lint_prefix_matches(
         .filter(|n| selected.contains(n))
         .unwrap_or_else(|| first.clone());
     Some(Problem {
+        blame: None,
         status: Severity::Warn,
         summary: format!(
             "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
@@ -303,6 +309,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     }
     let Some(first) = selected.first() else {
         return vec![Problem {
+            blame: None,
             status: Severity::Fail,
             summary: format!(
                 "{shown} matches no {}interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\"",
@@ -405,6 +412,7 @@ fn lint_link_local(
         suggestion(facts)
     };
     Some(Problem {
+        blame: None,
         status,
         summary: format!(
             "{shown} leaves NCCL's socket transport {listed}, whose only address NCCL uses is IPv4 link-local: {reach}"
@@ -446,6 +454,7 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
 pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
         return Some(Problem {
+            blame: None,
             status: Severity::Warn,
             summary: format!(
                 "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
@@ -482,6 +491,7 @@ fn family_without_address(
     };
     let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
     Some(Problem {
+        blame: None,
         status,
         summary: format!(
             "NCCL_SOCKET_FAMILY={:?}, but {} ({}) has no address of that family: NCCL bootstraps on {}",
