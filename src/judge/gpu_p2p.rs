@@ -172,15 +172,48 @@ fn nvlink_init_failure(facts: &Facts, pairs: &[String], mig: bool) -> Option<Pro
     Some(p)
 }
 
+/// The no-read and read-only pairs left once NVLink pairs whose init failure is reported
+/// are taken out (they are not also a slow fallback), and how read-only pairs are judged:
+/// ncclTopoCheckP2p needs NVML's read AND write status OK. From v2.19.1-1 a PCIe pair
+/// without both gets p2p = 0: SHM, as without read. Before, NCCL only logged it and still
+/// tried P2P where CUDA allowed peer access (src/graph/paths.cc at v2.18.6-1).
+fn without_init_failures(
+    facts: &Facts,
+    init_fails: bool,
+    nvlink_no_p2p: &[String],
+    no_read: Vec<String>,
+    read_only: Vec<String>,
+) -> (Vec<String>, Vec<String>, Severity, &'static str) {
+    let other = |v: Vec<String>| -> Vec<String> {
+        if init_fails {
+            v.into_iter()
+                .filter(|l| !nvlink_no_p2p.contains(l))
+                .collect()
+        } else {
+            v
+        }
+    };
+    let (status, what) = if crate::nccl::version(facts).is_none_or(|v| v >= (2, 19, 0)) {
+        (
+            Severity::Fail,
+            "P2P write unsupported (read OK): NCCL needs both, so it falls back to SHM through host memory",
+        )
+    } else {
+        (
+            Severity::Warn,
+            "P2P write unsupported (read OK): this NCCL (< 2.19) still tries P2P where CUDA allows peer access",
+        )
+    };
+    (other(no_read), other(read_only), status, what)
+}
+
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: peer access not checked");
     };
-    if nvml.gpus.len() < 2 {
-        return Finding::skip(
-            ID,
-            format!("{} GPU(s) visible: no pair to check", nvml.gpus.len()),
-        );
+    let n = nvml.gpus.len();
+    if n < 2 {
+        return Finding::skip(ID, format!("{n} GPU(s) visible: no pair to check"));
     }
     let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let cuda = match &facts.gpus.cuda.state {
@@ -197,40 +230,16 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         refused,
     } = sort_pairs(nvml, cuda);
     let init_fails = nvlink_init_failure(facts, &nvlink_no_p2p, mig);
-    // Pairs whose init failure is reported above are not also a slow fallback.
-    let (no_read, read_only) = if init_fails.is_some() {
-        let other = |v: Vec<String>| -> Vec<String> {
-            v.into_iter()
-                .filter(|l| !nvlink_no_p2p.contains(l))
-                .collect()
-        };
-        (other(no_read), other(read_only))
-    } else {
-        (no_read, read_only)
-    };
-    // ncclTopoCheckP2p needs NVML's read AND write status OK. From v2.19.1-1 a PCIe pair
-    // without both gets p2p = 0: SHM, as without read. Before, NCCL only logged it and
-    // still tried P2P where CUDA allowed peer access (src/graph/paths.cc at v2.18.6-1).
-    let (read_only_status, read_only_what) = if crate::nccl::version(facts)
-        .is_none_or(|v| v >= (2, 19, 0))
-    {
-        (
-            Severity::Fail,
-            "P2P write unsupported (read OK): NCCL needs both, so it falls back to SHM through host memory",
-        )
-    } else {
-        (
-            Severity::Warn,
-            "P2P write unsupported (read OK): this NCCL (< 2.19) still tries P2P where CUDA allows peer access",
-        )
-    };
+    let fails = init_fails.is_some();
+    let (no_read, read_only, ro_status, ro_what) =
+        without_init_failures(facts, fails, &nvlink_no_p2p, no_read, read_only);
     let kinds = [
         (
             no_read,
             Severity::Fail,
             "P2P read unsupported, so NCCL falls back to SHM through host memory",
         ),
-        (read_only, read_only_status, read_only_what),
+        (read_only, ro_status, ro_what),
         (
             refused,
             Severity::Fail,

@@ -593,35 +593,6 @@ mod tests {
     }
 
     #[test]
-    fn the_tuned_interface_reason_uses_the_loaded_versions_choice() {
-        // eth1 is down but addressed and comes first in getifaddrs order: 2.27's automatic
-        // selection takes it, 2.28's skips it and agrees with the routed eth0.
-        let mut f = healthy();
-        let mut down = iface("eth1", None);
-        down.running = false;
-        if let Observed::Value(i) = &mut f.network.interfaces {
-            i.push(down);
-        }
-        if let Observed::Value(a) = &mut f.network.addresses {
-            a.insert(0, v4("eth1", "10.1.0.5"));
-        }
-        let reason = |v: &str| {
-            let settings = crate::tune::tune(&with_version(f.clone(), v));
-            settings
-                .into_iter()
-                .find(|s| s.name == "NCCL_SOCKET_IFNAME")
-                .map(|s| s.reason)
-                .unwrap_or_default()
-        };
-        assert!(
-            reason("2.27.7").contains("would bootstrap on eth1"),
-            "{}",
-            reason("2.27.7")
-        );
-        assert!(reason("2.28.9").contains("agrees"), "{}", reason("2.28.9"));
-    }
-
-    #[test]
     fn nccl_ib_hba_typo_passed_as_checked() {
         let f = lint_on(ib_node(), &[("NCCL_IB_HBA", "mlx5_1")]);
         assert_eq!(f.status(), Status::Warn);

@@ -254,6 +254,35 @@ fn lint_prefix_matches(
     })
 }
 
+/// The interfaces this version counts (IFF_RUNNING only from 2.28) with an address, in
+/// NCCL's order, and the version whose rules chose them, as evidence lines.
+fn counted_evidence(
+    version: Option<crate::nccl::catalog::Version>,
+    interfaces: &[Interface],
+    addresses: &[crate::facts::IfAddress],
+) -> Vec<String> {
+    let counted: Vec<&str> = interfaces
+        .iter()
+        .filter(|i| {
+            bootstrap::counts(version, i) && addresses.iter().any(|a| a.interface == i.name)
+        })
+        .map(|i| i.name.as_str())
+        .collect();
+    let what = if bootstrap::running_only(version) {
+        "running interfaces with an address"
+    } else {
+        "interfaces with an address (this NCCL counts down ones too)"
+    };
+    let mut evidence = vec![format!("{what}, in NCCL's order: {}", counted.join(", "))];
+    if let Some(v) = version {
+        evidence.push(format!(
+            "selection rules of NCCL {}, the libnccl this image loads",
+            crate::nccl::catalog::show(v)
+        ));
+    }
+    evidence
+}
+
 pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem> {
     let shown = format!("NCCL_SOCKET_IFNAME={:?}", value.value);
     if let Some(p) = unusable_value(facts, value, &shown) {
@@ -284,26 +313,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         comm_id: None,
     };
     let selected = bootstrap::matching_names(version, env, interfaces, addresses);
-    // Which interfaces count depends on the version: IFF_RUNNING only from 2.28.
-    let counted: Vec<&str> = interfaces
-        .iter()
-        .filter(|i| {
-            bootstrap::counts(version, i) && addresses.iter().any(|a| a.interface == i.name)
-        })
-        .map(|i| i.name.as_str())
-        .collect();
-    let what = if bootstrap::running_only(version) {
-        "running interfaces with an address"
-    } else {
-        "interfaces with an address (this NCCL counts down ones too)"
-    };
-    let mut evidence = vec![format!("{what}, in NCCL's order: {}", counted.join(", "))];
-    if let Some(v) = version {
-        evidence.push(format!(
-            "selection rules of NCCL {}, the libnccl this image loads",
-            crate::nccl::catalog::show(v)
-        ));
-    }
+    let mut evidence = counted_evidence(version, interfaces, addresses);
     if let Some(nodes) = layout::nodes(&facts.launcher) {
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
