@@ -101,6 +101,13 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
     if args.bench {
         // Measured with the settings the trainer will get, judged under the same --ignore.
+        crate::diagnostic::progress(
+            args.check.gather.trace,
+            format_args!(
+                "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
+                args.bench_limits.bench_seconds.as_secs_f64()
+            ),
+        );
         let measured = crate::bench::child::run(args, exec_environment(env, &report.settings));
         report
             .checks

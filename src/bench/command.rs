@@ -140,6 +140,23 @@ fn measure(
     m
 }
 
+/// One line on standard error as the measuring starts, where someone watches
+/// (`diagnostic::progress`): the bench can take its whole `--bench-seconds`.
+fn say_what_it_measures(args: &BenchArgs, budget: std::time::Duration) {
+    let what = match args.what {
+        BenchKind::P2p => "peer copies",
+        BenchKind::Nccl => "NCCL all-reduce",
+        BenchKind::All => "peer copies and NCCL all-reduce",
+    };
+    crate::diagnostic::progress(
+        args.gather.trace,
+        format_args!(
+            "nccl-preflight: bench: measuring {what} for up to {:.0} s (--bench-seconds)",
+            budget.as_secs_f64()
+        ),
+    );
+}
+
 pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let started = Instant::now();
     let settings = settings(args, env)?;
@@ -148,6 +165,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         _ => Some(NcclLog::capture()?),
     };
     let budget = Budget::new(settings.budget);
+    say_what_it_measures(args, settings.budget);
     let host = Host::new(&args.gather.host_root);
     let (facts, nvml_hung) = gpu::gather(
         &host,

@@ -143,13 +143,14 @@ fn validate(
     )
 }
 
-/// Parses a command line with the current CLI, as the binary would.
+/// Parses a command line with the current CLI, as the binary would: a flag the mode
+/// does not read is refused too.
 fn parses(argv: &[String]) -> Result<(), String> {
-    use clap::Parser;
     let full = std::iter::once("nccl-preflight".to_string()).chain(argv.iter().cloned());
-    nccl_preflight::cli::Cli::try_parse_from(full)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let matches = nccl_preflight::cli::command()
+        .try_get_matches_from(full)
+        .map_err(|e| e.to_string())?;
+    nccl_preflight::cli::unread::refuse(&matches)
 }
 
 #[test]
@@ -230,6 +231,9 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     );
     assert!(all.contains("no CRD for example.com/v1 Thing"), "{all}");
     assert!(parses(&["init".into(), "--nccl-config=/x".into()]).is_err());
+    // A flag the mode does not read fails a manifest as the binary would refuse it.
+    let probe_cuda = parses(&["probe".into(), "--cuda=on".into()]);
+    assert!(probe_cuda.is_err_and(|e| e.contains("--cuda")));
 }
 
 /// The effective request validate.py computed for the pod templates of `file`.

@@ -342,7 +342,7 @@ def commands(doc):
 
 
 def check_gang_placement(doc, where, errors):
-    """Where a job-wide check can form (README, "Multi-node: gang"; examples/manifests/README.md):
+    """Where a job-wide check can form (docs/gang.md, "Multi-node: gang"; examples/manifests/README.md):
     not in the init containers of a job whose Service publishes Ready pods only
     (PyTorchJob: one headless Service per replica without publishNotReadyAddresses,
     kubeflow/trainer v1.9.4 pkg/controller.v1/common/service.go; MPIJob: unless
@@ -401,7 +401,7 @@ def serve_watch_ports(tspec):
 
 
 def check_job_probe(doc, where, errors):
-    """A livenessProbe on /job/livez (README, "Watching the running job") needs, in the same
+    """A livenessProbe on /job/livez (docs/serve.md, "Watching the running job") needs, in the same
     pod, `serve --watch-nccl` running beside it on that port, and tolerance for a sidecar
     restart: periodSeconds x failureThreshold of at least 60 s, else a restarting sidecar
     (connection refused) restarts the trainer."""
