@@ -80,8 +80,9 @@ pub fn run(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Vec<Finding> {
         .and_then(|v| serde_json::from_value(v.get("findings")?.clone()).ok());
     match parsed {
         // Exit 2 with a report is a bench that had nothing to measure: its findings are
-        // skips, which keep their skip meaning inside `init --bench`.
-        Some(findings) if matches!(status.code(), Some(0..=2)) => findings,
+        // skips, which keep their skip meaning inside `init --bench`. 1 and 3 are failures
+        // blamed on the job and on the node (docs/failure-policy.md).
+        Some(findings) if matches!(status.code(), Some(0..=3)) => findings,
         _ => vec![failed(
             "the bench could not run",
             format!(
