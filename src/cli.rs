@@ -60,6 +60,10 @@ pub enum Command {
     /// The gang's NCCL child (internal): reads its plan on standard input.
     #[command(hide = true)]
     GangWorker,
+    /// serve's library probe (internal): `facts`, the document sent as the reply of the
+    /// child protocol (`crate::child`).
+    #[command(hide = true)]
+    FactsChild(GatherArgs),
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
@@ -248,6 +252,10 @@ pub struct BenchArgs {
     /// Report format on standard output.
     #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
     pub format: Format,
+    /// `init --bench`'s child: the report is the reply of the child protocol
+    /// (`crate::child`), and NCCL's communicators are left to the process's end.
+    #[arg(long, hide = true)]
+    pub child: bool,
 }
 
 #[derive(Debug, Args)]
