@@ -110,7 +110,10 @@ fn gather_facts_reusing(
         },
         image: image_role(args.image),
     };
-    Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
+    let (mut facts, hung) = gather::gather(&host, kernel.as_ref(), env, &vendor);
+    // `facts --nodes N` records the job's span with what it saw.
+    facts.nodes = args.nodes;
+    Ok((facts, hung))
 }
 
 fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
@@ -325,7 +328,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
         .parse()
         .map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
     let schema = schema.unwrap_or_default();
-    let facts: Facts = if schema == FACTS_SCHEMA {
+    let mut facts: Facts = if schema == FACTS_SCHEMA {
         source.parse().map_err(|e| anyhow!("{flag}: {e}"))?
     } else if schema == REPORT_SCHEMA {
         let report: ReportFacts = source.parse().map_err(|e| anyhow!("{flag}: {e}"))?;
@@ -349,6 +352,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
             facts.schema
         );
     }
+    crate::layout::adopt_saved_nodes(&mut facts);
     Ok(facts)
 }
 
@@ -409,11 +413,8 @@ pub fn evaluate_reusing(
         )?,
     };
     // What the command line says about the job wins over what was gathered or saved.
-    if let Some(n) = args.gather.nodes {
-        facts.launcher.insert(
-            crate::layout::NODES_VAR.to_string(),
-            crate::facts::EnvValue::text(n.to_string()),
-        );
+    if args.gather.nodes.is_some() {
+        facts.nodes = args.gather.nodes;
     }
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;
