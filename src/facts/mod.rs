@@ -232,22 +232,6 @@ pub enum Fact {
 }
 
 impl Fact {
-    /// Every section, in the order of the facts document.
-    pub const ALL: [Fact; 12] = [
-        Fact::Memlock,
-        Fact::StackLimit,
-        Fact::DevShm,
-        Fact::Namespaces,
-        Fact::Network,
-        Fact::Platform,
-        Fact::Rdma,
-        Fact::Gpus,
-        Fact::Launcher,
-        Fact::NcclEnv,
-        Fact::Image,
-        Fact::NamedFiles,
-    ];
-
     /// The section's key in the facts document (`nccl-preflight facts`).
     pub fn key(self) -> &'static str {
         match self {
