@@ -303,7 +303,10 @@ mod tests {
             matches!(said, Ended::Replied { ref reply, ref stderr } if reply == b"ok" && stderr.contains("done")),
             "{said:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(20), "waited for the exit");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "waited for the exit"
+        );
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
         let script = format!("echo $$ > {}; sleep 30", pid_file.display());
@@ -315,7 +318,10 @@ mod tests {
             {
                 break pid.trim().to_string();
             }
-            assert!(started.elapsed() < Duration::from_secs(20), "no pid written");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no pid written"
+            );
             std::thread::sleep(Duration::from_millis(10));
         };
         drop(child);

@@ -812,7 +812,8 @@ mod tests {
         );
         // Open MPI with one process per node counts its world.
         assert_eq!(
-            job_nodes(None, &|n: &str| (n == "OMPI_COMM_WORLD_SIZE").then(|| "4".to_string())),
+            job_nodes(None, &|n: &str| (n == "OMPI_COMM_WORLD_SIZE")
+                .then(|| "4".to_string())),
             Some((4, "OMPI_COMM_WORLD_SIZE"))
         );
     }

@@ -491,7 +491,6 @@ pub fn describing(args: &GatherArgs) -> GatherArgs {
     }
 }
 
-
 #[cfg(test)]
 mod host_tree_fuzz {
     use crate::gather::replay::{Recording, ReplayKernel};

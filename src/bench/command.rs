@@ -169,7 +169,11 @@ fn measure_beside_nvml(
     args: &BenchArgs,
     settings: &Settings,
     origin: Instant,
-) -> (Result<Measured, deadline::Hung>, crate::facts::gpu::GpuFacts, bool) {
+) -> (
+    Result<Measured, deadline::Hung>,
+    crate::facts::gpu::GpuFacts,
+    bool,
+) {
     let budget = Budget::new(settings.budget);
     let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());
     let (timeout, trace, child) = (args.gather.timeout, args.gather.trace, args.child);

@@ -11,9 +11,9 @@
 //! in the child (a broken net plugin) is probed again by a child on the next run, never
 //! by the server. A child that fails leaves the server to load the libraries itself.
 
+use crate::child::Ended;
 use crate::cli::{GatherArgs, ImageArg, Switch};
 use crate::facts::Facts;
-use crate::child::Ended;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
 use std::time::Duration;

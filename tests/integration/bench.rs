@@ -410,7 +410,12 @@ fn init_bench_runs_nccl_with_the_settings_the_trainer_gets() {
         ("NCCL_PREFLIGHT_NCCL_SIZES", "1MiB"),
         ("FAKE_NCCL_ENV_LOG", env_log.to_str().unwrap()),
     ];
-    let args = ["--bench", "--env-file", env_file.to_str().unwrap(), "--trace"];
+    let args = [
+        "--bench",
+        "--env-file",
+        env_file.to_str().unwrap(),
+        "--trace",
+    ];
     let out = crate::support::fixture_command("rdma-ib-ndr", "init", &args, &env)
         .output()
         .unwrap();
@@ -423,7 +428,11 @@ fn init_bench_runs_nccl_with_the_settings_the_trainer_gets() {
         .filter(|l| l.starts_with("NCCL_"))
         .map(|l| l.replace(['\'', '"'], ""))
         .collect();
-    assert!(!tuned.is_empty(), "no NCCL_ setting tuned:\n{}", stdout(&out));
+    assert!(
+        !tuned.is_empty(),
+        "no NCCL_ setting tuned:\n{}",
+        stdout(&out)
+    );
     for line in &tuned {
         assert!(
             seen.lines().any(|s| s == line),
