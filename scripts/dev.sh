@@ -11,10 +11,14 @@ export PATH="$HOME/.cargo/bin:$PATH"
 case "${1:-}" in
   check)
     shift
-    cargo build --release --quiet
+    # The first build takes about 100 s on 2 cores: say so, and let cargo show its progress.
+    echo "dev.sh: building the release binary (cargo build --release; about 100 s the first time)" >&2
+    cargo build --release
+    echo "dev.sh: checking this machine (nccl-preflight check $*)" >&2
     exec target/release/nccl-preflight check "$@"
     ;;
   test)
+    echo "dev.sh: building and running every test (cargo test --all-targets; several minutes)" >&2
     exec cargo test --all-targets
     ;;
   *)

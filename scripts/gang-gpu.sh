@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU acceptance of `nccl-preflight gang` (README, "Multi-node: gang") on one host
+# GPU acceptance of `nccl-preflight gang` (docs/gang.md, "Multi-node: gang") on one host
 # with two GPUs (nvidia-h200-x2), not part of CI. Reads only; changes no GPU setting.
 #
 # Two "nodes" = two processes in their own mount + UTS + network namespaces

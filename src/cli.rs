@@ -10,6 +10,8 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+pub mod unread;
+
 /// `--version`: the release, the commit and the commit's date (build.rs).
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -19,6 +21,80 @@ pub const VERSION: &str = concat!(
     env!("NCCL_PREFLIGHT_COMMIT_DATE"),
     ")"
 );
+
+/// Help headings: what to check first, then how to report, library paths last.
+const CHECK: &str = "What to check";
+const REPORT: &str = "How to report";
+const MEASURE: &str = "What to measure";
+const SERVING: &str = "Serving";
+const WATCH: &str = "Watching the running job (--watch-nccl turns it on)";
+const GANG: &str = "The gang (across the job's pods)";
+const GANG_SWITCHED: &str = "The gang (with --gang)";
+const MEASURE_SWITCHED: &str = "What to measure (with --bench)";
+const LIBRARIES: &str = "Where the host and its libraries are";
+
+/// The command line as the binary parses it: each mode's help leaves out the flags the
+/// mode never reads (`unread`), and `-h` gives each flag's first sentence (`--help` all).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let command = Cli::command().mut_subcommands(|sub| {
+        let mode = sub.get_name().to_string();
+        sub.mut_args(|arg| short_help(heading_in(&mode, arg)))
+    });
+    unread::hide_unread(command)
+}
+
+/// A heading as it reads in `mode`: where a switch turns a group on, the heading names
+/// it (`init`'s gang knobs need `--gang`); bench's call deadline bounds what it measures.
+fn heading_in(mode: &str, arg: clap::Arg) -> clap::Arg {
+    let heading = arg.get_help_heading().map(str::to_string);
+    match (mode, heading.as_deref()) {
+        ("bench", Some(CHECK)) => arg.help_heading(MEASURE),
+        ("init" | "exec", Some(GANG)) => arg.help_heading(GANG_SWITCHED),
+        ("init", Some(MEASURE)) => arg.help_heading(MEASURE_SWITCHED),
+        _ => arg,
+    }
+}
+
+/// `-h`: the first sentence of a flag's help; `--help` keeps the whole text.
+fn short_help(arg: clap::Arg) -> clap::Arg {
+    let Some(full) = arg.get_help().map(|h| h.to_string()) else {
+        return arg;
+    };
+    if arg.get_long_help().is_some() {
+        return arg;
+    }
+    let first = first_sentence(&full);
+    if first.len() == full.len() {
+        return arg;
+    }
+    arg.help(first.to_string()).long_help(full)
+}
+
+/// The text up to the first `.`, `;` or `:` that ends a clause (followed by a space,
+/// outside parentheses and brackets, not an abbreviation such as `e.g.`).
+pub fn first_sentence(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut depth = 0i32;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'(' | b'[' => depth += 1,
+            b')' | b']' => depth -= 1,
+            b'.' | b';' | b':' if depth == 0 && bytes.get(i + 1) == Some(&b' ') => {
+                let before = &text[..i];
+                // "Also measure: run ..." goes on: a short head before `:` says too little.
+                let too_short = b != b'.' && before.len() < 40;
+                let abbreviation =
+                    before.ends_with("e.g") || before.ends_with("i.e") || before.ends_with(" vs");
+                if !too_short && !abbreviation {
+                    return before;
+                }
+            }
+            _ => {}
+        }
+    }
+    text
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,7 +113,7 @@ pub enum Command {
     /// Check this node and print the report.
     Check(CheckArgs),
     /// One-shot check for Kubernetes exec probes: exit code and one line, CUDA left out for speed.
-    Probe(CheckArgs),
+    Probe(ProbeArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
     /// In the training container: check, tune, and replace this process with CMD in the tuned
@@ -69,27 +145,44 @@ pub enum Command {
     Install(InstallArgs),
 }
 
+/// `probe`: the checks' flags, and node-problem-detector's plugin contract on demand.
 #[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
+pub struct ProbeArgs {
     #[command(flatten)]
     pub check: CheckArgs,
+    /// Answer as a node-problem-detector custom plugin: exit 0 (OK), 1 (NonOK: a check
+    /// failed) or 2 (Unknown: the tool could not run), and one line of at most
+    /// --max-output bytes naming the failed checks first.
+    #[arg(long)]
+    pub npd: bool,
+    /// With --npd: the longest line to print, NPD's max_output_length [default: 80].
+    #[arg(long, value_name = "BYTES", requires = "npd",
+          value_parser = clap::value_parser!(u16).range(16..))]
+    pub max_output: Option<u16>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
     /// Address to listen on. Kubelet probes connect to the pod IP, so bind 0.0.0.0
     /// (or [::]) in a pod, not 127.0.0.1.
     #[arg(
         long,
         env = "NCCL_PREFLIGHT_LISTEN",
         default_value = "0.0.0.0:9464",
-        value_name = "ADDR"
+        value_name = "ADDR",
+        help_heading = SERVING,
     )]
     pub listen: String,
     /// Time between runs of the checks.
     #[arg(long, env = "NCCL_PREFLIGHT_INTERVAL", default_value = "60s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = SERVING,)]
     pub interval: std::time::Duration,
     /// /healthz fails when the last run finished longer ago than this
     /// [default: 3 x --interval + 2 x --timeout].
     #[arg(long, env = "NCCL_PREFLIGHT_STALE_AFTER", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = SERVING,)]
     pub stale_after: Option<std::time::Duration>,
     /// XID codes that fail readiness besides those whose immediate action in NVIDIA's
     /// Xid catalog is a GPU reset or a reboot (46, 62, 64, 79, 95, 109, 110, 119, 120,
@@ -98,7 +191,8 @@ pub struct ServeArgs {
         long,
         env = "NCCL_PREFLIGHT_XID_NOT_READY",
         value_name = "XID[,XID...]",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = CHECK,
     )]
     pub xid_not_ready: Vec<u64>,
     /// XID codes that never fail readiness (still counted in /metrics).
@@ -106,11 +200,14 @@ pub struct ServeArgs {
         long,
         env = "NCCL_PREFLIGHT_XID_IGNORE",
         value_name = "XID[,XID...]",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = CHECK,
     )]
     pub xid_ignore: Vec<u64>,
     #[command(flatten)]
     pub watch: WatchArgs,
+    #[command(flatten)]
+    pub check: CheckArgs,
 }
 
 /// `serve --watch-nccl`: the running job through NCCL's RAS.
@@ -119,7 +216,7 @@ pub struct WatchArgs {
     /// Watch the running job through NCCL's RAS (the trainer's NCCL_RAS_ADDR): name a hung
     /// collective, a dead rank, an NCCL error on /job, /metrics and /report, and answer
     /// 503 on /job/livez for the trainer container's livenessProbe. Off by default.
-    #[arg(long, env = "NCCL_PREFLIGHT_WATCH_NCCL", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "NCCL_PREFLIGHT_WATCH_NCCL", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = WATCH)]
     pub watch_nccl: bool,
     /// Where the trainer's NCCL RAS listens: its NCCL_RAS_ADDR (the sidecar shares the
     /// pod's network namespace, so localhost is the trainer's).
@@ -127,34 +224,38 @@ pub struct WatchArgs {
         long,
         env = "NCCL_PREFLIGHT_RAS_ADDR",
         default_value = "localhost:28028",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT",
+        help_heading = WATCH,
     )]
     pub ras_addr: String,
     /// Time between RAS queries (sooner after an NCCL 2.29+ MONITOR event).
     #[arg(long, env = "NCCL_PREFLIGHT_WATCH_INTERVAL", default_value = "15s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = WATCH,)]
     pub watch_interval: std::time::Duration,
     /// A communicator whose ranks' collective counts disagree (or that misses a rank) and
     /// do not move for this long is hung. Set it above the longest time ranks legitimately
     /// wait on one another (a checkpoint written by one rank); below PyTorch's NCCL
     /// timeout (10 minutes by default) to act before it.
     #[arg(long, env = "NCCL_PREFLIGHT_HANG_AFTER", default_value = "5m", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = WATCH,)]
     pub hang_after: std::time::Duration,
     /// NCCL before 2.27.3 only (nccl#1669: a query during communicator init can crash
     /// the trainer): how long RAS must have been up, and since a reply last showed a
     /// communicator initialising, before a query.
     #[arg(long, env = "NCCL_PREFLIGHT_WATCH_INIT_GRACE", default_value = "60s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = WATCH,)]
     pub watch_init_grace: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
 pub struct GangArgs {
     #[command(flatten)]
-    pub check: CheckArgs,
-    #[command(flatten)]
     pub gang: GangOpts,
+    #[command(flatten)]
+    pub check: CheckArgs,
 }
 
 /// The gang's knobs (`gang`, `exec --gang`, `init --gang`).
@@ -162,27 +263,31 @@ pub struct GangArgs {
 pub struct GangOpts {
     /// Time the join, and then every collective phase, may take (seconds, or 500ms, 2m).
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_TIMEOUT", default_value = "30", value_name = "SECS",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = GANG,)]
     pub gang_timeout: std::time::Duration,
     /// Bounded wait, before the join, until the root's and the peers' names resolve
     /// (absorbs pod start and image-pull skew); the join timeout starts after it.
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_WAIT", default_value = "300", value_name = "SECS",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = GANG,)]
     pub gang_wait: std::time::Duration,
     /// The port rank 0's NCCL root binds [default: MASTER_PORT or PET_MASTER_PORT + 1, else 29501].
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_PORT", value_name = "PORT",
-          value_parser = clap::value_parser!(u16).range(1..))]
+          value_parser = clap::value_parser!(u16).range(1..),
+          help_heading = GANG,)]
     pub gang_port: Option<u16>,
     /// The rank-0 pod's host name or address [default: MASTER_ADDR, PET_MASTER_ADDR].
-    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ROOT", value_name = "HOST")]
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ROOT", value_name = "HOST", help_heading = GANG)]
     pub gang_root: Option<String>,
     /// This pod's rank [default: PET_NODE_RANK, RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, JOB_COMPLETION_INDEX].
-    #[arg(long, env = "NCCL_PREFLIGHT_GANG_RANK", value_name = "N")]
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_RANK", value_name = "N", help_heading = GANG)]
     pub gang_rank: Option<u64>,
     /// How many pods [default: PET_NNODES, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE]; alias of
     /// --nodes (when both are given they must agree).
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_NODES", value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..),
+          help_heading = GANG,)]
     pub gang_nodes: Option<u64>,
     /// Every pod's host name in rank order, where the launcher's naming is not known
     /// (a missing pod is named from these) [default: derived from the root's name].
@@ -190,21 +295,24 @@ pub struct GangOpts {
         long,
         env = "NCCL_PREFLIGHT_GANG_PEERS",
         value_name = "HOST[,HOST...]",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = GANG,
     )]
     pub gang_peers: Vec<String>,
     /// This attempt of the job, the same in every pod and new on every retry (from the
     /// downward API, e.g. the pod label batch.kubernetes.io/controller-uid or
     /// jobset.sigs.k8s.io/restart-attempt): the rendezvous refuses a pod of another attempt.
-    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ATTEMPT", value_name = "TEXT")]
+    #[arg(long, env = "NCCL_PREFLIGHT_GANG_ATTEMPT", value_name = "TEXT", help_heading = GANG)]
     pub gang_attempt: Option<String>,
     /// All-reduce sizes (comma list); the smallest is also the node-to-node send size.
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_SIZES", default_value = "64MiB,256MiB",
-          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]
+          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes,
+          help_heading = GANG,)]
     pub gang_sizes: Vec<u64>,
     /// Timed repetitions per measurement, after one warm-up.
     #[arg(long, env = "NCCL_PREFLIGHT_GANG_ITERATIONS", default_value_t = 5, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
+          value_parser = clap::value_parser!(u32).range(1..=1000),
+          help_heading = GANG,)]
     pub gang_iterations: u32,
 }
 
@@ -233,25 +341,28 @@ pub struct BenchArgs {
     /// What to measure.
     #[arg(value_enum, default_value_t = BenchKind::All)]
     pub what: BenchKind,
-    #[command(flatten)]
-    pub gather: GatherArgs,
     /// Bytes copied per peer copy.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SIZE", default_value = "256MiB", value_name = "SIZE",
-          value_parser = crate::units::parse_bytes)]
+          value_parser = crate::units::parse_bytes,
+          help_heading = MEASURE,)]
     pub size: u64,
     /// All-reduce sizes (comma list).
     #[arg(long, env = "NCCL_PREFLIGHT_NCCL_SIZES", default_value = "16MiB,256MiB,1GiB",
-          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes)]
+          value_name = "SIZE[,SIZE...]", value_delimiter = ',', value_parser = crate::units::parse_bytes,
+          help_heading = MEASURE,)]
     pub nccl_sizes: Vec<u64>,
     /// Timed repetitions per measurement, after a warm-up.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH_ITERATIONS", default_value_t = 10, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=10000))]
+          value_parser = clap::value_parser!(u32).range(1..=10000),
+          help_heading = MEASURE,)]
     pub iterations: u32,
     #[command(flatten)]
     pub limits: BenchLimits,
     /// Report format on standard output.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
     pub format: Format,
+    #[command(flatten)]
+    pub gather: GatherArgs,
     /// `init --bench`'s child: the report is the reply of the child protocol
     /// (`crate::child`), and NCCL's communicators are left to the process's end.
     #[arg(long, hide = true)]
@@ -260,17 +371,17 @@ pub struct BenchArgs {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    #[command(flatten)]
-    pub check: CheckArgs,
-    /// Print the report, the variables that would be set and the command; run nothing.
-    #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
-    pub dry_run: bool,
     /// After the local checks, run the gang across the job's pods; CMD starts only if the
     /// job's verdict allows.
-    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = CHECK)]
     pub gang: bool,
     #[command(flatten)]
     pub gang_opts: GangOpts,
+    /// Print the report, the variables that would be set and the command; run nothing.
+    #[arg(long, env = "NCCL_PREFLIGHT_DRY_RUN", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = REPORT)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub check: CheckArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -282,7 +393,7 @@ pub struct ExplainArgs {
     #[arg(value_name = "FILE|-", default_value = "-")]
     pub input: PathBuf,
     /// Output format.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
     pub format: Format,
 }
 
@@ -306,64 +417,23 @@ pub enum Format {
 
 #[derive(Debug, Clone, Args)]
 pub struct GatherArgs {
-    /// The directory that stands for / when reading /proc, /sys, /dev and /etc.
-    #[arg(
-        long,
-        env = "NCCL_PREFLIGHT_HOST_ROOT",
-        default_value = "/",
-        value_name = "DIR"
-    )]
-    pub host_root: PathBuf,
-    /// The NVML library to load.
-    #[arg(
-        long,
-        env = "NCCL_PREFLIGHT_NVML_LIB",
-        default_value = "libnvidia-ml.so.1",
-        value_name = "PATH"
-    )]
-    pub nvml_lib: String,
-    /// The CUDA driver library to load.
-    #[arg(
-        long,
-        env = "NCCL_PREFLIGHT_CUDA_LIB",
-        default_value = "libcuda.so.1",
-        value_name = "PATH"
-    )]
-    pub cuda_lib: String,
     /// Deadline for each NVML and CUDA call (e.g. 500ms, 10s): a hung driver fails the check instead of the pod.
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = CHECK,)]
     pub timeout: std::time::Duration,
-    /// The libibverbs library to load.
-    #[arg(
-        long,
-        env = "NCCL_PREFLIGHT_VERBS_LIB",
-        default_value = "libibverbs.so.1",
-        value_name = "PATH"
-    )]
-    pub verbs_lib: String,
-    /// The libfabric library to load [default: /opt/amazon/efa/lib{,64}/libfabric.so.1, then libfabric.so.1].
-    #[arg(long, env = "NCCL_PREFLIGHT_FABRIC_LIB", value_name = "PATH")]
-    pub fabric_lib: Option<String>,
-    /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
-    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH")]
-    pub nccl_lib: Option<String>,
-    /// The CUDA runtime to date against the driver [default: libcudart.so.13/.12/.11.0
-    /// through the loader, then the nvidia-cuda-runtime wheel under PYTHONPATH, the
-    /// virtualenv or conda environment, and the system's Python].
-    #[arg(long, env = "NCCL_PREFLIGHT_CUDART_LIB", value_name = "PATH")]
-    pub cudart_lib: Option<String>,
     /// Memory registered with ibv_reg_mr on each RDMA device to prove memlock and pinning
     /// (default 128MiB: above containerd's 8 MiB and Docker's 64 MiB memlock defaults).
     #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",
-          value_parser = crate::units::parse_bytes)]
+          value_parser = crate::units::parse_bytes,
+          help_heading = CHECK,)]
     pub memreg_size: u64,
     /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.4 s (a stopped
-    /// fabric manager still shows through NVML). `serve` never loads it.
-    #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On)]
+    /// fabric manager still shows through NVML). `probe` and `serve` never load it.
+    #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On, help_heading = CHECK)]
     pub cuda: Switch,
     /// Print each NVML and CUDA call with its duration to standard error.
-    #[arg(long, env = "NCCL_PREFLIGHT_TRACE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "NCCL_PREFLIGHT_TRACE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = REPORT)]
     pub trace: bool,
     /// Read the facts no check judges: NVLink CRC data counters, NUMA affinity (not a
     /// flag: `doctor`, `facts` and `serve` read them; the gates leave them out for speed).
@@ -372,14 +442,63 @@ pub struct GatherArgs {
     /// The image this runs in: `trainer` judges the RDMA and NCCL libraries found here as the
     /// ones training will load; `own` (set by nccl-preflight's own image) skips those checks,
     /// since the trainer's image has its own libraries.
-    #[arg(long, env = "NCCL_PREFLIGHT_IMAGE", value_enum, default_value_t = ImageArg::Trainer)]
+    #[arg(long, env = "NCCL_PREFLIGHT_IMAGE", value_enum, default_value_t = ImageArg::Trainer, help_heading = CHECK)]
     pub image: ImageArg,
     /// How many nodes the job spans, where the launcher's variables (PET_NNODES,
     /// WORLD_SIZE/LOCAL_WORLD_SIZE) are not in this container's environment (an
     /// initContainer): RDMA problems fail multi-node jobs and only warn single-node ones.
     #[arg(long, env = "NCCL_PREFLIGHT_NODES", value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..),
+          help_heading = CHECK,)]
     pub nodes: Option<u64>,
+
+    /// The directory that stands for / when reading /proc, /sys, /dev and /etc.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_HOST_ROOT",
+        default_value = "/",
+        value_name = "DIR",
+        help_heading = LIBRARIES,
+    )]
+    pub host_root: PathBuf,
+    /// The NVML library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_NVML_LIB",
+        default_value = "libnvidia-ml.so.1",
+        value_name = "PATH",
+        help_heading = LIBRARIES,
+    )]
+    pub nvml_lib: String,
+    /// The CUDA driver library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_CUDA_LIB",
+        default_value = "libcuda.so.1",
+        value_name = "PATH",
+        help_heading = LIBRARIES,
+    )]
+    pub cuda_lib: String,
+    /// The libibverbs library to load.
+    #[arg(
+        long,
+        env = "NCCL_PREFLIGHT_VERBS_LIB",
+        default_value = "libibverbs.so.1",
+        value_name = "PATH",
+        help_heading = LIBRARIES,
+    )]
+    pub verbs_lib: String,
+    /// The libfabric library to load [default: /opt/amazon/efa/lib{,64}/libfabric.so.1, then libfabric.so.1].
+    #[arg(long, env = "NCCL_PREFLIGHT_FABRIC_LIB", value_name = "PATH", help_heading = LIBRARIES)]
+    pub fabric_lib: Option<String>,
+    /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH", help_heading = LIBRARIES)]
+    pub nccl_lib: Option<String>,
+    /// The CUDA runtime to date against the driver [default: libcudart.so.13/.12/.11.0
+    /// through the loader, then the nvidia-cuda-runtime wheel under PYTHONPATH, the
+    /// virtualenv or conda environment, and the system's Python].
+    #[arg(long, env = "NCCL_PREFLIGHT_CUDART_LIB", value_name = "PATH", help_heading = LIBRARIES)]
+    pub cudart_lib: Option<String>,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,
@@ -387,71 +506,74 @@ pub struct GatherArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    #[command(flatten)]
-    pub gather: GatherArgs,
     /// Judge facts saved by `nccl-preflight facts` (or a JSON report) instead of this host.
     #[arg(
         long,
         env = "NCCL_PREFLIGHT_FACTS",
         value_name = "FILE",
-        conflicts_with = "replay_kernel"
+        conflicts_with = "replay_kernel",
+        help_heading = CHECK,
     )]
     pub facts: Option<PathBuf>,
     /// Check ids whose failures become warnings (comma list, repeatable, or `all`).
-    #[arg(long, env = "NCCL_PREFLIGHT_IGNORE", value_name = "ID[,ID...]")]
+    #[arg(long, env = "NCCL_PREFLIGHT_IGNORE", value_name = "ID[,ID...]", help_heading = CHECK)]
     pub ignore: Vec<String>,
     /// Extra requirements (comma list, repeatable): host-ipc, gpus=N, nvlink, rdma[=N], efa[=N]
     /// (`efa` alone: as many EFA devices as the instance type gives the pod's GPUs).
-    #[arg(long, env = "NCCL_PREFLIGHT_REQUIRE", value_name = "REQ[,REQ...]")]
+    #[arg(long, env = "NCCL_PREFLIGHT_REQUIRE", value_name = "REQ[,REQ...]", help_heading = CHECK)]
     pub require: Vec<String>,
     /// Minimum /dev/shm size (e.g. 1GiB, 512Mi); below it dev-shm fails. Default 1GiB.
-    #[arg(long, env = "NCCL_PREFLIGHT_MIN_SHM", value_name = "SIZE")]
+    #[arg(long, env = "NCCL_PREFLIGHT_MIN_SHM", value_name = "SIZE", help_heading = CHECK)]
     pub min_shm: Option<String>,
     /// Minimum locked-memory limit (a size or `unlimited`); below it memlock fails. Default unlimited,
     /// enforced as a failure only where RDMA devices exist unless given explicitly.
     #[arg(
         long,
         env = "NCCL_PREFLIGHT_MIN_MEMLOCK",
-        value_name = "SIZE|unlimited"
+        value_name = "SIZE|unlimited",
+        help_heading = CHECK,
     )]
     pub min_memlock: Option<String>,
     /// Report format on standard output.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human)]
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
     pub format: Format,
+    #[command(flatten)]
+    pub gather: GatherArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    #[command(flatten)]
-    pub check: CheckArgs,
-    /// Write the tuned settings as a POSIX sh env file.
-    #[arg(long, env = "NCCL_PREFLIGHT_ENV_FILE", value_name = "PATH")]
-    pub env_file: Option<PathBuf>,
-    /// Write the tuned settings as an nccl.conf for NCCL_CONF_FILE.
-    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_CONF", value_name = "PATH")]
-    pub nccl_conf: Option<PathBuf>,
-    /// Write the JSON report.
-    #[arg(long, env = "NCCL_PREFLIGHT_REPORT", value_name = "PATH")]
-    pub report: Option<PathBuf>,
-    /// Write the termination summary here [default: /dev/termination-log when it exists].
-    #[arg(long, env = "NCCL_PREFLIGHT_TERMINATION_LOG", value_name = "PATH")]
-    pub termination_log: Option<PathBuf>,
     /// Also measure: run `bench` with the tuned settings in its environment and add
     /// gpu-bandwidth and nccl-allreduce to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs).
     /// Not with --facts.
     // Checked in `init`, not by clap's conflicts_with, which counts the variable set
     // to a false value (NCCL_PREFLIGHT_BENCH=0) as the flag given.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH",
-          action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+          action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(),
+          help_heading = CHECK,)]
     pub bench: bool,
-    #[command(flatten)]
-    pub bench_limits: BenchLimits,
     /// Also run the gang across the job's pods (JobSet/TrainJob, whose Service publishes
     /// pods that are still initialising); its findings join the report.
-    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = CHECK)]
     pub gang: bool,
+    /// Write the tuned settings as a POSIX sh env file.
+    #[arg(long, env = "NCCL_PREFLIGHT_ENV_FILE", value_name = "PATH", help_heading = REPORT)]
+    pub env_file: Option<PathBuf>,
+    /// Write the tuned settings as an nccl.conf for NCCL_CONF_FILE.
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_CONF", value_name = "PATH", help_heading = REPORT)]
+    pub nccl_conf: Option<PathBuf>,
+    /// Write the JSON report.
+    #[arg(long, env = "NCCL_PREFLIGHT_REPORT", value_name = "PATH", help_heading = REPORT)]
+    pub report: Option<PathBuf>,
+    /// Write the termination summary here [default: /dev/termination-log when it exists].
+    #[arg(long, env = "NCCL_PREFLIGHT_TERMINATION_LOG", value_name = "PATH", help_heading = REPORT)]
+    pub termination_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub bench_limits: BenchLimits,
     #[command(flatten)]
     pub gang_opts: GangOpts,
+    #[command(flatten)]
+    pub check: CheckArgs,
 }
 
 /// How long a bench may run and what it must reach (`bench`, `init --bench`).
@@ -460,10 +582,12 @@ pub struct BenchLimits {
     /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
     /// unmeasured when it runs out fails.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH_SECONDS", default_value = "10s", value_name = "DURATION",
-          value_parser = crate::units::parse_duration)]
+          value_parser = crate::units::parse_duration,
+          help_heading = MEASURE,)]
     pub bench_seconds: std::time::Duration,
     /// Below this fraction of the link's figure a measurement fails.
     #[arg(long, env = "NCCL_PREFLIGHT_MIN_BANDWIDTH_FRACTION", default_value_t = 0.5,
-          value_name = "FRACTION", value_parser = crate::units::parse_fraction)]
+          value_name = "FRACTION", value_parser = crate::units::parse_fraction,
+          help_heading = MEASURE,)]
     pub min_bandwidth_fraction: f64,
 }

@@ -1,7 +1,9 @@
 //! What each subcommand does: gather (or load facts), judge, tune, render, write.
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
-use crate::cli::{CheckArgs, ExecArgs, ExplainArgs, Format, GatherArgs, InitArgs, Switch};
+use crate::cli::{
+    CheckArgs, ExecArgs, ExplainArgs, Format, GatherArgs, InitArgs, ProbeArgs, Switch,
+};
 use crate::finding::Status;
 use crate::gather::gpu::HungCall;
 use crate::judge;
@@ -28,14 +30,32 @@ pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 
 /// `probe`: the checks without CUDA (cuInit alone takes ~0.5 s, more than a kubelet
 /// exec probe's default 1 s timeout leaves), answered with the exit code and one line:
-/// `ok: ...`, or `fail: ID: summary; ID: summary` naming every failed check.
-pub fn probe(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let mut gather = args.gather.clone();
+/// `ok: ...`, or `fail: ID: summary; ID: summary` naming every failed check. With
+/// `--npd`, node-problem-detector's plugin contract instead (render::npd).
+pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let mut gather = probe.check.gather.clone();
     gather.cuda = Switch::Off;
     let args = CheckArgs {
         gather,
-        ..args.clone()
+        ..probe.check.clone()
     };
+    if probe.npd {
+        let max = probe
+            .max_output
+            .map_or(render::npd::DEFAULT_MAX_OUTPUT, usize::from);
+        let (code, line, hung) = match evaluate(&args, env, false) {
+            Ok((report, hung)) => {
+                let (code, line) = render::npd::answer(&report, max);
+                (code, line, hung)
+            }
+            Err(e) => {
+                let (code, line) = render::npd::unknown(&e, max);
+                (code, line, HungCall::default())
+            }
+        };
+        emit(&format!("{line}\n"))?;
+        return Ok(Exit::new(code, hung));
+    }
     let (report, hung) = evaluate(&args, env, false)?;
     emit(&format!("{}\n", probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
@@ -81,6 +101,13 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
     if args.bench {
         // Measured with the settings the trainer will get, judged under the same --ignore.
+        crate::diagnostic::progress(
+            args.check.gather.trace,
+            format_args!(
+                "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
+                args.bench_limits.bench_seconds.as_secs_f64()
+            ),
+        );
         let bench = crate::bench::child::start(args, exec_environment(env, &report.settings));
         let measured = crate::bench::child::finish(bench);
         report

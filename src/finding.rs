@@ -304,7 +304,7 @@ pub enum Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckInfo {
     pub id: &'static str,
-    /// What the check looks at, for `--help` and the README.
+    /// What the check looks at, for `--help` and docs/checks.md.
     pub title: &'static str,
     pub source: Source,
 }

@@ -1,8 +1,8 @@
 //! The `nccl-preflight` binary: parse flags, run the command, exit with its code.
 //! Exit codes: 0 no check failed, 1 a check failed, 2 the tool could not do its job.
 
-use clap::Parser;
-use nccl_preflight::cli::{Cli, Command};
+use clap::FromArgMatches;
+use nccl_preflight::cli::{self, Cli, Command};
 use nccl_preflight::commands;
 use std::process::ExitCode;
 
@@ -96,7 +96,16 @@ fn exit_2_on_abort() {
 fn main() -> ExitCode {
     exit_2_on_abort();
     // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
-    let cli = Cli::parse();
+    let matches = cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // A flag the mode does not read is a bad flag too (cli::unread).
+    if let Err(e) = cli::unread::refuse(&matches) {
+        nccl_preflight::diagnostic::line(format_args!("nccl-preflight: error: {e}"));
+        return ExitCode::from(EXIT_TOOL_ERROR);
+    }
     let env: Vec<_> = std::env::vars_os().collect();
     // A panic is a bug, but it still means "the tool could not do its job": exit 2,
     // not Rust's 101, so the contract holds even then.

@@ -110,10 +110,7 @@ fn gather_facts_reusing(
         },
         image: image_role(args.image),
     };
-    let (mut facts, hung) = gather::gather(&host, kernel.as_ref(), env, &vendor);
-    // `facts --nodes N` records the job's span with what it saw.
-    facts.nodes = args.nodes;
-    Ok((facts, hung))
+    Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
 }
 
 fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {

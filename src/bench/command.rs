@@ -164,6 +164,23 @@ fn measure(watch: &Watch, job: &Job<'_>, budget: &Budget) -> Measured {
     m
 }
 
+/// One line on standard error as the measuring starts, where someone watches
+/// (`diagnostic::progress`): the bench can take its whole `--bench-seconds`.
+fn say_what_it_measures(args: &BenchArgs, budget: std::time::Duration) {
+    let what = match args.what {
+        BenchKind::P2p => "peer copies",
+        BenchKind::Nccl => "NCCL all-reduce",
+        BenchKind::All => "peer copies and NCCL all-reduce",
+    };
+    crate::diagnostic::progress(
+        args.gather.trace,
+        format_args!(
+            "nccl-preflight: bench: measuring {what} for up to {:.0} s (--bench-seconds)",
+            budget.as_secs_f64()
+        ),
+    );
+}
+
 /// Measures on a watched thread while NVML's link figures are read on this one.
 fn measure_beside_nvml(
     args: &BenchArgs,
@@ -232,6 +249,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         BenchKind::P2p => None,
         _ => Some(NcclLog::capture()?),
     };
+    say_what_it_measures(args, settings.budget);
     let kind = args.what;
     let (outcome, facts, nvml_hung) = measure_beside_nvml(args, &settings, started);
     let (mut measured, hung) = match outcome {

@@ -161,6 +161,18 @@ pub fn attach(
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
     };
+    crate::diagnostic::progress(
+        check.gather.trace,
+        format_args!(
+            "nccl-preflight: gang: pod {} of {}: waiting up to {:.0} s for the pods' names, then up to {:.0} s for every pod to join at {}:{}",
+            identity.node_rank,
+            identity.nodes,
+            opts.gang_wait.as_secs_f64(),
+            opts.gang_timeout.as_secs_f64(),
+            crate::render::visible(&identity.root),
+            identity.port
+        ),
+    );
     let run = super::run(report, identity, &settings);
     report
         .checks

@@ -35,12 +35,12 @@ use crate::policy::Policy;
 pub struct Check {
     /// Stable: users pass it to `--ignore`; never changes once released.
     pub id: &'static str,
-    /// What the check looks at, for the README.
+    /// What the check looks at, for docs/checks.md.
     pub title: &'static str,
     /// Where its answer comes from, which decides where it can be judged.
     pub source: Source,
     /// The sections of the facts the judge reads, and only those (a test swaps every
-    /// other section and sees the finding unchanged). The README's check table lists them.
+    /// other section and sees the finding unchanged). docs/checks.md's table lists them.
     pub needs: &'static [Fact],
     pub judge: fn(&Facts, &Policy) -> Finding,
 }
@@ -350,18 +350,27 @@ mod tests {
         assert!(differing > CHECKS.len(), "{differing}");
     }
 
-    /// The README's check table lists every judged check with the sections it reads.
+    /// docs/checks.md's table lists every judged check with the sections it reads and its
+    /// title, linked to the check's own section.
     #[test]
-    fn readme_lists_what_each_check_reads() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn docs_checks_md_lists_what_each_check_reads() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/checks.md"))
+            .unwrap();
         for check in CHECKS {
             let reads: Vec<&str> = check.needs.iter().map(|f| f.key()).collect();
-            let row = format!("| `{}` | {} |", check.id, reads.join(", "));
-            assert!(
-                readme.lines().any(|l| l.starts_with(&row)),
-                "README.md has no row starting {row:?}"
+            let row = format!(
+                "| `{}` | {} | [{}](#{}) |",
+                check.id,
+                reads.join(", "),
+                check.title,
+                check.id
             );
+            assert!(
+                docs.lines().any(|l| l == row),
+                "docs/checks.md has no row {row:?}"
+            );
+            let heading = format!("### `{}`", check.id);
+            assert!(docs.lines().any(|l| l == heading), "no {heading:?}");
         }
     }
 

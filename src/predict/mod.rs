@@ -7,7 +7,7 @@
 //! without a GPU (the bootstrap interface, the interfaces NET/Socket uses, the net
 //! plugin) the rules live in `crate::nccl` and are proven against real NCCL in the
 //! tests; everything else here is derived from NVIDIA/nccl's source, table-driven per
-//! version (README: "What NCCL will do").
+//! version (docs/checks.md: "What NCCL will do").
 //!
 //! With no libnccl found the newest behaviour is assumed and said so.
 

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod human;
 pub mod json;
 pub mod nccl_conf;
+pub mod npd;
 mod prediction;
 pub mod termination;
 

@@ -445,4 +445,70 @@ mod tests {
             );
         }
     }
+
+    /// Every family /metrics can expose has its row in docs/metrics.md, with the name a
+    /// sample carries, its type, labels and help text as the code says them.
+    #[test]
+    fn docs_metrics_md_lists_every_family() {
+        use super::super::ras::judge::{Outcome, Watch};
+        let snapshot = super::super::Snapshot {
+            runs: 1,
+            report: Some(Report::new(test_facts::healthy(), Vec::new(), Vec::new())),
+            ..Default::default()
+        };
+        let xids = super::super::xid::Xids {
+            counts: [((0, 79), 1)].into_iter().collect(),
+            watching: true,
+            ..Default::default()
+        };
+        let mut watch = Watch::new(std::time::Duration::from_secs(60));
+        let dead = include_str!("../../tests/data/ras/2.28.9/stopped-dead.json");
+        let reply = super::super::ras::reply::parse_json(dead).unwrap();
+        watch.observe(std::time::Instant::now(), Outcome::Reply(Box::new(reply)));
+        let job = super::super::ras::judge_view::view(&watch, std::time::Instant::now());
+        let xid = Finding::pass("gpu-xid", "none");
+        let text = render(&snapshot, &xid, &xids, true, Some(&job));
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+            .unwrap();
+        let mut missing = Vec::new();
+        for help in text.lines().filter_map(|l| l.strip_prefix("# HELP ")) {
+            let (family, meaning) = help.split_once(' ').unwrap();
+            let kind = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("# TYPE {family} ")))
+                .unwrap();
+            let name = match kind {
+                "counter" => format!("{family}_total"),
+                _ => family.to_string(),
+            };
+            // A family with no sample here (no error counted) shows no labels: any
+            // labels in its row are taken.
+            let labels = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}{{")))
+                .map(|rest| {
+                    let inside = rest.split('}').next().unwrap_or("");
+                    let keys: Vec<&str> = inside
+                        .split(',')
+                        .filter_map(|kv| kv.split('=').next())
+                        .collect();
+                    keys.join(", ")
+                });
+            let (head, tail) = (format!("| `{name}` | {kind} | "), format!(" | {meaning} |"));
+            let found = docs.lines().any(|l| {
+                l.strip_prefix(&head)
+                    .and_then(|l| l.strip_suffix(&tail))
+                    .is_some_and(|middle| labels.as_deref().is_none_or(|want| middle == want))
+            });
+            if !found {
+                missing.push(format!("{head}{}{tail}", labels.unwrap_or_default()));
+            }
+        }
+        assert!(missing.len() < 100, "{text}");
+        assert!(
+            missing.is_empty(),
+            "docs/metrics.md lacks these rows:\n{}",
+            missing.join("\n")
+        );
+    }
 }

@@ -54,9 +54,7 @@ pub fn facts_argv(args: &GatherArgs) -> Vec<OsString> {
         ImageArg::Own => "own",
     };
     flag("--image", image.into());
-    if let Some(n) = args.nodes {
-        flag("--nodes", n.to_string().into());
-    }
+    // No --nodes: `facts` does not read it (the judge applies it), and refuses it.
     if let Some(path) = &args.replay_kernel {
         flag("--replay-kernel", path.clone().into_os_string());
     }
@@ -108,13 +106,17 @@ pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::FromArgMatches;
 
+    /// As the binary parses it, a flag `facts` does not read refused.
     fn gather_of(argv: &[OsString]) -> GatherArgs {
-        let cli = crate::cli::Cli::try_parse_from(
-            std::iter::once(OsString::from("nccl-preflight")).chain(argv.iter().cloned()),
-        )
-        .unwrap();
+        let matches = crate::cli::command()
+            .try_get_matches_from(
+                std::iter::once(OsString::from("nccl-preflight")).chain(argv.iter().cloned()),
+            )
+            .unwrap();
+        crate::cli::unread::refuse(&matches).unwrap();
+        let cli = crate::cli::Cli::from_arg_matches(&matches).unwrap();
         match cli.command {
             crate::cli::Command::FactsChild(g) => g,
             other => panic!("not facts-child: {other:?}"),
@@ -122,7 +124,8 @@ mod tests {
     }
 
     /// The child gathers exactly as the server would: every flag survives the trip
-    /// through the command line, the defaults and every optional one set.
+    /// through the command line, the defaults and every optional one set, except
+    /// `--nodes`, which only the judge reads (in the server).
     #[test]
     fn the_facts_command_line_reproduces_the_gather_flags() {
         let defaults = gather_of(&["facts-child".into()]);
@@ -143,7 +146,11 @@ mod tests {
         set.replay_kernel = Some("/k.json".into());
         for args in [defaults, set] {
             let back = gather_of(&facts_argv(&args));
-            assert_eq!(format!("{back:?}"), format!("{args:?}"));
+            let gathered = GatherArgs {
+                nodes: None,
+                ..args
+            };
+            assert_eq!(format!("{back:?}"), format!("{gathered:?}"));
         }
     }
 }

@@ -369,3 +369,126 @@ fn two_thousand_gpus_and_100k_interfaces_replay_with_capped_output() {
     assert!(text.len() < 4 << 20, "doctor printed {} bytes", text.len());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A flag the mode does not read exits 2 naming the flag and the mode, before anything
+/// is gathered (src/cli/unread.rs walks every pair; these go through the binary).
+#[test]
+fn a_flag_the_mode_does_not_read_exits_2_naming_both() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["probe", "--cuda", "on"], "--cuda", "`probe`"),
+        (&["serve", "--cuda", "on"], "--cuda", "`serve`"),
+        (
+            &["bench", "--memreg-size", "1MiB"],
+            "--memreg-size",
+            "`bench`",
+        ),
+        (
+            &["bench", "p2p", "--nccl-sizes", "4MiB"],
+            "--nccl-sizes",
+            "`bench p2p`",
+        ),
+        (&["facts", "--nodes", "2"], "--nodes", "`facts`"),
+        (
+            &["init", "--gang-timeout", "5s"],
+            "--gang-timeout",
+            "`init without --gang`",
+        ),
+        (
+            &["serve", "--ras-addr", "h:1"],
+            "--ras-addr",
+            "`serve without --watch-nccl`",
+        ),
+        (
+            &["check", "--facts", "absent.json", "--host-root", "/"],
+            "--host-root",
+            "`check with --facts`",
+        ),
+    ];
+    for (args, flag, mode) in cases {
+        let out = run(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(flag) && err.contains(mode), "{args:?}: {err}");
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+}
+
+/// The variable twin of a flag the mode does not read is left alone: one env list often
+/// feeds several modes of a pod (src/cli/unread.rs).
+#[test]
+fn a_variable_the_mode_does_not_read_is_ignored() {
+    let out = fixture_command(
+        "healthy-pod",
+        "probe",
+        &[],
+        &[("NCCL_PREFLIGHT_CUDA", "on")],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("ok: "), "{}", stdout(&out));
+}
+
+/// Each mode's help: `-h` is the golden (tests/golden/help/MODE.txt); in `--help` the
+/// library-path heading comes last and no flag the mode never reads is offered.
+#[test]
+fn help_is_grouped_with_library_paths_last() {
+    let modes = [
+        "check",
+        "probe",
+        "init",
+        "exec",
+        "doctor",
+        "facts",
+        "explain-log",
+        "bench",
+        "serve",
+        "gang",
+        "install",
+    ];
+    golden(
+        &repo().join("tests/golden/help/nccl-preflight.txt"),
+        &stdout(&run(&["--help"], &[])),
+    );
+    for mode in modes {
+        let short = run(&[mode, "-h"], &[]);
+        assert_eq!(short.status.code(), Some(0));
+        golden(
+            &repo().join(format!("tests/golden/help/{mode}.txt")),
+            &stdout(&short),
+        );
+        let long = stdout(&run(&[mode, "--help"], &[]));
+        let headings: Vec<&str> = long
+            .lines()
+            .filter(|l| !l.starts_with(' ') && l.ends_with(':'))
+            .collect();
+        if long.contains("--nvml-lib") {
+            assert_eq!(
+                headings.last(),
+                Some(&"Where the host and its libraries are:"),
+                "{mode}: {headings:?}"
+            );
+        }
+        assert!(headings.len() <= 7, "{mode}: {headings:?}");
+    }
+    assert!(!stdout(&run(&["probe", "--help"], &[])).contains("--cuda <CUDA>"));
+    assert!(!stdout(&run(&["serve", "--help"], &[])).contains("--format"));
+    assert!(!stdout(&run(&["bench", "--help"], &[])).contains("--memreg-size"));
+}
+
+/// A step that can take seconds says so on standard error where someone watches: with
+/// --trace (or a terminal), never in a pod's collected log otherwise.
+#[test]
+fn bench_says_what_it_measures_only_when_asked() {
+    let line = "nccl-preflight: bench: measuring peer copies and NCCL all-reduce for up to 3 s";
+    let asked = run(&["bench", "--bench-seconds", "3s", "--trace"], &NO_GPU_LIBS);
+    assert!(stderr(&asked).contains(line), "{}", stderr(&asked));
+    let quiet = run(&["bench", "--bench-seconds", "3s"], &NO_GPU_LIBS);
+    assert!(
+        !stderr(&quiet).contains("nccl-preflight: bench: measuring"),
+        "{}",
+        stderr(&quiet)
+    );
+    // The verdict does not change with it.
+    assert_eq!(asked.status.code(), quiet.status.code());
+}

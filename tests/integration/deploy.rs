@@ -61,17 +61,60 @@ fn install_copies_this_binary_whole_and_replaces_an_old_copy() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
 }
 
-/// Runs tests/manifests/validate.py on `dir`: its whole JSON answer.
+/// Runs tests/manifests/validate.py on `dir` (files, kustomizations rendered): its
+/// whole JSON answer. It exits 0 without errors and 1 with them; never anything else.
 fn validate_json(python: &std::path::Path, dir: &std::path::Path) -> serde_json::Value {
-    let crds = crate::support::repo().join("../shared/data/crds");
     let out = std::process::Command::new(python)
         .arg(crate::support::repo().join("tests/manifests/validate.py"))
+        .arg("--json")
         .arg(dir)
-        .arg(&crds)
         .output()
         .unwrap();
-    assert!(out.status.success(), "validate.py: {}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "validate.py: {}",
+        stderr(&out)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let clean = v["errors"].as_array().is_some_and(Vec::is_empty);
+    assert_eq!(out.status.code(), Some(if clean { 0 } else { 1 }));
+    v
+}
+
+/// The test venv's Python with the validator's packages, and the Kubeflow CRDs beside
+/// the repository; None (the test skips, or fails under NCCL_PREFLIGHT_TEST_STRICT) without.
+fn validator_python(test: &str) -> Option<std::path::PathBuf> {
+    crate::support::require_shared(test, "crds")?;
+    crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
+}
+
+/// A file under examples/manifests.
+fn manifest_text(rel: &str) -> String {
+    std::fs::read_to_string(manifests().join(rel)).unwrap()
+}
+
+/// The manifests under examples/manifests.
+fn manifests() -> std::path::PathBuf {
+    crate::support::repo().join("examples/manifests")
+}
+
+/// `kubectl kustomize DIR` under examples/manifests, with the `# node:` line of its
+/// kustomization.yaml on top, as a file the validator reads alone.
+fn rendered(dir: &str) -> String {
+    let path = manifests().join(dir);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&path)
+        .output()
+        .expect("kubectl (scripts/setup.sh test)");
+    assert!(out.status.success(), "{dir}: {}", stderr(&out));
+    let kustomization = std::fs::read_to_string(path.join("kustomization.yaml")).unwrap();
+    let node: String = kustomization
+        .lines()
+        .filter(|l| l.starts_with("# node:") || l.starts_with("# admission:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    node + &stdout(&out)
 }
 
 /// Runs tests/manifests/validate.py on `dir`: (documents, errors, command lines).
@@ -100,41 +143,58 @@ fn validate(
     )
 }
 
-/// Parses a command line with the current CLI, as the binary would.
+/// Parses a command line with the current CLI, as the binary would: a flag the mode
+/// does not read is refused too.
 fn parses(argv: &[String]) -> Result<(), String> {
-    use clap::Parser;
     let full = std::iter::once("nccl-preflight".to_string()).chain(argv.iter().cloned());
-    nccl_preflight::cli::Cli::try_parse_from(full)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let matches = nccl_preflight::cli::command()
+        .try_get_matches_from(full)
+        .map_err(|e| e.to_string())?;
+    nccl_preflight::cli::unread::refuse(&matches)
 }
 
 #[test]
 fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     let test = "example_manifests_match_the_real_schemas_and_every_command_parses";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
-    let dir = crate::support::repo().join("examples/manifests");
+    let dir = manifests();
+    let v = validate_json(&python, &dir);
     let (documents, errors, commands) = validate(&python, &dir);
     assert!(errors.is_empty(), "{errors:#?}");
-    let files = std::fs::read_dir(&dir)
+    // Every kustomization (bases, overlays, node pieces, recipes) was rendered and
+    // validated; the image component renders only inside them.
+    let sources: Vec<&str> = v["sources"]
+        .as_array()
         .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "yaml")
-        })
-        .count();
-    assert!(files >= 6, "{files} manifests");
-    assert!(documents as usize >= files);
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let mut kustomizations = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.ends_with("kustomization.yaml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if !text.contains("kind: Component") {
+                    let rel = d.strip_prefix(&dir).unwrap().display().to_string();
+                    kustomizations.push(rel);
+                }
+            }
+        }
+    }
+    assert!(kustomizations.len() >= 13, "{kustomizations:?}");
+    for k in &kustomizations {
+        assert!(
+            sources.contains(&k.as_str()),
+            "{k} not validated: {sources:?}"
+        );
+    }
+    assert!(documents as usize >= kustomizations.len());
     for argv in &commands {
         parses(argv).unwrap_or_else(|e| panic!("{argv:?} does not parse: {e}"));
     }
@@ -150,7 +210,7 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     // The same validation catches what it must: an undeclared field, a wrong type, a
     // kind without a CRD; and a flag the CLI does not have fails to parse.
     let bad = scratch("bad-manifests");
-    let text = std::fs::read_to_string(dir.join("mpijob-nccl-tests.yaml")).unwrap();
+    let text = std::fs::read_to_string(dir.join("base/mpijob/mpijob-nccl-tests.yaml")).unwrap();
     std::fs::write(
         bad.join("mpijob.yaml"),
         text.replace("slotsPerWorker: 8", "slotsPerWorker: eight")
@@ -171,6 +231,9 @@ fn example_manifests_match_the_real_schemas_and_every_command_parses() {
     );
     assert!(all.contains("no CRD for example.com/v1 Thing"), "{all}");
     assert!(parses(&["init".into(), "--nccl-config=/x".into()]).is_err());
+    // A flag the mode does not read fails a manifest as the binary would refuse it.
+    let probe_cuda = parses(&["probe".into(), "--cuda=on".into()]);
+    assert!(probe_cuda.is_err_and(|e| e.contains("--cuda")));
 }
 
 /// The effective request validate.py computed for the pod templates of `file`.
@@ -187,16 +250,10 @@ fn effective<'a>(v: &'a serde_json::Value, file: &str) -> Vec<&'a serde_json::Va
 #[test]
 fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
     let test = "every_manifest_pod_fits_its_node_as_the_scheduler_counts_it";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
-    let dir = crate::support::repo().join("examples/manifests");
-    let v = validate_json(&python, &dir);
+    let v = validate_json(&python, &manifests());
     assert_eq!(v["errors"], serde_json::json!([]), "{:#}", v["errors"]);
     // Every pod that asks for a device names the node it must fit, and fits it. The
     // two-step pattern's second init container asks for what the trainer asks for,
@@ -210,40 +267,43 @@ fn every_manifest_pod_fits_its_node_as_the_scheduler_counts_it() {
     assert!(with_devices.len() >= 8, "{with_devices:#?}");
     assert!(with_devices.iter().all(|p| p["node"].is_string()));
     assert_eq!(
-        effective(&v, "eks-p5-efa.yaml"),
+        effective(&v, "overlays/eks-p5-efa"),
         [&serde_json::json!({"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32})]
     );
     assert_eq!(
-        effective(&v, "pytorchjob-sidecar.yaml"),
+        effective(&v, "overlays/openshift-roce"),
+        [&serde_json::json!({"nvidia.com/gpu": 8, "rdma/rdma_shared_device_eth": 1})]
+    );
+    // The node DaemonSet asks for no GPU: it would take them from the jobs.
+    assert_eq!(effective(&v, "node/serve"), [&serde_json::json!({})]);
+    assert_eq!(
+        effective(&v, "base/pytorchjob-sidecar"),
         [&serde_json::json!({"nvidia.com/gpu": 8})]
     );
     // issue 17: the MPIJob's workers ask for the RDMA device their check requires.
     assert!(
-        effective(&v, "mpijob-nccl-tests.yaml")
+        effective(&v, "base/mpijob")
             .iter()
             .any(|e| e["rdma/rdma_shared_device_a"] == 1),
         "{:#?}",
-        effective(&v, "mpijob-nccl-tests.yaml")
+        effective(&v, "base/mpijob")
     );
 }
 
 #[test]
 fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
     let test = "sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
     let bad = scratch("sidecar-gpus");
     // The shipped sidecar as it was (issue 16): the sidecar also asks for 8 GPUs.
     let shipped = std::fs::read_to_string(
-        crate::support::repo().join("examples/manifests/pytorchjob-sidecar.yaml"),
+        manifests().join("base/pytorchjob-sidecar/pytorchjob-sidecar.yaml"),
     )
     .unwrap();
+    // The node line lives in the base's kustomization.yaml; a loose file carries its own.
+    let shipped = format!("# node: 8-gpu nvidia.com/gpu=8\n{shipped}");
     let old = shipped.replace(
         "                  memory: 64Mi\n",
         "                  memory: 64Mi\n                  nvidia.com/gpu: 8\n",
@@ -337,46 +397,63 @@ fn sidecar_asking_for_the_trainers_gpus_again_makes_the_pod_unschedulable() {
 #[test]
 fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count() {
     let test = "a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_count";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
-    let dir = crate::support::repo().join("examples/manifests");
     let bad = scratch("two-step");
-    // The first occurrence of each is the checking init container's, before the trainer's.
-    let without = |file: &str, cuts: &[&str]| {
-        let mut text = std::fs::read_to_string(dir.join(file)).unwrap();
-        for cut in cuts {
-            assert!(
-                text.contains(cut),
-                "{file} no longer has {cut:?}: update this test"
-            );
-            text = text.replacen(cut, "", 1);
+    // The overlays as kubectl renders them: the trainer (containers) comes before the
+    // init containers, so the last occurrence is the check's, the first the trainer's.
+    let edit = |file: &str, text: String, edits: &[(&str, &str, bool)]| {
+        let mut text = text;
+        for (from, to, last) in edits {
+            let at = if *last {
+                text.rfind(from)
+            } else {
+                text.find(from)
+            };
+            let at =
+                at.unwrap_or_else(|| panic!("{file} no longer has {from:?}: update this test"));
+            text.replace_range(at..at + from.len(), to);
         }
         std::fs::write(bad.join(file), text).unwrap();
     };
-    without(
+    let eks = rendered("overlays/eks-p5-efa");
+    edit(
         "eks-p5-efa.yaml",
+        eks.clone(),
         &[
-            "                - --nodes=16\n",
-            "                  vpc.amazonaws.com/efa: 32\n",
+            ("            - --nodes=16\n", "", true),
+            ("                vpc.amazonaws.com/efa: 32\n", "", true),
         ],
     );
-    without(
-        "openshift-roce-multus.yaml",
+    // --nodes follows the replicas: an overlay that changes one must change the other.
+    edit(
+        "eks-replicas.yaml",
+        eks,
+        &[("      replicas: 16\n", "      replicas: 8\n", false)],
+    );
+    edit(
+        "openshift-roce.yaml",
+        rendered("overlays/openshift-roce"),
         &[
-            "              securityContext:\n                capabilities:\n                  add: [\"IPC_LOCK\"]\n",
-            "                - name: dshm\n                  mountPath: /dev/shm\n",
+            (
+                "            - mountPath: /dev/shm\n              name: dshm\n",
+                "",
+                true,
+            ),
+            (
+                "              capabilities:\n                drop:\n",
+                "              capabilities:\n                add:\n                - IPC_LOCK\n                drop:\n",
+                false,
+            ),
         ],
     );
-    let text = std::fs::read_to_string(dir.join("mpijob-nccl-tests.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(manifests().join("base/mpijob/mpijob-nccl-tests.yaml")).unwrap();
     std::fs::write(
         bad.join("mpijob-nccl-tests.yaml"),
-        text.replace("--nodes=2", "--nodes=3"),
+        format!("# node: 8-gpu-ib nvidia.com/gpu=8 rdma/rdma_shared_device_a=63\n{text}")
+            .replace("--nodes=2", "--nodes=3"),
     )
     .unwrap();
     let (_, errors, _) = validate(&python, &bad);
@@ -384,28 +461,40 @@ fn a_check_in_the_training_image_sees_the_trainers_devices_and_the_jobs_node_cou
     for expected in [
         "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: no --nodes in an init container of a 16-node job",
         "eks-p5-efa.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: asks for {'nvidia.com/gpu': 8}, the trainer for {'nvidia.com/gpu': 8, 'vpc.amazonaws.com/efa': 32}",
-        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer mounts /dev/shm, the check does not",
-        "openshift-roce-multus.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer adds capabilities ['IPC_LOCK'] the check does not",
+        "eks-replicas.yaml PyTorchJob/llm-pretrain-p5: nccl-preflight: --nodes 16, but the job has 8 GPU pods",
+        "openshift-roce.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer mounts /dev/shm, the check does not",
+        "openshift-roce.yaml PyTorchJob/llm-train-roce: nccl-preflight: the trainer adds capabilities ['IPC_LOCK'] the check does not",
+        "openshift-roce.yaml PyTorchJob/llm-train-roce: spec.pytorchReplicaSpecs.Worker.template: pytorch: adds ['IPC_LOCK']: restricted-v2 allows adding only NET_BIND_SERVICE",
         "mpijob-nccl-tests.yaml MPIJob/nccl-tests-allreduce: nccl-preflight: --nodes 3, but the job has 2 GPU pods",
     ] {
         assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
     }
-    assert_eq!(errors.len(), 5, "{all}");
+    assert_eq!(errors.len(), 7, "{all}");
 }
 
 #[test]
 fn a_gang_only_where_the_job_kind_lets_it_form() {
     let test = "a_gang_only_where_the_job_kind_lets_it_form";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
-    let Some(python) =
-        crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
-    else {
+    let Some(python) = validator_python(test) else {
         return;
     };
-    let dir = crate::support::repo().join("examples/manifests");
-    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    let dir = manifests();
+    // A base's file with the `# node:` line of its kustomization.yaml on top.
+    let read = |base: &str| {
+        let base = dir.join("base").join(base);
+        let node = std::fs::read_to_string(base.join("kustomization.yaml"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("# node:"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
+        let file = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| !p.ends_with("kustomization.yaml"))
+            .unwrap();
+        node + &std::fs::read_to_string(file).unwrap()
+    };
     let edit = |text: String, from: &str, to: &str| {
         assert!(text.contains(from), "{from:?} is gone: update this test");
         text.replacen(from, to, 1)
@@ -443,7 +532,7 @@ fn a_gang_only_where_the_job_kind_lets_it_form() {
     std::fs::write(
         bad.join("mpijob-at-startup.yaml"),
         edit(
-            read("mpijob-nccl-tests.yaml"),
+            read("mpijob"),
             "\n  launcherCreationPolicy: WaitForWorkersReady\n",
             "\n  launcherCreationPolicy: AtStartup\n",
         ),
@@ -459,7 +548,7 @@ fn a_gang_only_where_the_job_kind_lets_it_form() {
                      \x20                     image: ghcr.io/example/nccl-preflight:0.1.0\n\
                      \x20                     args: [init, --gang]\n";
     let runtime = edit(
-        read("trainjob.yaml"),
+        read("trainjob"),
         "                  initContainers:\n",
         gang_init,
     );
@@ -590,8 +679,450 @@ fn the_release_workflow_passes_actionlint() {
         text.contains("IMAGE: ghcr.io/${{ github.repository }}"),
         "{text}"
     );
+    // No placeholder registry (the manifests' own directory, examples/, is no registry).
     assert!(
-        !text.contains("example"),
+        !text.contains("ghcr.io/example") && !text.contains("example.com"),
         "a placeholder in the release workflow"
     );
+}
+
+/// A base's file with the `# node:` line of its kustomization.yaml on top, as a loose file.
+fn base_file(dir: &str, file: &str) -> String {
+    let base = manifests().join(dir);
+    let node: String = std::fs::read_to_string(base.join("kustomization.yaml"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("# node:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    node + &std::fs::read_to_string(base.join(file)).unwrap()
+}
+
+#[test]
+fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what_restricted_v2_rejects()
+ {
+    let test = "the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what_restricted_v2_rejects";
+    let Some(python) = validator_python(test) else {
+        return;
+    };
+    let bad = scratch("policies");
+    let write = |file: &str, text: String, from: &str, to: &str| {
+        assert!(text.contains(from), "{from:?} is gone: update this test");
+        std::fs::write(bad.join(file), text.replacen(from, to, 1)).unwrap();
+    };
+    // The init-container gate restarting in place (Init:CrashLoopBackOff for ever), and
+    // the exec gate restarting without a backoff limit.
+    write(
+        "init-onfailure.yaml",
+        base_file("base/pytorchjob-init", "pytorchjob-init.yaml").replace(
+            "      restartPolicy: Never\n",
+            "      restartPolicy: OnFailure\n",
+        ),
+        "      restartPolicy: OnFailure\n",
+        "      restartPolicy: OnFailure\n",
+    );
+    write(
+        "exec-unbounded.yaml",
+        base_file("base/pytorchjob-exec", "pytorchjob-exec.yaml"),
+        "  runPolicy:\n    backoffLimit: 3\n",
+        "",
+    );
+    // podFailurePolicy against the exit codes: 2 no longer fails the job, 3 does.
+    let job = base_file("failure-policy", "job.yaml");
+    let job = job.replacen("values: [1, 2]", "values: [1]", 1);
+    write(
+        "job-policy.yaml",
+        job,
+        "      - action: Count",
+        "      - action: FailJob",
+    );
+    // A CNI configuration that is not JSON; a CRI-O drop-in that is not TOML.
+    let nad = manifest_text("overlays/openshift-roce/network-attachment-definition.yaml");
+    write(
+        "nad.yaml",
+        nad,
+        "\"mode\": \"bridge\",",
+        "\"mode\": bridge,",
+    );
+    let mc = manifest_text("overlays/openshift-roce/machineconfig-memlock.yaml");
+    write("machineconfig.yaml", mc, "%5D%0A", "%0A");
+    // A pod restricted-v2 would not admit: running as root, privileged.
+    let os = rendered("overlays/openshift-roce");
+    let os = os.replacen("runAsNonRoot: true", "runAsUser: 0", 1);
+    write(
+        "openshift-root.yaml",
+        os,
+        "              allowPrivilegeEscalation: false\n",
+        "              privileged: true\n",
+    );
+    let v = validate_json(&python, &bad);
+    let all = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for expected in [
+        "init-onfailure.yaml PyTorchJob/llm-pretrain: Master: restartPolicy OnFailure with the check in init container nccl-preflight: a failed check restarts it on the same node in Init:CrashLoopBackOff for ever",
+        "exec-unbounded.yaml PyTorchJob/llm-finetune: Master: restartPolicy OnFailure with the check in container pytorch and no runPolicy.backoffLimit",
+        "job-policy.yaml Job/train-gated: spec.podFailurePolicy: exit code 2 (a tool error) does not fail the job",
+        "job-policy.yaml Job/train-gated: spec.podFailurePolicy: exit code 3 (a node fault) fails the job",
+        "nad.yaml NetworkAttachmentDefinition/roce-net: spec.config: not JSON",
+        "machineconfig.yaml MachineConfig/99-worker-nccl-preflight-memlock: /etc/crio/crio.conf.d/99-nccl-preflight-memlock.conf: not TOML",
+        "openshift-root.yaml PyTorchJob/llm-train-roce: spec.pytorchReplicaSpecs.Worker.template: pytorch: runs as UID 0",
+        "openshift-root.yaml PyTorchJob/llm-train-roce: spec.pytorchReplicaSpecs.Worker.template: pytorch: runAsNonRoot is not true",
+        "openshift-root.yaml PyTorchJob/llm-train-roce: spec.pytorchReplicaSpecs.Worker.template: pytorch: allowPrivilegeEscalation is not false",
+        "openshift-root.yaml PyTorchJob/llm-train-roce: spec.pytorchReplicaSpecs.Worker.template: pytorch: privileged",
+    ] {
+        assert!(all.contains(expected), "{expected}\nnot in:\n{all}");
+    }
+    // Master and Worker each for the two restart cases; 3 containers x 2 for runAsUser
+    // and runAsNonRoot; the rest once.
+    assert_eq!(v["errors"].as_array().unwrap().len(), 16, "{all}");
+}
+
+#[test]
+fn validate_manifests_is_a_command_with_one_line_per_error_and_an_exit_code() {
+    let test = "validate_manifests_is_a_command_with_one_line_per_error_and_an_exit_code";
+    if validator_python(test).is_none() {
+        return;
+    }
+    let script = repo().join("scripts/validate-manifests");
+    let run = |args: &[&std::path::Path]| {
+        std::process::Command::new(&script)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // The shipped tree, kustomizations rendered: no error, a summary line.
+    let out = run(&[&manifests()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("ok: 0 error(s) in "), "{text}");
+    // A broken one: one line per error naming the source and resource, control
+    // characters from the file escaped, exit 1.
+    let bad = scratch("validate-command");
+    std::fs::write(
+        bad.join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: \"x\\e[2Jy\"}\nspec:\n  containers:\n  - name: c\n    image: nccl-preflight\n    args: [probe]\n    resourcez: {}\n",
+    )
+    .unwrap();
+    let out = run(&[&bad]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("pod.yaml Pod/x\\x1b[2Jy: "), "{text}");
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert!(lines.last().unwrap().starts_with("FAILED: "), "{text}");
+    assert_eq!(
+        lines.len() - 1,
+        lines
+            .last()
+            .unwrap()
+            .trim_start_matches("FAILED: ")
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    );
+    // A path that is not there: exit 2, said on standard error.
+    let out = run(&[&bad.join("missing")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("missing: no such file or directory"));
+}
+
+/// The image is named in one place, the kustomize component, which the release
+/// workflow checks against the tag it builds; every manifest says `image: nccl-preflight`.
+#[test]
+fn the_image_is_named_once_and_every_rendered_manifest_gets_it() {
+    let component = std::fs::read_to_string(manifests().join("image/kustomization.yaml")).unwrap();
+    let field = |key: &str| -> String {
+        component
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+            .unwrap_or_else(|| panic!("no {key} in the image component"))
+            .to_string()
+    };
+    let (name, tag) = (field("newName"), field("newTag"));
+    assert_eq!(tag, env!("CARGO_PKG_VERSION"));
+    assert!(name.ends_with("/nccl-preflight") && !name.contains("example"));
+    let mut stack = vec![manifests()];
+    let mut images = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines().filter(|l| l.contains("nccl-preflight:")) {
+                assert!(
+                    !line.contains("image:"),
+                    "{}: {line}: name the image `nccl-preflight`; the component sets it",
+                    path.display()
+                );
+            }
+            images += text.matches("image: nccl-preflight\n").count();
+        }
+    }
+    assert!(images >= 12, "{images}");
+    let out = std::process::Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(manifests().join("overlays/openshift-roce"))
+        .output()
+        .expect("kubectl (scripts/setup.sh test)");
+    let text = stdout(&out);
+    assert!(text.contains(&format!("image: {name}:{tag}\n")), "{text}");
+    assert!(!text.contains("image: nccl-preflight\n"));
+    let workflow = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
+    assert!(
+        workflow.contains("examples/manifests/image/kustomization.yaml"),
+        "the release workflow does not check the image component"
+    );
+}
+
+/// A YAML or JSON file as JSON, through the test venv's PyYAML.
+fn yaml_file(python: &std::path::Path, path: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// node-problem-detector runs the rule's command line from the shipped config: its exit
+/// code must be NPD's status (0 OK, 1 NonOK, else Unknown) and its one line must fit
+/// max_output_length, whatever the node (docs/custom_plugin_monitor.md).
+#[test]
+fn the_npd_plugin_command_follows_the_plugin_contract() {
+    let config = manifests().join("node/npd/nccl-preflight-monitor.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let max = v["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
+    let rules = v["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    let rule = &rules[0];
+    assert_eq!(rule["condition"], v["conditions"][0]["type"]);
+    assert!(rule["path"].as_str().unwrap().ends_with("/nccl-preflight"));
+    let args: Vec<&str> = rule["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[..2], ["probe", "--npd"]);
+    assert!(args.contains(&format!("--max-output={max}").as_str()));
+    // probe's own bound on a driver call leaves NPD's timeout room: a hung driver is a
+    // failed check (NonOK), not a plugin NPD killed (Unknown).
+    let seconds = |s: &str| s.trim_end_matches('s').parse::<f64>().unwrap();
+    let probe_timeout = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--timeout="))
+        .map(seconds)
+        .unwrap();
+    assert!(seconds(rule["timeout"].as_str().unwrap()) >= 2.0 * probe_timeout);
+    assert!(
+        seconds(v["pluginConfig"]["timeout"].as_str().unwrap())
+            >= seconds(rule["timeout"].as_str().unwrap())
+    );
+    let answer = |out: &std::process::Output| {
+        let text = stdout(out);
+        assert!(
+            text.ends_with('\n') && text.lines().count() == 1,
+            "{text:?}"
+        );
+        assert!(
+            text.trim_end().len() <= max,
+            "{} > {max}: {text}",
+            text.len()
+        );
+        text.trim_end().to_string()
+    };
+    // A healthy 8-GPU node: OK.
+    let out = crate::support::fixture_command("gpu-h100-nv18", args[0], &args[1..], &[])
+        .output()
+        .unwrap();
+    let line = answer(&out);
+    assert_eq!(out.status.code(), Some(0), "{line}");
+    assert!(line.starts_with("ok: "), "{line}");
+    // A node whose NVLinks are down, and one with a GPU short: NonOK, naming the checks.
+    for (fixture, check) in [
+        ("gpu-nvlink-down", "nvlink"),
+        ("gpu-one-of-eight", "gpu-devices"),
+    ] {
+        let out = crate::support::fixture_command(fixture, args[0], &args[1..], &[])
+            .output()
+            .unwrap();
+        let line = answer(&out);
+        assert_eq!(out.status.code(), Some(1), "{fixture}: {line}");
+        assert!(
+            line.starts_with("fail: ") && line.contains(check),
+            "{fixture}: {line}"
+        );
+    }
+    // The tool could not run: Unknown, still one line that says why.
+    let mut all = args.clone();
+    all.extend(["--facts", "/nonexistent/facts.json"]);
+    let out = command(&all, &[]).output().unwrap();
+    let line = answer(&out);
+    assert_eq!(out.status.code(), Some(2), "{line}");
+    assert!(line.starts_with("unknown: ") && line.contains("/nonexistent/facts.json"));
+    // --max-output belongs to --npd, and a line too short to name a check is refused.
+    for bad in [
+        &["probe", "--max-output=80"][..],
+        &["probe", "--npd", "--max-output=8"][..],
+    ] {
+        let out = command(bad, &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(stderr(&out).contains("--max-output"), "{}", stderr(&out));
+    }
+}
+
+/// The DaemonSet's `serve` command line on a fake healthy 8-GPU node (an XID, NVLink
+/// errors) is ready, and every metric and label an alert of the PrometheusRule names is
+/// in its /metrics, so no alert waits on a series that never exists.
+#[test]
+fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metrics() {
+    let test = "the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metrics";
+    let Some(python) = crate::support::require_python(test, "yaml") else {
+        return;
+    };
+    let rule = yaml_file(&python, &manifests().join("node/serve/prometheusrule.yaml"));
+    // The DaemonSet's own command line, on a loopback port instead of 0.0.0.0:9464.
+    let daemonset = yaml_file(&python, &manifests().join("node/serve/daemonset.yaml"));
+    let args: Vec<&str> = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "serve");
+    let args: Vec<&str> = args[1..]
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with("--listen"))
+        .collect();
+    let server = crate::serve::start_gpu(
+        "deploy-alerts",
+        "xid 0 13 100\nnvlink_errors 0 1 2 3\n",
+        &args,
+    );
+    let metrics = crate::serve::wait_for(&server, "/metrics", |_, m| {
+        m.contains("nccl_preflight_gpu_xid_events_total{")
+    });
+    // A healthy 8-GPU node is ready with the DaemonSet's flags (its own small /dev/shm
+    // ignored), an XID that needs no reset counted, not judged.
+    assert_eq!(crate::serve::get(&server, "/readyz").0, 200, "{metrics}");
+    let samples = |name: &str| -> Vec<&str> {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .collect()
+    };
+    let mut named = 0;
+    for alert in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let expr = alert["expr"].as_str().unwrap();
+        let text = format!("{expr} {}", alert["annotations"]);
+        let names: std::collections::BTreeSet<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("nccl_preflight_"))
+            .collect();
+        let lines: Vec<&str> = names.iter().flat_map(|n| samples(n)).collect();
+        for name in &names {
+            named += 1;
+            assert!(!samples(name).is_empty(), "{name} not in\n{metrics}");
+        }
+        // Labels the alert reads ({{ $labels.x }}, x= and x=~ selectors), except those
+        // Prometheus adds to every series it scrapes.
+        for part in text
+            .split("$labels.")
+            .skip(1)
+            .chain(expr.split('{').skip(1))
+        {
+            let label: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if label.is_empty() || ["node", "pod", "instance", "job"].contains(&label.as_str()) {
+                continue;
+            }
+            assert!(
+                names.is_empty() || lines.iter().any(|l| l.contains(&format!("{label}=\""))),
+                "{}: label {label} on none of {names:?}",
+                alert["alert"]
+            );
+        }
+    }
+    assert!(named >= 6, "{named}");
+    for needle in [
+        "counter=\"replay\"",
+        "counter=\"recovery\"",
+        "counter=\"crc_data\"",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+}
+
+/// The OpenShift overlay's memlock story on the real kernel: a process the runtime starts
+/// as a random non-root UID (restricted-v2's) with IPC_LOCK "added" the way Kubernetes
+/// adds it (inheritable, no ambient set) still has no effective CAP_IPC_LOCK, so only
+/// the RLIMIT_MEMLOCK it inherits counts: the limit CRI-O's default_ulimits sets passes,
+/// a low one fails whatever the capability says. (This machine's root cannot raise the
+/// limit above its own 8 MiB, so 8 MiB stands for the MachineConfig's unlimited.)
+#[test]
+fn a_non_root_pod_gets_memlock_from_the_runtimes_rlimit_not_from_ipc_lock() {
+    if !crate::support::require_root("non_root_memlock")
+        || !crate::support::require_tools("non_root_memlock", &["prlimit", "setpriv"])
+    {
+        return;
+    }
+    let run = |limit: u64| {
+        let limit = format!("--memlock={limit}:{limit}");
+        let out = std::process::Command::new("prlimit")
+            .arg(&limit)
+            .args(["setpriv", "--reuid=1000770000", "--regid=1000770000"])
+            .args([
+                "--clear-groups",
+                "--inh-caps=+ipc_lock",
+                "--ambient-caps=-all",
+            ])
+            .arg(crate::support::BIN)
+            .args([
+                "check",
+                "--cuda",
+                "off",
+                "--format",
+                "json",
+                "--min-memlock",
+                "8MiB",
+            ])
+            .output()
+            .unwrap();
+        let r = crate::support::report(&out);
+        assert_eq!(
+            r["facts"]["memlock"]["cap_ipc_lock"]["value"], false,
+            "{limit}"
+        );
+        crate::support::finding(&r, "memlock")["status"].clone()
+    };
+    assert_eq!(run(8 << 20), "pass");
+    assert_eq!(run(64 << 10), "fail");
 }

@@ -339,7 +339,7 @@ fn memory_stays_bounded_with_distinct_communicators_and_ranks() {
     drop(stdin);
     let status = crate::bounded::wait_within(&mut child, "explain-log after its input ended");
     assert!(status.success());
-    // The caps (README, explain-log): 1,024 communicators, 64 ranks sampled and
+    // The caps (docs/explain-log.md): 1,024 communicators, 64 ranks sampled and
     // 65,536 counted per communicator.
     assert!(
         peak_end <= peak_after_32m + 8 * 1024,

@@ -518,7 +518,23 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
             "--gang-peers",
             "127.0.0.1,localhost,pod-that-never-started.invalid",
         ],
-        vec![Some(node()), Some(node()), None],
+        // Rank 0 asks for progress lines (--trace); rank 1's stderr is a pipe: none.
+        vec![
+            Some(Node {
+                args: vec!["--trace".into()],
+                ..node()
+            }),
+            Some(node()),
+            None,
+        ],
+    );
+    let said = "nccl-preflight: gang: pod 0 of 3: waiting up to 1 s for the pods' names, then up to 3 s for every pod to join at 127.0.0.1:";
+    let stderr_of = |rank: usize| ended[rank].as_ref().unwrap().stderr.clone();
+    assert!(stderr_of(0).contains(said), "{}", stderr_of(0));
+    assert!(
+        !stderr_of(1).contains("nccl-preflight: gang: pod"),
+        "{}",
+        stderr_of(1)
     );
     for (rank, e) in ended.iter().take(2).enumerate() {
         let e = e.as_ref().unwrap();

@@ -6,6 +6,7 @@ mod binary;
 mod bounded;
 mod cli;
 mod deploy;
+mod docs;
 mod exec;
 mod explain;
 mod fixtures;

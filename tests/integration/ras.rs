@@ -428,8 +428,10 @@ fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_re
         return;
     };
     let repo = crate::support::repo();
-    let good =
-        std::fs::read_to_string(repo.join("examples/manifests/pytorchjob-watch.yaml")).unwrap();
+    let good = std::fs::read_to_string(
+        repo.join("examples/manifests/base/pytorchjob-watch/pytorchjob-watch.yaml"),
+    )
+    .unwrap();
     let dir = crate::support::scratch("ras-manifests");
     let bad = good.replace("- --watch-nccl\n", "").replace(
         "failureThreshold: 3\n              resources",
@@ -438,8 +440,8 @@ fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_re
     std::fs::write(dir.join("bad.yaml"), bad).unwrap();
     let out = std::process::Command::new(python)
         .arg(repo.join("tests/manifests/validate.py"))
+        .arg("--json")
         .arg(&dir)
-        .arg(repo.join("../shared/data/crds"))
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

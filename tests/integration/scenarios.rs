@@ -379,7 +379,6 @@ fn agreed() -> Vec<Scenario> {
             edit: |f| {
                 f["gpus"]["cuda"]["state"] = json!({"skipped": {"reason": "--cuda off"}});
             },
-            flags: &["--cuda", "off"],
             expect: &[("gpu-devices", "fail")],
             exit: 1,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),

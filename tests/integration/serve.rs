@@ -278,13 +278,14 @@ fn rdma_port_error_counters_are_exported() {
 }
 
 /// `serve` in the H100 fixture with `extra` scenario lines and `args`.
-fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
+pub fn start_gpu(name: &str, extra: &str, args: &[&str]) -> Server {
     let dir = crate::support::scratch(name);
     let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
     let scenario = dir.join("gpu.scenario");
     let text = std::fs::read_to_string(base).unwrap();
     std::fs::write(&scenario, format!("{text}{extra}")).unwrap();
-    let mut all = vec!["--listen", "127.0.0.1:0", "--cuda", "off"];
+    // No --cuda: serve never loads CUDA, and refuses the flag.
+    let mut all = vec!["--listen", "127.0.0.1:0"];
     all.extend(args);
     start_command(fixture_command(
         "gpu-h100-nv18",
@@ -496,14 +497,7 @@ fn serve_loads_the_nccl_libraries_once_not_every_interval() {
     let server = start_command(fixture_command(
         "rdma-p5-efa",
         "serve",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1s",
-            "--cuda",
-            "off",
-        ],
+        &["--listen", "127.0.0.1:0", "--interval", "1s"],
         &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
     ));
     wait_for(&server, "/metrics", |_, m| runs(m) >= 3);
@@ -619,14 +613,7 @@ fn a_failing_net_plugin_is_retried_each_run_in_a_child_never_in_the_server() {
     let server = start_command(fixture_command(
         "rdma-plugin-broken",
         "serve",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1s",
-            "--cuda",
-            "off",
-        ],
+        &["--listen", "127.0.0.1:0", "--interval", "1s"],
         &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
     ));
     wait_for(&server, "/metrics", |_, m| runs(m) >= 3);

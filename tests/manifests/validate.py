@@ -20,20 +20,37 @@ Command lines are found in a container's command/args, after a launcher word
 script. A job-wide check (`gang`, `--gang`) must sit where the job kind lets it form
 (check_gang_placement).
 
-Usage: validate.py MANIFEST_DIR CRD_DIR  -> JSON on stdout:
-  {"documents": N, "errors": ["file: message", ...],
+A Kubeflow job whose check fails must end rather than restart on the same node for
+ever (check_restarts). A directory holding kustomization.yaml is rendered with
+`kubectl kustomize` (or `kustomize build`) and its output validated; its `# node:` line
+is read from the kustomization.yaml.
+
+Usage (scripts/validate-manifests runs it in a venv of its own):
+  validate.py [--crds DIR]... [--json] [PATH...]    (default PATH: examples/manifests)
+One line per error (SOURCE KIND/NAME: where: what), then a summary line; exit 0 when
+there is no error, 1 when there is, 2 when a PATH or --crds does not exist. --json prints
+  {"documents": N, "errors": ["source: message", ...], "sources": [...],
    "commands": [{"file": F, "container": C, "argv": [...]}],
    "pods": [{"file": F, "template": PATH, "node": NAME, "effective": {resource: n}}]}
 """
+import argparse
 import json
 import pathlib
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tomllib
+import urllib.parse
 
-import jsonschema
-import kubernetes_validate
-import yaml
+try:
+    import jsonschema
+    import kubernetes_validate
+    import yaml
+except ImportError as missing:
+    sys.exit(f"validate-manifests: {missing.name} is not installed: run scripts/validate-manifests, "
+             "which makes a venv with kubernetes-validate, jsonschema and pyyaml")
 
 K8S_VERSION = "1.32.0"
 
@@ -41,7 +58,8 @@ K8S_VERSION = "1.32.0"
 def crd_schemas(crd_dir):
     out = {}
     for path in sorted(pathlib.Path(crd_dir).glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
+        # libyaml's loader when PyYAML has it: the Kubeflow CRDs are 3.7 MB of YAML.
+        for crd in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
@@ -144,19 +162,21 @@ def effective_requests(spec, where, errors):
     return {k: v for k, v in sorted(peak(init, add(apps, sidecars)).items()) if v}
 
 
-def check_fit(path, text, templates, errors):
-    """Each pod template's effective request against the node the file names."""
+def check_fit(label, text, templates, errors):
+    """Each pod template's effective request against the node the file (or the
+    kustomization.yaml of a rendered directory) names."""
     pods = []
     node = node_capacity(text)
     for where, spec in templates:
         effective = effective_requests(spec, where, errors)
-        pods.append({"file": path.name, "template": where,
+        pods.append({"file": label, "template": where,
                      "node": node[0] if node else None, "effective": effective})
         if not effective:
             continue
         if node is None:
             errors.append(f"{where}: asks for {effective} but the file has no single "
-                          "'# node: NAME resource=N ...' line naming the node's capacity")
+                          "'# node: NAME resource=N ...' line (in the file, or in the "
+                          "kustomization.yaml of a rendered directory) naming the node's capacity")
             continue
         name, capacity = node
         for resource, n in effective.items():
@@ -167,15 +187,35 @@ def check_fit(path, text, templates, errors):
 
 
 def replica_specs(value):
-    """Every {replicas, template} inside a job (PyTorchJob and MPIJob replica specs)."""
+    """(pods, pod template) for every group of pods a job runs, one pod per node:
+    Kubeflow replica specs ({replicas, template}: PyTorchJob, MPIJob), a batch Job's
+    parallelism, a JobSet's replicatedJobs (replicas x the Job's parallelism)."""
+    if not isinstance(value, dict):
+        return
+    kind, spec = value.get("kind"), value.get("spec") or {}
+    if kind == "Job" and isinstance(spec.get("template"), dict):
+        yield spec.get("parallelism", 1), spec["template"]
+        return
+    if kind == "JobSet":
+        for rj in spec.get("replicatedJobs") or []:
+            job = ((rj.get("template") or {}).get("spec")) or {}
+            if isinstance(job.get("template"), dict):
+                yield rj.get("replicas", 1) * job.get("parallelism", 1), job["template"]
+        return
+    yield from kubeflow_replicas(value)
+
+
+def kubeflow_replicas(value):
     if isinstance(value, dict):
-        if isinstance(value.get("replicas"), int) and isinstance(value.get("template"), dict):
-            yield value["replicas"], value["template"]
+        template = value.get("template")
+        if (isinstance(value.get("replicas"), int) and isinstance(template, dict)
+                and isinstance((template.get("spec") or {}).get("containers"), list)):
+            yield value["replicas"], template
         for item in value.values():
-            yield from replica_specs(item)
+            yield from kubeflow_replicas(item)
     elif isinstance(value, list):
         for item in value:
-            yield from replica_specs(item)
+            yield from kubeflow_replicas(item)
 
 
 def flag(argv, name):
@@ -206,16 +246,18 @@ def check_two_step(doc, where, errors):
         spec = template["spec"]
         trainer = (spec.get("containers") or [{}])[0]
         for c in spec.get("initContainers") or []:
-            if not in_training_image(c):
+            argv = next((a for a in container_commands(c) if a and a[0] in ("init", "check")), None)
+            if argv is None or c.get("restartPolicy") == "Always":
                 continue
             name = f"{where}: {c.get('name')}"
-            argv = (c.get("command") or [])[1:] + (c.get("args") or [])
             nodes = flag(argv, "--nodes")
             if nodes is None and gpu_nodes > 1:
                 errors.append(f"{name}: no --nodes in an init container of a {gpu_nodes}-node job "
                               "(the launcher's variables are not in init containers)")
-            elif nodes is not None and nodes != str(gpu_nodes):
+            elif nodes is not None and gpu_nodes and nodes != str(gpu_nodes):
                 errors.append(f"{name}: --nodes {nodes}, but the job has {gpu_nodes} GPU pods")
+            if not in_training_image(c):
+                continue
             mine, theirs = extended_requests(c, name, errors), extended_requests(trainer, name, errors)
             if mine != theirs:
                 errors.append(f"{name}: asks for {mine}, the trainer for {theirs}: "
@@ -300,7 +342,7 @@ def commands(doc):
 
 
 def check_gang_placement(doc, where, errors):
-    """Where a job-wide check can form (README, "Multi-node: gang"; examples/manifests/README.md):
+    """Where a job-wide check can form (docs/gang.md, "Multi-node: gang"; examples/manifests/README.md):
     not in the init containers of a job whose Service publishes Ready pods only
     (PyTorchJob: one headless Service per replica without publishNotReadyAddresses,
     kubeflow/trainer v1.9.4 pkg/controller.v1/common/service.go; MPIJob: unless
@@ -359,7 +401,7 @@ def serve_watch_ports(tspec):
 
 
 def check_job_probe(doc, where, errors):
-    """A livenessProbe on /job/livez (README, "Watching the running job") needs, in the same
+    """A livenessProbe on /job/livez (docs/serve.md, "Watching the running job") needs, in the same
     pod, `serve --watch-nccl` running beside it on that port, and tolerance for a sidecar
     restart: periodSeconds x failureThreshold of at least 60 s, else a restarting sidecar
     (connection refused) restarts the trainer."""
@@ -386,71 +428,351 @@ def is_custom(api_version):
     return "." in group and not group.endswith(".k8s.io")
 
 
-def validate_file(path, schemas, errors):
-    text = path.read_text()
+def check_restarts(doc, where, errors):
+    """A Kubeflow job whose gate fails must end, not loop on the same node. The operator
+    counts container restarts toward runPolicy.backoffLimit only in Running pods
+    (kubeflow/trainer pkg/core/job.go PastBackoffLimit), and a pod whose init container
+    keeps failing stays Pending in Init:CrashLoopBackOff: so a replica that checks in an
+    init container must not restart (restartPolicy Never), and one that checks in its
+    main container (`exec`) and restarts on failure needs runPolicy.backoffLimit."""
+    spec = doc.get("spec") or {}
+    replicas = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs") or {}
+    limited = (spec.get("runPolicy") or {}).get("backoffLimit") is not None
+    for rtype, rspec in replicas.items():
+        if not isinstance(rspec, dict) or rspec.get("restartPolicy") not in ("OnFailure", "Always"):
+            continue
+        pod = ((rspec.get("template") or {}).get("spec")) or {}
+        gates = [c.get("name") for c in pod.get("initContainers") or []
+                 if c.get("restartPolicy") != "Always"
+                 and any(argv and argv[0] not in ("install", "version") for argv in container_commands(c))]
+        if gates:
+            errors.append(f"{where}: {rtype}: restartPolicy {rspec['restartPolicy']} with the check in "
+                          f"init container {gates[0]}: a failed check restarts it on the same node in "
+                          "Init:CrashLoopBackOff for ever (the pod stays Pending, so runPolicy.backoffLimit "
+                          "never counts it); use restartPolicy: Never")
+        wraps = [c.get("name") for c in pod.get("containers") or []
+                 if any(argv and argv[0] in ("exec", "check", "init") for argv in container_commands(c))]
+        if wraps and not limited:
+            errors.append(f"{where}: {rtype}: restartPolicy {rspec['restartPolicy']} with the check in "
+                          f"container {wraps[0]} and no runPolicy.backoffLimit: a failed check restarts "
+                          "on the same node for ever")
+
+
+ADMISSION_LINE = re.compile(r"^# admission: restricted\s*$", re.M)
+
+
+def check_restricted(doc, where, errors):
+    """A pod template that must be admitted by the Pod Security `restricted` level and
+    OpenShift's restricted-v2 SCC (which drops ALL capabilities, allows adding only
+    NET_BIND_SERVICE, forbids privilege escalation, host namespaces and host paths, and
+    runs a UID from the namespace's range): kubernetes.io/docs/concepts/security/pod-security-standards."""
+    for tpath, template in pod_templates(doc):
+        spec = template["spec"]
+        name = f"{where}: {tpath.removeprefix('spec.')}"
+        pod_sc = spec.get("securityContext") or {}
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key):
+                errors.append(f"{name}: {key}: not admitted by restricted-v2")
+        for v in spec.get("volumes") or []:
+            if "hostPath" in v:
+                errors.append(f"{name}: volume {v.get('name')}: hostPath is not admitted by restricted-v2")
+        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            sc = c.get("securityContext") or {}
+            caps = sc.get("capabilities") or {}
+            label = f"{name}: {c.get('name')}"
+            extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
+            if extra:
+                errors.append(f"{label}: adds {extra}: restricted-v2 allows adding only NET_BIND_SERVICE")
+            if "ALL" not in (caps.get("drop") or []):
+                errors.append(f"{label}: does not drop ALL capabilities")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                errors.append(f"{label}: allowPrivilegeEscalation is not false")
+            if sc.get("privileged"):
+                errors.append(f"{label}: privileged")
+            if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
+                errors.append(f"{label}: runAsNonRoot is not true (in the pod or the container)")
+            if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
+                errors.append(f"{label}: runs as UID 0")
+            seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+            if seccomp not in ("RuntimeDefault", "Localhost"):
+                errors.append(f"{label}: no RuntimeDefault or Localhost seccomp profile")
+
+
+def job_specs(doc):
+    """(path, batch Job spec) for a Job and for every Job template of a JobSet."""
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "Job":
+        yield "spec", spec
+    elif doc.get("kind") == "JobSet":
+        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+            yield f"spec.replicatedJobs[{i}]", ((rj.get("template") or {}).get("spec")) or {}
+
+
+def check_pod_failure_policy(doc, where, errors):
+    """A podFailurePolicy over nccl-preflight's exit codes follows the project's contract
+    (docs/failure-policy.md): 1 (the job's configuration) and 2 (the tool) fail the job,
+    3 (this node) never does, since another node may pass."""
+    for jpath, spec in job_specs(doc):
+        policy = spec.get("podFailurePolicy")
+        if not policy:
+            continue
+        pod = ((spec.get("template") or {}).get("spec")) or {}
+        gates = {c.get("name") for c in (pod.get("initContainers") or []) + (pod.get("containers") or [])
+                 if any(argv and argv[0] in ("init", "check", "exec", "gang") for argv in container_commands(c))}
+        if not gates:
+            continue
+
+        def action(code):
+            for rule in policy.get("rules") or []:
+                on = rule.get("onExitCodes") or {}
+                if on.get("containerName") not in (None, *gates):
+                    continue
+                hit = code in (on.get("values") or [])
+                if (on.get("operator") == "In") == hit and on.get("values") is not None:
+                    return rule.get("action")
+            return None
+
+        for code, what in ((1, "the job's configuration"), (2, "a tool error")):
+            if action(code) not in ("FailJob", "FailIndex"):
+                errors.append(f"{where}: {jpath}.podFailurePolicy: exit code {code} ({what}) does not "
+                              "fail the job: retrying on another node will not help")
+        if action(3) in ("FailJob", "FailIndex"):
+            errors.append(f"{where}: {jpath}.podFailurePolicy: exit code 3 (a node fault) fails the "
+                          "job: count or ignore it so a pod on another node can run")
+
+
+def check_network_attachment(doc, where, errors):
+    """A NetworkAttachmentDefinition's spec.config is a CNI configuration: JSON with a
+    cniVersion and a type or a plugins list (containernetworking/cni SPEC.md)."""
+    if doc.get("kind") != "NetworkAttachmentDefinition":
+        return
+    text = (doc.get("spec") or {}).get("config")
+    if text is None:
+        return
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        errors.append(f"{where}: spec.config: not JSON: {e}")
+        return
+    if not isinstance(config, dict) or "cniVersion" not in config or not ("type" in config or "plugins" in config):
+        errors.append(f"{where}: spec.config: a CNI configuration needs cniVersion and type (or plugins)")
+
+
+def check_machine_config(doc, where, errors):
+    """A MachineConfig's files written from `data:` URLs (Ignition) decode, and a CRI-O
+    drop-in among them parses as TOML: a bad one stops CRI-O on every node of the pool."""
+    if doc.get("kind") != "MachineConfig":
+        return
+    files = ((((doc.get("spec") or {}).get("config") or {}).get("storage") or {}).get("files")) or []
+    for f in files:
+        source = ((f.get("contents") or {}).get("source")) or ""
+        if not source.startswith("data:,"):
+            continue
+        text = urllib.parse.unquote(source.removeprefix("data:,"))
+        if "/crio/" in f.get("path", ""):
+            try:
+                tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                errors.append(f"{where}: {f.get('path')}: not TOML: {e}")
+
+
+def validate_doc(doc, where, schemas, errors):
+    """Schema checks for one document: a CRD's schema, or the built-in kinds'."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key in schemas:
+        for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(doc):
+            loc = ".".join(str(p) for p in e.absolute_path)
+            errors.append(f"{where}: {loc}: {e.message}")
+        local = []
+        # The API server keeps apiVersion, kind and metadata whatever the schema says.
+        top = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+        undeclared(top, schemas[key], "", local)
+        errors.extend(f"{where}: {m}" for m in local)
+        for tpath, template in pod_templates(doc):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": dict(template.get("metadata") or {}, name="template"),
+                "spec": template["spec"],
+            }
+            try:
+                kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                errors.append(f"{where}: {tpath}: {e.message} at {'.'.join(map(str, e.path))}")
+    elif is_custom(key[0]):
+        errors.append(f"{where}: no CRD for {key[0]} {key[1]} in the CRD directories "
+                      "(pass --crds DIR with its definition: kubectl get crd NAME -o yaml)")
+    else:
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{where}: {e.message} at {'.'.join(map(str, e.path))}")
+        except kubernetes_validate.utils.SchemaNotFoundError as e:
+            errors.append(f"{where}: {e}")
+
+
+def validate_text(label, text, node_text, schemas, errors):
+    """Validates the YAML documents of one source: a file, or a kustomization's output.
+    `node_text` holds the `# node:` line (the file itself, or the kustomization.yaml)."""
     docs = [d for d in yaml.safe_load_all(text) if d]
     found, templates = [], []
     for doc in docs:
-        key = (doc.get("apiVersion"), doc.get("kind"))
-        where = f"{path.name} {key[1]}/{doc.get('metadata', {}).get('name')}"
+        if not isinstance(doc, dict):
+            errors.append(f"{label}: a document that is not a mapping")
+            continue
+        where = f"{label} {doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
         templates.extend((f"{where}: {tpath.removeprefix('spec.')}", t["spec"])
                          for tpath, t in pod_templates(doc))
-        if key in schemas:
-            for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(doc):
-                loc = ".".join(str(p) for p in e.absolute_path)
-                errors.append(f"{where}: {loc}: {e.message}")
-            local = []
-            undeclared(doc, schemas[key], "", local)
-            errors.extend(f"{where}: {m}" for m in local)
-            for tpath, template in pod_templates(doc):
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": dict(template.get("metadata") or {}, name="template"),
-                    "spec": template["spec"],
-                }
-                try:
-                    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
-                except kubernetes_validate.ValidationError as e:
-                    errors.append(f"{where}: {tpath}: {e.message} at {'.'.join(map(str, e.path))}")
-        elif is_custom(key[0]):
-            errors.append(f"{where}: no CRD for {key[0]} {key[1]} in the CRD directory")
-        else:
-            try:
-                kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-            except kubernetes_validate.ValidationError as e:
-                errors.append(f"{where}: {e.message} at {'.'.join(map(str, e.path))}")
-            except kubernetes_validate.utils.SchemaNotFoundError as e:
-                errors.append(f"{where}: {e}")
+        validate_doc(doc, where, schemas, errors)
         check_two_step(doc, where, errors)
         check_gang_placement(doc, where, errors)
         check_job_probe(doc, where, errors)
+        check_restarts(doc, where, errors)
+        check_network_attachment(doc, where, errors)
+        check_pod_failure_policy(doc, where, errors)
+        check_machine_config(doc, where, errors)
+        if ADMISSION_LINE.search(node_text):
+            check_restricted(doc, where, errors)
         for container, argv in commands(doc):
-            found.append({"file": path.name, "container": container, "argv": argv})
-    if not found:
-        errors.append(f"{path.name}: no nccl-preflight command line")
-    return len(docs), found, check_fit(path, text, templates, errors)
+            found.append({"file": label, "container": container, "argv": argv})
+    if templates and not found:
+        errors.append(f"{label}: no nccl-preflight command line")
+    return len(docs), found, check_fit(label, node_text, templates, errors)
+
+
+def kustomize_command():
+    """`kubectl kustomize` or `kustomize build`, whichever is on PATH (or beside this
+    Python, as the test venv's kubectl is), or None."""
+    here = pathlib.Path(sys.executable).parent
+    for name, args in (("kubectl", ["kustomize"]), ("kustomize", ["build"])):
+        found = shutil.which(name) or (str(here / name) if (here / name).is_file() else None)
+        if found:
+            return [found, *args]
+    return None
+
+
+def render(directory):
+    """The output of a kustomization directory, or an error message."""
+    command = kustomize_command()
+    if command is None:
+        return None, (f"{directory}: cannot render: neither kubectl nor kustomize is on PATH "
+                      "(scripts/setup.sh test installs kubectl)")
+    try:
+        out = subprocess.run([*command, str(directory)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None, f"{directory}: {' '.join(command)} did not finish within 120 s"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"{directory}: {' '.join(command[1:])} failed: {last}"
+    return out.stdout, None
+
+
+def is_component(directory):
+    try:
+        k = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
+    except yaml.YAMLError:
+        return False
+    return isinstance(k, dict) and k.get("kind") == "Component"
+
+
+def sources(path, root=None):
+    """(label, kind, path) for what PATH holds: a YAML file; a kustomization directory
+    (rendered); a directory whose *.yaml files are validated one by one and whose
+    subdirectories are searched for kustomizations (components are left out: they
+    render only inside a kustomization). A kustomization found below PATH is labelled
+    with its path from PATH, one given as PATH with its last two path components."""
+    root = root or path
+    if path.is_file():
+        yield path.name, "file", path
+        return
+    if (path / "kustomization.yaml").is_file():
+        if not is_component(path):
+            label = (str(path.relative_to(root)) if path != root
+                     else "/".join(path.resolve().parts[-2:]))
+            yield label, "kustomization", path
+        return
+    for f in sorted(path.glob("*.yaml")):
+        yield f.name, "file", f
+    for d in sorted(p for p in path.iterdir() if p.is_dir()):
+        yield from sources(d, root)
+
+
+def validate_path(path, schemas, report):
+    """Validates everything under `path` into `report`."""
+    any_source = False
+    for label, kind, where in sources(path):
+        any_source = True
+        errors = report["errors"]
+        if kind == "kustomization":
+            text, problem = render(where)
+            node_text = (where / "kustomization.yaml").read_text()
+            if problem:
+                errors.append(problem)
+                continue
+        else:
+            text = where.read_text()
+            node_text = text
+        try:
+            n, cmds, fits = validate_text(label, text, node_text, schemas, errors)
+        except yaml.YAMLError as e:
+            errors.append(f"{label}: not YAML: {e}")
+            continue
+        report["documents"] += n
+        report["commands"].extend(cmds)
+        report["pods"].extend(fits)
+        report["sources"].append(label)
+    if not any_source:
+        report["errors"].append(f"{path}: no manifests")
+
+
+def default_crd_dirs():
+    """The CRDs shipped here (tests/manifests/crds), then the Kubeflow ones in ../shared."""
+    here = pathlib.Path(__file__).resolve().parent
+    dirs = [here / "crds", here.parent.parent.parent / "shared" / "data" / "crds"]
+    return [d for d in dirs if d.is_dir()]
 
 
 def main():
-    manifest_dir, crd_dir = sys.argv[1], sys.argv[2]
-    schemas = crd_schemas(crd_dir)
-    errors, found, pods, count = [], [], [], 0
-    files = sorted(pathlib.Path(manifest_dir).glob("*.yaml"))
-    if not files:
-        errors.append(f"{manifest_dir}: no manifests")
-    for path in files:
-        try:
-            n, cmds, fits = validate_file(path, schemas, errors)
-        except yaml.YAMLError as e:
-            errors.append(f"{path.name}: not YAML: {e}")
-            continue
-        count += n
-        found.extend(cmds)
-        pods.extend(fits)
-    json.dump({"documents": count, "errors": errors, "commands": found, "pods": pods},
-              sys.stdout, indent=1)
+    parser = argparse.ArgumentParser(
+        description="Validate Kubernetes manifests (files, directories, kustomizations) against "
+                    "the real schemas and the rules of examples/manifests/README.md.")
+    parser.add_argument("paths", nargs="*", type=pathlib.Path,
+                        help="YAML files, directories of them, or kustomization directories "
+                             "(default: examples/manifests)")
+    parser.add_argument("--crds", action="append", type=pathlib.Path,
+                        help="a directory of CustomResourceDefinitions (repeatable; default: "
+                             "tests/manifests/crds and ../shared/data/crds)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the whole result as JSON (documents, errors, commands, pods)")
+    args = parser.parse_args()
+    root = pathlib.Path(__file__).resolve().parent.parent.parent
+    paths = args.paths or [root / "examples" / "manifests"]
+    for p in [*paths, *(args.crds or [])]:
+        if not p.exists():
+            print(f"validate-manifests: {p}: no such file or directory", file=sys.stderr)
+            return 2
+    schemas = {}
+    for d in args.crds or default_crd_dirs():
+        schemas.update(crd_schemas(d))
+    report = {"documents": 0, "errors": [], "commands": [], "pods": [], "sources": []}
+    for p in paths:
+        validate_path(p, schemas, report)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        print()
+    else:
+        for e in report["errors"]:
+            print(escape(e))
+        print(f"{'FAILED' if report['errors'] else 'ok'}: {len(report['errors'])} error(s) in "
+              f"{report['documents']} documents from {len(report['sources'])} sources, "
+              f"{len(report['commands'])} nccl-preflight command lines")
+    return 1 if report["errors"] else 0
+
+
+def escape(text):
+    """A message for a terminal: control characters from the manifests shown as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,124 @@
+//! `probe --npd`: the answer of a node-problem-detector custom plugin.
+//!
+//! NPD's contract (kubernetes/node-problem-detector v1.37.0-alpha.1,
+//! pkg/custompluginmonitor/plugin/plugin.go `run`, docs/custom_plugin_monitor.md): the
+//! plugin's exit code is the status (0 OK, 1 NonOK, anything else Unknown) and its
+//! standard output, trimmed and cut at `max_output_length` bytes (default 80, config.go
+//! `defaultMaxOutputLength`), is the node condition's message. So a failed check is 1
+//! whoever is to blame (on a node, a failure is the node's condition), a tool that could
+//! not run is 2, and the line is made to fit: the failed check ids first (short, and what
+//! an alert or a human greps for), then as much of the first failure's summary as fits.
+
+use crate::finding::Status;
+use crate::report::Report;
+
+/// NPD's `max_output_length` default.
+pub const DEFAULT_MAX_OUTPUT: usize = 80;
+/// NPD's statuses, as exit codes.
+pub const NPD_OK: u8 = 0;
+pub const NPD_NON_OK: u8 = 1;
+pub const NPD_UNKNOWN: u8 = 2;
+
+/// The exit code and the one line (no newline) for a finished run.
+pub fn answer(report: &Report, max: usize) -> (u8, String) {
+    let (_, warned, passed, _) = report.counts();
+    if report.verdict != Status::Fail {
+        return (
+            NPD_OK,
+            fit(&format!("ok: {passed} passed, {warned} warning(s)"), max),
+        );
+    }
+    let failed: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.status() == Status::Fail)
+        .collect();
+    let ids: Vec<&str> = failed.iter().map(|c| c.id.as_str()).collect();
+    let first = failed.first().map(|c| c.summary.as_str()).unwrap_or("");
+    let line = format!("fail: {}: {}", ids.join(", "), one_line(first));
+    (NPD_NON_OK, fit(&line, max))
+}
+
+/// The exit code and the line for a run that could not happen (bad flags, unreadable input).
+pub fn unknown(error: &anyhow::Error, max: usize) -> (u8, String) {
+    (
+        NPD_UNKNOWN,
+        fit(
+            &format!("unknown: {}", one_line(&format!("{error:#}"))),
+            max,
+        ),
+    )
+}
+
+/// Text from the host or the checks on one line, safe for a terminal and a node
+/// condition: line breaks become spaces, other control characters visible escapes.
+fn one_line(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    super::visible(&flat).into_owned()
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut,
+/// so NPD never has to cut it (its cut is by bytes, and can split a character).
+pub fn fit(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", text[..end].trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::Finding;
+
+    fn report(findings: Vec<Finding>) -> Report {
+        let mut report = crate::render::fixed_report::report();
+        report.verdict = crate::finding::verdict(&findings);
+        report.checks = findings;
+        report
+    }
+
+    #[test]
+    fn a_failure_names_every_failed_check_first_and_fits_the_limit() {
+        let long = "GPU 3: the driver's recovery action is GPU reset: drain the node and reset \
+                    the GPU (nvidia-smi -r), then run the checks again";
+        let r = report(vec![
+            Finding::fail("gpu-health", long, "fix"),
+            Finding::pass("dev-shm", "ok"),
+            Finding::fail("nvlink", "GPU 3: link 4 is down", "fix"),
+        ]);
+        let (code, line) = answer(&r, DEFAULT_MAX_OUTPUT);
+        assert_eq!(code, NPD_NON_OK);
+        assert!(line.len() <= DEFAULT_MAX_OUTPUT, "{line}");
+        assert!(
+            line.starts_with("fail: gpu-health, nvlink: GPU 3: the driver's"),
+            "{line}"
+        );
+        assert!(line.ends_with("..."), "{line}");
+        let (_, whole) = answer(&r, 400);
+        assert!(whole.ends_with("run the checks again"), "{whole}");
+    }
+
+    #[test]
+    fn a_pass_is_ok_and_an_error_is_unknown_and_host_text_cannot_break_the_line() {
+        let r = report(vec![Finding::warn("stack-limit", "unlimited", "fix")]);
+        assert_eq!(
+            answer(&r, 80),
+            (NPD_OK, "ok: 0 passed, 1 warning(s)".to_string())
+        );
+        let e = anyhow::anyhow!("reading --facts /x\u{1b}[2J\nnext");
+        let (code, line) = unknown(&e, 80);
+        assert_eq!(code, NPD_UNKNOWN);
+        assert_eq!(line, "unknown: reading --facts /x\\x1b[2J next");
+        // Cut on a character boundary: "é" is two bytes.
+        assert_eq!(fit("ééééé", 8), "éé...");
+        assert_eq!(fit("abc", 3), "abc");
+    }
+}
