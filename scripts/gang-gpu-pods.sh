@@ -137,7 +137,7 @@ run_pods() {
         local some
         some=$(seq -s ' ' 0 $((n - 2)))
         leg_flags=$tuned pods_leg M $some
-        pods_judge M 1 "never reached the rendezvous" $some
+        pods_judge M 3 "never reached the rendezvous" $some
     fi
     if has_leg P; then
         # Ingress on pod 2: TCP to the gang port passes, every other SYN is dropped
@@ -165,7 +165,7 @@ run_pods() {
             else
                 pod_tc 2 qdisc del dev eth0 ingress || true
             fi
-            pods_judge P 1 "NCCL's join did not complete" $all
+            pods_judge P 3 "NCCL's join did not complete" $all
         else
             note "SKIP P: neither tc nor iptables can drop here: $(tr '\n' ' ' < "$work/P-tc.err")"
         fi
@@ -176,6 +176,6 @@ run_pods() {
         leg_flags= pods_leg S $all
         pod_tc 2 qdisc del dev eth0 root || true
         pod_tc "$n" qdisc del dev gq2 root || true
-        pods_judge S 1 "job-worker-1) is the straggler" $all
+        pods_judge S 3 "job-worker-1) is the straggler" $all
     fi
 }

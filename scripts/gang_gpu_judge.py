@@ -5,7 +5,7 @@ code, wall_s, nccl.rankI.log = NCCL's INFO log). Prints one line with the number
 exits 0 when the leg shows what it must, 1 otherwise.
 
 What is relied on: the report/v1 JSON (`checks`: id, status, summary, evidence),
-the gang-* check ids, the exit codes (0 pass/warn, 1 fail, 2 could not run) and a
+the gang-* check ids, the exit codes (0 pass/warn, 1 job fault, 3 node fault, 2 could not run) and a
 `gang` object whose bandwidth rows carry a size in bytes and a busbw; the names of
 those fields are looked up loosely (a key holding "busbw", a key holding "bytes"
 or "size") so that the judge does not pin the gang object's layout.
@@ -142,7 +142,7 @@ def main(argv):
         wall = float(read(f"{d}/wall_s", "inf"))
         named = [m for m in missing if re.search(rf"\b{re.escape(m)}\b", text_of(c))]
         # 15 s of slack for process start and the report.
-        ok = code == 1 and (c or {}).get("status") == "fail" and bool(named) and wall <= timeout + 15
+        ok = code == 3 and (c or {}).get("status") == "fail" and bool(named) and wall <= timeout + 15
         print(f"exit {code}; gang-join {(c or {}).get('status', 'absent')} after {wall:.1f} s "
               f"(bound {timeout:.0f} s), names {named or 'none of ' + str(missing)}: "
               f"{(c or {}).get('summary', '')!s}")

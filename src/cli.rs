@@ -101,7 +101,7 @@ pub fn first_sentence(text: &str) -> &str {
     name = "nccl-preflight",
     version = VERSION,
     about = "Checks a GPU node or pod for what breaks or slows NCCL, and writes tuned NCCL settings.",
-    after_help = "Exit codes: 0 no check failed (warnings allowed); 1 at least one check failed; 2 the tool could not do its job."
+    after_help = "Exit codes: 0 no check failed (warnings allowed); 1 a check failed and a failure lies with the job (fix the job); 2 the tool could not do its job; 3 every failure lies with this node (retry elsewhere)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -117,7 +117,7 @@ pub enum Command {
     /// Check, then write the tuned settings and the report where told (for initContainers).
     Init(InitArgs),
     /// In the training container: check, tune, and replace this process with CMD in the tuned
-    /// environment (your own variables win). Exits 1 with the report when a check fails.
+    /// environment (your own variables win). Exits 1 (job fault) or 3 (node fault) with the report when a check fails.
     Exec(ExecArgs),
     /// Everything for a person debugging a node: GPU topology and P2P matrices, CUDA's view, and the checks.
     Doctor(CheckArgs),

@@ -6,12 +6,12 @@ use crate::cli::{
 };
 use crate::finding::Status;
 use crate::gather::gpu::HungCall;
-use crate::judge;
 use crate::output::{self, Output};
 use crate::render;
 use crate::report::Report;
 use crate::run::{
-    EXIT_FAILED, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate, evaluate_under, use_color,
+    EXIT_FAILED, EXIT_NODE_FAULT, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate,
+    evaluate_under, use_color,
 };
 use crate::run::{describing, exec_environment, exit_code, gather_facts, print};
 use crate::tune;
@@ -113,13 +113,15 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         report
             .checks
             .extend(measured.into_iter().map(|f| policy.settle(f)));
-        report.verdict = judge::verdict(&report.checks);
+        report.rejudge();
     }
     if args.gang {
         if hung.0 {
-            bail!(
-                "init --gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
-            );
+            // The driver is the node's, as for `gang`; nothing is written.
+            crate::diagnostic::line(format_args!(
+                "nccl-preflight: init --gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
+            ));
+            return Ok(Exit::new(EXIT_NODE_FAULT, hung));
         }
         let identity = crate::gang::command::identity(&args.check, &args.gang_opts, env)?;
         let run = crate::gang::command::attach(
@@ -131,7 +133,11 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             env,
         )?;
         if args.check.format == Format::Human {
-            emit_err(&crate::gang::render::job(&run, report.verdict))?;
+            emit_err(&crate::gang::render::job(
+                &run,
+                report.verdict,
+                report.fault,
+            ))?;
         }
     }
     let outputs = init_outputs(args, &mut report, &policy);
@@ -204,7 +210,7 @@ fn nccl_conf_output(
     match unread {
         Some(warning) => {
             report.checks.push(policy.settle(warning));
-            report.verdict = judge::verdict(&report.checks);
+            report.rejudge();
             None
         }
         None => Some(path.clone()),
@@ -313,7 +319,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             "nccl-preflight: not starting {}: a check failed (--ignore ID lets it start)",
             args.command[0].to_string_lossy()
         ));
-        return Ok(Exit::new(EXIT_FAILED, hung));
+        return Ok(Exit::new(exit_code(&report), hung));
     }
     if args.dry_run {
         dry_run(args, env, &tuned)?;
@@ -332,7 +338,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             args.command[0].to_string_lossy(),
             args.check.gather.timeout.as_secs_f64()
         ));
-        return Ok(Exit::new(EXIT_FAILED, hung));
+        // The driver is the node's: another node can run the command.
+        return Ok(Exit::new(EXIT_NODE_FAULT, hung));
     }
     crate::diagnostic::line(format_args!(
         "nccl-preflight: {} ({}); starting {} with {} tuned variable(s)",
@@ -364,7 +371,8 @@ fn exec_gang(
             "nccl-preflight: not starting {}: a GPU driver call did not return within --timeout; the gang cannot run NCCL here",
             args.command[0].to_string_lossy()
         );
-        return Ok(Some(Exit::new(crate::gang::command::EXIT_CANNOT_RUN, hung)));
+        // The driver is the node's, as for `gang`.
+        return Ok(Some(Exit::new(EXIT_NODE_FAULT, hung)));
     }
     let run =
         crate::gang::command::attach(report, policy, &args.check, identity, &args.gang_opts, env)?;
@@ -568,7 +576,7 @@ mod tests {
                 continue;
             };
             loaded += 1;
-            let findings = judge::judge(&facts, &policy);
+            let findings = crate::judge::judge(&facts, &policy);
             let settings = tune::tune(&facts);
             let report = Report::new(facts, findings, settings);
             assert!(!render::human::render(&report, false).is_empty());
@@ -607,7 +615,7 @@ mod tests {
             }
             let name = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_FAMILY"][rng.below(3)];
             let facts = test_facts::with_env(base.clone(), &[(name, value.as_str())]);
-            let findings = judge::judge(&facts, &policy);
+            let findings = crate::judge::judge(&facts, &policy);
             assert!(
                 findings.iter().any(|f| f.id == "nccl-env"),
                 "{name}={value:?}"

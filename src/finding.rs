@@ -29,6 +29,77 @@ impl Status {
     }
 }
 
+/// Where the fault of a failing or warning finding lies, decided by where its fix is
+/// applied (issue 28, the failure-policy contract): on the node, or in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Blame {
+    /// The node's hardware, driver, kernel, fabric manager, NIC, links or their speed, or
+    /// the container runtime's configuration there: the same pod on another node can pass.
+    Node,
+    /// The pod spec, the environment variables, the image's libraries or the launcher:
+    /// retrying elsewhere fails the same way; the job must change.
+    Job,
+}
+
+impl Blame {
+    pub fn label(self) -> &'static str {
+        match self {
+            Blame::Node => "node",
+            Blame::Job => "job",
+        }
+    }
+}
+
+/// A run's fault: where its failures lie, which decides the exit code (0, 1 or 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// No check failed (warnings allowed).
+    #[default]
+    None,
+    /// At least one failure lies with the job: fix the job (a mixed run is a job fault,
+    /// since the job must change anyway).
+    Job,
+    /// Every failure lies with this node: retry the pod elsewhere.
+    Node,
+}
+
+impl Fault {
+    pub fn label(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Job => "job",
+            Fault::Node => "node",
+        }
+    }
+
+    /// The first words of a termination message or a verdict line: what to do about it.
+    pub fn advice(self) -> Option<&'static str> {
+        match self {
+            Fault::None => None,
+            Fault::Job => Some("job fault: fix the job"),
+            Fault::Node => Some("node fault: retry elsewhere"),
+        }
+    }
+}
+
+/// The fault of a run: `Job` when any failure blames the job, `Node` when every failure
+/// blames the node, `None` when nothing failed. A failure with no blame yet counts as
+/// the job's (a failure no table places must not send the pod round the nodes).
+pub fn fault(findings: &[Finding]) -> Fault {
+    let mut failed = findings.iter().filter(|f| f.status == Status::Fail);
+    let Some(first) = failed.next() else {
+        return Fault::None;
+    };
+    let node = |f: &Finding| f.blame == Some(Blame::Node);
+    if node(first) && failed.all(node) {
+        Fault::Node
+    } else {
+        Fault::Job
+    }
+}
+
 /// How bad a problem is: the statuses that need a fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
@@ -78,6 +149,11 @@ pub struct Finding {
     /// True when `--ignore` turned a failure into this warning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     ignored: bool,
+    /// Where the fault lies: only on a warning or a failure (absent from reports of older
+    /// versions). A check's judge may set it ([`Finding::blamed`]); otherwise the check
+    /// table's default is stamped on when the report is built ([`Finding::blamed_by_default`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    blame: Option<Blame>,
 }
 
 /// A finding as JSON holds it, checked against the contract before it becomes one.
@@ -90,6 +166,8 @@ struct FindingRecord {
     remediation: Option<String>,
     #[serde(default)]
     ignored: bool,
+    #[serde(default)]
+    blame: Option<Blame>,
 }
 
 impl TryFrom<FindingRecord> for Finding {
@@ -111,6 +189,13 @@ impl TryFrom<FindingRecord> for Finding {
                 r.id
             ));
         }
+        if r.blame.is_some() && !needs_fix {
+            return Err(format!(
+                "finding {:?}: status {} cannot carry a blame",
+                r.id,
+                r.status.label()
+            ));
+        }
         Ok(Finding {
             id: r.id,
             status: r.status,
@@ -118,6 +203,7 @@ impl TryFrom<FindingRecord> for Finding {
             evidence: r.evidence,
             remediation: r.remediation,
             ignored: r.ignored,
+            blame: r.blame,
         })
     }
 }
@@ -131,6 +217,7 @@ impl Finding {
             evidence: Vec::new(),
             remediation,
             ignored: false,
+            blame: None,
         }
     }
 
@@ -183,6 +270,29 @@ impl Finding {
         self.ignored
     }
 
+    /// Where the fault lies: `Some` on a warning or a failure once blamed.
+    pub fn blame(&self) -> Option<Blame> {
+        self.blame
+    }
+
+    /// This finding's own blame, where the check can fail for either reason (gpu-p2p:
+    /// one GPU per pod is the job's, P2P disabled by ACS is the node's). A pass or a
+    /// skip carries none.
+    pub fn blamed(mut self, blame: Blame) -> Self {
+        if self.status >= Status::Warn {
+            self.blame = Some(blame);
+        }
+        self
+    }
+
+    /// The check's default blame, where the finding has none of its own.
+    pub fn blamed_by_default(self, default: Blame) -> Self {
+        match self.blame {
+            Some(_) => self,
+            None => self.blamed(default),
+        }
+    }
+
     /// `--ignore`: a failure becomes a flagged warning, keeping its fix; other statuses
     /// are left as they are.
     pub fn ignore(mut self) -> Self {
@@ -223,6 +333,8 @@ pub struct Problem {
     pub summary: String,
     pub evidence: Vec<String>,
     pub remediation: String,
+    /// Where this problem's fault lies, where it differs from the check's default.
+    pub blame: Option<Blame>,
 }
 
 impl Problem {
@@ -236,7 +348,28 @@ impl Problem {
             summary: summary.into(),
             evidence: Vec::new(),
             remediation: remediation.into(),
+            blame: None,
         }
+    }
+
+    /// This problem's own blame (see [`Finding::blamed`]).
+    pub fn blamed(mut self, blame: Blame) -> Self {
+        self.blame = Some(blame);
+        self
+    }
+}
+
+/// The blame of problems judged together: the job's when any of them blames the job,
+/// the node's when all of them blame the node, else the check's default (`None`), which
+/// is right either way: a default of job makes a mix the job's, a default of node means
+/// every problem is the node's.
+fn combined_blame(problems: &[&Problem]) -> Option<Blame> {
+    if problems.iter().any(|p| p.blame == Some(Blame::Job)) {
+        Some(Blame::Job)
+    } else if problems.iter().all(|p| p.blame == Some(Blame::Node)) {
+        Some(Blame::Node)
+    } else {
+        None
     }
 }
 
@@ -280,6 +413,9 @@ pub fn combine(
     }
     let mut f = Finding::flagged(id, worst, summary, fixes.join("\n"));
     f.evidence = all_evidence;
+    // The finding's status is the worst problems': so is its blame.
+    let worst_ones: Vec<&Problem> = problems.iter().filter(|p| p.status == worst).collect();
+    f.blame = combined_blame(&worst_ones);
     f
 }
 
@@ -307,6 +443,10 @@ pub struct CheckInfo {
     /// What the check looks at, for `--help` and docs/checks.md.
     pub title: &'static str,
     pub source: Source,
+    /// Where a failure lies unless the finding says otherwise, and why: where the fix is
+    /// applied (docs/failure-policy.md lists every check's).
+    pub blame: Blame,
+    pub blame_why: &'static str,
 }
 
 /// The ids of the checks reported outside the judge (bench, serve), as constants, so no
@@ -320,6 +460,7 @@ pub mod ids {
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
     pub const NCCL_CONF: &str = "nccl-conf";
     pub const NCCL_JOB: &str = "nccl-job";
+    pub const NCCL_DIAGNOSTICS: &str = "nccl-diagnostics";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -329,41 +470,64 @@ pub const REGISTRY: &[CheckInfo] = &[
         id: ids::GPU_BANDWIDTH,
         title: "measured GPU peer-copy bandwidth against the links' figure (bench)",
         source: Source::Measured,
+        blame: Blame::Node,
+        blame_why: "a peer copy below the links' figure is a link, a switch or a GPU of this node: the fix is the node's (reseat, replace, drain)",
     },
     CheckInfo {
         id: ids::NCCL_ALLREDUCE,
         title: "measured NCCL all-reduce bandwidth and transport (bench)",
         source: Source::Measured,
+        blame: Blame::Node,
+        blame_why: "an all-reduce below what this node's links give is the node's links or GPUs; the job's variables are judged by nccl-env",
     },
     CheckInfo {
         id: ids::GPU_XID,
         title: "GPU XID events seen while serving",
         source: Source::Runtime,
+        blame: Blame::Node,
+        blame_why: "an XID is the GPU or its driver reporting a fault on this node",
     },
     CheckInfo {
         id: ids::NCCL_JOB,
         title: "the running job through NCCL's RAS: hung collectives, dead ranks, NCCL errors (serve --watch-nccl)",
         source: Source::Runtime,
+        blame: Blame::Node,
+        blame_why: "a hung collective or a dead rank is a rank whose node stopped answering; the job's settings are judged before it starts",
+    },
+    CheckInfo {
+        id: ids::NCCL_DIAGNOSTICS,
+        title: "NCCL's own RAS diagnostics (2.31+: ECC, NVLink, Xid/SXid, drivers, NCCL_* across ranks) judged (serve POST /job/diagnose, gang)",
+        source: Source::Runtime,
+        blame: Blame::Node,
+        blame_why: "NCCL's diagnostics report ECC, NVLink, Xid and driver faults of the ranks' nodes; ranks that differ only in their NCCL_* settings are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_JOIN,
         title: "every pod of the job joined one NCCL communicator in time (gang)",
         source: Source::Measured,
+        blame: Blame::Node,
+        blame_why: "a pod that never came or that NCCL could not join is named by the gang: its node or its links; a duplicate rank, a refused or stale pod or a port held in the pod are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_CONSISTENCY,
         title: "the pods agree: NCCL version, driver, GPUs, NICs, plugin, NCCL/FI variables, local verdicts (gang)",
         source: Source::Measured,
+        blame: Blame::Job,
+        blame_why: "pods that disagree on NCCL, variables or options were built from different images or templates: the job's; a pod with fewer GPUs or RDMA devices, or whose own failures are all its node's, is the node's (set per finding)",
     },
     CheckInfo {
         id: ids::NCCL_CONF,
         title: "the nccl.conf `init --nccl-conf` writes is one the image's NCCL reads (NCCL_CONF_FILE: 2.23 and later)",
         source: Source::Image,
+        blame: Blame::Job,
+        blame_why: "the nccl.conf is read by the image's NCCL (2.23 and later): the image is the job's",
     },
     CheckInfo {
         id: ids::GANG_BANDWIDTH,
         title: "all-reduce busbw across the job, the transport NCCL chose, the node x node matrix and its straggler (gang)",
         source: Source::Measured,
+        blame: Blame::Node,
+        blame_why: "a slow all-reduce, a straggler or a link below its figure is a node's links; NCCL on sockets despite RDMA devices or a pod sending nonsense is the job's (set per finding)",
     },
 ];
 
@@ -425,6 +589,69 @@ mod tests {
         assert_eq!(pass.clone().ignore(), pass);
         let warn = Finding::warn("memlock", "low", "raise it");
         assert_eq!(warn.clone().ignore(), warn);
+    }
+
+    #[test]
+    fn the_fault_is_the_jobs_when_any_failure_is_and_the_nodes_when_all_are() {
+        let node = || Finding::fail("nvlink", "down", "drain").blamed(Blame::Node);
+        let job = || Finding::fail("dev-shm", "small", "mount").blamed(Blame::Job);
+        let warn_job = Finding::warn("nccl-env", "typo", "fix").blamed(Blame::Job);
+        assert_eq!(fault(&[]), Fault::None);
+        assert_eq!(fault(std::slice::from_ref(&warn_job)), Fault::None);
+        assert_eq!(fault(&[node(), warn_job.clone()]), Fault::Node);
+        assert_eq!(fault(&[node(), node()]), Fault::Node);
+        assert_eq!(fault(&[node(), job()]), Fault::Job);
+        assert_eq!(fault(&[job(), node()]), Fault::Job);
+        // A failure no table placed counts as the job's, never as a reason to move on.
+        assert_eq!(fault(&[node(), Finding::fail("x", "s", "fix")]), Fault::Job);
+        // An ignored failure is a warning: it no longer decides the fault.
+        assert_eq!(fault(&[node(), job().ignore()]), Fault::Node);
+        assert_eq!(job().ignore().blame(), Some(Blame::Job));
+        // A pass or a skip never carries a blame; a default never overrides the finding's own.
+        assert_eq!(Finding::pass("x", "ok").blamed(Blame::Job).blame(), None);
+        assert_eq!(
+            node().blamed_by_default(Blame::Job).blame(),
+            Some(Blame::Node)
+        );
+        let text = serde_json::to_string(&node()).unwrap();
+        assert!(text.contains(r#""blame":"node""#), "{text}");
+        assert_eq!(serde_json::from_str::<Finding>(&text).unwrap(), node());
+        let err = serde_json::from_str::<Finding>(
+            r#"{"id":"x","status":"pass","summary":"s","evidence":[],"remediation":null,"blame":"job"}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot carry a blame"), "{err}");
+    }
+
+    #[test]
+    fn combined_problems_blame_the_job_if_any_of_the_worst_does() {
+        let p = |s, b: Option<Blame>| {
+            let p = Problem::new(s, "p", "fix");
+            match b {
+                Some(b) => p.blamed(b),
+                None => p,
+            }
+        };
+        let blame = |problems| combine("gang-consistency", "ok".into(), vec![], problems).blame();
+        let (node, job) = (Some(Blame::Node), Some(Blame::Job));
+        assert_eq!(
+            blame(vec![p(Severity::Fail, node), p(Severity::Fail, job)]),
+            job
+        );
+        assert_eq!(
+            blame(vec![p(Severity::Fail, node), p(Severity::Fail, node)]),
+            node
+        );
+        // Only the worst problems decide: a job warning beside a node failure.
+        assert_eq!(
+            blame(vec![p(Severity::Fail, node), p(Severity::Warn, job)]),
+            node
+        );
+        // A problem with the check's default leaves the default to decide.
+        assert_eq!(
+            blame(vec![p(Severity::Fail, node), p(Severity::Fail, None)]),
+            None
+        );
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The `nccl-preflight` binary: parse flags, run the command, exit with its code.
-//! Exit codes: 0 no check failed, 1 a check failed, 2 the tool could not do its job.
+//! Exit codes (docs/failure-policy.md): 0 no check failed, 1 a check failed and a failure
+//! lies with the job, 2 the tool could not do its job, 3 every failure lies with the node.
 
 use clap::FromArgMatches;
 use nccl_preflight::cli::{self, Cli, Command};
 use nccl_preflight::commands;
 use std::process::ExitCode;
 
-const EXIT_TOOL_ERROR: u8 = 2;
+use nccl_preflight::run::EXIT_TOOL_ERROR;
 
 /// The system allocator, except that running out of memory exits 2 with a message
 /// instead of Rust's abort (SIGABRT, exit 134, no report): under `prlimit --as=8388608`

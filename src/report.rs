@@ -2,7 +2,7 @@
 //! `--format json` prints it (schema `nccl-preflight/report/v1`).
 
 use crate::facts::Facts;
-use crate::finding::{Finding, Status};
+use crate::finding::{Fault, Finding, Status};
 use crate::predict::Prediction;
 use crate::tune::Setting;
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,10 @@ pub struct Report {
     pub tool_version: String,
     /// The worst check status: `pass`, `warn` or `fail`.
     pub verdict: Status,
+    /// Where the failures lie (`none`, `job` or `node`), which decides the exit code:
+    /// 0, 1 or 3 (docs/failure-policy.md). Absent from reports of older versions.
+    #[serde(default)]
+    pub fault: Fault,
     pub checks: Vec<Finding>,
     pub settings: Vec<Setting>,
     /// What NCCL will do on this node (crate::predict), schema
@@ -27,15 +31,28 @@ pub struct Report {
 
 impl Report {
     pub fn new(facts: Facts, checks: Vec<Finding>, settings: Vec<Setting>) -> Self {
-        Report {
+        let mut report = Report {
             schema: REPORT_SCHEMA.to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            verdict: crate::finding::verdict(&checks),
+            verdict: Status::Pass,
+            fault: Fault::None,
             checks,
             settings,
             nccl: Some(crate::predict::predict(&facts)),
             facts,
-        }
+        };
+        report.rejudge();
+        report
+    }
+
+    /// After findings were added or changed: every warning and failure gets its check's
+    /// default blame where it has none of its own, then the verdict and the fault are
+    /// computed again.
+    pub fn rejudge(&mut self) {
+        let checks = std::mem::take(&mut self.checks);
+        self.checks = checks.into_iter().map(crate::judge::blame).collect();
+        self.verdict = crate::finding::verdict(&self.checks);
+        self.fault = crate::finding::fault(&self.checks);
     }
 
     /// Counts of checks by status: (failed, warned, passed, skipped).

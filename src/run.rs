@@ -5,7 +5,7 @@
 
 use crate::cli::{CheckArgs, Format, GatherArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
-use crate::finding::Status;
+use crate::finding::Fault;
 use crate::gather::gpu::{GpuOptions, HungCall};
 use crate::gather::rdma::RdmaOptions;
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
@@ -20,7 +20,12 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 pub const EXIT_OK: u8 = 0;
+/// A check failed and at least one failure lies with the job's configuration.
 pub const EXIT_FAILED: u8 = 1;
+/// The tool could not do its job (bad flags, unreadable input, unwritable output).
+pub const EXIT_TOOL_ERROR: u8 = 2;
+/// A check failed and every failure lies with this node: retry the pod elsewhere.
+pub const EXIT_NODE_FAULT: u8 = 3;
 
 /// A command's exit: its code, and whether a vendor call hung, in which case the
 /// process must leave with `_exit` rather than run library destructors.
@@ -471,10 +476,17 @@ pub(crate) fn print(report: &Report, format: Format, env: &[(OsString, OsString)
 }
 
 pub(crate) fn exit_code(report: &Report) -> u8 {
-    if report.verdict == Status::Fail {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
+    fault_exit(report.fault)
+}
+
+/// The exit code of a fault (the failure-policy contract, docs/failure-policy.md): 0 no
+/// check failed, 1 a failure lies with the job, 3 every failure lies with this node. 2,
+/// the tool could not do its job, is main's.
+pub fn fault_exit(fault: Fault) -> u8 {
+    match fault {
+        Fault::None => EXIT_OK,
+        Fault::Job => EXIT_FAILED,
+        Fault::Node => EXIT_NODE_FAULT,
     }
 }
 

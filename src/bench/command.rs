@@ -291,7 +291,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         }
     }
     let code = match report.verdict {
-        Status::Fail => 1,
+        Status::Fail => crate::run::fault_exit(report.fault),
         // A bench that measured nothing could not do its job: exit 2, as for any tool error.
         Status::Skip => {
             crate::diagnostic::line(format_args!(

@@ -71,6 +71,8 @@ pub struct Measured {
 pub struct BenchReport {
     pub schema: &'static str,
     pub verdict: Status,
+    /// Where the failures lie (`none`, `job`, `node`): `bench` exits 0, 1 or 3 by it.
+    pub fault: crate::finding::Fault,
     pub wall_seconds: f64,
     pub budget_seconds: f64,
     pub min_bandwidth_fraction: f64,
@@ -142,6 +144,7 @@ pub fn judge(
         });
         findings.push(finding);
     }
+    let findings: Vec<Finding> = findings.into_iter().map(crate::judge::blame).collect();
     BenchReport {
         schema: SCHEMA,
         // Nothing measured is not a pass: the verdict says skip, and `bench` exits 2.
@@ -150,6 +153,7 @@ pub fn judge(
         } else {
             crate::finding::verdict(&findings)
         },
+        fault: crate::finding::fault(&findings),
         wall_seconds: wall.as_secs_f64(),
         budget_seconds: settings.budget.as_secs_f64(),
         min_bandwidth_fraction: settings.min_fraction,

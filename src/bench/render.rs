@@ -54,7 +54,7 @@ pub fn human(report: &BenchReport, color: bool) -> String {
     let _ = writeln!(
         out,
         "\n{} in {:.2} s (budget {} s, threshold {:.0}% of the link)",
-        crate::render::human::paint(report.verdict.label(), report.verdict, color),
+        crate::render::human::verdict_text(report.verdict, report.fault, color),
         report.wall_seconds,
         report.budget_seconds,
         report.min_bandwidth_fraction * 100.0

@@ -160,6 +160,8 @@ pub fn attach(
         nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
+        ras_diagnostics: crate::nccl::version(&report.facts)
+            .is_some_and(|v| v >= crate::nccl::ras_diagnostics::FIRST),
     };
     crate::diagnostic::progress(
         check.gather.trace,
@@ -173,11 +175,16 @@ pub fn attach(
             identity.port
         ),
     );
-    let run = super::run(report, identity, &settings);
+    let mut run = super::run(report, identity, &settings);
+    // The gang's own list (its JSON's `gang.findings`) carries the blame the report does.
+    run.findings = std::mem::take(&mut run.findings)
+        .into_iter()
+        .map(crate::judge::blame)
+        .collect();
     report
         .checks
         .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
-    report.verdict = crate::finding::verdict(&report.checks);
+    report.rejudge();
     Ok(run)
 }
 
@@ -185,7 +192,7 @@ pub fn attach(
 pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
     if run.identity.node_rank == 0 {
         let mut s = crate::render::human::render(report, color);
-        s.push_str(&super::render::job(run, report.verdict));
+        s.push_str(&super::render::job(run, report.verdict, report.fault));
         s
     } else {
         super::render::own_line(run, report)
@@ -236,7 +243,9 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
         );
-        return Ok(Exit::new(EXIT_CANNOT_RUN, hung));
+        // A hung driver is the node's (exit 3), as the other pods, which name this one
+        // missing from the gang, blame it.
+        return Ok(Exit::new(crate::run::EXIT_NODE_FAULT, hung));
     }
     let run = attach(
         &mut report,

@@ -9,7 +9,7 @@ use super::rendezvous::Failure;
 use super::verdict::{self, node_name};
 use super::worker::WorkerResult;
 use crate::cli::GangOpts;
-use crate::finding::{Finding, Problem, Severity, combine, ids};
+use crate::finding::{Blame, Finding, Problem, Severity, combine, ids};
 
 /// "node 3 (train-worker-2): no DNS record" for each name that never resolved.
 pub fn unresolved(peers: &[Peer]) -> Vec<String> {
@@ -95,7 +95,16 @@ pub fn no_table(
             "Rank 0 ended or its network failed mid-way: read the rank-0 pod's log".to_string(),
         ),
     };
+    // A port held inside the pod or a pod of another attempt is the job's; a rank 0
+    // that cannot be reached or that ended is the node's (the check's default).
+    let blame = match failure {
+        Failure::Listen(_) | Failure::Refused(_) => Some(Blame::Job),
+        Failure::Unreachable(_) | Failure::NoTable(_) => None,
+    };
     let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
+    if let Some(blame) = blame {
+        f = f.blamed(blame);
+    }
     f.evidence.extend(unresolved);
     let mut out = vec![f];
     out.extend(skipped("the gang did not meet"));
@@ -117,7 +126,7 @@ pub fn table_join(run: &GangRun, opts: &GangOpts, unresolved: &[String]) -> Find
                 d.refused
             ),
             "Give every pod its own rank (PET_NODE_RANK, RANK or --gang-rank): two pods of one rank is a manifest error, or a pod of an earlier attempt still running",
-        ));
+        ).blamed(Blame::Job));
     }
     let who: Vec<String> = run
         .missing
@@ -237,6 +246,9 @@ fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpt
         run.identity.port
     );
     let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
+    if failed.iter().any(|(_, o)| image_lacks_nccl(o)) {
+        f = f.blamed(Blame::Job);
+    }
     f.evidence = join.evidence;
     for (i, o) in &failed {
         f.evidence.push(format!(
@@ -249,6 +261,15 @@ fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpt
         ));
     }
     f
+}
+
+/// A pod whose image has no libnccl or one older than 2.16: the job's, not its node's.
+fn image_lacks_nccl(o: &Outcome) -> bool {
+    use super::worker::{NCCL_TOO_OLD, NO_LIBNCCL};
+    o.unavailable
+        .as_deref()
+        .is_some_and(|u| u.starts_with(NO_LIBNCCL))
+        || o.error.as_deref().is_some_and(|e| e.contains(NCCL_TOO_OLD))
 }
 
 /// gang-join and gang-bandwidth after the worker; what was measured is judged

@@ -67,6 +67,10 @@ pub struct Fingerprint {
     /// The gang's own options (`--gang-sizes`, `--gang-iterations`, `--gang-timeout`),
     /// which every pod must share: pods that measure differently never line up.
     pub gang_options: String,
+    /// Where this pod's own failures lie (`none`, `job`, `node`), so every pod blames a
+    /// pod that failed its own checks as that pod does; `none` from an older record.
+    #[serde(default)]
+    pub local_fault: crate::finding::Fault,
 }
 
 impl Default for Fingerprint {
@@ -90,6 +94,7 @@ impl Default for Fingerprint {
             local_verdict: Status::Pass,
             summaries: BTreeMap::new(),
             gang_options: String::new(),
+            local_fault: crate::finding::Fault::None,
         }
     }
 }
@@ -329,6 +334,7 @@ pub fn from_report(
             .map(|c| (c.id.clone(), c.status()))
             .collect(),
         local_verdict: report.verdict,
+        local_fault: report.fault,
         summaries: report
             .checks
             .iter()

@@ -13,7 +13,7 @@ use std::fmt::Write;
 pub const MATRIX_NODES: usize = 16;
 
 /// Rank 0's gang section (after the local report).
-pub fn job(run: &GangRun, verdict: Status) -> String {
+pub fn job(run: &GangRun, verdict: Status, fault: crate::finding::Fault) -> String {
     let mut s = String::new();
     let id = &run.identity;
     let names = run.names();
@@ -65,7 +65,11 @@ pub fn job(run: &GangRun, verdict: Status) -> String {
             st.median_gbps
         );
     }
-    let _ = writeln!(s, "Job verdict: {}", verdict.label());
+    let _ = writeln!(
+        s,
+        "Job verdict: {}",
+        crate::render::human::verdict_text(verdict, fault, false)
+    );
     s
 }
 
@@ -151,7 +155,10 @@ pub fn own_line(run: &GangRun, report: &Report) -> String {
         "gang: {} of {}: {}{}\n",
         node_name(run.identity.node_rank as usize, &names),
         run.identity.nodes,
-        format_args!("job verdict {}", report.verdict.label()),
+        format_args!(
+            "job verdict {}",
+            crate::render::human::verdict_text(report.verdict, report.fault, false)
+        ),
         if failed.is_empty() {
             String::new()
         } else {

@@ -3,7 +3,7 @@
 //! node x node matrix and the straggler.
 
 use super::fingerprint::Fingerprint;
-use crate::finding::{Finding, Problem, Severity, combine, ids};
+use crate::finding::{Blame, Fault, Finding, Problem, Severity, combine, ids};
 use serde::Serialize;
 
 /// A node is the straggler when every one of its links (pairwise exchanges, both
@@ -190,11 +190,18 @@ fn failed_own_checks(input: &TableInput<'_>) -> Vec<Problem> {
                     None => id.clone(),
                 })
                 .collect();
-            Problem::new(
+            let p = Problem::new(
                 Severity::Fail,
                 format!("{} failed its own checks: {}", node_name(i, input.names), failed.join("; ")),
                 "Fix what that pod's own checks name (its report has each check's fix); the whole job waits for it",
-            )
+            );
+            // That pod's own fault, so every pod of the gang exits as it does; a record
+            // of an older version carries none, and the check's default (job) stands.
+            match f.local_fault {
+                Fault::Node => p.blamed(Blame::Node),
+                Fault::Job => p.blamed(Blame::Job),
+                Fault::None => p,
+            }
         })
         .collect()
 }
@@ -301,6 +308,9 @@ fn row_problem(r: &Row, input: &TableInput<'_>) -> Option<Problem> {
                 ),
                 "Give every pod the same GPU and RDMA resources (nvidia.com/gpu, vpc.amazonaws.com/efa, rdma/...) and drain the node whose devices are missing or down; the whole job runs at the slowest node's speed",
             )
+            // Pods of one template ask for the same devices: one that sees fewer is on a
+            // node whose devices are missing or down.
+            .map(|p| p.blamed(Blame::Node))
         }
         // Judged with the summaries in failed_own_checks.
         "local verdict" => None,
@@ -577,7 +587,7 @@ pub fn bandwidth(input: &BandwidthInput<'_>) -> Finding {
                 list(input.nonsense, input.names)
             ),
             "Run the same nccl-preflight in every pod; a pod that sends nonsense is broken or not one of the job's",
-        ));
+        ).blamed(Blame::Job));
     }
     if let Some(b) = best_busbw(input).filter(|b| *b < NEAR_ZERO_GBPS) {
         problems.push(Problem::new(
@@ -658,7 +668,7 @@ fn socket_despite_rdma(input: &BandwidthInput<'_>) -> Option<Problem> {
             if rdma_nodes.len() == 1 { "has" } else { "have" }
         ),
         "Give every pod its RDMA devices and the net plugin (vpc.amazonaws.com/efa or rdma/... resources, aws-ofi-nccl in the image), and check nccl-net-plugin and rdma-devices on each pod",
-    ))
+    ).blamed(Blame::Job))
 }
 
 /// The best busbw judged against the slowest node's network figure: the job

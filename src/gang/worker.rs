@@ -307,6 +307,11 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
     }
 }
 
+/// How a halt for a missing libnccl begins: the image's, so the gang blames the job.
+pub const NO_LIBNCCL: &str = "no libnccl: ";
+/// What a halt for an NCCL older than 2.16 says: the image's, so the gang blames the job.
+pub const NCCL_TOO_OLD: &str = "is older than 2.16, whose uniqueId layout";
+
 /// Loads libnccl and records its name and version; NCCL older than 2.16 halts.
 fn open_nccl<'w>(
     watch: &'w Watch,
@@ -316,7 +321,7 @@ fn open_nccl<'w>(
     let nccl: Nccl<'w, Ranked> = match libnccl::load(watch, &plan.nccl_candidates) {
         Ok(n) => n,
         Err(LoadFailure::Missing(why)) => {
-            return Err(Halt::Unavailable(format!("no libnccl: {why}")));
+            return Err(Halt::Unavailable(format!("{NO_LIBNCCL}{why}")));
         }
         Err(LoadFailure::Failed(e)) => {
             return Err(Halt::Failed(format!("libnccl could not be loaded: {e}")));
@@ -332,7 +337,7 @@ fn open_nccl<'w>(
     // (v2.14.3-1 src/bootstrap.cc bootstrapGetUniqueId): not the handle built here.
     if code < 21600 {
         return Err(Halt::Failed(format!(
-            "NCCL {} is older than 2.16, whose uniqueId layout the gang builds; the gang needs NCCL 2.16 or later",
+            "NCCL {} {NCCL_TOO_OLD} the gang builds; the gang needs NCCL 2.16 or later",
             crate::vendor::nccl::version_text(code)
         )));
     }

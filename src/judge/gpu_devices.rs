@@ -7,7 +7,7 @@ use super::{Finding, Problem, Status};
 use crate::facts::Facts;
 use crate::facts::FailureKind;
 use crate::facts::gpu::{FabricState, LibraryState, NvmlFacts};
-use crate::finding::Severity;
+use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
 use crate::topology::visible;
 use crate::units::format_bytes;
@@ -325,7 +325,8 @@ fn loaded_nvml<'a>(facts: &'a Facts, policy: &Policy) -> Result<&'a NvmlFacts, F
                 ),
             };
             let f = if status == Status::Fail {
-                Finding::fail(ID, summary, REQUEST_GPUS)
+                // The node has GPUs; the pod did not get them: its spec's fault.
+                Finding::fail(ID, summary, REQUEST_GPUS).blamed(Blame::Job)
             } else {
                 Finding::skip(ID, summary)
             };
@@ -347,6 +348,7 @@ fn loaded_nvml<'a>(facts: &'a Facts, policy: &Policy) -> Result<&'a NvmlFacts, F
                 format!("could not determine the GPUs: {e}"),
                 OWN_RESOURCES_FIX,
             )
+            .blamed(Blame::Job)
             .evidence(format!("library {}", gpus.nvml.library)))
         }
         LibraryState::Failed(e) => Err(Finding::fail(
@@ -367,11 +369,14 @@ fn missing_gpus(facts: &Facts, policy: &Policy, nvml: &NvmlFacts) -> Vec<Problem
     if let Some(need) = policy.require.gpus
         && (count as u32) < need
     {
-        problems.push(Problem::new(
-            Severity::Fail,
-            format!("{count} GPU(s) visible, {need} required"),
-            REQUEST_GPUS,
-        ));
+        problems.push(
+            Problem::new(
+                Severity::Fail,
+                format!("{count} GPU(s) visible, {need} required"),
+                REQUEST_GPUS,
+            )
+            .blamed(Blame::Job),
+        );
     }
     let product = facts
         .platform
@@ -439,7 +444,7 @@ fn cuda_driver(
             problems.push(Problem::new(Severity::Warn,
                 format!("NVML works but the CUDA driver ({}) is missing: NCCL cannot run in this container", gpus.cuda.library),
                 "Set NVIDIA_DRIVER_CAPABILITIES to include compute (e.g. compute,utility) so the runtime mounts libcuda.",
-            ));
+            ).blamed(Blame::Job));
         }
         LibraryState::Skipped { reason } => evidence.push(format!("CUDA driver not probed ({reason})")),
         // This process's own limits (no thread for the CUDA probe, dlopen's ENOMEM) are not
@@ -452,7 +457,8 @@ fn cuda_driver(
             },
             format!("could not probe the CUDA driver: {e}"),
             OWN_RESOURCES_FIX,
-        )),
+        )
+        .blamed(Blame::Job)),
         LibraryState::Failed(e) => problems.push(Problem::new(
             Severity::Fail,
             format!("CUDA driver failed: {e}"),
@@ -506,7 +512,7 @@ fn cuda_devices(
             problems.push(Problem::new(Severity::Warn,
                 format!("CUDA device {} ({bus}) is not among NVML's GPUs", d.ordinal),
                 "NVML and CUDA disagree: check that the image's libnvidia-ml and libcuda come from the node's driver.",
-            ));
+            ).blamed(Blame::Job));
         }
     }
     let visible_var = facts.launcher.get("CUDA_VISIBLE_DEVICES");
@@ -546,7 +552,7 @@ fn visible_devices(
         problems.push(Problem::new(Severity::Warn,
             format!("CUDA_VISIBLE_DEVICES entry {entry:?}: {why}; CUDA ignores it and every entry after it"),
             "Fix CUDA_VISIBLE_DEVICES, or unset it and let the device plugin choose.",
-        ));
+        ).blamed(Blame::Job));
     }
 }
 
@@ -577,7 +583,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     );
     if count == 0 && problems.is_empty() {
         return if policy.require.gpus.is_some() {
-            Finding::fail(ID, "NVML loaded but lists no GPU", REQUEST_GPUS)
+            Finding::fail(ID, "NVML loaded but lists no GPU", REQUEST_GPUS).blamed(Blame::Job)
         } else {
             Finding::skip(ID, "NVML loaded but lists no GPU")
         };

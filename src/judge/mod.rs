@@ -25,8 +25,8 @@ pub(crate) mod rdma_scope;
 mod stack_limit;
 
 use crate::facts::{Fact, Facts};
-use crate::finding::Source;
 pub(crate) use crate::finding::combine;
+use crate::finding::{Blame, Source};
 pub use crate::finding::{Finding, Problem, Severity, Status, verdict};
 use crate::policy::Policy;
 
@@ -42,6 +42,10 @@ pub struct Check {
     /// The sections of the facts the judge reads, and only those (a test swaps every
     /// other section and sees the finding unchanged). docs/checks.md's table lists them.
     pub needs: &'static [Fact],
+    /// Where a failure lies unless the finding says otherwise ([`Finding::blamed`]), and
+    /// why: where its fix is applied. docs/failure-policy.md lists every row's.
+    pub blame: Blame,
+    pub blame_why: &'static str,
     pub judge: fn(&Facts, &Policy) -> Finding,
 }
 
@@ -52,6 +56,8 @@ pub const CHECKS: &[Check] = &[
         title: "locked-memory limit in force (RLIMIT_MEMLOCK, CAP_IPC_LOCK, a real mlock)",
         source: Source::Node,
         needs: &[Fact::Memlock, Fact::Rdma, Fact::Launcher, Fact::Image],
+        blame: Blame::Node,
+        blame_why: "Kubernetes has no pod field for ulimits: the container inherits RLIMIT_MEMLOCK from the container runtime's service on the node (containerd's unit sets no LimitMEMLOCK, so systemd's 8 MiB applies; CRI-O's default_ulimits), so the fix is applied on the node",
         judge: memlock::judge,
     },
     Check {
@@ -59,6 +65,8 @@ pub const CHECKS: &[Check] = &[
         title: "/dev/shm size, free space and filesystem",
         source: Source::Node,
         needs: &[Fact::DevShm],
+        blame: Blame::Job,
+        blame_why: "/dev/shm's size comes from the pod spec (an emptyDir of medium Memory with its sizeLimit): the fix is the job's",
         judge: dev_shm::judge,
     },
     Check {
@@ -66,6 +74,8 @@ pub const CHECKS: &[Check] = &[
         title: "IPC namespace (host or private)",
         source: Source::Node,
         needs: &[Fact::Namespaces],
+        blame: Blame::Job,
+        blame_why: "the IPC namespace is the pod spec's hostIPC field: the fix is the job's",
         judge: host_ipc::judge,
     },
     Check {
@@ -73,6 +83,8 @@ pub const CHECKS: &[Check] = &[
         title: "stack limit (unlimited or small stacks shrink NCCL's threads)",
         source: Source::Node,
         needs: &[Fact::StackLimit],
+        blame: Blame::Node,
+        blame_why: "RLIMIT_STACK, like memlock, is the container runtime's default on the node (no pod field): the fix is applied on the node",
         judge: stack_limit::judge,
     },
     Check {
@@ -80,6 +92,8 @@ pub const CHECKS: &[Check] = &[
         title: "NVML and the CUDA driver load and see the GPUs (fabric manager, lost GPUs, CUDA_VISIBLE_DEVICES)",
         source: Source::Node,
         needs: &[Fact::Gpus, Fact::Launcher],
+        blame: Blame::Node,
+        blame_why: "the driver, the fabric manager and a lost GPU are the node's; a GPU count the pod did not request (--require gpus=N) or CUDA_VISIBLE_DEVICES are the job's (set per finding)",
         judge: gpu_devices::judge,
     },
     Check {
@@ -87,6 +101,8 @@ pub const CHECKS: &[Check] = &[
         title: "peer access (read, write, CUDA) between GPUs that share NVLink or a PCIe switch",
         source: Source::Node,
         needs: &[Fact::Gpus],
+        blame: Blame::Node,
+        blame_why: "peer access disabled by ACS, the IOMMU or the driver is the node's; a pod given one GPU, which has no peer, is the job's (set per finding)",
         judge: gpu_p2p::judge,
     },
     Check {
@@ -94,6 +110,8 @@ pub const CHECKS: &[Check] = &[
         title: "every NVLink a GPU has is up",
         source: Source::Node,
         needs: &[Fact::Gpus],
+        blame: Blame::Node,
+        blame_why: "an NVLink down is the node's hardware or fabric manager",
         judge: nvlink::judge,
     },
     Check {
@@ -101,6 +119,8 @@ pub const CHECKS: &[Check] = &[
         title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
         source: Source::Node,
         needs: &[Fact::Gpus],
+        blame: Blame::Node,
+        blame_why: "ECC errors, row remaps and retired pages are the GPU's: drain the node",
         judge: gpu_health::judge,
     },
     Check {
@@ -114,6 +134,8 @@ pub const CHECKS: &[Check] = &[
             Fact::Launcher,
             Fact::Image,
         ],
+        blame: Blame::Node,
+        blame_why: "the NVLink fabric state, cluster and clique are the node's fabric manager and IMEX; a pod without an IMEX channel is the job's (set per finding)",
         judge: mnnvl::judge,
     },
     Check {
@@ -121,6 +143,8 @@ pub const CHECKS: &[Check] = &[
         title: "the image's CUDA runtime (libcudart) against the driver's CUDA version (minor-version and forward compatibility)",
         source: Source::Image,
         needs: &[Fact::Gpus, Fact::Image],
+        blame: Blame::Job,
+        blame_why: "the CUDA runtime is the image's: an image built for a newer CUDA than the node pool's driver fails on every node of the pool",
         judge: cuda_runtime::judge,
     },
     Check {
@@ -128,6 +152,8 @@ pub const CHECKS: &[Check] = &[
         title: "the pod holds all the node's GPUs and runs one process per GPU",
         source: Source::Node,
         needs: &[Fact::Gpus, Fact::Launcher, Fact::Rdma],
+        blame: Blame::Job,
+        blame_why: "how many GPUs a pod holds and how many processes it runs are the pod spec's and the launcher's",
         judge: pod_placement::judge,
     },
     Check {
@@ -142,6 +168,8 @@ pub const CHECKS: &[Check] = &[
             Fact::Image,
             Fact::Platform,
         ],
+        blame: Blame::Node,
+        blame_why: "a device missing, a port down or slow, a NIC's PCIe link trained low is the node's NICs and drivers; a pod that requested no RDMA resource, a device node it cannot open (no device plugin grant) or libibverbs missing from the image is the job's (set per finding)",
         judge: rdma_devices::judge,
     },
     Check {
@@ -149,6 +177,8 @@ pub const CHECKS: &[Check] = &[
         title: "a real ibv_reg_mr of --memreg-size on every RDMA device",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
+        blame: Blame::Node,
+        blame_why: "a registration refused by the kernel is the node's: its runtime's memlock limit, the NIC driver, nvidia-peermem",
         judge: rdma_memreg::judge,
     },
     Check {
@@ -156,6 +186,8 @@ pub const CHECKS: &[Check] = &[
         title: "libfabric loads and offers efa RDM endpoints where EFA exists",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
+        blame: Blame::Job,
+        blame_why: "libfabric and its efa provider are the image's libraries",
         judge: libfabric::judge,
     },
     Check {
@@ -163,6 +195,8 @@ pub const CHECKS: &[Check] = &[
         title: "the libnccl the trainer's process loads (torch's RUNPATH, LD_LIBRARY_PATH, ld.so.cache, the wheels) and every other copy in the image",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Image],
+        blame: Blame::Job,
+        blame_why: "the libnccl the trainer loads, and every other copy, are the image's",
         judge: nccl_library::judge,
     },
     Check {
@@ -170,6 +204,8 @@ pub const CHECKS: &[Check] = &[
         title: "the NCCL net plugin NCCL will load (aws-ofi-nccl on EFA)",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
+        blame: Blame::Job,
+        blame_why: "the NCCL net plugin (aws-ofi-nccl) is the image's",
         judge: nccl_net_plugin::judge,
     },
     Check {
@@ -183,6 +219,8 @@ pub const CHECKS: &[Check] = &[
             Fact::Image,
             Fact::Platform,
         ],
+        blame: Blame::Node,
+        blame_why: "GPUDirect RDMA needs the node's kernel modules (nvidia-peermem, the EFA driver, dma-buf support)",
         judge: gdr::judge,
     },
     Check {
@@ -199,6 +237,8 @@ pub const CHECKS: &[Check] = &[
             Fact::Platform,
             Fact::NamedFiles,
         ],
+        blame: Blame::Job,
+        blame_why: "the NCCL variables are the job's own settings",
         judge: nccl_env::judge,
     },
 ];
@@ -206,6 +246,25 @@ pub const CHECKS: &[Check] = &[
 /// The ids of all checks (those judged here, the bench's and serve's).
 pub fn check_ids() -> impl Iterator<Item = &'static str> {
     CHECKS.iter().map(|c| c.id).chain(crate::finding::all_ids())
+}
+
+/// A check's default blame and why: its row here or in `finding::REGISTRY`; `None` for
+/// an id no table declares.
+pub fn default_blame(id: &str) -> Option<(Blame, &'static str)> {
+    CHECKS
+        .iter()
+        .find(|c| c.id == id)
+        .map(|c| (c.blame, c.blame_why))
+        .or_else(|| crate::finding::info(id).map(|c| (c.blame, c.blame_why)))
+}
+
+/// The finding with its check's default blame where it has none of its own (an id no
+/// table declares keeps none, which `finding::fault` counts as the job's).
+pub fn blame(finding: Finding) -> Finding {
+    match default_blame(&finding.id) {
+        Some((blame, _)) => finding.blamed_by_default(blame),
+        None => finding,
+    }
 }
 
 /// Runs every check, stamps each finding with its row's id, and applies the ignore policy.
@@ -289,6 +348,32 @@ mod tests {
             assert_eq!(f.status(), want, "{f:?}");
         }
         assert_eq!(verdict(&findings), Status::Pass);
+    }
+
+    /// Every check has a default blame with its reason, every warning or failure any judge
+    /// gives on a broken node carries one once stamped (as `Report` does), and docs/failure-policy.md
+    /// lists every check with the same blame.
+    #[test]
+    fn every_check_has_a_blame_and_the_policy_document_says_which() {
+        let doc_path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/failure-policy.md");
+        let doc = std::fs::read_to_string(&doc_path).unwrap();
+        for id in check_ids() {
+            let (blame, why) = default_blame(id).unwrap();
+            assert!(why.len() > 20, "{id}: say why");
+            let row = format!("| `{id}` | {} |", blame.label());
+            assert!(
+                doc.contains(&row),
+                "{} lacks the row {row:?}",
+                doc_path.display()
+            );
+        }
+        assert_eq!(default_blame("no-such-check"), None);
+        for facts in test_facts::broken_variants() {
+            for f in judge(&facts, &Policy::default()).into_iter().map(blame) {
+                assert_eq!(f.blame().is_some(), f.status() >= Status::Warn, "{f:?}");
+            }
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::{RdmaDevice, UverbsNode};
 use crate::facts::{Facts, Observed};
-use crate::finding::Severity;
+use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
 
 pub const ID: &str = "rdma-devices";
@@ -399,7 +399,10 @@ fn device_problems(
                 node.map_or("?", |n| n.name.as_str()),
             ),
             refused_fix(refused),
-        ));
+        )
+        // The node is in the container without the device plugin's grant (a hostPath,
+        // a privileged pod, another user): the pod spec's to fix.
+        .blamed(Blame::Job));
     }
     // Ports matter where this container can use the device (or could not tell).
     if node.is_some() || scope.nodes_unknown.is_some() {
@@ -428,7 +431,7 @@ fn allocation_problem(
                 scope.span_words()
             ),
             request_fix(any_efa, need.map(|n| n.count)),
-        ));
+        ).blamed(Blame::Job));
     }
     let need = need?;
     let have = if need.efa { scope.usable_efa() } else { usable } as u32;
@@ -447,6 +450,8 @@ fn allocation_problem(
         ),
         evidence: vec![need.basis.clone()],
         remediation: request_fix(need.efa, Some(need.count)),
+        // The node has the devices; the pod spec did not ask for them all.
+        blame: Some(Blame::Job),
     })
 }
 
@@ -503,6 +508,8 @@ fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem
     let usable = scope.usable.len();
     match &facts.rdma.verbs.state {
         LibraryState::NotFound { message } => vec![Problem {
+            // The devices are there; the image lacks the library.
+            blame: Some(Blame::Job),
             status,
             summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
             evidence: vec![message.clone()],

@@ -9,7 +9,7 @@
 //! bits"), and an NCCL_* name or value, or a GPU name, can be that long.
 
 use super::visible;
-use crate::finding::{Finding, Status};
+use crate::finding::{Fault, Finding, Status};
 use crate::report::Report;
 use crate::tune::Source;
 use std::fmt::Write;
@@ -77,7 +77,12 @@ pub fn findings(out: &mut String, list: &[Finding], color: bool) {
         }
         if let Some(fix) = &c.remediation() {
             pad(out, "", detail_pad);
-            out.push_str("fix:\n");
+            match c.blame() {
+                Some(blame) => {
+                    let _ = writeln!(out, "fix (blame: {}):", blame.label());
+                }
+                None => out.push_str("fix:\n"),
+            }
             indent(out, fix, detail_pad + 2);
         }
     }
@@ -119,9 +124,22 @@ pub fn render(report: &Report, color: bool) -> String {
             let _ = writeln!(out, "  {source}  {}", visible(&s.reason));
         }
     }
-    let verdict = paint(report.verdict.label(), report.verdict, color);
-    let _ = writeln!(out, "\nVerdict: {verdict} ({})", report.count_text());
+    let _ = writeln!(
+        out,
+        "\nVerdict: {} ({})",
+        verdict_text(report.verdict, report.fault, color),
+        report.count_text()
+    );
     out
+}
+
+/// "FAIL, job fault: fix the job" or "PASS": the verdict with where its failures lie.
+pub fn verdict_text(verdict: Status, fault: Fault, color: bool) -> String {
+    let label = paint(verdict.label(), verdict, color);
+    match fault.advice() {
+        Some(advice) if verdict == Status::Fail => format!("{label}, {advice}"),
+        _ => label,
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +158,15 @@ mod tests {
         assert!(text.contains("                - size 64 MiB, free 64 MiB, required 1 GiB\n"));
         assert!(text.contains("                  emptyDir:\n"));
         assert!(text.contains("NCCL_SOCKET_IFNAME  '=eth0'  tuned  eth0 carries"));
-        assert!(text.ends_with("Verdict: FAIL (1 failed, 1 warning, 1 passed)\n"));
+        assert!(
+            text.contains("                fix (blame: job):\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "Verdict: FAIL, job fault: fix the job (1 failed, 1 warning, 1 passed)\n"
+            )
+        );
         assert!(!text.contains('\x1b'));
     }
 

@@ -11,17 +11,30 @@ pub fn render(report: &Report) -> String {
     // about why the pod failed, and would change every scenario's message whenever a
     // check is added.
     let (failed, warned, _, _) = report.counts();
-    let lines_head = format!(
-        "nccl-preflight: {} ({failed} failed, {warned} {})",
-        report.verdict.label(),
+    // The fault first (issue 28): `FAIL (node fault: retry elsewhere): ...` is what a
+    // person or a controller reading the termination message acts on.
+    let counts = format!(
+        "{failed} failed, {warned} {}",
         if warned == 1 { "warning" } else { "warnings" }
     );
+    let lines_head = match report.fault.advice() {
+        Some(advice) if report.verdict == Status::Fail => {
+            format!(
+                "nccl-preflight: {} ({advice}): {counts}",
+                report.verdict.label()
+            )
+        }
+        _ => format!("nccl-preflight: {} ({counts})", report.verdict.label()),
+    };
     let mut lines = vec![lines_head];
     let failures: Vec<String> = report
         .checks
         .iter()
         .filter(|c| c.status() == Status::Fail)
-        .map(|c| format!("{}: {}", c.id, super::comment_text(&c.summary)))
+        .map(|c| {
+            let blame = c.blame().map_or("", |b| b.label());
+            format!("{} [{blame}]: {}", c.id, super::comment_text(&c.summary))
+        })
         .collect();
     let mut used = lines[0].len() + 1;
     for (i, line) in failures.iter().enumerate() {
@@ -66,7 +79,7 @@ mod tests {
         let text = render(&report());
         assert_eq!(
             text,
-            "nccl-preflight: FAIL (1 failed, 1 warning)\ndev-shm: /dev/shm is 64 MiB, below the 1 GiB minimum\n"
+            "nccl-preflight: FAIL (job fault: fix the job): 1 failed, 1 warning\ndev-shm [job]: /dev/shm is 64 MiB, below the 1 GiB minimum\n"
         );
     }
 

@@ -104,7 +104,7 @@ fn healthy_nvlink_pair_measures_exact_figures_and_passes() {
 fn a_slow_link_or_corrupted_copy_fails_with_the_pair_named() {
     let scenario = format!("{TWO_H200}cuda_bw 0 1 100\ncuda_corrupt 1 0\n");
     let (out, r) = bench("degraded", &scenario, &["p2p", "--size", "4MiB"], &[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(r.get("nccl").is_none());
     let f = finding(&r, "gpu-bandwidth");
     assert_eq!(f["status"], "fail");
@@ -131,7 +131,7 @@ fn a_slow_link_or_corrupted_copy_fails_with_the_pair_named() {
         &["p2p", "--size", "4MiB", "--min-bandwidth-fraction", "0.2"],
         &[],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let evidence = finding(&r, "gpu-bandwidth")["evidence"].to_string();
     assert!(
         evidence.contains("slowest: GPU0 -> GPU1: 100.0 GB/s one way (21%)"),
@@ -144,7 +144,7 @@ fn a_slow_link_or_corrupted_copy_fails_with_the_pair_named() {
 fn nccl_errors_wrong_sums_and_the_wrong_transport_fail() {
     let args = ["nccl", "--nccl-sizes", "1MiB"];
     let (out, r) = bench("nccl-init", TWO_H200, &args, &[("FAKE_NCCL_FAIL", "init")]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let f = finding(&r, "nccl-allreduce");
     assert_eq!(f["summary"], "NCCL all-reduce did not complete");
     assert!(
@@ -154,7 +154,7 @@ fn nccl_errors_wrong_sums_and_the_wrong_transport_fail() {
         "{f}"
     );
     let (out, r) = bench("nccl-wrong", TWO_H200, &args, &[("FAKE_NCCL_WRONG", "1")]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(
         finding(&r, "nccl-allreduce")["summary"],
         "NCCL all-reduce returned wrong sums"
@@ -165,7 +165,7 @@ fn nccl_errors_wrong_sums_and_the_wrong_transport_fail() {
         &args,
         &[("FAKE_NCCL_TRANSPORT", "SHM/direct/direct")],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let f = finding(&r, "nccl-allreduce");
     assert_eq!(f["summary"], "NCCL used SHM between GPUs joined by NVLink");
     assert!(
@@ -176,7 +176,7 @@ fn nccl_errors_wrong_sums_and_the_wrong_transport_fail() {
     );
     // Slow all-reduce: 100 GB/s over 478 GB/s of NVLink.
     let (out, r) = bench("nccl-slow", TWO_H200, &args, &[("FAKE_NCCL_BUSBW", "100")]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(
         finding(&r, "nccl-allreduce")["summary"],
         "busbw 100.0 GB/s at 1 MiB, 21% of the slowest link"
@@ -212,7 +212,7 @@ fn hung_calls_fail_on_time_naming_the_call() {
             ],
             &env,
         );
-        assert_eq!(out.status.code(), Some(1), "{name}");
+        assert_eq!(out.status.code(), Some(3), "{name}");
         let text = r["findings"].to_string();
         let call = if name == "hang-cuda" {
             "cuEventSynchronize(0)"
@@ -262,7 +262,7 @@ fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
         &["p2p"],
         &[],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         finding(&r, "gpu-bandwidth")["evidence"]
             .to_string()
@@ -297,7 +297,7 @@ fn what_cannot_be_measured_is_skipped_or_refused_clearly() {
         &["p2p", "--bench-seconds", "100ms", "--size", "1MiB"],
         &[],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         finding(&r, "gpu-bandwidth")["evidence"]
             .to_string()
@@ -372,12 +372,14 @@ fn init_bench_adds_measured_checks_under_the_same_ignore_policy() {
     assert_eq!(nccl["status"], "skip");
     // One slow pair fails the pod; --ignore turns it into a flagged warning.
     let (out, r) = run(&[], &slow);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(r["verdict"], "fail");
     assert!(
         r["checks"]
             .to_string()
-            .contains("GPU2 -> GPU5: 60.0 GB/s one way (13%)")
+            .contains("GPU2 -> GPU5: 60.0 GB/s one way (13%)"),
+        "{:#}",
+        r["checks"]
     );
     let (out, r) = run(&["--ignore", "gpu-bandwidth"], &slow);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

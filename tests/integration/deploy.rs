@@ -610,7 +610,8 @@ fn probe_answers_in_one_line_and_never_touches_cuda_or_nvlink_counters() {
     let out = fixture_command("gpu-h100-nv18", "check", &["--timeout", "300ms"], &env)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A hung driver is the node's.
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         stdout(&out).contains("cuInit: did not return within"),
         "{}",

@@ -256,10 +256,13 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         ),
         (
             "gpu-nvlink-down",
-            1,
+            3,
             &[("nvlink", "fail"), ("gpu-p2p", "pass")],
         ),
-        ("gpu-p2p-read-only", 0, &[("gpu-p2p", "warn")]),
+        // NVLink pairs whose NVML P2P write is not OK: NCCL's ncclTopoCheckP2p
+        // (src/graph/paths.cc, 2.13-2.30) wants read and write and fails init on an
+        // NVLink path ("P2P is disabled between NVLINK connected GPUs").
+        ("gpu-p2p-read-only", 1, &[("gpu-p2p", "fail")]),
         // GB200 NVL72 tray: one NVLink cluster and clique, IMEX channel0 in the pod.
         (
             "gpu-gb200-nvl72",
@@ -276,7 +279,7 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         ),
         (
             "gpu-one-of-eight",
-            1,
+            3,
             // Eight one-GPU pods on p4d without EFA: slow placement, and TCP between nodes.
             &[
                 ("pod-placement", "warn"),
@@ -284,15 +287,15 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
                 ("rdma-devices", "fail"),
             ],
         ),
-        ("gpu-fabric-manager-down", 1, &[("gpu-devices", "fail")]),
+        ("gpu-fabric-manager-down", 3, &[("gpu-devices", "fail")]),
         (
             "gpu-a100-fabric-manager-down",
-            1,
+            3,
             &[("gpu-devices", "fail"), ("nvlink", "fail")],
         ),
         (
             "gpu-driver-not-loaded",
-            1,
+            3,
             &[("gpu-devices", "fail"), ("nvlink", "skip")],
         ),
     ];
@@ -368,8 +371,13 @@ fn a100_fabric_manager_down_fails_gpu_devices_without_cuda() {
         let probe = fixture_command(name, "probe", &[], &[]).output().unwrap();
         let line = stdout(&probe);
         if fails {
-            assert_eq!(check.status.code(), Some(1), "{name}");
+            // The fabric manager is the node's: retry elsewhere.
+            assert_eq!(check.status.code(), Some(3), "{name}");
             assert_eq!(gpu["status"], "fail", "{name}: {gpu}");
+            assert_eq!(
+                (gpu["blame"].as_str(), r["fault"].as_str()),
+                (Some("node"), Some("node"))
+            );
             assert!(
                 gpu["summary"]
                     .as_str()
@@ -384,7 +392,7 @@ fn a100_fabric_manager_down_fails_gpu_devices_without_cuda() {
                     .contains("systemctl enable --now nvidia-fabricmanager"),
                 "{gpu}"
             );
-            assert_eq!(probe.status.code(), Some(1), "{line}");
+            assert_eq!(probe.status.code(), Some(3), "{line}");
             assert!(
                 line.starts_with("fail: ") && line.contains("gpu-devices: every NVLink"),
                 "{line}"
@@ -469,7 +477,7 @@ fn nvml_fields_refused_by_the_driver_fall_back_to_per_call_reads() {
 fn a_hung_driver_call_fails_on_time_and_names_the_call() {
     // scenario() waits at most bounded::WAIT: a deadline that never fires fails the
     // test instead of hanging it. How fast the deadline fires is not asserted.
-    let r = scenario("gpu-hung-p2p-query", 1);
+    let r = scenario("gpu-hung-p2p-query", 3);
     assert_eq!(status(&r, "gpu-devices"), "fail");
     let summary = finding(&r, "gpu-devices")["summary"]
         .as_str()
@@ -511,7 +519,7 @@ fn doctor_prints_nvidia_smi_matrices() {
     let out = fixture_command("gpu-nvlink-down", "doctor", &[], &[])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     golden(
         &golden_path("gpu-nvlink-down", Part::Findings, "doctor.txt"),
         &stdout(&out),
@@ -549,7 +557,7 @@ fn cuda_off_skips_cuinit_and_nvml_still_sees_the_fabric_manager() {
     )
     .output()
     .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         r["facts"]["gpus"]["cuda"]["state"]["skipped"]["reason"],
@@ -604,7 +612,7 @@ fn rdma_scenarios_through_the_fake_vendor_libraries() {
             1,
             &[("nccl-net-plugin", "fail"), ("libfabric", "pass")],
         ),
-        ("rdma-no-gdr", 1, &[("gdr", "fail")]),
+        ("rdma-no-gdr", 3, &[("gdr", "fail")]),
         // aws-ofi-nccl 1.4 exports ncclNetPlugin_v4 only; NCCL 2.23 looks for v8 to v5.
         (
             "rdma-plugin-api-too-old",
@@ -636,7 +644,7 @@ fn rdma_scenarios_through_the_fake_vendor_libraries() {
                 ("gdr", "pass"),
             ],
         ),
-        ("rdma-port-down", 1, &[("rdma-devices", "fail")]),
+        ("rdma-port-down", 3, &[("rdma-devices", "fail")]),
     ];
     for (name, code, statuses) in cases {
         let r = scenario(name, *code);
@@ -1046,7 +1054,7 @@ fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
 fn efa_gdr_through_efas_own_driver_passes_without_nvidia_peermem() {
     let mut facts = gathered_facts("rdma-no-gdr", &[]);
     let (code, r) = check_saved_facts("fixture", &facts, &[]);
-    assert_eq!((code, status(&r, "gdr")), (1, "fail"));
+    assert_eq!((code, status(&r, "gdr")), (3, "fail"));
     for d in facts["rdma"]["devices"]["value"].as_array_mut().unwrap() {
         d["efa_p2p"] = "NVIDIA".into();
     }
@@ -1090,7 +1098,7 @@ fn a_degraded_hca_link_is_named_on_a_multi_node_job() {
     assert_eq!(code, 0);
     facts["rdma"]["devices"]["value"][3]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)".into();
     let (code, r) = check_saved_facts("fixture", &facts, &[]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "a link trained low is the node's");
     let f = finding(&r, "rdma-devices");
     assert!(
         f["summary"]
@@ -1204,4 +1212,100 @@ fn cuda_runtime_in_a_python_wheel_is_found_and_dated() {
             .contains("minor-version compatibility"),
         "{f}"
     );
+}
+
+/// The failure-policy contract (docs/failure-policy.md) on real scenarios: a node-only
+/// failure exits 3, a job failure 1, a mixed run 1; the JSON report, the termination
+/// message and `--ignore` say and move the same.
+#[test]
+fn exit_codes_follow_the_blame_node_3_job_1_mixed_1() {
+    // (fixture, extra flags, exit code, fault, failed check -> blame)
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        i32,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
+        ("gpu-nvlink-down", &[], 3, "node", &[("nvlink", "node")]),
+        ("runtime-defaults", &[], 1, "job", &[("dev-shm", "job")]),
+        (
+            "gpu-gb200-nvl72-broken",
+            &[],
+            1,
+            "job",
+            &[("gpu-devices", "node"), ("mnnvl", "job")],
+        ),
+        // The job's part ignored, the node's failure is left: retry elsewhere.
+        (
+            "gpu-gb200-nvl72-broken",
+            &["--ignore", "mnnvl"],
+            3,
+            "node",
+            &[("gpu-devices", "node")],
+        ),
+        (
+            "gpu-gb200-nvl72-broken",
+            &["--ignore", "all"],
+            0,
+            "none",
+            &[],
+        ),
+    ];
+    for (name, flags, code, fault, failed) in cases {
+        let dir = scratch(&format!("blame-{name}"));
+        let log = dir.join("termination-log");
+        let mut args = vec![
+            "--format",
+            "json",
+            "--termination-log",
+            log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let out = fixture_command(name, "init", &args, &[]).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{name} {flags:?}: {}",
+            stderr(&out)
+        );
+        let r = report(&out);
+        assert_eq!(r["fault"], *fault, "{name} {flags:?}");
+        let blames: Vec<(String, String)> = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["status"] == "fail")
+            .map(|c| {
+                (
+                    c["id"].as_str().unwrap().into(),
+                    c["blame"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = failed
+            .iter()
+            .map(|(i, b)| (i.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(blames, want, "{name} {flags:?}");
+        let message = fs::read_to_string(&log).unwrap();
+        let first = message.lines().next().unwrap();
+        let said = match *fault {
+            "node" => "nccl-preflight: FAIL (node fault: retry elsewhere): ",
+            "job" => "nccl-preflight: FAIL (job fault: fix the job): ",
+            _ => "nccl-preflight: WARN (0 failed",
+        };
+        assert!(first.starts_with(said), "{name} {flags:?}: {message}");
+        for (id, blame) in *failed {
+            assert!(
+                message.contains(&format!("\n{id} [{blame}]: ")),
+                "{message}"
+            );
+        }
+        // `probe`, what an exec probe or node-problem-detector runs, exits the same.
+        let probe = fixture_command(name, "probe", flags, &[]).output().unwrap();
+        assert_eq!(probe.status.code(), Some(*code), "probe {name} {flags:?}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -427,10 +427,69 @@ fn a_different_nccl_version_fails_every_rank_at_the_rendezvous_before_nccl() {
         );
         assert_eq!(gang_finding(&r, "gang-bandwidth")["status"], "skip");
         assert!(r["gang"]["bandwidth"].is_null(), "{:#}", r["gang"]);
+        // Another NCCL in one image is the job's to fix: exit 1 on every rank.
+        assert_eq!(
+            (c["blame"].as_str(), r["fault"].as_str()),
+            (Some("job"), Some("job"))
+        );
         // Every rank still prints its own NCCL version.
         let own = &r["facts"]["rdma"]["nccl"]["library"]["state"]["loaded"]["version"]["value"];
         assert_eq!(own, if rank == 1 { "2.21.5" } else { "2.28.9" });
     }
+}
+
+/// The failure-policy contract across the gang: a pod whose own node fails (a
+/// row remapping that failed) is named by every pod as the node's fault, so every pod
+/// exits 3 and the job retries elsewhere; its record carries its own fault.
+#[test]
+fn a_pod_whose_own_node_fails_makes_every_rank_exit_3() {
+    // Not "gang-sick-node": the gang's own scratch directory is made afresh.
+    let dir = scratch("sick-node-scenario");
+    let sick = dir.join("sick.scenario");
+    std::fs::write(&sick, format!("{ONE_GPU}remap 0 0 0 0 1\n")).unwrap();
+    let ended = gang(
+        "sick-node",
+        ONE_GPU,
+        3,
+        &[
+            "--format",
+            "json",
+            "--gang-sizes",
+            "64KiB",
+            "--gang-timeout",
+            "20",
+        ],
+        vec![
+            Some(node()),
+            Some(node().env("FAKE_GPU_SCENARIO", sick.to_str().unwrap())),
+            Some(node()),
+        ],
+    );
+    for (rank, e) in ended.iter().enumerate() {
+        let e = e.as_ref().unwrap();
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        let r = e.json();
+        assert_eq!(r["fault"], "node", "node {rank}");
+        let c = gang_finding(&r, "gang-consistency");
+        assert_eq!(
+            (c["status"].as_str(), c["blame"].as_str()),
+            (Some("fail"), Some("node")),
+            "node {rank}: {:#}",
+            r["checks"]
+        );
+        let summary = c["summary"].as_str().unwrap_or("");
+        assert!(
+            summary.starts_with("node 1 (")
+                && summary.contains("failed its own checks: gpu-health"),
+            "node {rank}: {c:#}"
+        );
+        assert_eq!(
+            r["gang"]["fingerprints"][1]["local_fault"], "node",
+            "{:#}",
+            r["gang"]
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -538,7 +597,7 @@ fn a_rank_that_never_starts_fails_the_others_in_the_timeout_naming_it() {
     );
     for (rank, e) in ended.iter().take(2).enumerate() {
         let e = e.as_ref().unwrap();
-        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");
@@ -607,7 +666,7 @@ fn a_rank_killed_mid_way_fails_the_others_without_hanging() {
     let mut summaries = Vec::new();
     for (rank, e) in ended.iter().enumerate() {
         let e = e.as_ref().unwrap();
-        assert_eq!(e.code, Some(1), "node {rank}: {}\n{}", e.stdout, e.stderr);
+        assert_eq!(e.code, Some(3), "node {rank}: {}\n{}", e.stdout, e.stderr);
         let r = e.json();
         let join = gang_finding(&r, "gang-join");
         assert_eq!(join["status"], "fail");
@@ -1126,4 +1185,62 @@ fn regression_exec_gang_as_pid_1_ends_on_sigterm_during_the_checks() {
     );
     assert!(stderr.contains("stopped by a signal"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nccl_2_31_or_later_runs_ras_diagnostics_in_the_worker_and_judges_its_diag_lines() {
+    // The fake prints the file's NCCL DIAG lines at rank 0's init only when the worker's
+    // environment carries NCCL_RUN_RAS_DIAGNOSTICS=1 and its version is 2.31 or later;
+    // the file is the 2.32.3 recording with its NVLink line turned into a failing one.
+    let diag = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/ras/derived-2.32.3/nvlink-down.text"
+    );
+    let args = [
+        "--format",
+        "json",
+        "--gang-sizes",
+        "64KiB",
+        "--gang-iterations",
+        "1",
+    ];
+    let at = |version: &str| {
+        let n = || {
+            node()
+                .env("FAKE_NCCL_VERSION", version)
+                .env("FAKE_NCCL_DIAG_FILE", diag)
+        };
+        gang(
+            &format!("diag{version}"),
+            ONE_GPU,
+            2,
+            &args,
+            vec![Some(n()), Some(n())],
+        )
+    };
+    let ended = at("23203");
+    let r0 = ended[0].as_ref().unwrap().json();
+    let f = gang_finding(&r0, "nccl-diagnostics");
+    assert_eq!(f["status"], "fail", "{r0:#}");
+    assert!(
+        text(f).contains("NVLink: inactive link(s) on rank(s) {1}"),
+        "{f:#}"
+    );
+    assert!(text(f).contains("an NVLink is down"), "{f:#}");
+    assert_ne!(ended[0].as_ref().unwrap().code, Some(0));
+    // Rank 1's NCCL printed no lines: no finding there, rather than a false warning.
+    let r1 = ended[1].as_ref().unwrap().json();
+    let none = |r: &Value| {
+        r["gang"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["id"] != "nccl-diagnostics")
+    };
+    assert!(none(&r1), "{r1:#}");
+    // Before 2.31 the worker is not asked to run them, so the fake prints nothing either.
+    let old = at("22809");
+    for e in &old {
+        assert!(none(&e.as_ref().unwrap().json()));
+    }
 }

@@ -98,7 +98,7 @@ fn gang_gpu_script_dry_legs_join_catch_a_differing_nccl_algo_a_missing_pod_and_a
         "PASS a: exit {'0': 0, '1': 0}; rank 0: gang-join pass, gang-consistency pass, gang-bandwidth pass; busbw 1 MiB ",
         "transport ['NET/Socket']",
         "PASS b: exit {'0': 1, '1': 1}; rank 0: gang-consistency fail: ",
-        "PASS c: exit 1; gang-join fail after ",
+        "PASS c: exit 3; gang-join fail after ",
         "names ['node1']",
         "PASS d: exit {'0': ",
     ] {

@@ -87,8 +87,11 @@ fn termination_log_only_when_present_or_named() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     let text = fs::read_to_string(&term).unwrap();
-    assert!(text.starts_with("nccl-preflight: FAIL (1 failed"), "{text}");
-    assert!(text.contains("dev-shm: /dev/shm is 16 GiB, below the 1 TiB minimum"));
+    assert!(
+        text.starts_with("nccl-preflight: FAIL (job fault: fix the job): 1 failed"),
+        "{text}"
+    );
+    assert!(text.contains("dev-shm [job]: /dev/shm is 16 GiB, below the 1 TiB minimum"));
     assert!(text.len() <= 4096);
     fs::remove_dir_all(&dir).unwrap();
 }

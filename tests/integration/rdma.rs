@@ -166,7 +166,7 @@ fn memory_registration_meets_the_real_memlock_limit() {
     }
     wrapped.current_dir(cmd.get_current_dir().unwrap());
     let out = wrapped.output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let r = report(&out);
     let memreg = finding(&r, "rdma-memreg");
     assert_eq!(memreg["status"], "fail");
@@ -189,7 +189,7 @@ fn memory_registration_meets_the_real_memlock_limit() {
         .stderr(full)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let summary = finding(&report(&out), "rdma-memreg")["summary"].to_string();
     assert!(
         summary.contains("registering 16 MiB failed (ENOMEM"),

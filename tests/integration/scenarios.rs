@@ -31,7 +31,7 @@ struct Scenario {
     flags: &'static [&'static str],
     /// The expert's verdict: (check id, status) pairs...
     expect: &'static [(&'static str, &'static str)],
-    /// ...and the exit code (0 pass/warn, 1 a check failed).
+    /// ...and the exit code (0 pass/warn, 1 a failure the job's, 3 every failure the node's).
     exit: i32,
     /// (check id, text its remediation must hold): where the fix matters as much as the status.
     remediation: Option<(&'static str, &'static str)>,
@@ -286,7 +286,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // NCCL's rings run at the slowest NIC's speed: one slow HCA slows every node.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "ib-port-trained-slow",
                 "https://github.com/NVIDIA/nccl/issues/1412",
@@ -303,7 +303,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // The GPU paired with mlx5_1 crosses the CPU to reach another rail.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "ib-port-down",
                 "https://github.com/NVIDIA/nccl/issues/489",
@@ -321,7 +321,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // Half the lanes: that NIC moves half as much, and the ring runs at its speed.
             expect: &[("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "nic-pcie-link-trained-narrow",
                 "https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/143",
@@ -338,7 +338,7 @@ fn agreed() -> Vec<Scenario> {
                 set_p2p(f, "NS", false);
             },
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             // The fix is MIG's, not ACS's or the IOMMU's (issue 14).
             remediation: Some(("gpu-p2p", "disable MIG")),
             ..row(
@@ -353,7 +353,7 @@ fn agreed() -> Vec<Scenario> {
             // NCCL goes through host memory: sjeaugey, "P2P not being functional is
             // usually tied to ACS being enabled on the system".
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-p2p", "ACS")),
             ..row(
                 "p2p-blocked-under-a-pcie-switch",
@@ -365,7 +365,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // cuInit returns 802 on every rank: nothing runs.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-hopper",
@@ -380,7 +380,7 @@ fn agreed() -> Vec<Scenario> {
                 f["gpus"]["cuda"]["state"] = json!({"skipped": {"reason": "--cuda off"}});
             },
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-hopper-without-cuinit",
@@ -398,7 +398,7 @@ fn agreed() -> Vec<Scenario> {
                 c["peer_access"] = json!([]);
             },
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "nvidia-fabricmanager")),
             ..row(
                 "fabric-manager-down-a100",
@@ -492,7 +492,7 @@ fn agreed() -> Vec<Scenario> {
             flags: &["--nodes", "16"],
             // "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"; ulimit -l was 8192.
             expect: &[("memlock", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("memlock", "IPC_LOCK")),
             ..row(
                 "memlock-8-mib-with-infiniband",
@@ -506,7 +506,7 @@ fn agreed() -> Vec<Scenario> {
             // separate hosts and uses the network. On p4d without EFA the job also has
             // only TCP between its 8 pods.
             expect: &[("pod-placement", "warn"), ("rdma-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "one-gpu-per-pod",
                 "https://github.com/kubeflow/pytorch-operator/issues/353",
@@ -547,7 +547,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // nvidia-smi stuck in D state after Xid 45: any NVML call may never return.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "driver-call-hangs",
                 "https://github.com/leptonai/gpud/pull/117",
@@ -566,7 +566,7 @@ fn agreed() -> Vec<Scenario> {
             // "CUDA error: uncorrectable ECC error encountered" mid-run; a failed remap
             // means the GPU needs replacing.
             expect: &[("gpu-health", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "row-remapping-failed",
                 "https://github.com/sgl-project/sglang/issues/3204",
@@ -652,7 +652,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // aws-ofi-nccl refuses to run without GDR on p4d and later.
             expect: &[("gdr", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "no-gpudirect-rdma-on-p4d",
                 "https://github.com/aws/aws-ofi-nccl/pull/286",
@@ -675,7 +675,7 @@ fn agreed() -> Vec<Scenario> {
         Scenario {
             // A link down makes NCCL route around it or hang.
             expect: &[("nvlink", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "nvlink-down",
                 "https://github.com/NVIDIA/nccl/issues/340",
@@ -768,7 +768,7 @@ fn agreed() -> Vec<Scenario> {
             // A non-root process has an empty effective capability set: adding IPC_LOCK in
             // the pod spec changes nothing, the runtime's limit must rise.
             expect: &[("memlock", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("memlock", "runs as user 1000")),
             ..row(
                 "memlock-for-a-non-root-trainer",
@@ -930,7 +930,7 @@ fn agreed() -> Vec<Scenario> {
             // moves this GPU's inter-node traffic over its own PCIe link, so the job's ring
             // runs at that GPU's bus, a third of the NIC.
             expect: &[("gpu-devices", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-devices", "LnkSta")),
             ..row(
                 "gpu-pcie-link-narrow-caps-gpudirect-rdma",
@@ -997,6 +997,10 @@ fn from_nccl_source() -> Vec<Scenario> {
     rows.extend(from_nccl_source_hcas());
     rows.extend(from_nccl_source_topology());
     rows.extend(from_nccl_source_tcp_fallback());
+    rows.extend(per_version_interfaces());
+    rows.extend(per_version_gpu_pairs());
+    rows.extend(per_version_gdr());
+    rows.extend(per_version_dev_shm());
     rows
 }
 
@@ -1537,6 +1541,343 @@ fn from_nccl_source_tcp_fallback() -> Vec<Scenario> {
                 "https://github.com/NVIDIA/nccl/issues/1925",
                 "RoCE pod running as UID 1000 whose /dev/infiniband/uverbs0 is root-only",
                 "rdma-roce-multus",
+            )
+        },
+    ]
+}
+
+/// A down eth1 (no IFF_RUNNING) that keeps its address, ahead of eth0 in getifaddrs order.
+fn down_eth1_first(f: &mut Value) {
+    insert_interface(f, 1, "eth1", ("inet", "10.1.0.5", 24), "veth");
+    let eth1 = f["network"]["interfaces"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|i| i["name"] == "eth1")
+        .unwrap();
+    eth1["up"] = false.into();
+    eth1["running"] = false.into();
+}
+
+/// Interface selection by the loaded release's rules. Expectations written from
+/// src/misc/socket.cc findInterfaces at each tag: IFF_RUNNING is checked only from
+/// v2.28.3-1, so older releases count a down interface that has an address.
+fn per_version_interfaces() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.21.5");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "eth")],
+            flags: &["--nodes", "2"],
+            // v2.21.5-1 findInterfaces: no IFF_RUNNING test, so the prefix eth takes the
+            // down eth1 first (getifaddrs order): bootstrap binds 10.1.0.5, which no other
+            // node can reach. Across nodes: a failure.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "prefix-takes-a-down-interface-before-2-28",
+                "https://github.com/NVIDIA/nccl/issues/634",
+                "an interface listed up but not RUNNING (ifconfig BMU, like eno2np1) that keeps its address, ahead of the routed one, with NCCL 2.21 and a prefix filter",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "eth")],
+            flags: &["--nodes", "2"],
+            // v2.28.3-1 findInterfaces skips interfaces without IFF_RUNNING: eth matches
+            // eth0 alone, which routes between nodes.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "prefix-skips-a-down-interface-from-2-28",
+                "https://github.com/NVIDIA/nccl/issues/634",
+                "the same node and filter with NCCL 2.28",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "=eth1")],
+            flags: &["--nodes", "2"],
+            // 2.28: the only interface named is not RUNNING, so nothing is found:
+            // "Bootstrap : no socket interface found" (src/bootstrap.cc bootstrapNetInit).
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "exact-name-of-a-down-interface-2-28",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME naming a secondary NIC whose link is down, NCCL 2.28",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.27.7");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "=eth1")],
+            flags: &["--nodes", "2"],
+            // 2.27.7 (the release of the thread) binds the down eth1: init passes, the
+            // job does not, since other nodes cannot reach it. A failure, but not "no
+            // socket interface found".
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "exact-name-of-a-down-interface-2-27",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME naming a secondary NIC whose link is down, NCCL 2.27.7",
+                "healthy-pod",
+            )
+        },
+    ]
+}
+
+/// GPU pairs and multi-node NVLink by the release's rules: src/graph/paths.cc
+/// ncclTopoCheckP2p (NVML read AND write, NVLink pairs fail init, PCIe pairs to SHM from
+/// v2.19.1-1) and MNNVL (src/init.cc checkMNNVL from v2.20.3-1, src/mnnvl.cc from
+/// v2.27.3-1).
+fn per_version_gpu_pairs() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| set_p2p(f, "NS", true),
+            // NVLink pairs whose NVML P2P status is not OK: ncclTopoCheckP2p WARNs "P2P is
+            // disabled between NVLINK connected GPUs" and returns ncclUnhandledCudaError.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-p2p", "NCCL_IGNORE_DISABLED_P2P=1")),
+            ..row(
+                "nvlink-pairs-without-p2p-fail-init",
+                "https://github.com/NVIDIA/nccl/issues/2329",
+                "NVLink detected between H100s whose P2P NVML reports not supported",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| set_p2p(f, "NS", true),
+            env: &[("NCCL_IGNORE_DISABLED_P2P", "1")],
+            // With NCCL_IGNORE_DISABLED_P2P=1 p2p = 0 and init goes on: SHM through host
+            // memory between NVLink GPUs, 27 vs ~295 GB/s (FACTS.md section 1): still a
+            // failure of the node.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-p2p", "ACS")),
+            ..row(
+                "nvlink-pairs-without-p2p-ignored",
+                "https://github.com/NVIDIA/nccl/issues/2329",
+                "the same node with NCCL_IGNORE_DISABLED_P2P=1 set to get past init",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                for p in nvml(f)["pairs"].as_array_mut().unwrap() {
+                    p["p2p_write"] = json!({ "value": "NS" });
+                }
+                nccl_version(f, "2.21.5");
+            },
+            // A PCIe pair with read OK and write not: v2.19.1-1+ sets p2p = 0 after the
+            // INFO "P2P is disabled between connected GPUs" the thread shows: SHM.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            ..row(
+                "pcie-pair-without-p2p-write-uses-shm",
+                "https://github.com/pytorch/pytorch/issues/130113",
+                "two GPUs under one PCIe switch with NVML P2P write unsupported, NCCL 2.21",
+                "gpu-pcie-switch-pair",
+            )
+        },
+        Scenario {
+            edit: |f| nccl_version(f, "2.20.5"),
+            flags: &["--nodes", "2"],
+            // checkMNNVL exists from v2.20.3-1 (the thread's 2.20.5 prints "MNNVL 0" in its
+            // init line): a GB200 tray with its clique and IMEX channel uses it.
+            expect: &[("mnnvl", "pass")],
+            exit: 0,
+            ..row(
+                "mnnvl-from-nccl-2-20",
+                "https://github.com/vllm-project/vllm/issues/8447",
+                "a GB200 NVL72 tray with IMEX channel0, the trainer's NCCL 2.20.5",
+                "gpu-gb200-nvl72",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["gpus"]["imex_channels"] = json!({ "value": null });
+                nccl_version(f, "2.21.5");
+            },
+            flags: &["--nodes", "2"],
+            // 2.21 checkMNNVL does not try a FABRIC handle: MNNVL on, and the first
+            // cuMemExportToShareableHandle/cuMemImportFromShareableHandle fails.
+            expect: &[("mnnvl", "fail")],
+            exit: 1,
+            remediation: Some(("mnnvl", "IMEX channel")),
+            ..row(
+                "mnnvl-2-21-without-imex-fails-at-first-share",
+                "https://github.com/NVIDIA/nccl/issues/1647",
+                "GB200 pods without an IMEX channel (no ComputeDomain claim), NCCL 2.21",
+                "gpu-gb200-nvl72",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_CUMEM_ENABLE", "0")],
+            flags: &["--nodes", "2"],
+            // checkMNNVL / ncclMnnvlCheck: "MNNVL requires cuMem to be enabled": off, so
+            // traffic between trays goes over the network.
+            expect: &[("mnnvl", "warn")],
+            exit: 0,
+            remediation: Some(("mnnvl", "NCCL_CUMEM_ENABLE")),
+            ..row(
+                "mnnvl-off-with-cumem-disabled",
+                "https://github.com/NVIDIA/nccl/issues/2186",
+                "NCCL_CUMEM_ENABLE=0 tried as a workaround on a GB200 NVL72 job",
+                "gpu-gb200-nvl72",
+            )
+        },
+    ]
+}
+
+/// Moves every RDMA device under another host bridge of the same CPU (PHB, NODE in
+/// nvidia-smi's terms).
+fn nics_on_another_host_bridge(f: &mut Value) {
+    for d in f["rdma"]["devices"]["value"].as_array_mut().unwrap() {
+        let path = d["sysfs_path"].as_str().unwrap().to_string();
+        let function = path.rsplit_once('/').unwrap().1.to_string();
+        d["sysfs_path"] = format!("/sys/devices/pci0000:f0/0000:f0:01.0/{function}").into();
+    }
+}
+
+/// GPUDirect RDMA by ncclTopoCheckGdr (src/graph/paths.cc, every release 2.13-2.30):
+/// distance <= NCCL_NET_GDR_LEVEL (default PXB), and NIC and GPU supporting it.
+fn per_version_gdr() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: nics_on_another_host_bridge,
+            env: &[("NCCL_NET_GDR_LEVEL", "SYS")],
+            flags: &["--nodes", "2"],
+            // sjeaugey: "You may force the use of GPU Direct RDMA setting
+            // NCCL_NET_GDR_LEVEL=SYS": distance PHB <= SYS, nvidia_peermem loaded: used.
+            expect: &[("gdr", "pass")],
+            exit: 0,
+            ..row(
+                "gdr-forced-across-host-bridges",
+                "https://github.com/NVIDIA/nccl/issues/1151",
+                "NICs on another PCIe root than the GPUs, NCCL_NET_GDR_LEVEL=SYS to force GPUDirect RDMA",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                nics_on_another_host_bridge(f);
+                let g = &mut f["rdma"]["gdr"];
+                g["peermem_module"] = json!({ "value": null });
+                g["nvidia_open_modules"] = json!({ "value": false });
+            },
+            env: &[("NCCL_NET_GDR_LEVEL", "PHB")],
+            flags: &["--nodes", "2"],
+            // The level admits the PHB pairs, but nothing lets the NIC reach GPU memory
+            // (gdrSupport 0): NCCL stages through host memory. Slow, not broken: a warning.
+            expect: &[("gdr", "warn")],
+            exit: 0,
+            remediation: Some(("gdr", "nvidia-peermem")),
+            ..row(
+                "gdr-level-phb-without-peermem",
+                "https://github.com/NVIDIA/nccl/issues/1343",
+                "ConnectX-7 and GPUs across host bridges, NCCL_NET_GDR_LEVEL=PHB, no nvidia-peermem",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: nics_on_another_host_bridge,
+            flags: &["--nodes", "2"],
+            // The default level PXB: "GPU Direct RDMA Disabled for GPU ... (distance 7 > 4)"
+            // in the thread: NCCL does not use it here, so its availability is moot.
+            expect: &[("gdr", "skip")],
+            exit: 0,
+            ..row(
+                "gdr-default-level-across-host-bridges",
+                "https://github.com/NVIDIA/nccl/issues/1151",
+                "NICs on another PCIe root than the GPUs, NCCL_NET_GDR_LEVEL unset",
+                "rdma-ib-ndr",
+            )
+        },
+    ]
+}
+
+/// /dev/shm of `bytes`, all free.
+fn dev_shm_of(f: &mut Value, bytes: u64) {
+    f["dev_shm"]["usage"] = json!({ "value": { "size_bytes": bytes, "free_bytes": bytes } });
+}
+
+/// What the SHM transport needs from /dev/shm, per release: src/transport/shm.cc puts each
+/// connection's buffers (~9.6 MB: LL + LL128 + 4 MiB Simple) in a /dev/shm segment unless
+/// NCCL keeps them in cuMem host memory (v2.24.3-1+, src/misc/cudawrap.cc
+/// ncclCuMemHostEnable, on drivers of CUDA 12.6 or later); src/graph/connect.cc runs at
+/// least two ring channels.
+fn per_version_dev_shm() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.21.5");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // Four GPUs without P2P: a ring takes SHM four times on two channels, eight
+            // 9.6 MB segments (77 MB) in a 64 MiB /dev/shm: "failed to extend" at init.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            remediation: Some(("dev-shm", "medium: Memory")),
+            ..row(
+                "dev-shm-64mib-four-pcie-gpus-nccl-2-21",
+                "https://github.com/NVIDIA/nccl/issues/525",
+                "a Kubeflow pod with 4 PCIe GPUs without P2P and Docker's 64 MB /dev/shm, the minimum lowered to 64MiB",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // NCCL 2.28 would keep the buffers in cuMem host memory, but this driver is CUDA
+            // 12.4 (< 12.6): ncclCuMemHostEnable says no, so /dev/shm it is, and it fails.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-on-a-cuda-12-4-driver",
+                "https://github.com/pytorch/ci-infra/pull/490",
+                "a CI pod with 4 PCIe GPUs, a recent NCCL, a CUDA 12.4 driver and no /dev/shm mount",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_P2P_DISABLE", "1")],
+            flags: &["--min-shm", "64MiB"],
+            // Every pair on SHM, but NCCL 2.28 on a CUDA 13 driver puts the buffers in cuMem
+            // host memory (measured on 2x H200: 1 MiB /dev/shm, P2P off, still 27 GB/s).
+            expect: &[("dev-shm", "pass")],
+            exit: 0,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-cumem-host",
+                "https://github.com/NVIDIA/nccl/issues/1518",
+                "8 H100 with P2P disabled and a 64 MB /dev/shm, NCCL 2.28 on a CUDA 13 driver",
+                "gpu-h100-nv18",
             )
         },
     ]

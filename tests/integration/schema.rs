@@ -86,9 +86,10 @@ fn golden_reports_and_explain_log_answers_match_the_shipped_schemas() {
     );
 
     // The schemas refuse what breaks the contract: a failure without its fix, an
-    // unknown status, a report without facts.
+    // unknown status, a pass with a blame, a failed verdict without a fault, a report
+    // without facts.
     let (_, mut report) = reports.into_iter().next().unwrap();
-    let broken: [(&str, Damage); 3] = [
+    let broken: [(&str, Damage); 5] = [
         (
             "checks/0/remediation",
             Box::new(|r| {
@@ -99,6 +100,21 @@ fn golden_reports_and_explain_log_answers_match_the_shipped_schemas() {
         (
             "checks/0/status",
             Box::new(|r| r["checks"][0]["status"] = "ok".into()),
+        ),
+        (
+            "False schema does not allow 'node'",
+            Box::new(|r| {
+                r["checks"][0]["status"] = "pass".into();
+                r["checks"][0]["remediation"] = serde_json::Value::Null;
+                r["checks"][0]["blame"] = "node".into();
+            }),
+        ),
+        (
+            "fault",
+            Box::new(|r| {
+                r["verdict"] = "fail".into();
+                r["fault"] = "none".into();
+            }),
         ),
         (
             "'facts' is a required property",
