@@ -31,6 +31,8 @@ const WATCH: &str = "Watching the running job (--watch-nccl turns it on)";
 const GANG: &str = "The gang (across the job's pods)";
 const GANG_SWITCHED: &str = "The gang (with --gang)";
 const MEASURE_SWITCHED: &str = "What to measure (with --bench)";
+const VARIABLES: &str = "Every flag also reads NCCL_PREFLIGHT_<FLAG> (--min-shm: \
+NCCL_PREFLIGHT_MIN_SHM) for a manifest's env: list; --help names each.";
 const LIBRARIES: &str = "Where the host and its libraries are";
 
 /// The command line as the binary parses it: each mode's help leaves out the flags the
@@ -39,7 +41,13 @@ pub fn command() -> clap::Command {
     use clap::CommandFactory;
     let command = Cli::command().mut_subcommands(|sub| {
         let mode = sub.get_name().to_string();
-        sub.mut_args(|arg| short_help(heading_in(&mode, arg)))
+        let variables = sub.get_arguments().any(|a| a.get_env().is_some());
+        let sub = sub.mut_args(|arg| short_help(heading_in(&mode, arg)));
+        if variables {
+            sub.after_help(VARIABLES)
+        } else {
+            sub
+        }
     });
     unread::hide_unread(command)
 }
@@ -56,7 +64,8 @@ fn heading_in(mode: &str, arg: clap::Arg) -> clap::Arg {
     }
 }
 
-/// `-h`: the first sentence of a flag's help; `--help` keeps the whole text.
+/// `-h`: the first sentence of a flag's help, without its variable (the mode's help
+/// says every flag has one); `--help` keeps the whole text and names the variable.
 fn short_help(arg: clap::Arg) -> clap::Arg {
     let Some(full) = arg.get_help().map(|h| h.to_string()) else {
         return arg;
@@ -64,11 +73,12 @@ fn short_help(arg: clap::Arg) -> clap::Arg {
     if arg.get_long_help().is_some() {
         return arg;
     }
-    let first = first_sentence(&full);
-    if first.len() == full.len() {
-        return arg;
-    }
-    arg.help(first.to_string()).long_help(full)
+    let long = match arg.get_env() {
+        Some(var) => format!("{full} [env: {}]", var.to_string_lossy()),
+        None => full.clone(),
+    };
+    let first = first_sentence(&full).to_string();
+    arg.hide_env(true).help(first).long_help(long)
 }
 
 /// The text up to the first `.`, `;` or `:` that ends a clause (followed by a space,
@@ -149,10 +159,10 @@ pub struct ProbeArgs {
     /// Answer as a node-problem-detector custom plugin: exit 0 (OK), 1 (NonOK: a check
     /// failed) or 2 (Unknown: the tool could not run), and one line of at most
     /// --max-output bytes naming the failed checks first.
-    #[arg(long)]
+    #[arg(long, help_heading = REPORT)]
     pub npd: bool,
     /// With --npd: the longest line to print, NPD's max_output_length [default: 80].
-    #[arg(long, value_name = "BYTES", requires = "npd",
+    #[arg(long, value_name = "BYTES", requires = "npd", help_heading = REPORT,
           value_parser = clap::value_parser!(u16).range(16..))]
     pub max_output: Option<u16>,
 }

@@ -460,6 +460,7 @@ pub mod ids {
     pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
     pub const NCCL_CONF: &str = "nccl-conf";
     pub const NCCL_JOB: &str = "nccl-job";
+    pub const NCCL_DIAGNOSTICS: &str = "nccl-diagnostics";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
@@ -492,6 +493,13 @@ pub const REGISTRY: &[CheckInfo] = &[
         source: Source::Runtime,
         blame: Blame::Node,
         blame_why: "a hung collective or a dead rank is a rank whose node stopped answering; the job's settings are judged before it starts",
+    },
+    CheckInfo {
+        id: ids::NCCL_DIAGNOSTICS,
+        title: "NCCL's own RAS diagnostics (2.31+: ECC, NVLink, Xid/SXid, drivers, NCCL_* across ranks) judged (serve POST /job/diagnose, gang)",
+        source: Source::Runtime,
+        blame: Blame::Node,
+        blame_why: "NCCL's diagnostics report ECC, NVLink, Xid and driver faults of the ranks' nodes; ranks that differ only in their NCCL_* settings are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_JOIN,

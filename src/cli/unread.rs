@@ -335,7 +335,11 @@ mod tests {
             ("doctor", checks(), vec![]),
             (
                 "probe",
-                without(checks(), &["cuda", "format"]),
+                [
+                    without(checks(), &["cuda", "format"]),
+                    vec!["npd", "max_output"],
+                ]
+                .concat(),
                 vec!["cuda", "format"],
             ),
             (

@@ -160,6 +160,8 @@ pub fn attach(
         nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
+        ras_diagnostics: crate::nccl::version(&report.facts)
+            .is_some_and(|v| v >= crate::nccl::ras_diagnostics::FIRST),
     };
     crate::diagnostic::progress(
         check.gather.trace,

@@ -48,6 +48,7 @@ pub fn worker_env(
     comm_id: Option<&str>,
     log: &Path,
     timeout: Duration,
+    ras_diagnostics: bool,
 ) -> Vec<(OsString, OsString)> {
     let drop_names = [
         "NCCL_COMM_ID",
@@ -67,6 +68,12 @@ pub fn worker_env(
     env.push(("NCCL_DEBUG".into(), "INFO".into()));
     env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
     env.push(("NCCL_DEBUG_FILE".into(), log.as_os_str().to_owned()));
+    // NCCL 2.31+: its RAS diagnostics at init, informational only to NCCL (they never
+    // fail its init); the gang judges the lines (nccl::ras_diagnostics). The user's own
+    // setting, 0 included, wins.
+    if ras_diagnostics && !has(&env, "NCCL_RUN_RAS_DIAGNOSTICS") {
+        env.push(("NCCL_RUN_RAS_DIAGNOSTICS".into(), "1".into()));
+    }
     if !has(&env, "NCCL_SOCKET_RETRY_SLEEP_MSEC") && !has(&env, "NCCL_SOCKET_RETRY_CNT") {
         env.push(("NCCL_SOCKET_RETRY_SLEEP_MSEC".into(), "100".into()));
         env.push((
@@ -112,7 +119,10 @@ mod tests {
                 .map(|(_, v)| v.to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
         };
-        let other = worker_env(&trainer, None, log, Duration::from_secs(30));
+        let other = worker_env(&trainer, None, log, Duration::from_secs(30), false);
+        assert!(get(&other, "NCCL_RUN_RAS_DIAGNOSTICS").is_empty());
+        let diag = worker_env(&trainer, None, log, Duration::from_secs(30), true);
+        assert_eq!(get(&diag, "NCCL_RUN_RAS_DIAGNOSTICS"), ["1"]);
         assert_eq!(get(&other, "NCCL_ALGO"), ["Ring"]);
         assert_eq!(get(&other, "NCCL_SOCKET_IFNAME"), ["eth0"]);
         // A non-root rank never gets NCCL_COMM_ID, not even the user's.
@@ -123,6 +133,7 @@ mod tests {
             Some("10.0.0.1:29501"),
             log,
             Duration::from_secs(30),
+            false,
         );
         assert_eq!(get(&root, "NCCL_COMM_ID"), ["10.0.0.1:29501"]);
         assert_eq!(

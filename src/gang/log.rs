@@ -36,6 +36,18 @@ impl NcclLog {
         self.dir.path().join("nccl.log")
     }
 
+    /// The `NCCL DIAG` lines (NCCL_RUN_RAS_DIAGNOSTICS=1, 2.31+), from at most LOG_CAP
+    /// bytes read within READ_WITHIN.
+    pub fn diagnostics(&self) -> crate::nccl::ras_diagnostics::Diagnostics {
+        let mut text = String::new();
+        if let Some(mut r) = read_capped(&self.path(), LOG_CAP, Instant::now() + READ_WITHIN) {
+            let mut bytes = Vec::new();
+            let _ = r.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        crate::nccl::ras_diagnostics::parse(&text)
+    }
+
     /// Connections per transport, from at most LOG_CAP bytes read within READ_WITHIN.
     pub fn transports(&self) -> BTreeMap<String, u64> {
         read_capped(&self.path(), LOG_CAP, Instant::now() + READ_WITHIN)

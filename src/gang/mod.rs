@@ -146,6 +146,9 @@ pub struct Settings<'a> {
     pub host_root: PathBuf,
     /// The trainer's environment: the user's, plus tuned settings the user did not set.
     pub trainer_env: Vec<(OsString, OsString)>,
+    /// The trainer's libnccl has RAS diagnostics (2.31+): the worker's NCCL runs them
+    /// (NCCL_RUN_RAS_DIAGNOSTICS=1) and its `NCCL DIAG` lines become a finding.
+    pub ras_diagnostics: bool,
 }
 
 /// Why the gang could not run here at all (exit 2).
@@ -184,12 +187,22 @@ const VIRTUAL_KINDS: &[&str] = &[
 /// NCCL_SOCKET_IFNAME admits, else the tuned NCCL_SOCKET_IFNAME's, else the
 /// tuning's own choice (`nccl::interface::choose_interface`).
 fn socket_interface(report: &Report) -> Option<String> {
-    use crate::nccl::socket_ifname::{IfnameFilter, select};
+    use crate::nccl::bootstrap::{SocketEnv, find_interfaces};
     let net = &report.facts.network;
+    let version = crate::nccl::version(&report.facts);
     let first = |value: &str| {
-        let filter = IfnameFilter::parse(value)?;
+        // A value NCCL ignores (one character or less) is no interface of the user's.
+        if value.len() <= 1 {
+            return None;
+        }
         let (links, addrs) = (net.interfaces.value()?, net.addresses.value()?);
-        select(&filter, links, addrs, None).into_iter().next()
+        let env = SocketEnv {
+            ifname: Some(value),
+            ..SocketEnv::default()
+        };
+        find_interfaces(version, env, links, addrs, 1)
+            .pop()
+            .map(|e| e.interface)
     };
     let user = report
         .facts
@@ -390,12 +403,17 @@ pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) ->
         return run;
     }
     let worker_started = Instant::now();
-    let (result, transports) = spawn::run(identity, settings, root);
+    let (result, transports, diagnostics) = spawn::run(identity, settings, root);
     run.transports = transports;
     let mine = outcome::Outcome::of(&result);
     run.outcomes = outcome::exchange(identity, opts.gang_timeout, root, &mine, worker_started);
     let (join, bandwidth) = findings::after_nccl(&mut run, &result, join, opts);
     run.bandwidth = Some(result);
     run.findings = vec![join, consistency, bandwidth];
+    // NCCL prints the diagnostics' summary on one rank (rank 0 in the 2.32.3 recording):
+    // the other pods add the finding only when their log has the lines.
+    if settings.ras_diagnostics && (identity.node_rank == 0 || !diagnostics.lines.is_empty()) {
+        run.findings.push(diagnostics.finding("gang"));
+    }
     run
 }

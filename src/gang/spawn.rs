@@ -9,6 +9,7 @@ use super::log::NcclLog;
 use super::worker::{self, Plan, WorkerResult};
 use crate::child::{Ended, call};
 use crate::layout::GangIdentity;
+use crate::nccl::ras_diagnostics::Diagnostics;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -43,16 +44,17 @@ fn failed(error: String) -> WorkerResult {
     }
 }
 
-/// Runs the worker and reads its result and NCCL's transports from its log.
+/// Runs the worker and reads its result, NCCL's transports and its `NCCL DIAG` lines
+/// from its log.
 pub fn run(
     identity: &GangIdentity,
     settings: &Settings<'_>,
     root: SocketAddr,
-) -> (WorkerResult, BTreeMap<String, u64>) {
+) -> (WorkerResult, BTreeMap<String, u64>, Diagnostics) {
     let opts = settings.opts;
     let log = match NcclLog::create() {
         Ok(l) => l,
-        Err(e) => return (failed(e), BTreeMap::new()),
+        Err(e) => return (failed(e), BTreeMap::new(), Diagnostics::default()),
     };
     let plan = plan(identity, settings, root);
     let comm_id = handle::comm_id(root);
@@ -61,6 +63,7 @@ pub fn run(
         (identity.node_rank == 0).then_some(comm_id.as_str()),
         &log.path(),
         opts.gang_timeout,
+        settings.ras_diagnostics,
     );
     let limit = opts.gang_timeout + worker::GRACE + Duration::from_secs(5);
     let result = match std::env::current_exe() {
@@ -70,7 +73,7 @@ pub fn run(
             read(call(&exe, &["gang-worker"], env, &request, limit), limit)
         }
     };
-    (result, log.transports())
+    (result, log.transports(), log.diagnostics())
 }
 
 /// The worker's result from how the child ended.

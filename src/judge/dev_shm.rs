@@ -71,6 +71,80 @@ security profile hides it), or check by hand that /dev/shm is a tmpfs: grep /dev
     }
 }
 
+/// What the NCCL this image loads puts in /dev/shm (crate::predict: the SHM transport's
+/// buffers are /dev/shm files before 2.24, with NCCL_CUMEM_HOST_ENABLE=0, or on drivers
+/// before CUDA 12.6; src/transport/shm.cc, src/misc/cudawrap.cc ncclCuMemHostEnable).
+/// Each SHM connection keeps its buffers (LL + LL128 + Simple) in one /dev/shm segment
+/// (shm.cc shmSendSetup/shmRecvSetup, ncclShmOpen of sizeof(ncclSendMem/ncclRecvMem) plus
+/// comm->buffSizes on one side). A ring through every GPU crosses SHM at least once per
+/// group of GPUs that P2P joins (when there are two or more), on each of at least two
+/// channels. Matches nccl#1518 (64 MB /dev/shm: 2 GPUs work, 4 fail) and nccl#525. When even that lower bound exceeds the free space, NCCL
+/// fails ("failed to extend /dev/shm/nccl-XXXX"), whatever --min-shm allows.
+fn nccl_need(facts: &Facts, usage: FsUsage, f: Finding, evidence: &mut Vec<String>) -> Finding {
+    let predicted = crate::predict::predict(facts);
+    let need = &predicted.shm;
+    let version = predicted
+        .nccl_version
+        .map_or("NCCL (version unknown)".to_string(), |v| {
+            format!("NCCL {v}")
+        });
+    evidence.push(format!("{version}: {}", need.why));
+    if !need.value.in_dev_shm {
+        return f;
+    }
+    let rings = ring_crossings(&predicted.intra_node);
+    // src/graph/connect.cc ncclTopoPostset (2.9-2.30) duplicates the ring channels
+    // ("nChannels*2"): two at least, unless NCCL_MAX_NCHANNELS caps them at one.
+    let channels: u64 = match crate::predict::int_param(facts, "NCCL_MAX_NCHANNELS") {
+        Some(1) => 1,
+        _ => 2,
+    };
+    let connections = rings as u64 * channels;
+    let at_least = need.value.bytes_per_connection * connections;
+    evidence.push(format!(
+        "a ring crosses SHM at least {rings} time(s), on {channels} channel(s), {} per connection: at least {} in /dev/shm",
+        format_bytes(need.value.bytes_per_connection),
+        format_bytes(at_least)
+    ));
+    if usage.free_bytes >= at_least || f.status() == crate::finding::Status::Fail {
+        return f;
+    }
+    Finding::fail(
+        ID,
+        format!(
+            "/dev/shm has {} free, and {version} puts its SHM transport's buffers there: at least {} ({connections} SHM connection(s) of 9.6 MB or so), so NCCL fails with \"failed to extend /dev/shm\"",
+            format_bytes(usage.free_bytes),
+            format_bytes(at_least),
+        ),
+        remediation::DEV_SHM,
+    )
+}
+
+/// How many times a ring through every GPU must take SHM: the number of groups P2P joins
+/// (union of P2P pairs), when there are two or more, else 0.
+fn ring_crossings(pairs: &[crate::predict::PairTransport]) -> usize {
+    let mut gpus: Vec<u32> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let mut group: Vec<usize> = (0..gpus.len()).collect();
+    let at = |g: u32| gpus.binary_search(&g).unwrap_or(0);
+    fn root(group: &mut [usize], mut i: usize) -> usize {
+        while group[i] != i {
+            group[i] = group[group[i]];
+            i = group[i];
+        }
+        i
+    }
+    for p in pairs.iter().filter(|p| p.transport.starts_with("P2P")) {
+        let (a, b) = (root(&mut group, at(p.a)), root(&mut group, at(p.b)));
+        group[a] = b;
+    }
+    let groups = (0..gpus.len())
+        .filter(|&i| root(&mut group, i) == i)
+        .count();
+    if groups >= 2 { groups } else { 0 }
+}
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let shm = &facts.dev_shm;
     let min = policy.min_shm.value;
@@ -93,7 +167,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 format_bytes(u.free_bytes),
                 format_bytes(min)
             ));
-            sized(shm, *u, min)
+            let f = sized(shm, *u, min);
+            nccl_need(facts, *u, f, &mut evidence)
         }
         Observed::Value(None) => Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM),
         Observed::Error(e) => {
@@ -125,6 +200,49 @@ mod tests {
             free_bytes: free,
         }));
         f
+    }
+
+    #[test]
+    fn nccl_before_2_24_needs_dev_shm_for_shm_connections() {
+        use crate::test_facts::with_env;
+        let set_version = |mut f: Facts, v: &str| {
+            if let crate::facts::gpu::LibraryState::Loaded(l) = &mut f.rdma.nccl.library.state {
+                l.version = Observed::Value(v.into());
+            }
+            f
+        };
+        // P2P off on the 2x H200: one ring crosses SHM twice on two channels (9.6 MB
+        // per connection): 38.5 MB.
+        let p2p_off = |size: u64, v: &str| {
+            set_version(with_env(sized(size, size), &[("NCCL_P2P_DISABLE", "1")]), v)
+        };
+        let p = policy::Policy {
+            min_shm: policy::Threshold {
+                value: 1 << 20,
+                explicit: true,
+            },
+            ..policy::Policy::default()
+        };
+        let old = judge(&p2p_off(16 << 20, "2.21.5"), &p);
+        assert_eq!(old.status(), Status::Fail, "{old:?}");
+        assert!(old.summary.contains("failed to extend /dev/shm"), "{old:?}");
+        // 2.24+ keeps them in cuMem host memory on this CUDA 13 driver.
+        let new = judge(&p2p_off(16 << 20, "2.28.9"), &p);
+        assert_eq!(new.status(), Status::Pass, "{new:?}");
+        // Enough room for both connections.
+        assert_eq!(
+            judge(&p2p_off(48 << 20, "2.21.5"), &p).status(),
+            Status::Pass
+        );
+        assert_eq!(
+            judge(&p2p_off(32 << 20, "2.21.5"), &p).status(),
+            Status::Fail
+        );
+        let one = with_env(p2p_off(32 << 20, "2.21.5"), &[("NCCL_MAX_NCHANNELS", "1")]);
+        assert_eq!(judge(&one, &p).status(), Status::Pass);
+        // P2P on: no SHM connection at all.
+        let p2p = set_version(sized(16 << 20, 16 << 20), "2.21.5");
+        assert_eq!(judge(&p2p, &p).status(), Status::Pass);
     }
 
     #[test]

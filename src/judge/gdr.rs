@@ -19,13 +19,16 @@ driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on
 (GPU operator: driver.useOpenKernelModules=true). On EFA: the EFA installer's efa_nv_peermem
 (efa_installer.sh --enable-gdr; modprobe efa_nv_peermem).";
 
-/// GPU-NIC pairs that share a PCIe switch (PIX/PXB), as lines, and their GPUs.
-fn close_pairs(m: &affinity::AffinityMatrix) -> (Vec<String>, Vec<String>) {
+/// GPU-NIC pairs within `level` (NCCL_NET_GDR_LEVEL, PXB by default: those sharing a
+/// PCIe switch), as lines, and their GPUs. ncclTopoCheckGdr (src/graph/paths.cc, every
+/// release 2.13-2.30) tries GPUDirect RDMA exactly where distance <= level.
+fn close_pairs(m: &affinity::AffinityMatrix, level: &str) -> (Vec<String>, Vec<String>) {
     let mut close = Vec::new();
     let mut close_gpus = Vec::new();
+    let within = |l: &str| crate::predict::path_rank(l) <= crate::predict::path_rank(level);
     for (i, gpu) in m.gpus.iter().enumerate() {
         for (j, nic) in m.nics.iter().enumerate() {
-            if affinity::gdr_close(&m.levels[i][j]) {
+            if within(&m.levels[i][j]) {
                 close.push(format!("GPU {gpu} - {nic}: {}", m.levels[i][j]));
                 if !close_gpus.contains(gpu) {
                     close_gpus.push(gpu.clone());
@@ -93,7 +96,7 @@ fn gdr_path(facts: &Facts, evidence: &mut Vec<String>) -> Option<String> {
 
 /// GPUDirect RDMA unavailable for `pairs` close pairs: a failure where the instance type
 /// requires it and the job crosses nodes through a NIC this container uses.
-fn unavailable(facts: &Facts, pairs: usize) -> Finding {
+fn unavailable(facts: &Facts, pairs: usize, near: &str) -> Finding {
     // GDR matters where NCCL's traffic crosses nodes through a NIC this container uses.
     let scope = super::rdma_scope::Scope::of(facts);
     let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
@@ -107,7 +110,7 @@ fn unavailable(facts: &Facts, pairs: usize) -> Finding {
             Severity::Warn
         },
         format!(
-            "{} GPU-NIC pair(s) share a PCIe switch but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
+            "{} GPU-NIC pair(s) {near} but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
             pairs,
             if required {
                 ": aws-ofi-nccl refuses to run on this instance type without it"
@@ -156,23 +159,38 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(m) = affinity::matrix(facts) else {
         return no_pair(facts);
     };
-    let (close, close_gpus) = close_pairs(&m);
+    let (level, user_set) = crate::predict::net_gdr_level(facts);
+    let (close, close_gpus) = close_pairs(&m, level);
     if close.is_empty() {
         return Finding::skip(
             ID,
-            "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here",
+            if user_set {
+                format!(
+                    "no GPU-NIC pair within NCCL_NET_GDR_LEVEL={level}: NCCL will not use GPUDirect RDMA here"
+                )
+            } else {
+                "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here".to_string()
+            },
         );
     }
+    let (at, near) = if user_set {
+        (
+            format!("within NCCL_NET_GDR_LEVEL={level}"),
+            format!("are within NCCL_NET_GDR_LEVEL={level}"),
+        )
+    } else {
+        ("at PIX/PXB".to_string(), "share a PCIe switch".to_string())
+    };
     let mut evidence = close.clone();
     let f = match gdr_path(facts, &mut evidence) {
         Some(v) => Finding::pass(
             ID,
             format!(
-                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) at PIX/PXB",
+                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) {at}",
                 close.len()
             ),
         ),
-        None => unavailable(facts, close.len()),
+        None => unavailable(facts, close.len(), &near),
     };
     let mut f = acs_redirection(facts, f, &close_gpus, &mut evidence);
     f.evidence = evidence;

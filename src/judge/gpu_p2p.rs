@@ -2,8 +2,11 @@
 //! (NVLink, or one or more PCIe switches: PIX/PXB) really can, for reads and
 //! writes, in NVML and in the CUDA driver. Without it NCCL falls back to SHM
 //! through host memory: measured 27 GB/s instead of ~295 GB/s on 2x H200
-//! (FACTS.md section 1). Write unsupported with read OK is its own warning:
-//! NCCL then runs P2P in read mode (seen under hypervisors that limit writes).
+//! (FACTS.md section 1). NCCL's own rule (src/graph/paths.cc ncclTopoCheckP2p, every
+//! release 2.13-2.30) asks NVML for read AND write: an NVLink pair without both fails
+//! NCCL's init (the prediction's "init fails"), a PCIe pair without both goes to SHM
+//! from 2.19 (before, NCCL only logged it). NCCL_IGNORE_DISABLED_P2P=1 turns the
+//! init failure into SHM.
 
 use super::{Finding, Problem};
 use crate::facts::Facts;
@@ -48,6 +51,8 @@ struct Pairs {
     /// Their link labels (`NV18`, `PIX`).
     labels: std::collections::BTreeSet<String>,
     no_read: Vec<String>,
+    /// NVLink-connected pairs without P2P read or write in NVML.
+    nvlink_no_p2p: Vec<String>,
     read_only: Vec<String>,
     /// NVML says read OK, the CUDA driver refuses peer access.
     refused: Vec<String>,
@@ -88,6 +93,9 @@ fn sort_pairs(nvml: &NvmlFacts, cuda: Option<&CudaFacts>) -> Pairs {
             out.expected += 1;
             out.labels.insert(label.clone());
             let read_ok = read == Some(P2pStatus::Ok);
+            if label.starts_with("NV") && !(read_ok && write == Some(P2pStatus::Ok)) {
+                out.nvlink_no_p2p.push(line.clone());
+            }
             if !read_ok {
                 out.no_read.push(line.clone());
             } else if write != Some(P2pStatus::Ok) {
@@ -132,6 +140,38 @@ fn acs_redirection(facts: &Facts, nvml: &NvmlFacts, evidence: &mut Vec<String>) 
     })
 }
 
+/// NVLink-connected pairs NVML gives no P2P: where the prediction says NCCL's init fails
+/// there (src/graph/paths.cc ncclTopoCheckP2p, every release from 2.13: "P2P is disabled
+/// between NVLINK connected GPUs", ncclUnhandledCudaError, unless
+/// NCCL_IGNORE_DISABLED_P2P=1), the failure names that, not a slow fallback.
+fn nvlink_init_failure(facts: &Facts, pairs: &[String], mig: bool) -> Option<Problem> {
+    let first = pairs.first()?;
+    let predicted = crate::predict::predict(facts);
+    if !predicted
+        .intra_node
+        .iter()
+        .any(|p| p.transport == "init fails")
+    {
+        return None;
+    }
+    let version = predicted
+        .nccl_version
+        .map_or("NCCL".to_string(), |v| format!("NCCL {v}"));
+    let mut p = Problem::new(
+        Severity::Fail,
+        format!(
+            "{} NVLink-connected pair(s) without P2P in NVML: {version} fails at init (\"P2P is disabled between NVLINK connected GPUs ... probably due to a hardware issue\") (first: {first})",
+            pairs.len()
+        ),
+        format!(
+            "{}\nNCCL_IGNORE_DISABLED_P2P=1 lets NCCL start, through host memory (SHM) between those GPUs: a workaround, not a fix.",
+            if mig { MIG_FIX } else { FIX }
+        ),
+    );
+    p.evidence = pairs.iter().take(8).cloned().collect();
+    Some(p)
+}
+
 pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: peer access not checked");
@@ -142,6 +182,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             format!("{} GPU(s) visible: no pair to check", nvml.gpus.len()),
         );
     }
+    let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let cuda = match &facts.gpus.cuda.state {
         LibraryState::Loaded(c) if c.init_result == 0 => Some(c),
         _ => None,
@@ -151,29 +192,54 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         expected,
         labels,
         no_read,
+        nvlink_no_p2p,
         read_only,
         refused,
     } = sort_pairs(nvml, cuda);
+    let init_fails = nvlink_init_failure(facts, &nvlink_no_p2p, mig);
+    // Pairs whose init failure is reported above are not also a slow fallback.
+    let (no_read, read_only) = if init_fails.is_some() {
+        let other = |v: Vec<String>| -> Vec<String> {
+            v.into_iter()
+                .filter(|l| !nvlink_no_p2p.contains(l))
+                .collect()
+        };
+        (other(no_read), other(read_only))
+    } else {
+        (no_read, read_only)
+    };
+    // ncclTopoCheckP2p needs NVML's read AND write status OK. From v2.19.1-1 a PCIe pair
+    // without both gets p2p = 0: SHM, as without read. Before, NCCL only logged it and
+    // still tried P2P where CUDA allowed peer access (src/graph/paths.cc at v2.18.6-1).
+    let (read_only_status, read_only_what) = if crate::nccl::version(facts)
+        .is_none_or(|v| v >= (2, 19, 0))
+    {
+        (
+            Severity::Fail,
+            "P2P write unsupported (read OK): NCCL needs both, so it falls back to SHM through host memory",
+        )
+    } else {
+        (
+            Severity::Warn,
+            "P2P write unsupported (read OK): this NCCL (< 2.19) still tries P2P where CUDA allows peer access",
+        )
+    };
     let kinds = [
         (
             no_read,
             Severity::Fail,
             "P2P read unsupported, so NCCL falls back to SHM through host memory",
         ),
-        (
-            read_only,
-            Severity::Warn,
-            "P2P write unsupported but read OK: NCCL runs P2P in the slower read mode",
-        ),
+        (read_only, read_only_status, read_only_what),
         (
             refused,
             Severity::Fail,
             "NVML reports P2P but the CUDA driver refuses peer access",
         ),
     ];
-    let mig = nvml.gpus.iter().any(|g| g.mig_mode.value() == Some(&true));
     let mut problems: Vec<Problem> = acs_redirection(facts, nvml, &mut evidence)
         .into_iter()
+        .chain(init_fails)
         .collect();
     for (pairs, status, what) in kinds {
         if let Some(first) = pairs.first() {
@@ -280,14 +346,31 @@ mod tests {
     fn nvlink_pairs_must_read_and_write() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let mut f = healthy();
+        // ncclTopoCheckP2p wants NVML read and write: an NVLink pair without write fails
+        // NCCL's init, not a slower read mode.
         nvml(&mut f).pairs[0].p2p_write = Observed::Value(P2pStatus::NotSupported);
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Warn);
-        assert!(finding.summary.contains("read mode"));
+        assert_eq!(finding.status(), Status::Fail);
+        assert!(finding.summary.contains("fails at init"), "{finding:?}");
+        assert!(
+            finding
+                .remediation()
+                .unwrap()
+                .contains("NCCL_IGNORE_DISABLED_P2P=1")
+        );
+        // With NCCL_IGNORE_DISABLED_P2P=1 NCCL starts and goes through SHM.
+        let ignored = crate::test_facts::with_env(f.clone(), &[("NCCL_IGNORE_DISABLED_P2P", "1")]);
+        let finding = judge(&ignored, &Policy::default());
+        assert_eq!(finding.status(), Status::Fail);
+        assert!(finding.summary.contains("falls back to SHM"), "{finding:?}");
+        assert!(!finding.summary.contains("fails at init"), "{finding:?}");
         nvml(&mut f).pairs[1].p2p_read = Observed::Value(P2pStatus::ChipsetNotSupported);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail);
-        assert!(finding.summary.starts_with("2 problems"));
+        assert!(
+            finding.summary.contains("2 NVLink-connected pair(s)"),
+            "{finding:?}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `mnnvl`: multi-node NVLink (GB200 NVL72 and similar racks), as NCCL decides it.
 //!
-//! NCCL (>= 2.21, NCCL_MNNVL_ENABLE default 2 = auto; NVIDIA/nccl v2.21.5-1 src/init.cc)
+//! NCCL (>= 2.20, NCCL_MNNVL_ENABLE default 2 = auto; NVIDIA/nccl v2.20.3-1 src/init.cc checkMNNVL)
 //! checks MNNVL in ncclMnnvlCheck (v2.28.9-1 src/mnnvl.cc) for multi-node communicators:
 //! it needs cuMem, every rank's GPU fabric state COMPLETED (nvmlDeviceGetGpuFabricInfoV),
 //! a non-zero cluster UUID, and ranks of equal cluster UUID and clique id form one clique.
@@ -88,10 +88,21 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
             "IMEX channels unreadable: {}",
             facts.gpus.imex_channels.error().map(|e| e.to_string()).unwrap_or_default()
         )),
+        // The prediction says how this version fails (crate::predict mnnvl): 2.27+ at
+        // init with an IMEX hint, 2.20-2.26 at the first FABRIC handle it shares.
         _ => problems.push(Problem::new(
             status,
-            "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
-             (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")",
+            if crate::nccl::version(facts).is_none_or(|v| v >= (2, 27, 0)) {
+                "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
+                 (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")"
+                    .to_string()
+            } else {
+                format!(
+                    "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL {} turns multi-node NVLink on without \
+                     trying it, then fails when it first shares a FABRIC buffer (cuMemExportToShareableHandle / cuMemImportFromShareableHandle), with no IMEX hint",
+                    crate::nccl::version(facts).map_or(String::new(), crate::nccl::catalog::show)
+                )
+            },
             IMEX_FIX,
         )
         // The channel comes with the pod's ComputeDomain claim (or its device request).
@@ -139,13 +150,14 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         ));
     }
     imex(facts, status, &mut evidence, &mut problems);
+    // MNNVL came with v2.20.3-1 (src/init.cc checkMNNVL; absent at v2.19.4-1).
     if let Some(v) = crate::nccl::version(facts)
-        && v < (2, 21, 0)
+        && v < (2, 20, 0)
     {
         problems.push(Problem::new(
                 Severity::Warn,
-                format!("NCCL {} predates multi-node NVLink (2.21): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
-                "Use NCCL 2.21 or later (a current PyTorch wheel) to reach other trays over NVLink.",
+                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
+                "Use NCCL 2.20 or later (a current PyTorch wheel; 2.27+ checks the IMEX channel at init) to reach other trays over NVLink.",
             ).blamed(Blame::Job));
     }
     if env("NCCL_CUMEM_ENABLE").as_deref() == Some("0") {

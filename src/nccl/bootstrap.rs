@@ -80,8 +80,28 @@ pub const NO_INTERFACE: &str = "Bootstrap : no socket interface found";
 
 /// Whether `version` (None: the newest) skips interfaces without IFF_RUNNING
 /// (findInterfaces, from v2.28.3-1).
-fn running_only(version: Option<Version>) -> bool {
+pub fn running_only(version: Option<Version>) -> bool {
     version.is_none_or(|v| v >= (2, 28, 0))
+}
+
+/// Whether `version`'s findInterfaces counts `link` at all (given an address): before
+/// v2.28.3-1 a down or carrier-less interface with an address counts.
+pub fn counts(version: Option<Version>, link: &Interface) -> bool {
+    link.running || !running_only(version)
+}
+
+/// The names of [`find_interfaces`]' endpoints, every match (no maximum): what a filter
+/// matches, of which NET/Socket drives the first MAX_IFS.
+pub fn matching_names(
+    version: Option<Version>,
+    env: SocketEnv,
+    interfaces: &[Interface],
+    addresses: &[IfAddress],
+) -> Vec<String> {
+    find_interfaces(version, env, interfaces, addresses, usize::MAX)
+        .into_iter()
+        .map(|e| e.interface)
+        .collect()
 }
 
 /// The automatic selection's steps (ncclFindInterfaces with NCCL_SOCKET_IFNAME unset):
@@ -128,7 +148,7 @@ fn find(
         let Some(link) = links.get(a.interface.as_str()) else {
             continue;
         };
-        if running_only(version) && !link.running {
+        if !counts(version, link) {
             continue;
         }
         if family.is_some_and(|f| f != a.family)
@@ -316,6 +336,68 @@ mod tests {
             ..SocketEnv::default()
         };
         assert_eq!(uses(bootstrap(None, one, &l, &a)), "docker0:172.17.0.1");
+    }
+
+    fn names(
+        version: Option<Version>,
+        env: SocketEnv,
+        l: &[Interface],
+        a: &[IfAddress],
+    ) -> Vec<String> {
+        socket_transport(version, env, l, a)
+            .into_iter()
+            .map(|e| e.interface)
+            .collect()
+    }
+
+    fn filtered(value: &str) -> SocketEnv<'_> {
+        SocketEnv {
+            ifname: Some(value),
+            ..SocketEnv::default()
+        }
+    }
+
+    #[test]
+    fn prefix_exact_exclusion_and_family() {
+        let l = vec![
+            link("lo", true),
+            link("eth0", true),
+            link("docker0", true),
+            link("eth10", false),
+            link("net1", true),
+        ];
+        let a = vec![
+            addr("lo", Family::Inet, "127.0.0.1"),
+            addr("eth0", Family::Inet, "10.0.0.5"),
+            addr("docker0", Family::Inet, "172.17.0.1"),
+            addr("eth10", Family::Inet, "10.9.0.5"),
+            addr("net1", Family::Inet6, "fd00::5"),
+            addr("lo", Family::Inet6, "::1"),
+        ];
+        let new = Some((2, 28, 9));
+        let pick = |v: &str| names(new, filtered(v), &l, &a);
+        assert_eq!(pick("eth"), ["eth0"]); // eth10 is not running
+        // Before 2.28 a down interface with an address counts.
+        assert_eq!(
+            names(Some((2, 27, 7)), filtered("eth"), &l, &a),
+            ["eth0", "eth10"]
+        );
+        assert_eq!(pick("=eth"), Vec::<String>::new());
+        assert_eq!(pick("==eth0"), Vec::<String>::new()); // exact name "=eth0"
+        assert_eq!(pick("=eth0,net1"), ["eth0", "net1"]);
+        // ^docker0 alone leaves lo first: the trap FACTS.md section 2 describes.
+        assert_eq!(pick("^docker0"), ["lo", "eth0", "net1"]);
+        assert_eq!(pick("^docker0,lo"), ["eth0", "net1"]);
+        assert_eq!(pick("nonexist0"), Vec::<String>::new());
+        let six = SocketEnv {
+            ifname: Some("^lo"),
+            family: Some("AF_INET6"),
+            comm_id: None,
+        };
+        assert_eq!(names(new, six, &l, &a), ["net1"]);
+        assert_eq!(names(new, SocketEnv::default(), &l, &a), ["eth0", "net1"]);
+        let only_lo = vec![link("lo", true)];
+        assert_eq!(names(new, SocketEnv::default(), &only_lo, &a), ["lo"]);
     }
 
     #[test]

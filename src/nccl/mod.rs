@@ -7,6 +7,7 @@ pub mod conf_file;
 pub mod ib_hca;
 pub mod interface;
 pub mod net_plugin;
+pub mod ras_diagnostics;
 pub mod socket_ifname;
 
 /// The version of the libnccl the trainer will load, as (major, minor, patch).

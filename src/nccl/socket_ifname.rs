@@ -1,17 +1,18 @@
-//! NCCL_SOCKET_IFNAME semantics and NCCL's interface selection.
+//! NCCL_SOCKET_IFNAME semantics: the filter, the family, the address NCCL binds on an
+//! interface. The selection itself, per NCCL version, is `crate::nccl::bootstrap`'s
+//! (proven against real libnccl 2.13-2.32); every caller goes through it.
 //!
 //! From NVIDIA/nccl (src/misc/socket.cc ncclFindInterfaces, src/os/linux.cc
 //! ncclOsFindInterfaces, src/misc/utils.cc parseStringList/matchIf, 2.28/2.29):
 //! - a value of length <= 1 is ignored (automatic selection);
 //! - a leading `^` excludes, then a leading `=` asks for exact names; the rest is a
 //!   comma list whose entries are `prefix[:port]`, empty entries skipped;
-//! - only interfaces with IFF_RUNNING and an IPv4/IPv6 address count, IPv6
-//!   loopback addresses are skipped, NCCL_SOCKET_FAMILY (AF_INET/AF_INET6) filters;
-//! - interfaces are taken in getifaddrs order; bootstrap uses the first one.
-//! - automatic selection: `ib` prefixes, then anything but `docker`, `lo`, `virbr`,
-//!   then `docker`, then `lo`, then `virbr`.
+//! - IPv6 loopback addresses are skipped, NCCL_SOCKET_FAMILY (AF_INET/AF_INET6)
+//!   filters; interfaces are taken in getifaddrs order; bootstrap uses the first one.
+//! - which interfaces count (IFF_RUNNING from 2.28) and the automatic selection's
+//!   steps (virbr avoided from 2.28) depend on the version: `crate::nccl::bootstrap`.
 
-use crate::facts::{Family, IfAddress, Interface};
+use crate::facts::{Family, IfAddress};
 
 /// How many interfaces NCCL's socket transport keeps: NVIDIA/nccl src/include/socket.h
 /// `#define MAX_IFS 16` (2.12 to 2.29), passed by src/transport/net_socket.cc
@@ -115,59 +116,6 @@ pub fn socket_family(value: Option<&str>) -> Option<Family> {
     }
 }
 
-/// Interfaces NCCL would use under `filter`, in the order it finds them.
-pub fn select(
-    filter: &IfnameFilter,
-    interfaces: &[Interface],
-    addresses: &[IfAddress],
-    family: Option<Family>,
-) -> Vec<String> {
-    // Indexed once: a search per address made 100k interfaces take minutes.
-    let mut by_name: std::collections::HashMap<&str, &Interface> =
-        std::collections::HashMap::with_capacity(interfaces.len());
-    for i in interfaces {
-        // The first of a name wins, as the search did.
-        by_name.entry(i.name.as_str()).or_insert(i);
-    }
-    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut found: Vec<String> = Vec::new();
-    for addr in addresses {
-        let Some(link) = by_name.get(addr.interface.as_str()) else {
-            continue;
-        };
-        if !link.running || family.is_some_and(|f| f != addr.family) {
-            continue;
-        }
-        if addr.family == Family::Inet6 && addr.address == "::1" {
-            continue;
-        }
-        if filter.admits(&addr.interface) && seen.insert(addr.interface.as_str()) {
-            found.push(addr.interface.clone());
-        }
-    }
-    found
-}
-
-/// What NCCL picks with NCCL_SOCKET_IFNAME unset (NCCL_COMM_ID subnet matching aside).
-pub fn select_automatic(
-    interfaces: &[Interface],
-    addresses: &[IfAddress],
-    family: Option<Family>,
-) -> Vec<String> {
-    for step in ["ib", "^docker,lo,virbr", "docker", "lo", "virbr"] {
-        let found = select(
-            &IfnameFilter::parse_list(step),
-            interfaces,
-            addresses,
-            family,
-        );
-        if !found.is_empty() {
-            return found;
-        }
-    }
-    Vec::new()
-}
-
 /// Names NCCL's automatic selection avoids, and `veth*` (host-side container
 /// links, where NCCL traffic hangs: FACTS.md section 2).
 pub fn is_unsuitable_name(name: &str) -> bool {
@@ -180,16 +128,6 @@ pub fn is_unsuitable_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn iface(name: &str, running: bool) -> Interface {
-        Interface {
-            name: name.into(),
-            up: running,
-            running,
-            loopback: name == "lo",
-            kind: None,
-        }
-    }
-
     fn addr(name: &str, family: Family, address: &str) -> IfAddress {
         IfAddress {
             interface: name.into(),
@@ -199,28 +137,15 @@ mod tests {
         }
     }
 
-    fn node() -> (Vec<Interface>, Vec<IfAddress>) {
-        let ifs = vec![
-            iface("lo", true),
-            iface("eth0", true),
-            iface("docker0", true),
-            iface("eth10", false),
-            iface("net1", true),
-        ];
-        let addrs = vec![
+    fn node() -> Vec<IfAddress> {
+        vec![
             addr("lo", Family::Inet, "127.0.0.1"),
             addr("eth0", Family::Inet, "10.0.0.5"),
             addr("docker0", Family::Inet, "172.17.0.1"),
             addr("eth10", Family::Inet, "10.9.0.5"),
             addr("net1", Family::Inet6, "fd00::5"),
             addr("lo", Family::Inet6, "::1"),
-        ];
-        (ifs, addrs)
-    }
-
-    fn pick(value: &str) -> Vec<String> {
-        let (i, a) = node();
-        select(&IfnameFilter::parse(value).unwrap(), &i, &a, None)
+        ]
     }
 
     #[test]
@@ -236,23 +161,11 @@ mod tests {
     }
 
     #[test]
-    fn prefix_exact_and_exclusion() {
-        assert_eq!(pick("eth"), ["eth0"]); // eth10 is not running
-        assert_eq!(pick("=eth"), Vec::<String>::new());
-        assert_eq!(pick("==eth0"), Vec::<String>::new()); // exact name "=eth0"
-        assert_eq!(pick("=eth0,net1"), ["eth0", "net1"]);
-        // ^docker0 alone leaves lo first: the trap FACTS.md section 2 describes.
-        assert_eq!(pick("^docker0"), ["lo", "eth0", "net1"]);
-        assert_eq!(pick("^docker0,lo"), ["eth0", "net1"]);
-        assert_eq!(pick("nonexist0"), Vec::<String>::new());
-    }
-
-    #[test]
     fn the_socket_transport_keeps_sixteen_interfaces_and_the_first_address_of_each() {
         let names: Vec<String> = (0..20).map(|i| format!("eth{i}")).collect();
         assert_eq!(socket_transport(&names).len(), MAX_IFS);
         assert_eq!(socket_transport(&names[..3]), &names[..3]);
-        let (_, a) = node();
+        let a = node();
         let lo = used_address("lo", &a, None).unwrap();
         assert_eq!(lo.address, "127.0.0.1");
         assert_eq!(used_address("net1", &a, Some(Family::Inet)), None);
@@ -264,13 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn family_and_automatic() {
-        let (i, a) = node();
-        let f = IfnameFilter::parse("^lo").unwrap();
-        assert_eq!(select(&f, &i, &a, Some(Family::Inet6)), ["net1"]);
-        assert_eq!(select_automatic(&i, &a, None), ["eth0", "net1"]);
-        let only_lo = vec![iface("lo", true)];
-        assert_eq!(select_automatic(&only_lo, &a, None), ["lo"]);
+    fn families() {
         assert_eq!(socket_family(Some("AF_INET6")), Some(Family::Inet6));
         assert_eq!(socket_family(Some("inet")), None);
     }

@@ -103,13 +103,23 @@ pub(super) fn nvls(facts: &Facts, version: Option<Version>) -> Decision<Feature>
     Decision::new(value, why, SOURCE)
 }
 
-/// Multi-node NVLink (src/init.cc, src/mnnvl.cc ncclMnnvlCheck, v2.19+): checked across
-/// nodes (NCCL_MNNVL_ENABLE=2, the default) or when forced; enabled when every GPU's
-/// fabric registration completed in one clique of a cluster; where the clique exists but
-/// FABRIC handles cannot be shared (no IMEX channel), init fails.
+/// Multi-node NVLink, per version (NVIDIA/nccl):
+/// - before v2.20.3-1 there is none;
+/// - v2.20.3-1 to v2.26.x, src/init.cc checkMNNVL (run when nNodes > 1): needs cuMem
+///   (NCCL_CUMEM_ENABLE), CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, every
+///   rank's fabric state COMPLETED and a non-zero cluster UUID; an IMEX channel is not
+///   checked, so without one MNNVL is enabled and the first FABRIC handle shared fails
+///   (cuMemExportToShareableHandle/cuMemImportFromShareableHandle, nccl#1647); forced
+///   with NCCL_MNNVL_ENABLE=1 where unsupported: "MNNVL is not supported on this
+///   system", init fails;
+/// - from v2.27.3-1, src/mnnvl.cc ncclMnnvlCheck (run when nNodes > 1 with
+///   NCCL_MNNVL_ENABLE != 0 and P2P not disabled, or when forced): the same
+///   conditions, then a trial FABRIC allocation, export and import; where the clique
+///   exists but that fails, "MNNVL ... is available but not working on this system.
+///   Check the IMEX channel configuration", init fails; forced without a clique goes on
+///   without MNNVL.
 pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature> {
-    const SOURCE: &str =
-        "src/init.cc initTransportsRank (NCCL_MNNVL_ENABLE), src/mnnvl.cc ncclMnnvlCheck";
+    const SOURCE: &str = "src/init.cc checkMNNVL (v2.20.3-1 to v2.26), src/mnnvl.cc ncclMnnvlCheck (v2.27.3-1+), NCCL_MNNVL_ENABLE";
     let nvml = facts.gpus.nvml.loaded();
     // "A zero UUID means we don't have MNNVL fabric info - disable MNNVL" (HGX nodes
     // register with the fabric manager but in no cluster).
@@ -138,22 +148,40 @@ pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature
         .value()
         .is_some_and(|c| c.as_ref().is_some_and(|c| !c.is_empty()));
     let forced_off = env(facts, "NCCL_MNNVL_ENABLE").is_some_and(|v| v.trim() == "0");
-    let (value, why) = if !since(version, (2, 19, 0)) {
-        (
-            Feature::Disabled,
-            "this NCCL predates multi-node NVLink".to_string(),
-        )
+    let cumem_off = int_param(facts, "NCCL_CUMEM_ENABLE") == Some(0);
+    let p2p_off = int_param(facts, "NCCL_P2P_DISABLE").is_some_and(|v| v != 0);
+    let trial = since(version, (2, 27, 0));
+    let off = |why: &str| (Feature::Disabled, why.to_string());
+    let (value, why) = if !since(version, (2, 20, 0)) {
+        off("this NCCL predates multi-node NVLink (2.20)")
     } else if forced_off {
-        (Feature::Disabled, "NCCL_MNNVL_ENABLE=0".to_string())
+        off("NCCL_MNNVL_ENABLE=0")
     } else if one_node && !forced_on {
-        (
-            Feature::Disabled,
-            "one node: NCCL checks multi-node NVLink only across nodes, or when NCCL_MNNVL_ENABLE=1".to_string(),
+        off(
+            "one node: NCCL checks multi-node NVLink only across nodes, or when NCCL_MNNVL_ENABLE=1",
         )
-    } else if !completed || cliques == 0 {
-        (Feature::Disabled, "no GPU is registered in an NVLink fabric clique: NCCL goes on without it, even when forced".to_string())
-    } else if !imex {
+    } else if trial && p2p_off && !forced_on {
+        off("NCCL_P2P_DISABLE: from 2.27 NCCL checks multi-node NVLink only with P2P on")
+    } else if !completed || cliques == 0 || cumem_off {
+        let why = if cumem_off {
+            "NCCL_CUMEM_ENABLE=0: multi-node NVLink requires cuMem"
+        } else {
+            "no GPU is registered in an NVLink fabric clique"
+        };
+        if forced_on && !trial {
+            (
+                Feature::FailsInit,
+                format!(
+                    "{why}, and NCCL_MNNVL_ENABLE=1: \"MNNVL is not supported on this system\" (NCCL 2.20-2.26)"
+                ),
+            )
+        } else {
+            (Feature::Disabled, format!("{why}: NCCL goes on without it"))
+        }
+    } else if !imex && trial {
         (Feature::FailsInit, "\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\": no /dev/nvidia-caps-imex-channels in the container".to_string())
+    } else if !imex {
+        (Feature::FailsInit, "NCCL 2.20-2.26 enables multi-node NVLink without trying a FABRIC handle first; with no /dev/nvidia-caps-imex-channels in the container the first FABRIC handle it shares fails (cuMemExportToShareableHandle / cuMemImportFromShareableHandle), with no IMEX hint in the error".to_string())
     } else {
         (
             Feature::Enabled,
@@ -179,6 +207,27 @@ mod tests {
         assert!(new.used && !new.in_dev_shm);
         let off = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_HOST_ENABLE", "0")]);
         assert!(shm(&off, Some((2, 28, 9)), &pairs).value.in_dev_shm);
+    }
+
+    #[test]
+    fn mnnvl_follows_the_version() {
+        let f = test_facts::healthy();
+        // The healthy node has no clique: off whatever the version.
+        assert_eq!(mnnvl(&f, Some((2, 28, 9))).value, Feature::Disabled);
+        let two = test_facts::with_env(f.clone(), &[("PET_NNODES", "2")]);
+        assert_eq!(
+            mnnvl(&two, Some((2, 19, 3))).why,
+            "this NCCL predates multi-node NVLink (2.20)"
+        );
+        assert!(
+            mnnvl(&two, Some((2, 20, 5)))
+                .why
+                .contains("no GPU is registered")
+        );
+        // Forced without a clique: 2.20-2.26 fail init, 2.27+ go on without it.
+        let forced = test_facts::with_env(two, &[("NCCL_MNNVL_ENABLE", "1")]);
+        assert_eq!(mnnvl(&forced, Some((2, 21, 5))).value, Feature::FailsInit);
+        assert_eq!(mnnvl(&forced, Some((2, 28, 9))).value, Feature::Disabled);
     }
 
     #[test]

@@ -41,6 +41,16 @@ pub(crate) fn user_level(value: &str) -> Option<&'static str> {
         .copied()
 }
 
+/// NCCL_NET_GDR_LEVEL as ncclTopoCheckGdr reads it (src/graph/paths.cc, v2.13-v2.30:
+/// `netGdrLevel = PATH_PXB` unless the user's level parses): the level in force, and
+/// whether the user set it.
+pub fn net_gdr_level(facts: &Facts) -> (&'static str, bool) {
+    match env(facts, "NCCL_NET_GDR_LEVEL").and_then(user_level) {
+        Some(l) => (l, true),
+        None => ("PXB", false),
+    }
+}
+
 /// One GPU and the NIC its inter-node traffic uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GdrPair {
@@ -89,9 +99,7 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
         return Vec::new();
     };
     let used: Vec<_> = devices.iter().filter(|d| nics.contains(&d.name)).collect();
-    let level = env(facts, "NCCL_NET_GDR_LEVEL")
-        .and_then(user_level)
-        .unwrap_or("PXB");
+    let (level, _) = net_gdr_level(facts);
     let provider = provider(facts, version);
     let pxn = env(facts, "NCCL_PXN_DISABLE").is_none_or(|v| v.trim() != "1");
     let distance = |g: &crate::facts::gpu::PciGpu, n: &crate::facts::rdma::RdmaDevice| match (
@@ -123,9 +131,10 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
                     "nothing lets the NIC reach GPU memory (no nvidia-peermem, no dma-buf)"
                         .to_string()
                 }
-                (Some(p), true) => {
-                    format!("distance {dist} <= NCCL_NET_GDR_LEVEL {level}, through {p}")
-                }
+                (Some(p), true) => format!(
+                    "distance {dist} <= NCCL_NET_GDR_LEVEL {level}, through {p}; {}",
+                    sends(facts, version, g)
+                ),
                 (Some(_), false) => format!(
                     "distance {dist} > NCCL_NET_GDR_LEVEL {level}: staged through host memory"
                 ),
@@ -141,6 +150,45 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
             })
         })
         .collect()
+}
+
+/// Whether sends use GPUDirect RDMA too (GDR read), in words. ncclTopoCheckGdr's read
+/// branch (src/graph/paths.cc): NCCL_NET_GDR_READ decides when set; by default, before
+/// v2.19.1-1 only a GPU with an NVLink peer (or alone on the node) reads; from v2.19.1-1
+/// every GPU of compute capability 8.0 or more does, older ones as before.
+fn sends(facts: &Facts, version: Option<Version>, gpu: &crate::facts::gpu::PciGpu) -> &'static str {
+    if let Some(v) = super::int_param(facts, "NCCL_NET_GDR_READ") {
+        return if v != 0 {
+            "sends too (NCCL_NET_GDR_READ)"
+        } else {
+            "receives only: sends staged (NCCL_NET_GDR_READ=0)"
+        };
+    }
+    let nvml = facts.gpus.nvml.loaded();
+    let me = nvml.and_then(|n| {
+        n.gpus.iter().find(|x| {
+            x.pci_bus_id
+                .value()
+                .is_some_and(|b| same_bus(b, &gpu.bus_id))
+        })
+    });
+    let ampere_or_newer = me
+        .and_then(|g| g.compute_capability.value())
+        .and_then(|c| c.split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 8);
+    let alone_or_nvlink = nvml.is_some_and(|n| {
+        n.gpus.len() == 1
+            || me.is_some_and(|m| {
+                n.gpus.iter().any(|p| {
+                    p.index != m.index && crate::topology::matrix::nvlinks_between(m, p) > 0
+                })
+            })
+    });
+    if (since(version, (2, 19, 0)) && ampere_or_newer) || alone_or_nvlink {
+        "sends too (GDR read)"
+    } else {
+        "receives only: sends staged through host memory (GDR read needs an NVLink peer before NCCL 2.19, or compute capability 8.0+ from 2.19)"
+    }
 }
 
 /// An NVLink peer of `gpu` within PXB of `nic` (ncclTopoComputePaths' PXN rule), and
@@ -184,6 +232,25 @@ fn same_bus(nvml: &str, sysfs: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gdr_read_by_version_and_nvlink() {
+        let mut f = crate::test_facts::healthy();
+        let gpu = f.gpus.pci_gpus.value().unwrap()[0].clone();
+        // H200 pair over NVLink: sends use GDR in every release.
+        assert_eq!(sends(&f, Some((2, 18, 3)), &gpu), "sends too (GDR read)");
+        // A PCIe-only L40S pair (sm_89): receives only before 2.19, sends too from 2.19.
+        if let crate::facts::gpu::LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.nvlinks.clear();
+                g.compute_capability = crate::facts::Observed::Value("8.9".into());
+            }
+        }
+        assert!(sends(&f, Some((2, 18, 3)), &gpu).starts_with("receives only"));
+        assert_eq!(sends(&f, Some((2, 19, 3)), &gpu), "sends too (GDR read)");
+        let off = crate::test_facts::with_env(f, &[("NCCL_NET_GDR_READ", "0")]);
+        assert!(sends(&off, Some((2, 28, 9)), &gpu).contains("NCCL_NET_GDR_READ=0"));
+    }
 
     #[test]
     fn levels_and_ranks() {

@@ -93,8 +93,11 @@ fn one(facts: &Facts, nvml: &NvmlFacts, version: Option<Version>, a: u32, b: u32
             t,
             format!("path {path} within {level_why}, NVML reports P2P read and write"),
         )
-    } else if within && path == "NVL" {
-        // "P2P is disabled between NVLINK connected GPUs ... probably due to a hardware issue"
+    } else if within && path == "NVL" && int_param(facts, "NCCL_IGNORE_DISABLED_P2P") != Some(1) {
+        // src/graph/paths.cc ncclTopoCheckP2p (v2.13.4-1 to v2.30.7-1): NVML's P2P status
+        // not OK on a path of type <= PATH_NVB returns ncclUnhandledCudaError with
+        // "P2P is disabled between NVLINK connected GPUs ... probably due to a hardware
+        // issue", unless NCCL_IGNORE_DISABLED_P2P=1 (then p2p = 0: SHM).
         (
             "init fails".to_string(),
             "NVLink-connected pair without P2P in NVML: ncclTopoCheckP2p returns an error"

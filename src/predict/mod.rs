@@ -19,7 +19,7 @@ mod network;
 mod socket;
 
 pub use features::{Feature, ShmNeed};
-pub use gdr::GdrPair;
+pub use gdr::{GdrPair, net_gdr_level};
 pub use ib::{IbPort, IbPrediction, SkippedPort};
 pub use intra::PairTransport;
 pub use network::{Cause, InterNode, NetKind};

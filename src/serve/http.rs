@@ -5,7 +5,8 @@
 //! is read and dropped, up to a bound, so the client sees the answer rather than
 //! a reset) and `MAX_HEADERS` lines, and must arrive within `REQUEST_TIME`;
 //! bodies are never read. Handlers only read prepared state, so no request waits
-//! on a driver call.
+//! on a driver call; POST is routed as "POST /path", and serve's one POST
+//! (/job/diagnose) waits on NCCL's RAS within its own bounds (serve/ras/diagnose.rs).
 //!
 //! Probes must keep answering while anything that can reach the port opens
 //! connections and sends nothing (or a byte at a time), or asks for /report and reads
@@ -207,6 +208,8 @@ fn handle(mut stream: TcpStream, route: &(dyn Fn(&str) -> Response + Sync), phas
         Ok((method, path)) if method == "GET" || method == "HEAD" => {
             (route(&path), method == "HEAD")
         }
+        // POST is routed as "POST /path" (serve answers POST /job/diagnose only).
+        Ok((method, path)) if method == "POST" => (route(&format!("POST {path}")), false),
         Ok(_) => (Response::text(405, "only GET and HEAD\n"), false),
     };
     if send(&mut stream, &response, head_only, RESPONSE_TIME) {

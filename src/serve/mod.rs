@@ -101,6 +101,7 @@ impl Live<'_> {
         report.checks.push(self.xid.clone());
         if let Some(job) = &self.job {
             report.checks.push(ras::finding(job));
+            report.checks.extend(job.diagnostics.clone());
         }
         report.rejudge();
         Some(report)
@@ -344,6 +345,67 @@ fn start_checks(
 /// With `--watch-nccl`, starts the job watcher (it runs until `stop`, and is not waited
 /// for). Its NCCL version, until RAS's own reply names it, is the trainer's libnccl as
 /// the last run of the checks found it (facts.rdma.nccl.library).
+/// `POST /job/diagnose` (ras::diagnose); any other POST is refused.
+fn diagnose(watching: Option<&ras::Watching>, path: &str) -> http::Response {
+    match (path, watching) {
+        ("/job/diagnose", None) => http::Response::text(
+            404,
+            "not watching the job: start serve with --watch-nccl (NCCL_PREFLIGHT_WATCH_NCCL=1)\n",
+        ),
+        ("/job/diagnose", Some(w)) => {
+            let version = w.view().and_then(|v| v.nccl_version);
+            let run = |addr: &str| {
+                let d = ras::diagnose::query(addr)?;
+                if !d.lines.is_empty() {
+                    w.set_diagnostics(d.finding("on demand"));
+                }
+                Ok(d)
+            };
+            ras::diagnose::respond(&w.gate, &w.addr, version.as_deref(), &run)
+        }
+        _ => http::Response::text(405, "only GET and HEAD (and POST /job/diagnose)\n"),
+    }
+}
+
+/// The pod's /etc/hosts (the kubelet writes the pod's own address and its hostAliases
+/// there), at most 1 MiB of it; empty where it cannot be read.
+fn etc_hosts() -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    if let Ok(f) = std::fs::File::open("/etc/hosts") {
+        let _ = f.take(1 << 20).read_to_string(&mut text);
+    }
+    text
+}
+
+/// What each request gets: POST /job/diagnose outside the state's lock, the rest from
+/// the last snapshot (`route`).
+fn routes(
+    shared: &Arc<Shared>,
+    stale_after: Duration,
+    started: Instant,
+) -> Arc<dyn Fn(&str) -> http::Response + Send + Sync> {
+    let shared = Arc::clone(shared);
+    Arc::new(move |path: &str| {
+        if let Some(post) = path.strip_prefix("POST ") {
+            // Outside the state's lock: a diagnostics run may take seconds.
+            return diagnose(shared.job.get().map(|w| &**w), post);
+        }
+        let xids = shared.xids();
+        let live = Live {
+            snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
+            xid: shared.xid_finding(&xids),
+            xids: &xids,
+            // A copy of the job's view only for the paths that show it: /healthz
+            // and /readyz never touch the watcher's lock.
+            job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
+                .then(|| shared.job.get().and_then(|w| w.view()))
+                .flatten(),
+        };
+        route(&live, path, stale_after, started)
+    })
+}
+
 fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicBool) -> Result<()> {
     let w = &args.watch;
     if !w.watch_nccl {
@@ -354,6 +416,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         interval: w.watch_interval,
         hang_after: w.hang_after,
         init_grace: w.watch_init_grace,
+        pods: ras::pods::from_etc_hosts(&etc_hosts()),
     };
     let weak = Arc::downgrade(shared);
     let hint = Box::new(move || {
@@ -422,23 +485,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     let started = Instant::now();
     let checker = start_checks(&shared, env, args, stop)?;
-    let routes: Arc<dyn Fn(&str) -> http::Response + Send + Sync> = {
-        let shared = Arc::clone(&shared);
-        Arc::new(move |path: &str| {
-            let xids = shared.xids();
-            let live = Live {
-                snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
-                xid: shared.xid_finding(&xids),
-                xids: &xids,
-                // A copy of the job's view only for the paths that show it: /healthz
-                // and /readyz never touch the watcher's lock.
-                job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
-                    .then(|| shared.job.get().and_then(|w| w.view()))
-                    .flatten(),
-            };
-            route(&live, path, stale_after, started)
-        })
-    };
+    let routes = routes(&shared, stale_after, started);
     http::serve(listener, stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.

@@ -9,8 +9,8 @@
 
 use super::{Setting, Source};
 use crate::facts::Facts;
+use crate::nccl::bootstrap::{self, SocketEnv};
 pub use crate::nccl::interface::{Choice, choose_interface};
-use crate::nccl::socket_ifname::select_automatic;
 
 pub const NAME: &str = "NCCL_SOCKET_IFNAME";
 
@@ -20,11 +20,15 @@ pub fn rule(facts: &Facts) -> Vec<Setting> {
 
 fn propose(facts: &Facts) -> Option<Setting> {
     let choice = choose_interface(facts)?;
+    // NCCL's own choice with the variable unset, by the loaded version's rules (down
+    // interfaces count before 2.28, virbr is avoided from 2.28: nccl::bootstrap).
     let automatic = match (
         facts.network.interfaces.value(),
         facts.network.addresses.value(),
     ) {
-        (Some(i), Some(a)) => select_automatic(i, a, None),
+        (Some(i), Some(a)) => {
+            bootstrap::matching_names(crate::nccl::version(facts), SocketEnv::default(), i, a)
+        }
         _ => Vec::new(),
     };
     let agreement = match automatic.first() {

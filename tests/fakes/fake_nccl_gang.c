@@ -95,6 +95,11 @@
  *
  * Scenario knobs (environment):
  *   FAKE_NCCL_VERSION=N        ncclGetVersion's answer, also exchanged at init (default 22809)
+ *   FAKE_NCCL_DIAG_FILE=PATH   with NCCL_RUN_RAS_DIAGNOSTICS=1 and a version of 2.31 or
+ *                              later, rank 0's init prints the body of each "NCCL DIAG"
+ *                              line of PATH as "host:pid NCCL DIAG body", as NCCL 2.32.3
+ *                              printed its RAS diagnostics at init (tests/data/ras/
+ *                              gpu-h200x4-2.32.3/rank0.log)
  *   FAKE_NCCL_CUDA=X.Y         the "+cudaX.Y" of the logged version line (default 12.8)
  *   FAKE_NCCL_TRANSPORT=T      the transport the Channel lines name (default NET/Socket/0)
  *   FAKE_NCCL_DIE_AFTER=N      the process _exits (status 137, as a SIGKILL'd one
@@ -832,6 +837,24 @@ static void print_version(void) {
     INFO(0, "NCCL version %d.%d.%d+cuda%s", major, minor, patch, cuda && *cuda ? cuda : "12.8");
 }
 
+/* FAKE_NCCL_DIAG_FILE's NCCL DIAG lines, re-prefixed with this process. */
+static void print_diagnostics(void) {
+    const char *path = getenv("FAKE_NCCL_DIAG_FILE");
+    const char *run = getenv("NCCL_RUN_RAS_DIAGNOSTICS");
+    if (!path || !run || strcmp(run, "1") || fake_version() < 23100) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[2048];
+    pthread_mutex_lock(&log_lock);
+    while (fgets(line, sizeof line, f)) {
+        const char *body = strstr(line, "NCCL DIAG ");
+        if (body) fprintf(log_file, "%s:%d %s", host_name, (int)getpid(), body);
+    }
+    fflush(log_file);
+    pthread_mutex_unlock(&log_lock);
+    fclose(f);
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
     pthread_once(&log_once, log_setup);
     if (!out) return ncclInvalidArgument;
@@ -888,6 +911,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) comm_id = (comm_id ^ (unsigned char)id.internal[i]) * 1099511628211ULL;
     INFO(c->dev, "ncclCommInitRankConfig comm %p rank %d nranks %d cudaDev %d nvmlDev %d commId 0x%llx - Init START", (void *)c,
          rank, nranks, c->dev, c->dev, (unsigned long long)comm_id);
+    if (rank == 0) print_diagnostics();
     *out = c;
     if (group_depth > 0) {
         if (group_add(c)) { *out = NULL; close_comm(c); return ncclSystemError; }

@@ -1186,3 +1186,61 @@ fn regression_exec_gang_as_pid_1_ends_on_sigterm_during_the_checks() {
     assert!(stderr.contains("stopped by a signal"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn nccl_2_31_or_later_runs_ras_diagnostics_in_the_worker_and_judges_its_diag_lines() {
+    // The fake prints the file's NCCL DIAG lines at rank 0's init only when the worker's
+    // environment carries NCCL_RUN_RAS_DIAGNOSTICS=1 and its version is 2.31 or later;
+    // the file is the 2.32.3 recording with its NVLink line turned into a failing one.
+    let diag = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/ras/derived-2.32.3/nvlink-down.text"
+    );
+    let args = [
+        "--format",
+        "json",
+        "--gang-sizes",
+        "64KiB",
+        "--gang-iterations",
+        "1",
+    ];
+    let at = |version: &str| {
+        let n = || {
+            node()
+                .env("FAKE_NCCL_VERSION", version)
+                .env("FAKE_NCCL_DIAG_FILE", diag)
+        };
+        gang(
+            &format!("diag{version}"),
+            ONE_GPU,
+            2,
+            &args,
+            vec![Some(n()), Some(n())],
+        )
+    };
+    let ended = at("23203");
+    let r0 = ended[0].as_ref().unwrap().json();
+    let f = gang_finding(&r0, "nccl-diagnostics");
+    assert_eq!(f["status"], "fail", "{r0:#}");
+    assert!(
+        text(f).contains("NVLink: inactive link(s) on rank(s) {1}"),
+        "{f:#}"
+    );
+    assert!(text(f).contains("an NVLink is down"), "{f:#}");
+    assert_ne!(ended[0].as_ref().unwrap().code, Some(0));
+    // Rank 1's NCCL printed no lines: no finding there, rather than a false warning.
+    let r1 = ended[1].as_ref().unwrap().json();
+    let none = |r: &Value| {
+        r["gang"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["id"] != "nccl-diagnostics")
+    };
+    assert!(none(&r1), "{r1:#}");
+    // Before 2.31 the worker is not asked to run them, so the fake prints nothing either.
+    let old = at("22809");
+    for e in &old {
+        assert!(none(&e.as_ref().unwrap().json()));
+    }
+}

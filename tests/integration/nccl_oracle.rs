@@ -1042,3 +1042,122 @@ fn plugin_names_match_real_nccl_from_2_28() {
     );
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
+
+/// `check --format json` in `ns` with the trainer's libnccl pinned to `lib` and `env`.
+fn tool_check(ns: &str, lib: &Path, env: &[(&str, &str)]) -> serde_json::Value {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, BIN, "check", "--format", "json"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HOME", "/nonexistent")
+        .env("NCCL_PREFLIGHT_NCCL_LIB", lib);
+    for (k, v) in NO_VENDOR_LIBS.iter().chain(env) {
+        cmd.env(k, v);
+    }
+    let out = output_within(&mut cmd, "nccl-preflight check");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check in {ns}: {e}: {}{}", stdout(&out), stderr(&out)))
+}
+
+/// The nccl-env lint and the NCCL_SOCKET_IFNAME tuning judge with the loaded libnccl's own
+/// selection rules, not the newest: on a node where releases decide differently (a down
+/// eth1 that still has an address, ahead of eth0 in getifaddrs order, and a virbr0), each
+/// real release's choice, printed by ncclGetUniqueId, is what the tool says that release
+/// does. 2.13-2.27 bind the down eth1; 2.28 and later skip it (findInterfaces checks
+/// IFF_RUNNING from v2.28.3-1).
+#[test]
+fn the_interface_lint_and_tuning_follow_the_loaded_nccl() {
+    let test = "interface_lint_follows_loaded_nccl";
+    if !require_root(test) || !require_tools(test, &["ip", "cc"]) {
+        return;
+    }
+    let Some(builds) = nccl_builds(test) else {
+        return;
+    };
+    use LinkKind::*;
+    let set = IfaceSet {
+        label: "down-eth1-before-eth0".into(),
+        lo_up: true,
+        links: vec![
+            link("eth1", Veth, &["192.168.50.2/24"]).down(),
+            link("virbr0", Bridge, &["192.168.122.1/24"]),
+            link("eth0", Veth, &["10.2.0.9/24"]),
+        ],
+    };
+    let ns = SetNs::new(test);
+    let [host, peers, mut own] = set.commands(&ns);
+    // A default route makes eth0 the interface the tuner pins.
+    own.push("route add default via 10.2.0.1 dev eth0".into());
+    ip_batch(None, &host);
+    ip_batch(Some(&ns.peers), &peers);
+    ip_batch(Some(&ns.ns), &own);
+    settled_network(&ns.ns, &set);
+    let case = |v: &str| vec![("NCCL_SOCKET_IFNAME".to_string(), v.to_string())];
+    let cases = vec![case("=eth1"), case("eth"), Vec::new()];
+    let (mut binds_down, mut skips_down, mut wrong) = (0, 0, Vec::new());
+    for (version, lib) in &builds {
+        let v = format!("{}.{}.{}", version.0, version.1, version.2);
+        let seen = run_oracle(Some(&ns.ns), lib, &[], &cases);
+        let nodes = [("PET_NNODES", "2")];
+        // =eth1: the release fails init, or binds the down eth1 (unreachable across nodes).
+        let r = tool_check(&ns.ns, lib, &[("NCCL_SOCKET_IFNAME", "=eth1"), nodes[0]]);
+        let lint = finding(&r, "nccl-env");
+        let summary = lint["summary"].as_str().unwrap_or("");
+        let expected = if seen[0].no_interface {
+            skips_down += 1;
+            "no socket interface found"
+        } else {
+            binds_down += 1;
+            "bootstrap over eth1, which is down"
+        };
+        if lint["status"] != "fail" || !summary.contains(expected) {
+            wrong.push(format!(
+                "NCCL {v} =eth1: NCCL printed {:?}; the tool: {lint}",
+                seen[0].bootstrap
+            ));
+        }
+        // eth: where the release takes eth0 alone the value is fine (pass); where it also
+        // takes the down eth1 the tool warns of a prefix matching both and names the
+        // interface the release bootstraps on.
+        let r = tool_check(&ns.ns, lib, &[("NCCL_SOCKET_IFNAME", "eth")]);
+        let lint = finding(&r, "nccl-env");
+        let evidence = lint["evidence"].to_string();
+        let first = seen[1].bootstrap.as_ref().map(|b| b.0.clone());
+        let agrees = match first.as_deref() {
+            Some("eth0") => lint["status"] == "pass",
+            Some(f) => {
+                lint["status"] != "pass" && evidence.contains(&format!("(bootstrap on {f})"))
+            }
+            None => false,
+        };
+        if !agrees {
+            wrong.push(format!(
+                "NCCL {v} eth: NCCL bootstrapped on {first:?}; the tool: {lint}"
+            ));
+        }
+        // Unset: the tuned value's reason states the release's own automatic choice.
+        let r = tool_check(&ns.ns, lib, &[]);
+        let reason = setting(&r, "NCCL_SOCKET_IFNAME").map(|s| s["reason"].to_string());
+        let auto = seen[2].bootstrap.as_ref().map(|b| b.0.clone());
+        let says = match auto.as_deref() {
+            Some("eth0") => "agrees".to_string(),
+            Some(other) => format!("NCCL would bootstrap on {other}"),
+            None => "would find no interface".to_string(),
+        };
+        if !reason.as_ref().is_some_and(|r| r.contains(&says)) {
+            wrong.push(format!(
+                "NCCL {v} unset: NCCL bootstrapped on {auto:?}; tuned reason {reason:?}"
+            ));
+        }
+    }
+    eprintln!(
+        "{} releases: {binds_down} bind the down eth1, {skips_down} skip it; {} disagreements",
+        builds.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Both behaviours were seen when the cache spans 2.28.
+    let spans = builds.first().is_some_and(|b| b.0 < (2, 28, 0))
+        && builds.last().is_some_and(|b| b.0 >= (2, 28, 0));
+    assert!(!spans || (binds_down > 0 && skips_down > 0));
+}

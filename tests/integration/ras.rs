@@ -6,7 +6,7 @@
 //! JSON, a server that accepts and never answers, the trainer restarting (nothing
 //! listening, then a new server on the same port). /healthz answers throughout.
 
-use super::serve::{Server, get, start, wait_for};
+use super::serve::{Server, get, raw, start, wait_for};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +43,9 @@ struct Script {
     commands: Vec<(Instant, String)>,
     /// Events for MONITOR connections, sent once each.
     events: Vec<String>,
+    /// The `DIAGNOSTICS` reply (NCCL 2.31+); empty: `ERROR: Unknown command`, the
+    /// connection left open as NCCL leaves it.
+    diag_reply: String,
 }
 
 struct FakeRas {
@@ -72,6 +75,7 @@ impl FakeRas {
                 text_reply,
                 commands: Vec::new(),
                 events: Vec::new(),
+                diag_reply: String::new(),
             })),
             up: Arc::new(AtomicBool::new(true)),
             stop: Arc::new(AtomicBool::new(false)),
@@ -164,6 +168,14 @@ fn serve_client(stream: TcpStream, script: &Mutex<Script>, stop: &AtomicBool) {
                 let reply = match s.mode {
                     Mode::Cut => reply[..reply.len() / 2].to_string(),
                     _ => reply,
+                };
+                let _ = out.write_all(reply.as_bytes());
+                return;
+            }
+            "diagnostics" if !s.diag_reply.is_empty() => {
+                let reply = match s.mode {
+                    Mode::Cut => s.diag_reply[..s.diag_reply.len() / 2].to_string(),
+                    _ => s.diag_reply.clone(),
                 };
                 let _ = out.write_all(reply.as_bytes());
                 return;
@@ -488,4 +500,184 @@ fn an_nccl_without_ras_is_said_to_be_too_old_to_watch() {
     let headline = v["headline"].as_str().unwrap();
     assert!(headline.starts_with("NCCL 2.18.5 has no RAS"), "{headline}");
     assert_eq!(get(&server, "/job/livez").0, 200);
+}
+
+fn diagnose(server: &Server) -> (u16, String) {
+    let (status, _, body) = raw(
+        server,
+        b"POST /job/diagnose HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n",
+    );
+    (status, body)
+}
+
+/// The 2.32.3 replies as recorded, without the recorder's handshake lines.
+fn recorded_232(name: &str) -> String {
+    let text = data(&format!("gpu-h200x4-2.32.3/{name}"));
+    let start = text
+        .find('{')
+        .filter(|_| name.ends_with(".json"))
+        .unwrap_or(0);
+    text[start..].replace("SERVER PROTOCOL 2\n", "")
+}
+
+#[test]
+fn post_job_diagnose_runs_nccls_diagnostics_once_per_gap_and_judges_them() {
+    let fake = FakeRas::start(true, true, recorded_232("healthy.json"), String::new());
+    fake.set(|s| s.diag_reply = recorded_232("diagnostics.text"));
+    let server = watch(&fake, "1s", &[]);
+    let view = wait_state(&server, "healthy");
+    assert_eq!(view["nccl_version"], "2.32.3", "{view:#}");
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["finding"]["id"], "nccl-diagnostics");
+    assert_eq!(v["finding"]["status"], "pass", "{v:#}");
+    assert_eq!(v["diagnostics"]["lines"].as_array().unwrap().len(), 20);
+    assert!(
+        fake.commands().iter().any(|(_, c)| c == "diagnostics"),
+        "DIAGNOSTICS was sent"
+    );
+    // The finding stays on /job and /report until the next run.
+    assert_eq!(job(&server)["diagnostics"]["id"], "nccl-diagnostics");
+    let (_, _, report) = get(&server, "/report");
+    assert!(report.contains("\"nccl-diagnostics\""), "{report}");
+    // A second run within the gap is refused without reaching NCCL.
+    let asked = fake.commands().len();
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        fake.commands()[asked..]
+            .iter()
+            .all(|(_, c)| c != "diagnostics"),
+        "the refused run reached RAS"
+    );
+    // Other methods and paths stay refused.
+    let (status, _, _) = raw(&server, b"POST /job HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(status, 405);
+}
+
+#[test]
+fn post_job_diagnose_is_bounded_on_a_silent_or_cut_server_and_refused_before_2_31() {
+    // Cut mid-way: what came is judged, and the missing completion line makes it a warning.
+    let fake = FakeRas::start(true, true, recorded_232("healthy.json"), String::new());
+    fake.set(|s| s.diag_reply = recorded_232("diagnostics.text"));
+    let server = watch(&fake, "1s", &[]);
+    wait_state(&server, "healthy");
+    fake.set(|s| s.mode = Mode::Cut);
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["finding"]["status"], "warn", "{v:#}");
+    assert!(
+        v["finding"]["summary"].as_str().unwrap().contains("cut"),
+        "{v:#}"
+    );
+    drop(server);
+    // Silent: accepts and never answers; the handshake's bound ends it, /healthz answers
+    // meanwhile.
+    fake.set(|s| s.mode = Mode::Reply);
+    let server = watch(&fake, "1s", &[]);
+    wait_state(&server, "healthy");
+    fake.set(|s| s.mode = Mode::Silent);
+    let started = Instant::now();
+    let handle = {
+        let addr = server_addr(&server);
+        std::thread::spawn(move || diagnose_at(&addr))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        get(&server, "/healthz").0,
+        200,
+        "/healthz during a diagnostics run"
+    );
+    let (status, body) = handle.join().unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(server);
+    // A server without the command whose version is not known (its STATUS replies are
+    // empty): NCCL answers `ERROR: Unknown command` and keeps the connection open; the
+    // answer is 409 at once, not after the reply's 12 s bound.
+    let unknown = FakeRas::start(true, false, String::new(), String::new());
+    let server = watch(&unknown, "60s", &[]);
+    let started = Instant::now();
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("Unknown command"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(server);
+    // NCCL 2.28.9: refused before asking (409).
+    let old = FakeRas::start(true, false, data("2.28.9/healthy.json"), String::new());
+    let server = watch(&old, "1s", &[]);
+    wait_state(&server, "healthy");
+    let (status, body) = diagnose(&server);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("2.31"), "{body}");
+    assert!(old.commands().iter().all(|(_, c)| c != "diagnostics"));
+}
+
+fn server_addr(server: &Server) -> String {
+    server.addr.clone()
+}
+
+/// `POST /job/diagnose` from another thread: status and body.
+fn diagnose_at(addr: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"POST /job/diagnose HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn nccl_2_32_3s_recorded_replies_and_monitor_event_name_the_killed_rank() {
+    // STATUS replies and the MONITOR line recorded from real NCCL 2.32.3 (4x H200).
+    let fake = FakeRas::start(true, true, recorded_232("healthy.json"), String::new());
+    let server = watch(&fake, "30s", &[]);
+    let view = wait_state(&server, "healthy");
+    assert_eq!(view["ranks"], 2, "{view:#}");
+    let dead_event = data("gpu-h200x4-2.32.3/monitor.text")
+        .lines()
+        .find(|l| l.contains("PEER_DEAD"))
+        .unwrap()
+        .to_string();
+    fake.set(|s| {
+        s.json_reply = recorded_232("killed-dead.json");
+        s.events.push(dead_event);
+    });
+    // The interval is 30 s: the event, not the poll, brings the dead rank in time.
+    let started = Instant::now();
+    let view = wait_state(&server, "dead");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let headline = view["headline"].as_str().unwrap();
+    assert!(
+        headline.contains("rank 1 (pid 981 on 192.0.2.2, GPU 1)"),
+        "{headline}"
+    );
+    assert!(
+        view["events"]
+            .to_string()
+            .contains("PEER_DEAD: Process 981"),
+        "{view:#}"
+    );
+    assert_eq!(get(&server, "/job/livez").0, 503);
 }

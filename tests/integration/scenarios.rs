@@ -997,6 +997,10 @@ fn from_nccl_source() -> Vec<Scenario> {
     rows.extend(from_nccl_source_hcas());
     rows.extend(from_nccl_source_topology());
     rows.extend(from_nccl_source_tcp_fallback());
+    rows.extend(per_version_interfaces());
+    rows.extend(per_version_gpu_pairs());
+    rows.extend(per_version_gdr());
+    rows.extend(per_version_dev_shm());
     rows
 }
 
@@ -1537,6 +1541,343 @@ fn from_nccl_source_tcp_fallback() -> Vec<Scenario> {
                 "https://github.com/NVIDIA/nccl/issues/1925",
                 "RoCE pod running as UID 1000 whose /dev/infiniband/uverbs0 is root-only",
                 "rdma-roce-multus",
+            )
+        },
+    ]
+}
+
+/// A down eth1 (no IFF_RUNNING) that keeps its address, ahead of eth0 in getifaddrs order.
+fn down_eth1_first(f: &mut Value) {
+    insert_interface(f, 1, "eth1", ("inet", "10.1.0.5", 24), "veth");
+    let eth1 = f["network"]["interfaces"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|i| i["name"] == "eth1")
+        .unwrap();
+    eth1["up"] = false.into();
+    eth1["running"] = false.into();
+}
+
+/// Interface selection by the loaded release's rules. Expectations written from
+/// src/misc/socket.cc findInterfaces at each tag: IFF_RUNNING is checked only from
+/// v2.28.3-1, so older releases count a down interface that has an address.
+fn per_version_interfaces() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.21.5");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "eth")],
+            flags: &["--nodes", "2"],
+            // v2.21.5-1 findInterfaces: no IFF_RUNNING test, so the prefix eth takes the
+            // down eth1 first (getifaddrs order): bootstrap binds 10.1.0.5, which no other
+            // node can reach. Across nodes: a failure.
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "prefix-takes-a-down-interface-before-2-28",
+                "https://github.com/NVIDIA/nccl/issues/634",
+                "an interface listed up but not RUNNING (ifconfig BMU, like eno2np1) that keeps its address, ahead of the routed one, with NCCL 2.21 and a prefix filter",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "eth")],
+            flags: &["--nodes", "2"],
+            // v2.28.3-1 findInterfaces skips interfaces without IFF_RUNNING: eth matches
+            // eth0 alone, which routes between nodes.
+            expect: &[("nccl-env", "pass")],
+            exit: 0,
+            ..row(
+                "prefix-skips-a-down-interface-from-2-28",
+                "https://github.com/NVIDIA/nccl/issues/634",
+                "the same node and filter with NCCL 2.28",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "=eth1")],
+            flags: &["--nodes", "2"],
+            // 2.28: the only interface named is not RUNNING, so nothing is found:
+            // "Bootstrap : no socket interface found" (src/bootstrap.cc bootstrapNetInit).
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "exact-name-of-a-down-interface-2-28",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME naming a secondary NIC whose link is down, NCCL 2.28",
+                "healthy-pod",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                down_eth1_first(f);
+                nccl_version(f, "2.27.7");
+            },
+            env: &[("NCCL_SOCKET_IFNAME", "=eth1")],
+            flags: &["--nodes", "2"],
+            // 2.27.7 (the release of the thread) binds the down eth1: init passes, the
+            // job does not, since other nodes cannot reach it. A failure, but not "no
+            // socket interface found".
+            expect: &[("nccl-env", "fail")],
+            exit: 1,
+            remediation: Some(("nccl-env", "=eth0")),
+            ..row(
+                "exact-name-of-a-down-interface-2-27",
+                "https://github.com/NVIDIA/nccl/issues/1837",
+                "NCCL_SOCKET_IFNAME naming a secondary NIC whose link is down, NCCL 2.27.7",
+                "healthy-pod",
+            )
+        },
+    ]
+}
+
+/// GPU pairs and multi-node NVLink by the release's rules: src/graph/paths.cc
+/// ncclTopoCheckP2p (NVML read AND write, NVLink pairs fail init, PCIe pairs to SHM from
+/// v2.19.1-1) and MNNVL (src/init.cc checkMNNVL from v2.20.3-1, src/mnnvl.cc from
+/// v2.27.3-1).
+fn per_version_gpu_pairs() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| set_p2p(f, "NS", true),
+            // NVLink pairs whose NVML P2P status is not OK: ncclTopoCheckP2p WARNs "P2P is
+            // disabled between NVLINK connected GPUs" and returns ncclUnhandledCudaError.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-p2p", "NCCL_IGNORE_DISABLED_P2P=1")),
+            ..row(
+                "nvlink-pairs-without-p2p-fail-init",
+                "https://github.com/NVIDIA/nccl/issues/2329",
+                "NVLink detected between H100s whose P2P NVML reports not supported",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| set_p2p(f, "NS", true),
+            env: &[("NCCL_IGNORE_DISABLED_P2P", "1")],
+            // With NCCL_IGNORE_DISABLED_P2P=1 p2p = 0 and init goes on: SHM through host
+            // memory between NVLink GPUs, 27 vs ~295 GB/s (FACTS.md section 1): still a
+            // failure of the node.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            remediation: Some(("gpu-p2p", "ACS")),
+            ..row(
+                "nvlink-pairs-without-p2p-ignored",
+                "https://github.com/NVIDIA/nccl/issues/2329",
+                "the same node with NCCL_IGNORE_DISABLED_P2P=1 set to get past init",
+                "gpu-h100-nv18",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                for p in nvml(f)["pairs"].as_array_mut().unwrap() {
+                    p["p2p_write"] = json!({ "value": "NS" });
+                }
+                nccl_version(f, "2.21.5");
+            },
+            // A PCIe pair with read OK and write not: v2.19.1-1+ sets p2p = 0 after the
+            // INFO "P2P is disabled between connected GPUs" the thread shows: SHM.
+            expect: &[("gpu-p2p", "fail")],
+            exit: 1,
+            ..row(
+                "pcie-pair-without-p2p-write-uses-shm",
+                "https://github.com/pytorch/pytorch/issues/130113",
+                "two GPUs under one PCIe switch with NVML P2P write unsupported, NCCL 2.21",
+                "gpu-pcie-switch-pair",
+            )
+        },
+        Scenario {
+            edit: |f| nccl_version(f, "2.20.5"),
+            flags: &["--nodes", "2"],
+            // checkMNNVL exists from v2.20.3-1 (the thread's 2.20.5 prints "MNNVL 0" in its
+            // init line): a GB200 tray with its clique and IMEX channel uses it.
+            expect: &[("mnnvl", "pass")],
+            exit: 0,
+            ..row(
+                "mnnvl-from-nccl-2-20",
+                "https://github.com/vllm-project/vllm/issues/8447",
+                "a GB200 NVL72 tray with IMEX channel0, the trainer's NCCL 2.20.5",
+                "gpu-gb200-nvl72",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                f["gpus"]["imex_channels"] = json!({ "value": null });
+                nccl_version(f, "2.21.5");
+            },
+            flags: &["--nodes", "2"],
+            // 2.21 checkMNNVL does not try a FABRIC handle: MNNVL on, and the first
+            // cuMemExportToShareableHandle/cuMemImportFromShareableHandle fails.
+            expect: &[("mnnvl", "fail")],
+            exit: 1,
+            remediation: Some(("mnnvl", "IMEX channel")),
+            ..row(
+                "mnnvl-2-21-without-imex-fails-at-first-share",
+                "https://github.com/NVIDIA/nccl/issues/1647",
+                "GB200 pods without an IMEX channel (no ComputeDomain claim), NCCL 2.21",
+                "gpu-gb200-nvl72",
+            )
+        },
+        Scenario {
+            env: &[("NCCL_CUMEM_ENABLE", "0")],
+            flags: &["--nodes", "2"],
+            // checkMNNVL / ncclMnnvlCheck: "MNNVL requires cuMem to be enabled": off, so
+            // traffic between trays goes over the network.
+            expect: &[("mnnvl", "warn")],
+            exit: 0,
+            remediation: Some(("mnnvl", "NCCL_CUMEM_ENABLE")),
+            ..row(
+                "mnnvl-off-with-cumem-disabled",
+                "https://github.com/NVIDIA/nccl/issues/2186",
+                "NCCL_CUMEM_ENABLE=0 tried as a workaround on a GB200 NVL72 job",
+                "gpu-gb200-nvl72",
+            )
+        },
+    ]
+}
+
+/// Moves every RDMA device under another host bridge of the same CPU (PHB, NODE in
+/// nvidia-smi's terms).
+fn nics_on_another_host_bridge(f: &mut Value) {
+    for d in f["rdma"]["devices"]["value"].as_array_mut().unwrap() {
+        let path = d["sysfs_path"].as_str().unwrap().to_string();
+        let function = path.rsplit_once('/').unwrap().1.to_string();
+        d["sysfs_path"] = format!("/sys/devices/pci0000:f0/0000:f0:01.0/{function}").into();
+    }
+}
+
+/// GPUDirect RDMA by ncclTopoCheckGdr (src/graph/paths.cc, every release 2.13-2.30):
+/// distance <= NCCL_NET_GDR_LEVEL (default PXB), and NIC and GPU supporting it.
+fn per_version_gdr() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: nics_on_another_host_bridge,
+            env: &[("NCCL_NET_GDR_LEVEL", "SYS")],
+            flags: &["--nodes", "2"],
+            // sjeaugey: "You may force the use of GPU Direct RDMA setting
+            // NCCL_NET_GDR_LEVEL=SYS": distance PHB <= SYS, nvidia_peermem loaded: used.
+            expect: &[("gdr", "pass")],
+            exit: 0,
+            ..row(
+                "gdr-forced-across-host-bridges",
+                "https://github.com/NVIDIA/nccl/issues/1151",
+                "NICs on another PCIe root than the GPUs, NCCL_NET_GDR_LEVEL=SYS to force GPUDirect RDMA",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                nics_on_another_host_bridge(f);
+                let g = &mut f["rdma"]["gdr"];
+                g["peermem_module"] = json!({ "value": null });
+                g["nvidia_open_modules"] = json!({ "value": false });
+            },
+            env: &[("NCCL_NET_GDR_LEVEL", "PHB")],
+            flags: &["--nodes", "2"],
+            // The level admits the PHB pairs, but nothing lets the NIC reach GPU memory
+            // (gdrSupport 0): NCCL stages through host memory. Slow, not broken: a warning.
+            expect: &[("gdr", "warn")],
+            exit: 0,
+            remediation: Some(("gdr", "nvidia-peermem")),
+            ..row(
+                "gdr-level-phb-without-peermem",
+                "https://github.com/NVIDIA/nccl/issues/1343",
+                "ConnectX-7 and GPUs across host bridges, NCCL_NET_GDR_LEVEL=PHB, no nvidia-peermem",
+                "rdma-ib-ndr",
+            )
+        },
+        Scenario {
+            edit: nics_on_another_host_bridge,
+            flags: &["--nodes", "2"],
+            // The default level PXB: "GPU Direct RDMA Disabled for GPU ... (distance 7 > 4)"
+            // in the thread: NCCL does not use it here, so its availability is moot.
+            expect: &[("gdr", "skip")],
+            exit: 0,
+            ..row(
+                "gdr-default-level-across-host-bridges",
+                "https://github.com/NVIDIA/nccl/issues/1151",
+                "NICs on another PCIe root than the GPUs, NCCL_NET_GDR_LEVEL unset",
+                "rdma-ib-ndr",
+            )
+        },
+    ]
+}
+
+/// /dev/shm of `bytes`, all free.
+fn dev_shm_of(f: &mut Value, bytes: u64) {
+    f["dev_shm"]["usage"] = json!({ "value": { "size_bytes": bytes, "free_bytes": bytes } });
+}
+
+/// What the SHM transport needs from /dev/shm, per release: src/transport/shm.cc puts each
+/// connection's buffers (~9.6 MB: LL + LL128 + 4 MiB Simple) in a /dev/shm segment unless
+/// NCCL keeps them in cuMem host memory (v2.24.3-1+, src/misc/cudawrap.cc
+/// ncclCuMemHostEnable, on drivers of CUDA 12.6 or later); src/graph/connect.cc runs at
+/// least two ring channels.
+fn per_version_dev_shm() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.21.5");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // Four GPUs without P2P: a ring takes SHM four times on two channels, eight
+            // 9.6 MB segments (77 MB) in a 64 MiB /dev/shm: "failed to extend" at init.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            remediation: Some(("dev-shm", "medium: Memory")),
+            ..row(
+                "dev-shm-64mib-four-pcie-gpus-nccl-2-21",
+                "https://github.com/NVIDIA/nccl/issues/525",
+                "a Kubeflow pod with 4 PCIe GPUs without P2P and Docker's 64 MB /dev/shm, the minimum lowered to 64MiB",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            flags: &["--min-shm", "64MiB"],
+            // NCCL 2.28 would keep the buffers in cuMem host memory, but this driver is CUDA
+            // 12.4 (< 12.6): ncclCuMemHostEnable says no, so /dev/shm it is, and it fails.
+            expect: &[("dev-shm", "fail")],
+            exit: 1,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-on-a-cuda-12-4-driver",
+                "https://github.com/pytorch/ci-infra/pull/490",
+                "a CI pod with 4 PCIe GPUs, a recent NCCL, a CUDA 12.4 driver and no /dev/shm mount",
+                "gpu-g6e-l40s-pcie",
+            )
+        },
+        Scenario {
+            edit: |f| {
+                dev_shm_of(f, 64 << 20);
+                nccl_version(f, "2.28.9");
+            },
+            env: &[("NCCL_P2P_DISABLE", "1")],
+            flags: &["--min-shm", "64MiB"],
+            // Every pair on SHM, but NCCL 2.28 on a CUDA 13 driver puts the buffers in cuMem
+            // host memory (measured on 2x H200: 1 MiB /dev/shm, P2P off, still 27 GB/s).
+            expect: &[("dev-shm", "pass")],
+            exit: 0,
+            ..row(
+                "dev-shm-64mib-nccl-2-28-cumem-host",
+                "https://github.com/NVIDIA/nccl/issues/1518",
+                "8 H100 with P2P disabled and a 64 MB /dev/shm, NCCL 2.28 on a CUDA 13 driver",
+                "gpu-h100-nv18",
             )
         },
     ]

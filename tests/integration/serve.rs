@@ -13,7 +13,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 pub struct Server {
     child: Child,
-    addr: String,
+    pub addr: String,
 }
 
 impl Drop for Server {
@@ -58,7 +58,7 @@ fn spawn_server(mut command: std::process::Command) -> Server {
 }
 
 /// Sends raw bytes; returns (status, content type, body).
-fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
+pub fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
     let mut s = TcpStream::connect(&server.addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     let _ = s.write_all(request);

@@ -538,6 +538,89 @@ mod tests {
         f
     }
 
+    /// docker_node with eth1 down (no carrier) but holding an address, and virbr0 up.
+    fn down_eth1_node(version: &str) -> Facts {
+        let mut f = with_version(docker_node(), version);
+        let mut down = iface("eth1", None);
+        down.running = false;
+        if let Observed::Value(i) = &mut f.network.interfaces {
+            i.push(down);
+            i.push(iface("virbr0", Some("bridge")));
+        }
+        if let Observed::Value(a) = &mut f.network.addresses {
+            a.push(v4("eth1", "10.1.0.5"));
+            a.push(v4("virbr0", "192.168.122.1"));
+        }
+        f
+    }
+
+    #[test]
+    fn interface_rules_follow_the_loaded_nccl_version() {
+        let judge_on = |version: &str, pairs: &[(&str, &str)]| {
+            judge(
+                &with_env(down_eth1_node(version), pairs),
+                &Policy::default(),
+            )
+        };
+        // 2.28 skips interfaces without IFF_RUNNING: nothing left, init fails.
+        let new = judge_on("2.28.9", &[("NCCL_SOCKET_IFNAME", "=eth1")]);
+        assert_eq!(new.status(), Status::Fail, "{new:?}");
+        assert!(new.summary.contains("no socket interface found"), "{new:?}");
+        // 2.27 binds the down eth1: init works, other nodes cannot reach it.
+        let one = judge_on("2.27.7", &[("NCCL_SOCKET_IFNAME", "=eth1")]);
+        assert_eq!(one.status(), Status::Warn, "{one:?}");
+        assert!(one.summary.contains("down or has no carrier"), "{one:?}");
+        let two = judge_on(
+            "2.27.7",
+            &[("NCCL_SOCKET_IFNAME", "=eth1"), ("PET_NNODES", "2")],
+        );
+        assert_eq!(two.status(), Status::Fail, "{two:?}");
+        assert!(
+            !two.summary.contains("no socket interface found"),
+            "{two:?}"
+        );
+        // The prefix eth matches eth0 alone on 2.28, eth0 and eth1 on 2.27.
+        let prefix = |v: &str| judge_on(v, &[("NCCL_SOCKET_IFNAME", "eth")]);
+        assert_eq!(
+            prefix("2.28.9").status(),
+            Status::Pass,
+            "{:?}",
+            prefix("2.28.9")
+        );
+        let old = prefix("2.27.7");
+        assert_eq!(old.status(), Status::Warn, "{old:?}");
+        assert!(old.summary.contains("matches 2 interfaces"), "{old:?}");
+    }
+
+    #[test]
+    fn the_tuned_interface_reason_uses_the_loaded_versions_choice() {
+        // eth1 is down but addressed and comes first in getifaddrs order: 2.27's automatic
+        // selection takes it, 2.28's skips it and agrees with the routed eth0.
+        let mut f = healthy();
+        let mut down = iface("eth1", None);
+        down.running = false;
+        if let Observed::Value(i) = &mut f.network.interfaces {
+            i.push(down);
+        }
+        if let Observed::Value(a) = &mut f.network.addresses {
+            a.insert(0, v4("eth1", "10.1.0.5"));
+        }
+        let reason = |v: &str| {
+            let settings = crate::tune::tune(&with_version(f.clone(), v));
+            settings
+                .into_iter()
+                .find(|s| s.name == "NCCL_SOCKET_IFNAME")
+                .map(|s| s.reason)
+                .unwrap_or_default()
+        };
+        assert!(
+            reason("2.27.7").contains("would bootstrap on eth1"),
+            "{}",
+            reason("2.27.7")
+        );
+        assert!(reason("2.28.9").contains("agrees"), "{}", reason("2.28.9"));
+    }
+
     #[test]
     fn nccl_ib_hba_typo_passed_as_checked() {
         let f = lint_on(ib_node(), &[("NCCL_IB_HBA", "mlx5_1")]);

@@ -1,4 +1,6 @@
-//! NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY against this pod's interfaces.
+//! NCCL_SOCKET_IFNAME and NCCL_SOCKET_FAMILY against this pod's interfaces, with the
+//! selection rules of the libnccl the trainer loads (`crate::nccl::bootstrap`, proven
+//! against real NCCL 2.13-2.32; the newest rules when no libnccl is found).
 //!
 //! NCCL (src/misc/socket.cc ncclFindInterfaces, 2.28): bootstrap takes the first
 //! matching interface (bootstrap.cc asks for 1), but the socket NET transport
@@ -11,6 +13,7 @@ use super::Problem;
 use crate::facts::{EnvValue, Facts, Interface, Observed};
 use crate::finding::Severity;
 use crate::layout;
+use crate::nccl::bootstrap::{self, SocketEnv};
 use crate::nccl::interface::choose_interface;
 use crate::nccl::socket_ifname::{self, IfnameFilter};
 
@@ -70,13 +73,22 @@ fn ignored_value(facts: &Facts, value: &EnvValue, shown: &str) -> Vec<Problem> {
     else {
         return Vec::new();
     };
-    let family = socket_ifname::socket_family(
-        facts
-            .nccl_env
-            .get("NCCL_SOCKET_FAMILY")
-            .map(|v| v.value.as_str()),
+    let family_var = facts
+        .nccl_env
+        .get("NCCL_SOCKET_FAMILY")
+        .map(|v| v.value.as_str());
+    let family = socket_ifname::socket_family(family_var);
+    let automatic = SocketEnv {
+        ifname: None,
+        family: family_var,
+        comm_id: None,
+    };
+    let selected = bootstrap::matching_names(
+        crate::nccl::version(facts),
+        automatic,
+        interfaces,
+        addresses,
     );
-    let selected = socket_ifname::select_automatic(interfaces, addresses, family);
     let any = IfnameFilter::parse("^docker,lo,virbr").unwrap_or(IfnameFilter {
         exclude: true,
         exact: false,
@@ -174,6 +186,28 @@ fn lint_bootstrap_interface(
             evidence: evidence.to_vec(),
             remediation: fix,
         })
+    } else if link.is_some_and(|l| !l.running) {
+        // Only NCCL before 2.28 gets here: findInterfaces checks IFF_RUNNING from
+        // v2.28.3-1 (src/misc/socket.cc), so older releases bind a down interface that
+        // still has an address. Its own address answers locally (the kernel routes local
+        // addresses through lo), so one node works; other nodes cannot reach it.
+        let (status, reach) = if layout::is_multi_node(&facts.launcher) {
+            (
+                Severity::Fail,
+                "the job spans several nodes, so ranks on other nodes cannot reach it",
+            )
+        } else {
+            (Severity::Warn, "this works on one node only")
+        };
+        Some(Problem {
+            blame: None,
+            status,
+            summary: format!(
+                "{shown} makes NCCL bootstrap over {first}, which is down or has no carrier (this NCCL counts such interfaces; 2.28 and later skip them): {reach}"
+            ),
+            evidence: evidence.to_vec(),
+            remediation: suggestion(facts),
+        })
     } else if first.starts_with("veth") {
         Some(Problem {
             blame: None,
@@ -243,16 +277,33 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         .get("NCCL_SOCKET_FAMILY")
         .map(|v| v.value.as_str());
     let family = socket_ifname::socket_family(family_var);
-    let selected = socket_ifname::select(&filter, interfaces, addresses, family);
-    let running: Vec<&str> = interfaces
+    let version = crate::nccl::version(facts);
+    let env = SocketEnv {
+        ifname: Some(&value.value),
+        family: family_var,
+        comm_id: None,
+    };
+    let selected = bootstrap::matching_names(version, env, interfaces, addresses);
+    // Which interfaces count depends on the version: IFF_RUNNING only from 2.28.
+    let counted: Vec<&str> = interfaces
         .iter()
-        .filter(|i| i.running && addresses.iter().any(|a| a.interface == i.name))
+        .filter(|i| {
+            bootstrap::counts(version, i) && addresses.iter().any(|a| a.interface == i.name)
+        })
         .map(|i| i.name.as_str())
         .collect();
-    let mut evidence = vec![format!(
-        "running interfaces with an address, in NCCL's order: {}",
-        running.join(", ")
-    )];
+    let what = if bootstrap::running_only(version) {
+        "running interfaces with an address"
+    } else {
+        "interfaces with an address (this NCCL counts down ones too)"
+    };
+    let mut evidence = vec![format!("{what}, in NCCL's order: {}", counted.join(", "))];
+    if let Some(v) = version {
+        evidence.push(format!(
+            "selection rules of NCCL {}, the libnccl this image loads",
+            crate::nccl::catalog::show(v)
+        ));
+    }
     if let Some(nodes) = layout::nodes(&facts.launcher) {
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
@@ -261,7 +312,12 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
             blame: None,
             status: Severity::Fail,
             summary: format!(
-                "{shown} matches no running interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\""
+                "{shown} matches no {}interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\"",
+                if bootstrap::running_only(version) {
+                    "running "
+                } else {
+                    ""
+                }
             ),
             remediation: match (missing_multus(&filter, interfaces), spaced(&filter)) {
                 (Some(name), _) => multus_fix(&name),

@@ -98,8 +98,9 @@ pub fn handshake(stream: &mut TcpStream) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads until NCCL closes, within `REPLY` and `MAX_REPLY`.
-fn read_reply(stream: &mut TcpStream) -> Result<String, String> {
+/// Reads until NCCL closes, within `REPLY` and `MAX_REPLY`, or until `done` says what
+/// came is whole (a one-line refusal after which NCCL keeps the connection open).
+fn read_reply(stream: &mut TcpStream, done: fn(&[u8]) -> bool) -> Result<String, String> {
     let deadline = Instant::now() + REPLY;
     let mut reply = Vec::new();
     let mut buf = [0u8; 16 * 1024];
@@ -118,7 +119,12 @@ fn read_reply(stream: &mut TcpStream) -> Result<String, String> {
             Ok(n) if reply.len() + n > MAX_REPLY => {
                 return Err(format!("a reply over {} MiB: not read", MAX_REPLY >> 20));
             }
-            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                if done(&reply) {
+                    break;
+                }
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) => return Err(format!("reading the reply: {e}")),
@@ -128,6 +134,20 @@ fn read_reply(stream: &mut TcpStream) -> Result<String, String> {
         return Err("NCCL closed the connection without a reply".into());
     }
     Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Sends `command` and reads its reply until NCCL closes, bounded as STATUS is, or until
+/// `done` says the reply is whole.
+pub fn command_reply(
+    stream: &mut TcpStream,
+    command: &str,
+    done: fn(&[u8]) -> bool,
+) -> Result<String, String> {
+    let _ = stream.set_write_timeout(Some(STEP));
+    stream
+        .write_all(format!("{command}\n").as_bytes())
+        .map_err(|e| format!("sending {command}: {e}"))?;
+    read_reply(stream, done)
 }
 
 /// One STATUS query. `may_query_text` is asked only where the server refused JSON and
@@ -174,7 +194,7 @@ fn session(
     stream
         .write_all(format!("{command}\n").as_bytes())
         .map_err(|e| format!("sending {command}: {e}"))?;
-    let reply = read_reply(stream)?;
+    let reply = read_reply(stream, |_| false)?;
     let parsed = if json {
         parse_json(&reply)
     } else {

@@ -94,6 +94,9 @@ pub struct JobView {
     pub events: Vec<String>,
     /// The last reply, parsed.
     pub last_reply: Option<JobStatus>,
+    /// The `nccl-diagnostics` finding of the last `POST /job/diagnose` (NCCL 2.31+).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<crate::finding::Finding>,
 }
 
 /// A communicator's counts and since when they have not moved.

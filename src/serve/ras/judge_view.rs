@@ -109,6 +109,7 @@ pub fn view(w: &Watch, now: Instant) -> JobView {
         last_error: p.last_error.map(str::to_string),
         events: p.events.to_vec(),
         last_reply: p.last.cloned(),
+        diagnostics: None,
     };
     if let Some(why) = p.unwatchable {
         v.state = State::Unwatchable;

@@ -9,10 +9,12 @@
 //! only to copy it.
 
 pub mod client;
+pub mod diagnose;
 pub mod judge;
 pub mod judge_view;
 pub mod metrics;
 pub mod monitor;
+pub mod pods;
 pub mod reply;
 pub mod reply_text;
 pub mod version;

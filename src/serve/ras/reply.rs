@@ -17,6 +17,9 @@ pub struct Member {
     pub pid: Option<i64>,
     /// NVML's device index (unique on a node; `cuda_dev` repeats under CUDA_VISIBLE_DEVICES).
     pub gpu: Option<i64>,
+    /// The pod whose address `host` is, where the pod's /etc/hosts says (pods.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 impl fmt::Display for Member {
@@ -27,6 +30,9 @@ impl fmt::Display for Member {
         }
         if let Some(h) = &self.host {
             what.push_str(if what.is_empty() { "on " } else { " on " });
+            if let Some(pod) = &self.pod {
+                what.push_str(&format!("pod {pod} at "));
+            }
             what.push_str(h);
         }
         if let Some(g) = self.gpu {
@@ -214,6 +220,7 @@ fn json_member(v: &serde_json::Value) -> Member {
         host: v.get("host").and_then(|h| h.as_str()).map(safe),
         pid: int("pid").filter(|p| *p >= 0),
         gpu: int("nvml_dev").or(int("cuda_dev")).filter(|g| *g >= 0),
+        pod: None,
     }
 }
 

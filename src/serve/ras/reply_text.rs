@@ -300,6 +300,7 @@ fn rank_process(text: &str) -> Member {
         host,
         pid,
         gpu,
+        pod: None,
     }
 }
 
@@ -315,6 +316,7 @@ pub(super) fn process_of(text: &str) -> Option<Member> {
         host: Some(safe(host.trim())),
         pid,
         gpu: gpu_of(gpus),
+        pod: None,
     })
 }
 

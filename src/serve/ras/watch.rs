@@ -19,6 +19,8 @@ pub struct Config {
     /// nccl#1669 (NCCL before 2.27.3): how long RAS must have been up, and since a reply
     /// last showed a communicator initialising, before a query.
     pub init_grace: Duration,
+    /// Pod names by address, from the pod's /etc/hosts (pods.rs).
+    pub pods: std::collections::BTreeMap<String, String>,
 }
 
 /// What the watcher and the request handlers share.
@@ -29,12 +31,34 @@ pub struct Watching {
     events: Mutex<Vec<String>>,
     /// A MONITOR event asks for a query now.
     wake: AtomicBool,
+    /// Where the trainer's RAS listens, for `POST /job/diagnose`.
+    pub addr: String,
+    /// One on-demand diagnostics run at a time (`diagnose`).
+    pub gate: super::diagnose::Gate,
+    /// The last on-demand diagnostics' finding.
+    diagnostics: Mutex<Option<crate::finding::Finding>>,
 }
 
 impl Watching {
-    /// The last published view (a copy: the lock is held only to clone it).
+    /// The last published view (a copy: the lock is held only to clone it), with the
+    /// last on-demand diagnostics' finding.
     pub fn view(&self) -> Option<JobView> {
-        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut view = self
+            .view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        view.diagnostics = self
+            .diagnostics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Some(view)
+    }
+
+    /// Keeps the finding of an on-demand diagnostics run for /job and /report.
+    pub fn set_diagnostics(&self, finding: crate::finding::Finding) {
+        *self.diagnostics.lock().unwrap_or_else(|p| p.into_inner()) = Some(finding);
     }
 
     fn publish(&self, view: JobView) {
@@ -113,6 +137,10 @@ impl Loop {
             (Outcome::Refused, Some(why)) => Outcome::Unwatchable(why),
             (outcome, _) => outcome,
         };
+        let mut outcome = outcome;
+        if let Outcome::Reply(s) = &mut outcome {
+            super::pods::name(s, &self.config.pods);
+        }
         let now = Instant::now();
         let next = match &outcome {
             Outcome::Refused => {
@@ -188,7 +216,10 @@ pub fn start(
     log: Log,
     stop: &'static AtomicBool,
 ) -> std::io::Result<(Arc<Watching>, std::thread::JoinHandle<()>)> {
-    let shared = Arc::new(Watching::default());
+    let shared = Arc::new(Watching {
+        addr: config.addr.clone(),
+        ..Watching::default()
+    });
     let mut state = Loop {
         guard: InitGuard {
             grace: config.init_grace,
