@@ -262,7 +262,7 @@ fn gpu_scenarios_through_the_fake_nvidia_libraries() {
         // NVLink pairs whose NVML P2P write is not OK: NCCL's ncclTopoCheckP2p
         // (src/graph/paths.cc, 2.13-2.30) wants read and write and fails init on an
         // NVLink path ("P2P is disabled between NVLINK connected GPUs").
-        ("gpu-p2p-read-only", 1, &[("gpu-p2p", "fail")]),
+        ("gpu-p2p-read-only", 3, &[("gpu-p2p", "fail")]),
         // GB200 NVL72 tray: one NVLink cluster and clique, IMEX channel0 in the pod.
         (
             "gpu-gb200-nvl72",

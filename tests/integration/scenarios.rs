@@ -1655,7 +1655,7 @@ fn per_version_gpu_pairs() -> Vec<Scenario> {
             // NVLink pairs whose NVML P2P status is not OK: ncclTopoCheckP2p WARNs "P2P is
             // disabled between NVLINK connected GPUs" and returns ncclUnhandledCudaError.
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-p2p", "NCCL_IGNORE_DISABLED_P2P=1")),
             ..row(
                 "nvlink-pairs-without-p2p-fail-init",
@@ -1671,7 +1671,7 @@ fn per_version_gpu_pairs() -> Vec<Scenario> {
             // memory between NVLink GPUs, 27 vs ~295 GB/s (FACTS.md section 1): still a
             // failure of the node.
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             remediation: Some(("gpu-p2p", "ACS")),
             ..row(
                 "nvlink-pairs-without-p2p-ignored",
@@ -1690,7 +1690,7 @@ fn per_version_gpu_pairs() -> Vec<Scenario> {
             // A PCIe pair with read OK and write not: v2.19.1-1+ sets p2p = 0 after the
             // INFO "P2P is disabled between connected GPUs" the thread shows: SHM.
             expect: &[("gpu-p2p", "fail")],
-            exit: 1,
+            exit: 3,
             ..row(
                 "pcie-pair-without-p2p-write-uses-shm",
                 "https://github.com/pytorch/pytorch/issues/130113",
