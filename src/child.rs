@@ -6,8 +6,9 @@
 //! parent bounds everything: the child runs in its own process group, is killed
 //! with it past the deadline, and dies with its parent (PR_SET_PDEATHSIG), so
 //! a parent ended by SIGKILL or SIGTERM leaves nothing behind; output past a
-//! cap is drained and dropped. The gang's worker speaks it; bench's child and
-//! serve's probe could move onto it.
+//! cap is drained and dropped. The gang's worker, `init --bench`'s bench and
+//! serve's library probe speak it. A child that replied may hang up (`hang_up`):
+//! the parent then takes the reply without waiting for its exit.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -26,8 +27,9 @@ pub const REQUEST_CAP: u64 = 1 << 20;
 /// How a child ended.
 #[derive(Debug)]
 pub enum Ended {
-    /// It replied (whatever its exit status).
-    Replied(Vec<u8>),
+    /// It replied (whatever its exit status); the tail of its standard error beside
+    /// (`--trace` lines a parent may pass on).
+    Replied { reply: Vec<u8>, stderr: String },
     /// It exited without a reply; the tail of its standard error.
     Silent { status: ExitStatus, stderr: String },
     /// It ran past the deadline and was killed with its process group.
@@ -36,14 +38,37 @@ pub enum Ended {
     Failed(String),
 }
 
+/// A child started and not yet sent its request. Dropped unfinished, it is killed
+/// with its process group.
+pub struct Started {
+    child: Option<std::process::Child>,
+    exe: std::path::PathBuf,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+    at: Instant,
+}
+
 /// Runs `exe args` with exactly `env`, sends `request`, waits at most `limit`.
 pub fn call(
     exe: &Path,
-    args: &[&str],
+    args: &[impl AsRef<std::ffi::OsStr>],
     env: Vec<(OsString, OsString)>,
     request: &[u8],
     limit: Duration,
 ) -> Ended {
+    match start(exe, args, env) {
+        Ok(started) => started.finish(request, limit),
+        Err(e) => Ended::Failed(e),
+    }
+}
+
+/// Starts `exe args` with exactly `env`, in its own process group, to die with this
+/// process; its output is drained from now on.
+pub fn start(
+    exe: &Path,
+    args: &[impl AsRef<std::ffi::OsStr>],
+    env: Vec<(OsString, OsString)>,
+) -> Result<Started, String> {
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = Command::new(exe);
     cmd.args(args)
@@ -66,47 +91,106 @@ pub fn call(
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return Ended::Failed(format!("starting {}: {e}", exe.display())),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(request);
-    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", exe.display()))?;
     let out = drain(child.stdout.take());
     let err = drain(child.stderr.take());
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() > limit => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => {
-                kill_group(&mut child);
-                return Ended::Failed(format!("waiting for {}: {e}", exe.display()));
-            }
-        }
-    };
-    let Some(status) = status else {
-        kill_group(&mut child);
-        return Ended::Killed {
-            after: started.elapsed(),
+    Ok(Started {
+        child: Some(child),
+        exe: exe.to_path_buf(),
+        out: Some(out),
+        err: Some(err),
+        at: Instant::now(),
+    })
+}
+
+impl Started {
+    /// Sends `request`, closes the child's standard input and waits until `limit`
+    /// after the child's start. A child that replied and hung up (`hang_up`) is not
+    /// waited for: it is killed with its group and reaped in the background, since a
+    /// GPU process's exit (its contexts torn down) can take hundreds of milliseconds.
+    pub fn finish(mut self, request: &[u8], limit: Duration) -> Ended {
+        let Some(mut child) = self.child.take() else {
+            return Ended::Failed(String::from("the child was already waited for"));
         };
-    };
-    // Whatever the child started and left behind holds no pipe of ours past here.
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(request);
+        }
+        let hung_up = |s: &Started| {
+            [&s.out, &s.err]
+                .iter()
+                .all(|h| h.as_ref().is_none_or(|h| h.is_finished()))
+        };
+        let mut early: Option<(Vec<u8>, String)> = None;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if early.is_none() && hung_up(&self) => {
+                    let (stdout, stderr) = self.output();
+                    if let Some(reply) = reply_in(&stdout) {
+                        kill_group_in_background(child);
+                        return Ended::Replied { reply, stderr };
+                    }
+                    early = Some((stdout, stderr));
+                }
+                Ok(None) if self.at.elapsed() > limit => break None,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => {
+                    kill_group(&mut child);
+                    return Ended::Failed(format!("waiting for {}: {e}", self.exe.display()));
+                }
+            }
+        };
+        let Some(status) = status else {
+            kill_group(&mut child);
+            return Ended::Killed {
+                after: self.at.elapsed(),
+            };
+        };
+        // Whatever the child started and left behind holds no pipe of ours past here.
+        // SAFETY: kill(2) on the child's own process group (created by process_group(0)).
+        unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+        let (stdout, stderr) = early.unwrap_or_else(|| self.output());
+        match reply_in(&stdout) {
+            Some(reply) => Ended::Replied { reply, stderr },
+            None => Ended::Silent {
+                status,
+                stderr: stderr.chars().take(2000).collect(),
+            },
+        }
+    }
+
+    /// The child's standard output and error so far (all of it once both are closed).
+    fn output(&mut self) -> (Vec<u8>, String) {
+        let joined = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        let stdout = joined(self.out.take());
+        let stderr: String = String::from_utf8_lossy(&joined(self.err.take()))
+            .chars()
+            .take(OUTPUT_CAP as usize)
+            .collect();
+        (stdout, stderr)
+    }
+}
+
+/// Kills the child's group and reaps it on a thread of its own.
+fn kill_group_in_background(mut child: std::process::Child) {
     // SAFETY: kill(2) on the child's own process group (created by process_group(0)).
     unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    match reply_in(&stdout) {
-        Some(r) => Ended::Replied(r),
-        None => Ended::Silent {
-            status,
-            stderr: String::from_utf8_lossy(&stderr)
-                .chars()
-                .take(2000)
-                .collect(),
-        },
+    let _ = std::thread::Builder::new()
+        .name("child-reaper".into())
+        .spawn(move || {
+            let _ = child.wait();
+        });
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            kill_group(child);
+        }
     }
 }
 
@@ -170,6 +254,23 @@ pub fn reply(message: &[u8]) {
     let _ = out.flush();
 }
 
+/// The child's side, after `reply`: points standard output and error at /dev/null,
+/// so the parent sees both pipes close and takes the reply without waiting for this
+/// process's exit. Whatever is printed after this is lost.
+pub fn hang_up() {
+    let _ = std::io::stderr().lock().flush();
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup2(2) onto the standard descriptors, from a descriptor this
+        // function owns; Rust's stdout is flushed by `reply` and unbuffered stderr
+        // holds nothing, so no buffered byte is written to the wrong file later.
+        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +281,54 @@ mod tests {
         assert_eq!(reply_in(out), Some(b"{}".to_vec()));
         assert_eq!(reply_in(b"nccl-preflight-child 1\nx"), Some(b"x".to_vec()));
         assert_eq!(reply_in(b"nothing"), None);
+    }
+
+    /// A child that replied and hung up is not waited for (its exit, a GPU process's
+    /// teardown, can be slow); one dropped unfinished is killed with its group.
+    #[test]
+    fn a_reply_is_taken_at_hang_up_and_an_unfinished_child_dies_when_dropped() {
+        let path = vec![("PATH".into(), "/bin:/usr/bin".into())];
+        let started = Instant::now();
+        let said = call(
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                "read x; printf '\\nnccl-preflight-child 2\\nok\\n'; echo done >&2; exec >/dev/null 2>&1; sleep 30",
+            ],
+            path.clone(),
+            b"go\n",
+            Duration::from_secs(60),
+        );
+        assert!(
+            matches!(said, Ended::Replied { ref reply, ref stderr } if reply == b"ok" && stderr.contains("done")),
+            "{said:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "waited for the exit"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("echo $$ > {}; sleep 30", pid_file.display());
+        let child = start(Path::new("/bin/sh"), &["-c", script.as_str()], path).unwrap();
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .filter(|p| p.ends_with('\n'))
+            {
+                break pid.trim().to_string();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no pid written"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        drop(child);
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "the child outlived its Started"
+        );
     }
 
     #[test]
@@ -205,7 +354,7 @@ mod tests {
             Duration::from_secs(10),
         );
         assert!(
-            matches!(said, Ended::Replied(ref r) if r == b"hello"),
+            matches!(said, Ended::Replied { ref reply, .. } if reply == b"hello"),
             "{said:?}"
         );
         let silent = call(

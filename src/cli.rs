@@ -146,6 +146,10 @@ pub enum Command {
     /// The gang's NCCL child (internal): reads its plan on standard input.
     #[command(hide = true)]
     GangWorker,
+    /// serve's library probe (internal): `facts`, the document sent as the reply of the
+    /// child protocol (`crate::child`).
+    #[command(hide = true)]
+    FactsChild(GatherArgs),
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
@@ -369,6 +373,10 @@ pub struct BenchArgs {
     pub format: Format,
     #[command(flatten)]
     pub gather: GatherArgs,
+    /// `init --bench`'s child: the report is the reply of the child protocol
+    /// (`crate::child`), and NCCL's communicators are left to the process's end.
+    #[arg(long, hide = true)]
+    pub child: bool,
 }
 
 #[derive(Debug, Args)]

@@ -108,7 +108,8 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
                 args.bench_limits.bench_seconds.as_secs_f64()
             ),
         );
-        let measured = crate::bench::child::run(args, exec_environment(env, &report.settings));
+        let bench = crate::bench::child::start(args, exec_environment(env, &report.settings));
+        let measured = crate::bench::child::finish(bench);
         report
             .checks
             .extend(measured.into_iter().map(|f| policy.settle(f)));
@@ -230,6 +231,15 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     emit(&text)?;
+    Ok(Exit::new(EXIT_OK, hung))
+}
+
+/// `facts-child`: `facts` for serve's probe, the document sent as the child
+/// protocol's reply, so nothing a library prints can be taken for it.
+pub fn facts_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let (facts, hung) = gather_facts(&describing(args), env, false)?;
+    let text = serde_json::to_vec(&facts).context("serializing facts")?;
+    crate::child::reply(&text);
     Ok(Exit::new(EXIT_OK, hung))
 }
 

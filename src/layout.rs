@@ -3,8 +3,7 @@
 //! each worker; the Kubeflow training operator sets PET_NNODES (`N` or an
 //! elastic `MIN:MAX`) and PET_NPROC_PER_NODE in the pod.
 
-use crate::facts::EnvValue;
-use std::collections::BTreeMap;
+use crate::facts::Facts;
 
 /// Launcher and container variables that say how ranks and GPUs are laid out.
 pub const LAUNCHER_VARS: &[&str] = &[
@@ -17,27 +16,33 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "WORLD_SIZE",
 ];
 
-/// Where `--nodes` (NCCL_PREFLIGHT_NODES) is recorded among the launcher variables:
-/// an initContainer does not get the launcher's variables, so the manifest states it.
+/// Where `--nodes` (NCCL_PREFLIGHT_NODES) was recorded among the launcher variables
+/// before it became a fact of its own (`Facts::nodes`): facts saved then still load.
 pub const NODES_VAR: &str = "NCCL_PREFLIGHT_NODES";
 
 /// The number of nodes the job spans, when `--nodes` or the launcher says; the
 /// largest value an elastic range allows. The judges' view of [`job_nodes`].
-pub fn nodes(env: &BTreeMap<String, EnvValue>) -> Option<u64> {
-    job_nodes(&|name: &str| env.get(name).map(|v| v.value.clone())).map(|(n, _)| n)
+pub fn nodes(facts: &Facts) -> Option<u64> {
+    job_nodes(facts.nodes, &|name: &str| {
+        facts.launcher.get(name).map(|v| v.value.clone())
+    })
+    .map(|(n, _)| n)
 }
 
-/// The job's node count and the variable it came from, one order for the judges
-/// and the gang alike (issue 31 row 19): `--nodes` (NCCL_PREFLIGHT_NODES), then
-/// PET_NNODES (the largest value of an elastic `MIN:MAX`), then torchrun's
-/// per-process WORLD_SIZE / LOCAL_WORLD_SIZE (16 / 8 is 2 nodes, never 16), then
-/// Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE (1 when unset) and
-/// Hydra's PMI_SIZE (one process per node, as the gang runs).
-pub fn job_nodes(var: &dyn Fn(&str) -> Option<String>) -> Option<(u64, &'static str)> {
-    let num = |name: &str| var(name).and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(n) = num(NODES_VAR).filter(|&n| n > 0) {
-        return Some((n, NODES_VAR));
+/// The job's node count and where it came from, one order for the judges and the
+/// gang alike (issue 31 row 19): `stated` (`--nodes`), then PET_NNODES (the largest
+/// value of an elastic `MIN:MAX`), then torchrun's per-process WORLD_SIZE /
+/// LOCAL_WORLD_SIZE (16 / 8 is 2 nodes, never 16), then Open MPI's
+/// OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE (1 when unset) and Hydra's
+/// PMI_SIZE (one process per node, as the gang runs).
+pub fn job_nodes(
+    stated: Option<u64>,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Option<(u64, &'static str)> {
+    if let Some(n) = stated.filter(|&n| n > 0) {
+        return Some((n, "--nodes"));
     }
+    let num = |name: &str| var(name).and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(v) = var("PET_NNODES") {
         let max = v.rsplit(':').next().unwrap_or("").trim().to_string();
         if let Ok(n) = max.parse::<u64>() {
@@ -60,6 +65,17 @@ pub fn job_nodes(var: &dyn Fn(&str) -> Option<String>) -> Option<(u64, &'static 
         .or_else(|| per_node("PMI_SIZE", "MPI_LOCALNRANKS", Some(1)))
 }
 
+/// Facts saved before `--nodes` was a fact of its own carry it as the launcher
+/// variable NODES_VAR: moved to `Facts::nodes` (a positive count only), so the
+/// judges see one place.
+pub fn adopt_saved_nodes(facts: &mut Facts) {
+    if let Some(saved) = facts.launcher.remove(NODES_VAR)
+        && facts.nodes.is_none()
+    {
+        facts.nodes = saved.value.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    }
+}
+
 /// The most pods a gang takes (issue 31 row 11: a count of 1e8 allocated gigabytes
 /// of peer names before anything failed): checked before anything is allocated.
 pub const MAX_PODS: u64 = 65_536;
@@ -77,9 +93,9 @@ pub enum Span {
     Unknown,
 }
 
-/// The job's span from the launcher variables (and `--nodes`).
-pub fn span(env: &BTreeMap<String, EnvValue>) -> Span {
-    match nodes(env) {
+/// The job's span from `--nodes` and the launcher variables.
+pub fn span(facts: &Facts) -> Span {
+    match nodes(facts) {
         Some(1) => Span::Single,
         Some(n) => Span::Multi(n),
         None => Span::Unknown,
@@ -87,8 +103,8 @@ pub fn span(env: &BTreeMap<String, EnvValue>) -> Span {
 }
 
 /// True when the launcher says the job spans more than one node.
-pub fn is_multi_node(env: &BTreeMap<String, EnvValue>) -> bool {
-    nodes(env).is_some_and(|n| n > 1)
+pub fn is_multi_node(facts: &Facts) -> bool {
+    nodes(facts).is_some_and(|n| n > 1)
 }
 
 /// What the command line says about the gang (`--gang-*` flags and their
@@ -274,7 +290,7 @@ fn gang_nodes(
         sources.push("nodes from --gang-nodes".to_string());
         return Ok(n);
     }
-    if let Some((n, name)) = job_nodes(get) {
+    if let Some((n, name)) = job_nodes(None, get) {
         sources.push(format!("nodes from {name}"));
         return Ok(n);
     }
@@ -431,11 +447,19 @@ pub fn peer_names(root: &str, nodes: u64) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, EnvValue> {
-        pairs
+    /// Facts whose launcher section holds `pairs` and no `--nodes`.
+    fn env(pairs: &[(&str, &str)]) -> Facts {
+        stated(None, pairs)
+    }
+
+    fn stated(nodes: Option<u64>, pairs: &[(&str, &str)]) -> Facts {
+        let mut facts = crate::test_facts::healthy();
+        facts.launcher = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), EnvValue::text(*v)))
-            .collect()
+            .map(|(k, v)| (k.to_string(), crate::facts::EnvValue::text(*v)))
+            .collect();
+        facts.nodes = nodes;
+        facts
     }
 
     #[test]
@@ -455,12 +479,30 @@ mod tests {
         assert!(is_multi_node(&env(&[("PET_NNODES", "2")])));
         // --nodes wins over the launcher: the manifest knows the job, the initContainer does not.
         assert_eq!(
-            span(&env(&[(NODES_VAR, "16"), ("PET_NNODES", "1")])),
+            span(&stated(Some(16), &[("PET_NNODES", "1")])),
             Span::Multi(16)
         );
-        assert_eq!(span(&env(&[(NODES_VAR, "1")])), Span::Single);
-        assert_eq!(span(&env(&[(NODES_VAR, "0")])), Span::Unknown);
+        assert_eq!(span(&stated(Some(1), &[])), Span::Single);
+        assert_eq!(span(&stated(Some(0), &[])), Span::Unknown);
         assert_eq!(span(&env(&[])), Span::Unknown);
+        // The launcher variable no longer counts: only the typed fact does.
+        assert_eq!(span(&env(&[(NODES_VAR, "16")])), Span::Unknown);
+    }
+
+    /// Facts saved while `--nodes` was the launcher variable NODES_VAR load with it as
+    /// the typed fact, and a typed fact already there wins.
+    #[test]
+    fn saved_facts_with_the_nodes_variable_keep_their_span() {
+        let mut old = env(&[(NODES_VAR, "16"), ("PET_NNODES", "1")]);
+        adopt_saved_nodes(&mut old);
+        assert_eq!((old.nodes, span(&old)), (Some(16), Span::Multi(16)));
+        assert!(!old.launcher.contains_key(NODES_VAR));
+        let mut both = stated(Some(2), &[(NODES_VAR, "16")]);
+        adopt_saved_nodes(&mut both);
+        assert_eq!(both.nodes, Some(2));
+        let mut junk = env(&[(NODES_VAR, "x"), ("PET_NNODES", "3")]);
+        adopt_saved_nodes(&mut junk);
+        assert_eq!((junk.nodes, span(&junk)), (None, Span::Multi(3)));
     }
 
     fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
@@ -770,7 +812,8 @@ mod tests {
         );
         // Open MPI with one process per node counts its world.
         assert_eq!(
-            job_nodes(&|n: &str| (n == "OMPI_COMM_WORLD_SIZE").then(|| "4".to_string())),
+            job_nodes(None, &|n: &str| (n == "OMPI_COMM_WORLD_SIZE")
+                .then(|| "4".to_string())),
             Some((4, "OMPI_COMM_WORLD_SIZE"))
         );
     }

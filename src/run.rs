@@ -18,7 +18,6 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Duration;
 
 pub const EXIT_OK: u8 = 0;
 /// A check failed and at least one failure lies with the job's configuration.
@@ -331,7 +330,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
         .parse()
         .map_err(|e| anyhow!("{flag}: not valid JSON: {e}"))?;
     let schema = schema.unwrap_or_default();
-    let facts: Facts = if schema == FACTS_SCHEMA {
+    let mut facts: Facts = if schema == FACTS_SCHEMA {
         source.parse().map_err(|e| anyhow!("{flag}: {e}"))?
     } else if schema == REPORT_SCHEMA {
         let report: ReportFacts = source.parse().map_err(|e| anyhow!("{flag}: {e}"))?;
@@ -355,6 +354,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
             facts.schema
         );
     }
+    crate::layout::adopt_saved_nodes(&mut facts);
     Ok(facts)
 }
 
@@ -415,11 +415,8 @@ pub fn evaluate_reusing(
         )?,
     };
     // What the command line says about the job wins over what was gathered or saved.
-    if let Some(n) = args.gather.nodes {
-        facts.launcher.insert(
-            crate::layout::NODES_VAR.to_string(),
-            crate::facts::EnvValue::text(n.to_string()),
-        );
+    if args.gather.nodes.is_some() {
+        facts.nodes = args.gather.nodes;
     }
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;
@@ -501,58 +498,6 @@ pub fn describing(args: &GatherArgs) -> GatherArgs {
         unjudged: true,
         ..args.clone()
     }
-}
-
-/// What a child process of the tool (the bench, a gang worker) left behind.
-pub struct Finished {
-    /// `None`: the child outlived its limit and was killed.
-    pub status: Option<std::process::ExitStatus>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// The most of each output stream a child may leave; the rest is read and dropped so the
-/// child never blocks on a full pipe.
-const CHILD_OUTPUT_CAP: u64 = 16 << 20;
-
-/// Waits for a started child under a wall-clock `limit`, killing it past that, while two
-/// threads drain its stdout and stderr (each kept up to 16 MiB).
-pub fn wait_child(mut child: std::process::Child, limit: Duration) -> std::io::Result<Finished> {
-    use std::io::Read;
-    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = (&mut p).take(CHILD_OUTPUT_CAP).read_to_end(&mut text);
-                let _ = std::io::copy(&mut p, &mut std::io::sink());
-            }
-            String::from_utf8_lossy(&text).into_owned()
-        })
-    }
-    let out = drain(child.stdout.take());
-    let err = drain(child.stderr.take());
-    let started = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        }
-    };
-    Ok(Finished {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ pub fn healthy() -> Facts {
         nccl_env: BTreeMap::new(),
         image: crate::facts::ImageRole::Trainer,
         named_files: BTreeMap::new(),
+        nodes: None,
     }
 }
 

@@ -90,13 +90,29 @@ fn settings(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Settings> 
     })
 }
 
-fn measure(
-    watch: &Watch,
-    cuda_lib: &str,
+/// `--trace`: one phase of the bench, with its time and when it ended.
+fn phase(trace: bool, name: &str, since: Instant, origin: Instant) {
+    if trace {
+        crate::diagnostic::line(format_args!(
+            "nccl-preflight: trace: phase {name}: {:.1} ms (ended at {:.1} ms)",
+            since.elapsed().as_secs_f64() * 1e3,
+            origin.elapsed().as_secs_f64() * 1e3
+        ));
+    }
+}
+
+struct Job<'a> {
+    cuda_lib: &'a str,
+    /// `init`'s child (`--child`).
+    child: bool,
     kind: BenchKind,
-    s: &Settings,
-    budget: &Budget,
-) -> Measured {
+    settings: &'a Settings,
+    trace: bool,
+    origin: Instant,
+}
+
+fn measure(watch: &Watch, job: &Job<'_>, budget: &Budget) -> Measured {
+    let (kind, s) = (job.kind, job.settings);
     let want_p2p = kind != BenchKind::Nccl;
     let want_nccl = kind != BenchKind::P2p;
     let mut m = Measured {
@@ -104,7 +120,8 @@ fn measure(
         nccl: want_nccl.then_some(None),
         ..Measured::default()
     };
-    let driver = match Driver::open(watch, cuda_lib) {
+    let at = Instant::now();
+    let driver = match Driver::open(watch, job.cuda_lib) {
         Opened::NotFound(why) => {
             m.no_driver = Some(why);
             return m;
@@ -122,21 +139,28 @@ fn measure(
             return m;
         }
     };
+    phase(job.trace, "cuInit and GPUs", at, job.origin);
     m.gpus = gpus.iter().map(|g| (g.ordinal, g.bus_id.clone())).collect();
     if gpus.len() < 2 {
         return m;
     }
     if want_p2p {
+        let at = Instant::now();
         m.p2p = Some(p2p::run(&driver, &gpus, s.p2p_bytes, s.iterations, budget));
+        phase(job.trace, "p2p", at, job.origin);
     }
-    if want_nccl {
-        let plan = nccl::Plan {
-            candidates: &s.nccl_candidates,
-            sizes: &s.nccl_sizes,
-            iterations: s.iterations,
-        };
-        m.nccl = Some(nccl::run(&driver, watch, &gpus, &plan, budget));
+    if !want_nccl {
+        return m;
     }
+    let plan = nccl::Plan {
+        candidates: &s.nccl_candidates,
+        sizes: &s.nccl_sizes,
+        iterations: s.iterations,
+        leave_comms: job.child,
+    };
+    let at = Instant::now();
+    m.nccl = Some(nccl::run(&driver, watch, &gpus, &plan, budget));
+    phase(job.trace, "nccl", at, job.origin);
     m
 }
 
@@ -157,18 +181,37 @@ fn say_what_it_measures(args: &BenchArgs, budget: std::time::Duration) {
     );
 }
 
-pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let started = Instant::now();
-    let settings = settings(args, env)?;
-    let log = match args.what {
-        BenchKind::P2p => None,
-        _ => Some(NcclLog::capture()?),
-    };
+/// Measures on a watched thread while NVML's link figures are read on this one.
+fn measure_beside_nvml(
+    args: &BenchArgs,
+    settings: &Settings,
+    origin: Instant,
+) -> (
+    Result<Measured, deadline::Hung>,
+    crate::facts::gpu::GpuFacts,
+    bool,
+) {
     let budget = Budget::new(settings.budget);
-    say_what_it_measures(args, settings.budget);
-    let host = Host::new(&args.gather.host_root);
+    let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());
+    let (timeout, trace, child) = (args.gather.timeout, args.gather.trace, args.child);
+    let measuring = std::thread::Builder::new()
+        .name("bench-wait".into())
+        .spawn(move || {
+            deadline::run("bench", timeout, trace, move |watch| {
+                let job = Job {
+                    cuda_lib: &cuda_lib,
+                    child,
+                    kind,
+                    settings: &s,
+                    trace,
+                    origin,
+                };
+                measure(watch, &job, &budget)
+            })
+        });
+    let at = Instant::now();
     let (facts, nvml_hung) = gpu::gather(
-        &host,
+        &Host::new(&args.gather.host_root),
         &GpuOptions {
             nvml_library: args.gather.nvml_lib.clone(),
             cuda_library: args.gather.cuda_lib.clone(),
@@ -181,13 +224,34 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             cudart_probed: None,
         },
     );
-    let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());
-    let outcome = deadline::run(
-        "bench",
-        args.gather.timeout,
-        args.gather.trace,
-        move |watch| measure(watch, &cuda_lib, kind, &s, &budget),
-    );
+    phase(trace, "nvml", at, origin);
+    // The waiter returns on its own deadline, so joining it cannot hang.
+    let outcome = match measuring.map(|h| h.join()) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => Err(deadline::Hung {
+            call: String::from("the bench thread (it panicked)"),
+            deadline: std::time::Duration::ZERO,
+            not_started: false,
+        }),
+        Err(e) => Err(deadline::Hung {
+            call: format!("starting the bench thread ({e})"),
+            deadline: std::time::Duration::ZERO,
+            not_started: true,
+        }),
+    };
+    (outcome, facts, nvml_hung.0)
+}
+
+pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let started = Instant::now();
+    let settings = settings(args, env)?;
+    let log = match args.what {
+        BenchKind::P2p => None,
+        _ => Some(NcclLog::capture()?),
+    };
+    say_what_it_measures(args, settings.budget);
+    let kind = args.what;
+    let (outcome, facts, nvml_hung) = measure_beside_nvml(args, &settings, started);
     let (mut measured, hung) = match outcome {
         Ok(m) => (m, false),
         Err(h) => (
@@ -209,15 +273,21 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         facts.nvml.loaded(),
         (&settings, started.elapsed()),
     );
-    match args.format {
-        Format::Human => {
-            crate::run::emit(&super::render::human(&report, crate::run::use_color(env)))?
-        }
-        Format::Json => {
-            let mut text =
-                serde_json::to_string_pretty(&report).context("serializing the bench report")?;
-            text.push('\n');
-            crate::run::emit(&text)?;
+    if args.child {
+        let text = serde_json::to_vec(&report).context("serializing the bench report")?;
+        crate::child::reply(&text);
+        crate::child::hang_up();
+    } else {
+        match args.format {
+            Format::Human => {
+                crate::run::emit(&super::render::human(&report, crate::run::use_color(env)))?
+            }
+            Format::Json => {
+                let mut text = serde_json::to_string_pretty(&report)
+                    .context("serializing the bench report")?;
+                text.push('\n');
+                crate::run::emit(&text)?;
+            }
         }
     }
     let code = match report.verdict {
@@ -233,6 +303,6 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     Ok(Exit {
         code,
-        hung: hung || nvml_hung.0,
+        hung: hung || nvml_hung,
     })
 }

@@ -563,10 +563,8 @@ pub struct BridgeAcs {
 
 /// ACS control bits (Linux include/uapi/linux/pci_regs.h PCI_ACS_*).
 pub mod acs {
-    pub const SOURCE_VALIDATION: u16 = 0x01;
     pub const REQUEST_REDIRECT: u16 = 0x04;
     pub const COMPLETION_REDIRECT: u16 = 0x08;
-    pub const UPSTREAM_FORWARDING: u16 = 0x10;
 
     /// Bits that send peer requests or completions up to the root complex instead of
     /// across the switch (lspci `ACSCtl: ReqRedir+` / `CmpltRedir+`).

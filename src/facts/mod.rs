@@ -197,6 +197,11 @@ pub struct Facts {
     pub gpus: gpu::GpuFacts,
     /// Launcher and container variables (WORLD_SIZE, CUDA_VISIBLE_DEVICES, ...) that were set.
     pub launcher: BTreeMap<String, EnvValue>,
+    /// `--nodes`: the nodes the job spans, as the manifest states it (an initContainer
+    /// gets no launcher variables). Part of the launcher section; `layout::job_nodes`
+    /// counts from it first, then from the launcher's variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u64>,
     /// Every NCCL_*, FI_* and OFI_NCCL_* variable that was set (NCCL_PREFLIGHT_* excluded: those are ours).
     pub nccl_env: BTreeMap<String, EnvValue>,
     /// Which image this process runs in: the trainer's (its libibverbs, libfabric, libnccl
@@ -227,22 +232,6 @@ pub enum Fact {
 }
 
 impl Fact {
-    /// Every section, in the order of the facts document.
-    pub const ALL: [Fact; 12] = [
-        Fact::Memlock,
-        Fact::StackLimit,
-        Fact::DevShm,
-        Fact::Namespaces,
-        Fact::Network,
-        Fact::Platform,
-        Fact::Rdma,
-        Fact::Gpus,
-        Fact::Launcher,
-        Fact::NcclEnv,
-        Fact::Image,
-        Fact::NamedFiles,
-    ];
-
     /// The section's key in the facts document (`nccl-preflight facts`).
     pub fn key(self) -> &'static str {
         match self {
@@ -272,7 +261,10 @@ impl Fact {
             Fact::Platform => to.platform = from.platform.clone(),
             Fact::Rdma => to.rdma = from.rdma.clone(),
             Fact::Gpus => to.gpus = from.gpus.clone(),
-            Fact::Launcher => to.launcher = from.launcher.clone(),
+            Fact::Launcher => {
+                to.launcher = from.launcher.clone();
+                to.nodes = from.nodes;
+            }
             Fact::NcclEnv => to.nccl_env = from.nccl_env.clone(),
             Fact::Image => to.image = from.image,
             Fact::NamedFiles => to.named_files = from.named_files.clone(),

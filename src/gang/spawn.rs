@@ -79,7 +79,7 @@ pub fn run(
 /// The worker's result from how the child ended.
 fn read(ended: Ended, limit: Duration) -> WorkerResult {
     match ended {
-        Ended::Replied(bytes) => serde_json::from_slice(&bytes)
+        Ended::Replied { reply, .. } => serde_json::from_slice(&reply)
             .unwrap_or_else(|e| failed(format!("the gang worker's result is not readable: {e}"))),
         Ended::Killed { .. } => failed(format!(
             "the gang worker did not finish within {:.1} s and was killed",

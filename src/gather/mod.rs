@@ -138,6 +138,7 @@ pub fn gather(
         nccl_env,
         image: vendor.image,
         named_files,
+        nodes: None,
     };
     (facts, hung)
 }

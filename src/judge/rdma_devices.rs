@@ -727,10 +727,7 @@ mod tests {
     fn p5(n: usize, usable: usize, nodes: &str) -> Facts {
         let mut f = efa_node(n);
         f.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
-        f.launcher.insert(
-            crate::layout::NODES_VAR.into(),
-            crate::facts::EnvValue::text(nodes),
-        );
+        f.nodes = nodes.parse().ok();
         if let Observed::Value(u) = &mut f.rdma.uverbs {
             u.truncate(usable);
         }

@@ -71,7 +71,7 @@ impl<'a> Scope<'a> {
             .count();
         Scope {
             refused_nodes,
-            span: crate::layout::span(&facts.launcher),
+            span: crate::layout::span(facts),
             own_image: facts.image == ImageRole::Own,
             devices,
             nodes_unknown,

@@ -337,6 +337,16 @@ impl Diagnostics {
         if flagged().next().is_some() && flagged().all(|l| l.check == "NCCL environment") {
             f = f.blamed(crate::finding::Blame::Job);
         }
+        // Blame (docs/failure-policy.md): the node's (ECC, NVLink, Xid, drivers), unless
+        // every warning is ranks running with different NCCL_* settings: the job's.
+        let flagged = || self.lines.iter().filter(|l| l.verdict >= Verdict::Warn);
+        let blame =
+            if flagged().next().is_some() && flagged().all(|l| l.check == "NCCL environment") {
+                crate::finding::Blame::Job
+            } else {
+                crate::finding::Blame::Node
+            };
+        f = f.blamed(blame);
         for l in self.lines.iter().filter(|l| l.verdict > Verdict::Pass) {
             let sep = if l.meaning.is_empty() { "" } else { " -- " };
             f = f.evidence(format!(
@@ -450,6 +460,14 @@ mod tests {
         let f = d.finding("gang");
         assert_eq!(f.status(), Status::Fail);
         assert!(f.evidence[0].contains("NVLink is down"), "{f:?}");
+        assert_eq!(f.blame(), Some(crate::finding::Blame::Node));
+        // Only ranks with different NCCL_* settings: the job's.
+        let env = "n1:7 NCCL DIAG [INFO] NCCL environment: mismatch across 2 ranks in comm 0x1 for NCCL_IB_HCA\nn1:7 NCCL DIAG RAS diagnostics completed in 1.0 ms across 2 ranks\n";
+        let f = parse(env).finding("gang");
+        assert_eq!(
+            (f.status(), f.blame()),
+            (Status::Warn, Some(crate::finding::Blame::Job))
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature
             .count()
     });
     let forced_on = int_param(facts, "NCCL_MNNVL_ENABLE") == Some(1);
-    let one_node = crate::layout::span(&facts.launcher) == crate::layout::Span::Single;
+    let one_node = crate::layout::span(facts) == crate::layout::Span::Single;
     let completed = nvml.is_some_and(|n| {
         !n.gpus.is_empty()
             && n.gpus

@@ -4,23 +4,24 @@
 //! of resident memory for good on the 1x H200 (driver 580, NCCL 2.28.3), and ran their
 //! constructors in it; on an RDMA node its memory registration would pin
 //! `--memreg-size` in the server too. So the first run executes this same binary as
-//! `nccl-preflight facts`, with the server's gather flags and environment, reads the
-//! facts it prints, and keeps the library facts (`gather::Probed`); the server's own
-//! runs then read NVML, sysfs, procfs and the device nodes only. A library that failed
+//! `nccl-preflight facts-child` (`facts`, replying in the child protocol of
+//! `crate::child`) with the server's gather flags and environment, reads the facts it
+//! replies, and keeps the library facts (`gather::Probed`); the server's own runs then
+//! read NVML, sysfs, procfs and the device nodes only. A library that failed
 //! in the child (a broken net plugin) is probed again by a child on the next run, never
 //! by the server. A child that fails leaves the server to load the libraries itself.
 
+use crate::child::Ended;
 use crate::cli::{GatherArgs, ImageArg, Switch};
 use crate::facts::Facts;
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The `facts` command line that gathers as `args` does. Every gather flag is written
 /// out, so the child's environment twins (`NCCL_PREFLIGHT_*`) cannot make it differ.
 pub fn facts_argv(args: &GatherArgs) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = vec!["facts".into()];
+    let mut argv: Vec<OsString> = vec!["facts-child".into()];
     let mut flag = |name: &str, value: OsString| {
         argv.push(name.into());
         argv.push(value);
@@ -69,43 +70,36 @@ fn limit(args: &GatherArgs) -> Duration {
     args.timeout.saturating_mul(4) + Duration::from_secs(30)
 }
 
-/// Runs `nccl-preflight facts` as a child with `args` and `env`, and returns the facts
-/// it gathered (`Probed::of` for the run at hand, `Probed::settled` for the ones after).
-/// `--trace` lines of the child go to this process's standard error.
+/// Runs `nccl-preflight facts-child` (`facts`, replying in the child protocol of
+/// `crate::child`) with `args` and `env`, and returns the facts it gathered
+/// (`Probed::of` for the run at hand, `Probed::settled` for the ones after). `--trace`
+/// lines of the child go to this process's standard error.
 pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts> {
     let exe = std::env::current_exe().context("finding this executable to run `facts`")?;
-    let child = Command::new(&exe)
-        .args(facts_argv(args))
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {} facts", exe.display()))?;
     let limit = limit(args);
-    let finished = crate::run::wait_child(child, limit)
-        .with_context(|| format!("waiting for {} facts", exe.display()))?;
-    if args.trace {
-        crate::diagnostic::line(format_args!("{}", finished.stderr.trim_end()));
-    }
-    let Some(status) = finished.status else {
-        bail!(
+    let reply = match crate::child::call(&exe, &facts_argv(args), env.to_vec(), b"", limit) {
+        Ended::Replied { reply, stderr } => {
+            if args.trace {
+                for line in stderr.trim_end().lines() {
+                    crate::diagnostic::line(format_args!("{}", crate::render::visible(line)));
+                }
+            }
+            reply
+        }
+        Ended::Killed { .. } => bail!(
             "`facts` did not finish within {:.0} s and was killed",
             limit.as_secs_f64()
-        );
+        ),
+        Ended::Silent { status, stderr } => {
+            bail!("`facts` exited with {status}: {}", stderr.trim_end())
+        }
+        Ended::Failed(e) => bail!("{e}"),
     };
-    if !status.success() {
-        bail!(
-            "`facts` exited with {status}: {}",
-            finished.stderr.trim_end()
-        );
-    }
     // Through the one deserializer `--facts` uses too (`run::parse_json`): a second
     // one of the whole facts tree would add ~450 KB to the binary.
-    let facts: Facts = crate::run::parse_json(&mut finished.stdout.as_bytes())
+    let facts: Facts = crate::run::parse_json(&mut reply.as_slice())
         .map_err(anyhow::Error::msg)
-        .context("`facts` printed no facts document")?;
+        .context("`facts` replied with no facts document")?;
     Ok(facts)
 }
 
@@ -124,8 +118,8 @@ mod tests {
         crate::cli::unread::refuse(&matches).unwrap();
         let cli = crate::cli::Cli::from_arg_matches(&matches).unwrap();
         match cli.command {
-            crate::cli::Command::Facts(g) => g,
-            other => panic!("not facts: {other:?}"),
+            crate::cli::Command::FactsChild(g) => g,
+            other => panic!("not facts-child: {other:?}"),
         }
     }
 
@@ -134,7 +128,7 @@ mod tests {
     /// `--nodes`, which only the judge reads (in the server).
     #[test]
     fn the_facts_command_line_reproduces_the_gather_flags() {
-        let defaults = gather_of(&["facts".into()]);
+        let defaults = gather_of(&["facts-child".into()]);
         let mut set = defaults.clone();
         set.host_root = "/host root/with space".into();
         set.nvml_lib = "/opt/nvml/libnvidia-ml.so.1".into();

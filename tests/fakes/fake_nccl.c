@@ -12,7 +12,8 @@
  * (default 200). With NCCL_DEBUG=INFO it logs connections via
  * FAKE_NCCL_TRANSPORT (default P2P/CUMEM) to NCCL_DEBUG_FILE, as NCCL does.
  * FAKE_NCCL_FAIL=init|allreduce returns ncclSystemError there;
- * FAKE_NCCL_WRONG=1 makes the sums wrong; FAKE_NCCL_HANG=1 hangs ncclGroupEnd.
+ * FAKE_NCCL_WRONG=1 makes the sums wrong; FAKE_NCCL_HANG=1 hangs ncclGroupEnd;
+ * FAKE_NCCL_ENV_LOG=FILE records the NCCL_ environment ncclCommInitAll saw.
  * With FAKE_NCCL_LOAD_LOG set, each load of either library appends a line
  * ("libnccl" or "plugin") to that file, so a test can count how often a
  * process loaded it. */
@@ -67,8 +68,21 @@ const char *ncclGetErrorString(int rc) {
     }
 }
 
+extern char **environ;
+
+/* FAKE_NCCL_ENV_LOG=FILE: ncclCommInitAll appends every NCCL_ variable it sees. */
+static void log_env(void) {
+    const char *path = getenv("FAKE_NCCL_ENV_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f) return;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "NCCL_", 5) == 0) fprintf(f, "%s\n", *e);
+    fclose(f);
+}
+
 int ncclCommInitAll(void **comms, int n, const int *devlist) {
     (void)devlist;
+    log_env();
     if (wants("FAKE_NCCL_FAIL", "init")) return 2;
     if (n < 1 || n > 16) return 4;
     const char *path = getenv("NCCL_DEBUG_FILE");

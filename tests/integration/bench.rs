@@ -400,3 +400,50 @@ fn init_bench_adds_measured_checks_under_the_same_ignore_policy() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--facts"), "{}", stderr(&out));
 }
+
+/// The bench runs NCCL with the settings the trainer gets: every NCCL_ variable init
+/// writes for the trainer reached the bench's ncclCommInitAll.
+#[test]
+fn init_bench_runs_nccl_with_the_settings_the_trainer_gets() {
+    let dir = scratch("init-bench-env");
+    let (env_log, env_file) = (dir.join("nccl-env.log"), dir.join("trainer.env"));
+    let env = [
+        ("NCCL_PREFLIGHT_BENCH_SIZE", "1MiB"),
+        ("NCCL_PREFLIGHT_NCCL_SIZES", "1MiB"),
+        ("FAKE_NCCL_ENV_LOG", env_log.to_str().unwrap()),
+    ];
+    let args = [
+        "--bench",
+        "--env-file",
+        env_file.to_str().unwrap(),
+        "--trace",
+    ];
+    let out = crate::support::fixture_command("rdma-ib-ndr", "init", &args, &env)
+        .output()
+        .unwrap();
+    let seen = std::fs::read_to_string(&env_log)
+        .unwrap_or_else(|e| panic!("{e}: NCCL never ran\n{}", stderr(&out)));
+    let tuned: Vec<String> = std::fs::read_to_string(&env_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("export ").or(Some(l)))
+        .filter(|l| l.starts_with("NCCL_"))
+        .map(|l| l.replace(['\'', '"'], ""))
+        .collect();
+    assert!(
+        !tuned.is_empty(),
+        "no NCCL_ setting tuned:\n{}",
+        stdout(&out)
+    );
+    for line in &tuned {
+        assert!(
+            seen.lines().any(|s| s == line),
+            "{line} did not reach NCCL; it saw:\n{seen}"
+        );
+    }
+    // The child's phases come back as trace lines, through the parent's standard error.
+    let err = stderr(&out);
+    let p2p = err.find("trace: phase p2p:");
+    let nccl = err.find("trace: phase nccl:");
+    assert!(p2p.is_some() && nccl > p2p, "{err}");
+}

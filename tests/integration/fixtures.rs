@@ -997,6 +997,25 @@ fn pod_without_the_rdma_resource_is_scoped_to_the_job() {
     );
 }
 
+/// --nodes is a typed fact (`nodes`) now; facts saved while it was the launcher
+/// variable NCCL_PREFLIGHT_NODES still load with their span, and a report's facts show
+/// the typed field, not the variable.
+#[test]
+fn facts_saved_with_the_old_nodes_variable_keep_their_span() {
+    let mut facts = gathered_facts("rdma-p5-efa", &[]);
+    keep_device_nodes(&mut facts, 0);
+    assert!(facts.get("nodes").is_none(), "no --nodes, no field");
+    facts["launcher"]["NCCL_PREFLIGHT_NODES"] = serde_json::json!({"value": "16"});
+    let (code, r) = check_saved_facts("fixture", &facts, &[]);
+    assert_eq!((code, status(&r, "rdma-devices")), (1, "fail"));
+    assert_eq!(r["facts"]["nodes"], 16);
+    assert!(r["facts"]["launcher"].get("NCCL_PREFLIGHT_NODES").is_none());
+    // The command line still wins over what was saved.
+    let (code, r) = check_saved_facts("fixture", &facts, &["--nodes", "1"]);
+    assert_eq!((code, status(&r, "rdma-devices")), (0, "warn"));
+    assert_eq!(r["facts"]["nodes"], 1);
+}
+
 #[test]
 fn partial_efa_allocation_fails_multi_node_jobs_with_the_count() {
     // p5: 8 of 32 EFA usable from an 8-GPU pod.

@@ -33,7 +33,7 @@ fn spaced_entries(
         .filter(|n| spaced.iter().any(|e| filter.entry_matches(e.trim(), n)))
         .filter(|n| !p.ib.value.used.iter().any(|u| u.device == *n))
         .collect();
-    let status = if !dropped.is_empty() && crate::layout::is_multi_node(&facts.launcher) {
+    let status = if !dropped.is_empty() && crate::layout::is_multi_node(facts) {
         Severity::Fail
     } else {
         Severity::Warn

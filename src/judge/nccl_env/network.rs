@@ -71,7 +71,7 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
     if !efa.is_empty() || !ib.is_empty() {
         return Vec::new();
     }
-    let multi_node = crate::layout::is_multi_node(&facts.launcher);
+    let multi_node = crate::layout::is_multi_node(facts);
     let (status, reach) = if multi_node {
         (
             Severity::Fail,

@@ -30,7 +30,7 @@ pub(super) fn lints(facts: &Facts) -> Vec<Problem> {
 
 /// The severity of a network problem for this job's span; `None` on one node.
 fn for_span(facts: &Facts) -> Option<Severity> {
-    match layout::span(&facts.launcher) {
+    match layout::span(facts) {
         Span::Single => None,
         Span::Multi(_) => Some(Severity::Fail),
         Span::Unknown => Some(Severity::Warn),

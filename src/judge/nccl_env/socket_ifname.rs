@@ -161,7 +161,7 @@ fn lint_bootstrap_interface(
         } else {
             "a local bridge whose address every node shares"
         };
-        let (status, reach) = if layout::is_multi_node(&facts.launcher) {
+        let (status, reach) = if layout::is_multi_node(facts) {
             (
                 Severity::Fail,
                 "the job spans several nodes, so ranks on other nodes cannot reach it",
@@ -191,7 +191,7 @@ fn lint_bootstrap_interface(
         // v2.28.3-1 (src/misc/socket.cc), so older releases bind a down interface that
         // still has an address. Its own address answers locally (the kernel routes local
         // addresses through lo), so one node works; other nodes cannot reach it.
-        let (status, reach) = if layout::is_multi_node(&facts.launcher) {
+        let (status, reach) = if layout::is_multi_node(facts) {
             (
                 Severity::Fail,
                 "the job spans several nodes, so ranks on other nodes cannot reach it",
@@ -314,7 +314,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     };
     let selected = bootstrap::matching_names(version, env, interfaces, addresses);
     let mut evidence = counted_evidence(version, interfaces, addresses);
-    if let Some(nodes) = layout::nodes(&facts.launcher) {
+    if let Some(nodes) = layout::nodes(facts) {
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
     let Some(first) = selected.first() else {
@@ -384,8 +384,8 @@ fn lint_link_local(
     if link_local.is_empty() {
         return None;
     }
-    let multi_node = layout::is_multi_node(&facts.launcher);
-    let status = match layout::nodes(&facts.launcher) {
+    let multi_node = layout::is_multi_node(facts);
+    let status = match layout::nodes(facts) {
         Some(1) => return None,
         _ if multi_node => Severity::Fail,
         _ => Severity::Warn,
@@ -494,7 +494,7 @@ fn family_without_address(
     if socket_ifname::used_address(&routed.name, addresses, Some(family)).is_some() {
         return None;
     }
-    let status = if layout::is_multi_node(&facts.launcher) {
+    let status = if layout::is_multi_node(facts) {
         Severity::Fail
     } else {
         Severity::Warn

@@ -166,7 +166,7 @@ fn nothing_runs(facts: &Facts, forced: &[String]) -> Option<(&'static str, &'sta
     let only = |allowed: &[&str]| forced.iter().all(|n| allowed.contains(&n.as_str()));
     let nvls_off = get(facts, "NCCL_NVLS_ENABLE").is_some_and(|v| v.trim() == "0");
     let collnet_on = get(facts, "NCCL_COLLNET_ENABLE").is_some_and(|v| v.trim() == "1");
-    let nodes = crate::layout::nodes(&facts.launcher);
+    let nodes = crate::layout::nodes(facts);
     if only(&["nvls", "nvlstree"]) && nvls_off {
         // Measured with NCCL 2.28.9 on 2x H200: "Error : no algorithm/protocol
         // available for function AllReduce", invalid usage, at the first all-reduce.
