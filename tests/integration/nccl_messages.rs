@@ -10,23 +10,6 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-}
-
 /// One release; `pad` blank lines move the calls down, `peer` adds a WARN.
 fn release(dir: &Path, tag: &str, pad: usize, peer: bool) {
     let peer_warn = if peer {

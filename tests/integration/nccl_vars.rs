@@ -8,23 +8,6 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-}
-
 fn write(dir: &Path, path: &str, text: &str) {
     let p = dir.join(path);
     fs::create_dir_all(p.parent().unwrap()).unwrap();
