@@ -44,6 +44,8 @@ pub struct Started {
     child: Option<std::process::Child>,
     exe: std::path::PathBuf,
     out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    /// Each whole frame of standard output, as it arrives.
+    frames: Option<Frames>,
     err: Option<std::thread::JoinHandle<Vec<u8>>>,
     at: Instant,
 }
@@ -94,18 +96,47 @@ pub fn start(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
-    let out = drain(child.stdout.take());
+    let (sent, frames) = std::sync::mpsc::channel();
+    let out = drain_frames(child.stdout.take(), sent);
     let err = drain(child.stderr.take());
     Ok(Started {
         child: Some(child),
         exe: exe.to_path_buf(),
         out: Some(out),
+        frames: Some(Frames(frames)),
         err: Some(err),
         at: Instant::now(),
     })
 }
 
+/// The frames a child sends, in order, while it runs.
+pub struct Frames(std::sync::mpsc::Receiver<Vec<u8>>);
+
+/// Why no frame came.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoFrame {
+    TimedOut,
+    /// The child's standard output closed (it ended, or hung up) with no further frame.
+    Closed,
+}
+
+impl Frames {
+    /// The next frame, waiting at most `limit`.
+    pub fn next(&self, limit: Duration) -> Result<Vec<u8>, NoFrame> {
+        self.0.recv_timeout(limit).map_err(|e| match e {
+            std::sync::mpsc::RecvTimeoutError::Timeout => NoFrame::TimedOut,
+            std::sync::mpsc::RecvTimeoutError::Disconnected => NoFrame::Closed,
+        })
+    }
+}
+
 impl Started {
+    /// The frames as they arrive, for a parent that acts on one before the reply
+    /// (`init --bench`'s CUDA facts); `finish` still returns the last. Once only.
+    pub fn frames(&mut self) -> Option<Frames> {
+        self.frames.take()
+    }
+
     /// Sends `request`, closes the child's standard input and waits until `limit`
     /// after the child's start. A child that replied and hung up (`hang_up`) is not
     /// waited for: it is killed with its group and reaped in the background, since a
@@ -212,12 +243,48 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Ve
     })
 }
 
+/// Reads standard output to its end like `drain`, and sends each whole frame on
+/// `sent` as soon as it is complete (the receiver may be gone: nobody listens).
+fn drain_frames(
+    pipe: Option<impl Read + Send + 'static>,
+    sent: std::sync::mpsc::Sender<Vec<u8>>,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let Some(mut pipe) = pipe else {
+            return kept;
+        };
+        let mut chunk = [0u8; 64 * 1024];
+        let mut seen = 0;
+        loop {
+            let n = match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let room = (OUTPUT_CAP as usize).saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..n.min(room)]);
+            for frame in frames_in(&kept).into_iter().skip(seen) {
+                seen += 1;
+                let _ = sent.send(frame);
+            }
+        }
+        kept
+    })
+}
+
 /// The last complete reply frame in `out`.
 fn reply_in(out: &[u8]) -> Option<Vec<u8>> {
+    frames_in(out).pop()
+}
+
+/// Every complete frame in `out`, in order.
+fn frames_in(out: &[u8]) -> Vec<Vec<u8>> {
     let marker = format!("\n{FRAME} ");
     let mut text = b"\n".to_vec();
     text.extend_from_slice(out);
-    let mut found = None;
+    let mut found = Vec::new();
     let mut from = 0;
     while let Some(at) = memchr::memmem::find(&text[from..], marker.as_bytes()) {
         let start = from + at + marker.len();
@@ -228,7 +295,10 @@ fn reply_in(out: &[u8]) -> Option<Vec<u8>> {
                 .and_then(|n| n.trim().parse::<usize>().ok())
             && let Some(body) = text.get(end + 1..end + 1 + len)
         {
-            found = Some(body.to_vec());
+            found.push(body.to_vec());
+            // A frame's body is not searched for further frames.
+            from = end + 1 + len;
+            continue;
         }
         from = start;
     }
@@ -329,6 +399,31 @@ mod tests {
             !Path::new(&format!("/proc/{pid}")).exists(),
             "the child outlived its Started"
         );
+    }
+
+    /// A frame sent before the reply reaches the parent while the child still runs
+    /// (here: waits for its request); the reply is the last frame.
+    #[test]
+    fn an_early_frame_arrives_before_the_child_ends_and_the_last_is_the_reply() {
+        let mut started = start(
+            Path::new("/bin/sh"),
+            &[
+                "-c",
+                "printf '\\nnccl-preflight-child 5\\nfirst\\n'; read x; printf '\\nnccl-preflight-child 4\\nlast\\n'",
+            ],
+            vec![("PATH".into(), "/bin:/usr/bin".into())],
+        )
+        .unwrap();
+        let frames = started.frames().unwrap();
+        assert_eq!(frames.next(Duration::from_secs(60)), Ok(b"first".to_vec()));
+        assert!(started.frames().is_none(), "frames are handed out once");
+        let ended = started.finish(b"go\n", Duration::from_secs(60));
+        assert!(
+            matches!(ended, Ended::Replied { ref reply, .. } if reply == b"last"),
+            "{ended:?}"
+        );
+        assert_eq!(frames.next(Duration::from_secs(60)), Ok(b"last".to_vec()));
+        assert_eq!(frames.next(Duration::from_secs(60)), Err(NoFrame::Closed));
     }
 
     #[test]

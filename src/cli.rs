@@ -377,6 +377,10 @@ pub struct BenchArgs {
     /// (`crate::child`), and NCCL's communicators are left to the process's end.
     #[arg(long, hide = true)]
     pub child: bool,
+    /// `init --bench`'s child, first: read the CUDA driver's facts for init's checks and
+    /// send them as a frame before measuring (one cuInit for both processes).
+    #[arg(long, hide = true, requires = "child")]
+    pub cuda_facts: bool,
 }
 
 #[derive(Debug, Args)]
@@ -553,15 +557,20 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Also measure: run `bench` with the tuned settings in its environment and add
-    /// gpu-bandwidth and nccl-allreduce to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs).
-    /// Not with --facts.
+    /// Also measure every GPU pair's peer copies against its link and add gpu-bandwidth
+    /// to the checks (NCCL_PREFLIGHT_BENCH_* set its knobs). Not with --facts.
     // Checked in `init`, not by clap's conflicts_with, which counts the variable set
     // to a false value (NCCL_PREFLIGHT_BENCH=0) as the flag given.
     #[arg(long, env = "NCCL_PREFLIGHT_BENCH",
           action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(),
           help_heading = CHECK,)]
     pub bench: bool,
+    /// With --bench: also run NCCL's all-reduce with the tuned settings in its environment
+    /// and add nccl-allreduce (about 1 s more at 4 GPUs: NCCL's own set-up).
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_NCCL",
+          action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(),
+          help_heading = CHECK,)]
+    pub bench_nccl: bool,
     /// Also run the gang across the job's pods (JobSet/TrainJob, whose Service publishes
     /// pods that are still initialising); its findings join the report.
     #[arg(long = "gang", env = "NCCL_PREFLIGHT_GANG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = CHECK)]

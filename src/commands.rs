@@ -93,28 +93,55 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     Ok(Exit::new(exit_code(&report), hung))
 }
 
+/// `init --bench`: the checks, with the peer-copy bench started before them in a
+/// child that also reads the checks' CUDA facts (`bench::child`), then NCCL's
+/// all-reduce with the tuned settings where `--bench-nccl` asks. The bench's findings
+/// are judged under the same --ignore.
+fn init_bench(
+    args: &InitArgs,
+    env: &[(OsString, OsString)],
+    policy: &crate::policy::Policy,
+) -> Result<(Report, HungCall)> {
+    let started = std::time::Instant::now();
+    let budget = args.bench_limits.bench_seconds;
+    crate::diagnostic::progress(
+        args.check.gather.trace,
+        format_args!(
+            "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
+            budget.as_secs_f64()
+        ),
+    );
+    let cuda_facts = args.check.gather.cuda == Switch::On;
+    let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
+    let (mut report, hung) = match cuda {
+        Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
+        None => evaluate_under(&args.check, env, false, policy)?,
+    };
+    let mut measured = crate::bench::child::finish(links);
+    if args.bench_nccl {
+        // Measured with the settings the trainer will get.
+        let left = budget.saturating_sub(started.elapsed());
+        let nccl =
+            crate::bench::child::start_nccl(args, exec_environment(env, &report.settings), left);
+        measured.extend(crate::bench::child::finish(nccl));
+    }
+    report
+        .checks
+        .extend(measured.into_iter().map(|f| policy.settle(f)));
+    report.rejudge();
+    Ok((report, hung))
+}
+
 pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.bench && args.check.facts.is_some() {
         bail!("--bench cannot be used with --facts: a bench measures this host, not saved facts");
     }
     let policy = build_policy(&args.check)?;
-    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
-    if args.bench {
-        // Measured with the settings the trainer will get, judged under the same --ignore.
-        crate::diagnostic::progress(
-            args.check.gather.trace,
-            format_args!(
-                "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
-                args.bench_limits.bench_seconds.as_secs_f64()
-            ),
-        );
-        let bench = crate::bench::child::start(args, exec_environment(env, &report.settings));
-        let measured = crate::bench::child::finish(bench);
-        report
-            .checks
-            .extend(measured.into_iter().map(|f| policy.settle(f)));
-        report.rejudge();
-    }
+    let (mut report, hung) = if args.bench {
+        init_bench(args, env, &policy)?
+    } else {
+        evaluate_under(&args.check, env, false, &policy)?
+    };
     if args.gang {
         if hung.0 {
             // The driver is the node's, as for `gang`; nothing is written.

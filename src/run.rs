@@ -6,7 +6,7 @@
 use crate::cli::{CheckArgs, Format, GatherArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::finding::Fault;
-use crate::gather::gpu::{GpuOptions, HungCall};
+use crate::gather::gpu::{CudaProbe, Elsewhere, GpuOptions, HungCall};
 use crate::gather::rdma::RdmaOptions;
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
 use crate::judge;
@@ -48,7 +48,7 @@ pub(crate) fn gather_facts(
     env: &[(OsString, OsString)],
     probe_all: bool,
 ) -> Result<(Facts, HungCall)> {
-    gather_facts_reusing(args, env, probe_all, None)
+    gather_facts_reusing(args, env, probe_all, None, None)
 }
 
 /// `gather_facts` with the RDMA and NCCL library facts of an earlier run instead of
@@ -58,6 +58,7 @@ fn gather_facts_reusing(
     env: &[(OsString, OsString)],
     probe_all: bool,
     probed: Option<&gather::Probed>,
+    cuda_elsewhere: Option<Elsewhere>,
 ) -> Result<(Facts, HungCall)> {
     // File reads get the vendor calls' deadline: a hung driver can block them too.
     let host = Host::with_deadline(&args.host_root, args.timeout);
@@ -83,7 +84,11 @@ fn gather_facts_reusing(
             cuda_library: args.cuda_lib.clone(),
             call_timeout: args.timeout,
             trace: args.trace,
-            cuda: args.cuda == Switch::On,
+            cuda: match (args.cuda, cuda_elsewhere) {
+                (Switch::Off, _) => CudaProbe::Off,
+                (Switch::On, Some(source)) => CudaProbe::Elsewhere(source),
+                (Switch::On, None) => CudaProbe::Here,
+            },
             unjudged: args.unjudged,
             cudart: if args.image == crate::cli::ImageArg::Own {
                 Err(crate::facts::ImageRole::OWN_REASON.to_string())
@@ -405,6 +410,27 @@ pub fn evaluate_reusing(
     policy: &Policy,
     probed: Option<&gather::Probed>,
 ) -> Result<(Report, HungCall)> {
+    evaluate_gathering(args, env, (probe_all, policy), probed, None)
+}
+
+/// `evaluate_under` with the CUDA driver's facts read by another process that
+/// initialises CUDA anyway (`init --bench`'s bench): one cuInit serves both.
+pub fn evaluate_with_cuda_of(
+    args: &CheckArgs,
+    env: &[(OsString, OsString)],
+    policy: &Policy,
+    cuda: Elsewhere,
+) -> Result<(Report, HungCall)> {
+    evaluate_gathering(args, env, (false, policy), None, Some(cuda))
+}
+
+fn evaluate_gathering(
+    args: &CheckArgs,
+    env: &[(OsString, OsString)],
+    (probe_all, policy): (bool, &Policy),
+    probed: Option<&gather::Probed>,
+    cuda: Option<Elsewhere>,
+) -> Result<(Report, HungCall)> {
     let (mut facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
         None => gather_facts_reusing(
@@ -412,6 +438,7 @@ pub fn evaluate_reusing(
             env,
             probe_all || policy.require.any_rdma(),
             probed,
+            cuda,
         )?,
     };
     // What the command line says about the job wins over what was gathered or saved.
@@ -502,8 +529,9 @@ pub fn describing(args: &GatherArgs) -> GatherArgs {
 
 #[cfg(test)]
 mod host_tree_fuzz {
+    use crate::gather::gpu::{CudaProbe, GpuOptions};
     use crate::gather::replay::{Recording, ReplayKernel};
-    use crate::gather::{VendorOptions, gpu::GpuOptions, host::Host, rdma::RdmaOptions};
+    use crate::gather::{VendorOptions, host::Host, rdma::RdmaOptions};
     use std::path::{Path, PathBuf};
     use std::time::Duration;
 
@@ -531,7 +559,7 @@ mod host_tree_fuzz {
                 cuda_library: "absent/libcuda.so.1".into(),
                 call_timeout: Duration::from_secs(5),
                 trace: false,
-                cuda: false,
+                cuda: CudaProbe::Off,
                 unjudged: true,
                 cudart: Ok(vec![]),
                 cudart_probed: None,

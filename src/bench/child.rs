@@ -1,21 +1,35 @@
 //! `init --bench`: the bench runs as a child process of this binary (`bench --child`,
-//! replying in the child protocol of `crate::child`) with the tuned settings in its
-//! environment (what the trainer will run with), under a wall-clock limit; its
-//! findings join the report. It starts once the checks are judged, not beside them:
-//! on 4x H100 two processes' cuInit at once took 1.1 s each against 0.5 s alone, and
-//! a cuInit beside a process that holds CUDA initialised (init's own probe, whose
-//! libcuda stays loaded) 60-115 ms (tests/data/h100x4/scale/cuinit-perf.txt).
+//! replying in the child protocol of `crate::child`), under a wall-clock limit; its
+//! findings join the report.
+//!
+//! One process initialises CUDA, not two. The child starts before init gathers and
+//! reads the CUDA driver's facts for init's checks first (`--cuda-facts`: cuInit,
+//! devices, peer access, sent as an early frame), then creates its contexts and
+//! measures; init's own gather takes those facts instead of calling cuInit itself
+//! (`gather::gpu::CudaProbe::Elsewhere`). On 4x H100 two processes' cuInit at once
+//! took 1.1 s each against 0.5 s alone (tests/data/h100x4/scale/cuinit-perf.txt),
+//! and a process holding CUDA tears its contexts down on exit: with one CUDA process,
+//! init itself never pays either.
+//!
+//! Peer copies read no NCCL variable, so that child runs with init's own environment.
+//! NCCL's all-reduce (`--bench-nccl`) needs the tuned settings the trainer will get,
+//! known only once the checks are judged: a second child runs it with them.
 
-use crate::child::{Ended, Started};
+use crate::child::{Ended, Frames, Started};
 use crate::cli::InitArgs;
+use crate::facts::FactError;
+use crate::facts::gpu::{CudaFacts, LibraryState};
 use crate::finding::Finding;
 use crate::finding::ids;
+use crate::gather::gpu::{Elsewhere, cuda};
+use crate::vendor::deadline::{self, Hung};
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
+fn failed(id: &str, summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
     Finding::fail(
-        ids::GPU_BANDWIDTH,
+        id,
         summary,
         "nccl-preflight bench   # run it by hand to see every figure",
     )
@@ -29,6 +43,8 @@ pub struct Pending {
     /// child that ignores both.
     limit: Duration,
     trace: bool,
+    /// The check a child that never reported fails.
+    id: &'static str,
 }
 
 /// The peer-copy size of init's bench unless NCCL_PREFLIGHT_BENCH_SIZE says otherwise
@@ -40,23 +56,42 @@ pub struct Pending {
 /// figure with fewer bytes still.
 const GATE_P2P_SIZE: &str = "64MiB";
 
+/// What the child measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Peer copies; with the CUDA driver's facts first when init wants them.
+    Links { cuda_facts: bool },
+    /// NCCL's all-reduce, within what is left of the budget.
+    Nccl { budget: Duration },
+}
+
 /// The bench's command line: every knob written out, as init was given it.
-fn argv(args: &InitArgs, env: &[(OsString, OsString)]) -> Vec<String> {
+fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String> {
     let g = &args.check.gather;
-    let mut argv: Vec<String> = ["bench", "--child", "--format", "json"]
+    let what = match part {
+        Part::Links { .. } => "p2p",
+        Part::Nccl { .. } => "nccl",
+    };
+    let mut argv: Vec<String> = ["bench", what, "--child", "--format", "json"]
         .map(String::from)
         .to_vec();
-    if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
+    if part == (Part::Links { cuda_facts: true }) {
+        argv.push("--cuda-facts".into());
+    }
+    if matches!(part, Part::Links { .. })
+        && !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE")
+    {
         argv.extend(["--size".to_string(), GATE_P2P_SIZE.to_string()]);
     }
+    let budget = match part {
+        Part::Nccl { budget } => budget,
+        Part::Links { .. } => args.bench_limits.bench_seconds,
+    };
     let mut flag = |name: &str, value: String| {
         argv.push(name.into());
         argv.push(value);
     };
-    flag(
-        "--bench-seconds",
-        format!("{}s", args.bench_limits.bench_seconds.as_secs_f64()),
-    );
+    flag("--bench-seconds", format!("{}s", budget.as_secs_f64()));
     flag(
         "--min-bandwidth-fraction",
         args.bench_limits.min_bandwidth_fraction.to_string(),
@@ -65,7 +100,7 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)]) -> Vec<String> {
     flag("--nvml-lib", g.nvml_lib.clone());
     flag("--cuda-lib", g.cuda_lib.clone());
     flag("--timeout", format!("{}s", g.timeout.as_secs_f64()));
-    if let Some(lib) = &g.nccl_lib {
+    if let (Part::Nccl { .. }, Some(lib)) = (part, &g.nccl_lib) {
         flag("--nccl-lib", lib.clone());
     }
     if g.trace {
@@ -74,30 +109,165 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)]) -> Vec<String> {
     argv
 }
 
-/// Starts the bench with exactly `env` (this process's environment and the tuned
-/// settings, `run::exec_environment`).
-pub fn start(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Pending {
+fn start(args: &InitArgs, env: Vec<(OsString, OsString)>, part: Part) -> Pending {
     let g = &args.check.gather;
-    let limit = args.bench_limits.bench_seconds + 2 * g.timeout + Duration::from_secs(5);
+    let budget = match part {
+        Part::Nccl { budget } => budget,
+        Part::Links { .. } => args.bench_limits.bench_seconds,
+    };
+    let limit = budget + 3 * g.timeout + Duration::from_secs(5);
     let started = std::env::current_exe()
         .map_err(|e| format!("current_exe: {e}"))
         .and_then(|exe| {
-            let argv = argv(args, &env);
+            let argv = argv(args, &env, part);
             crate::child::start(&exe, &argv, env)
         });
     Pending {
         started,
         limit,
         trace: g.trace,
+        id: match part {
+            Part::Links { .. } => ids::GPU_BANDWIDTH,
+            Part::Nccl { .. } => ids::NCCL_ALLREDUCE,
+        },
+    }
+}
+
+/// Starts the peer-copy bench with this process's environment `env`. With
+/// `cuda_facts` the child reads the CUDA driver's facts first, and the returned
+/// source hands them to init's gather.
+pub fn start_links(
+    args: &InitArgs,
+    env: Vec<(OsString, OsString)>,
+    cuda_facts: bool,
+) -> (Pending, Option<Elsewhere>) {
+    let mut pending = start(args, env, Part::Links { cuda_facts });
+    let frames = match (&mut pending.started, cuda_facts) {
+        (Ok(started), true) => started.frames(),
+        _ => None,
+    };
+    let g = &args.check.gather;
+    let (library, timeout, trace) = (g.cuda_lib.clone(), g.timeout, g.trace);
+    let source = cuda_facts.then(|| {
+        Elsewhere::new(move || match frames {
+            Some(frames) => cuda_facts_of(&frames, timeout, (&library, trace)),
+            // The child could not start: this process reads them itself.
+            None => probe_here(&library, timeout, trace),
+        })
+    });
+    (pending, source)
+}
+
+/// Starts NCCL's all-reduce with exactly `env` (this process's environment and the
+/// tuned settings, `run::exec_environment`), within `budget`.
+pub fn start_nccl(args: &InitArgs, env: Vec<(OsString, OsString)>, budget: Duration) -> Pending {
+    start(args, env, Part::Nccl { budget })
+}
+
+/// The CUDA facts frame: `{"cuda": ...}`, told apart from the bench report.
+#[derive(Debug, Serialize, Deserialize)]
+struct CudaFrame {
+    cuda: CudaSaid,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum CudaSaid {
+    State(LibraryState<CudaFacts>),
+    /// A driver call did not return within the child's deadline.
+    Hung {
+        call: String,
+        deadline_ms: u64,
+        not_started: bool,
+    },
+}
+
+/// The child's side: the frame for what reading the CUDA driver gave.
+pub fn cuda_frame(read: &Result<cuda::Outcome, Hung>) -> Vec<u8> {
+    let said = match read {
+        Err(h) => CudaSaid::Hung {
+            call: h.call.clone(),
+            deadline_ms: u64::try_from(h.deadline.as_millis()).unwrap_or(u64::MAX),
+            not_started: h.not_started,
+        },
+        Ok(cuda::Outcome::NotFound(message)) => CudaSaid::State(LibraryState::NotFound {
+            message: message.clone(),
+        }),
+        Ok(cuda::Outcome::Failed(e)) => CudaSaid::State(LibraryState::Failed(e.clone())),
+        Ok(cuda::Outcome::Loaded(f)) => CudaSaid::State(LibraryState::Loaded(f.clone())),
+    };
+    serde_json::to_vec(&CudaFrame { cuda: said }).unwrap_or_default()
+}
+
+/// The child's side: reads the CUDA driver under the deadline and sends the frame;
+/// the `Hung` when a call did not return (the process must then leave).
+pub fn send_cuda_facts(library: &str, timeout: Duration, trace: bool) -> Option<Hung> {
+    let read = probe_here(library, timeout, trace);
+    crate::child::reply(&cuda_frame(&read));
+    read.err()
+}
+
+fn probe_here(library: &str, timeout: Duration, trace: bool) -> Result<cuda::Outcome, Hung> {
+    let library = library.to_string();
+    deadline::run("cuda", timeout, trace, move |w| cuda::gather(w, &library))
+}
+
+/// The parent's side: the child's first frame as the probe here would have said it.
+/// The child bounds its own driver calls by `timeout`; a child silent past that and a
+/// margin for its start is a hung driver call too.
+fn cuda_facts_of(
+    frames: &Frames,
+    timeout: Duration,
+    (library, trace): (&str, bool),
+) -> Result<cuda::Outcome, Hung> {
+    let started = Instant::now();
+    let frame = match frames.next(timeout + Duration::from_secs(5)) {
+        Ok(frame) => frame,
+        Err(crate::child::NoFrame::Closed) => return probe_here(library, timeout, trace),
+        Err(crate::child::NoFrame::TimedOut) => {
+            return Err(Hung {
+                call: "cuInit (in the bench's process)".into(),
+                deadline: timeout,
+                not_started: false,
+            });
+        }
+    };
+    if trace {
+        crate::diagnostic::line(format_args!(
+            "nccl-preflight: trace: the CUDA facts from the bench's process: {:.3} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        ));
+    }
+    match serde_json::from_slice::<CudaFrame>(&frame).map(|f| f.cuda) {
+        Ok(CudaSaid::Hung {
+            call,
+            deadline_ms,
+            not_started,
+        }) => Err(Hung {
+            call,
+            deadline: Duration::from_millis(deadline_ms),
+            not_started,
+        }),
+        Ok(CudaSaid::State(state)) => Ok(match state {
+            LibraryState::NotFound { message } => cuda::Outcome::NotFound(message),
+            LibraryState::Failed(e) => cuda::Outcome::Failed(e),
+            LibraryState::Loaded(f) => cuda::Outcome::Loaded(f),
+            LibraryState::Skipped { reason } => {
+                cuda::Outcome::Failed(FactError::new("the bench's process", reason))
+            }
+        }),
+        // Not the CUDA frame (a child of another version): read them here.
+        Err(_) => probe_here(library, timeout, trace),
     }
 }
 
 /// Waits for the bench and returns its findings; a child that failed to start,
 /// overran or replied nothing readable becomes one failing finding.
 pub fn finish(pending: Pending) -> Vec<Finding> {
+    let id = pending.id;
     let started = match pending.started {
         Ok(s) => s,
-        Err(e) => return vec![failed("the bench could not start", e)],
+        Err(e) => return vec![failed(id, "the bench could not start", e)],
     };
     let ended = started.finish(b"", pending.limit);
     if pending.trace
@@ -113,12 +283,14 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
         Ended::Replied { reply, .. } => reply,
         Ended::Killed { after } => {
             return vec![failed(
+                id,
                 "the bench did not finish",
                 format!("killed after {:.1} s", after.as_secs_f64()),
             )];
         }
         Ended::Silent { status, stderr } => {
             return vec![failed(
+                id,
                 "the bench could not run",
                 format!(
                     "exit {}: {}",
@@ -129,7 +301,7 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
                 ),
             )];
         }
-        Ended::Failed(e) => return vec![failed("the bench could not be waited for", e)],
+        Ended::Failed(e) => return vec![failed(id, "the bench could not be waited for", e)],
     };
     // A report whose verdict is skip (nothing to measure) keeps its skips' meaning
     // inside `init --bench`.
@@ -138,6 +310,7 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
         .and_then(|v| serde_json::from_value(v.get("findings")?.clone()).ok());
     parsed.unwrap_or_else(|| {
         vec![failed(
+            id,
             "the bench could not run",
             "its report is not readable",
         )]

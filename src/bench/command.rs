@@ -217,7 +217,7 @@ fn measure_beside_nvml(
             cuda_library: args.gather.cuda_lib.clone(),
             call_timeout: args.gather.timeout,
             trace: args.gather.trace,
-            cuda: false,
+            cuda: gpu::CudaProbe::Off,
             // The link figures need NVLink state and speed, not error counts.
             unjudged: false,
             cudart: Err("bench dates no CUDA runtime".into()),
@@ -251,7 +251,18 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     say_what_it_measures(args, settings.budget);
     let kind = args.what;
-    let (outcome, facts, nvml_hung) = measure_beside_nvml(args, &settings, started);
+    // `init --bench`'s child reads init's CUDA facts first; a hung driver ends it here.
+    let early = args.cuda_facts.then(|| {
+        let g = &args.gather;
+        super::child::send_cuda_facts(&g.cuda_lib, g.timeout, g.trace)
+    });
+    let (outcome, facts, nvml_hung) = match early.flatten() {
+        Some(hung) => (Err(hung), None, false),
+        None => {
+            let (outcome, facts, nvml_hung) = measure_beside_nvml(args, &settings, started);
+            (outcome, Some(facts), nvml_hung)
+        }
+    };
     let (mut measured, hung) = match outcome {
         Ok(m) => (m, false),
         Err(h) => (
@@ -270,27 +281,43 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     drop(log);
     let report = super::judge(
         measured,
-        facts.nvml.loaded(),
+        facts.as_ref().and_then(|f| f.nvml.loaded()),
         (&settings, started.elapsed()),
     );
+    reply_or_print(args, env, &report)?;
+    Ok(Exit {
+        code: bench_exit(&report),
+        hung: hung || nvml_hung,
+    })
+}
+
+/// `init`'s child replies in the child protocol and hangs up; `bench` prints.
+fn reply_or_print(
+    args: &BenchArgs,
+    env: &[(OsString, OsString)],
+    report: &super::BenchReport,
+) -> Result<()> {
     if args.child {
-        let text = serde_json::to_vec(&report).context("serializing the bench report")?;
+        let text = serde_json::to_vec(report).context("serializing the bench report")?;
         crate::child::reply(&text);
         crate::child::hang_up();
-    } else {
-        match args.format {
-            Format::Human => {
-                crate::run::emit(&super::render::human(&report, crate::run::use_color(env)))?
-            }
-            Format::Json => {
-                let mut text = serde_json::to_string_pretty(&report)
-                    .context("serializing the bench report")?;
-                text.push('\n');
-                crate::run::emit(&text)?;
-            }
+        return Ok(());
+    }
+    match args.format {
+        Format::Human => {
+            crate::run::emit(&super::render::human(report, crate::run::use_color(env)))
+        }
+        Format::Json => {
+            let mut text =
+                serde_json::to_string_pretty(report).context("serializing the bench report")?;
+            text.push('\n');
+            crate::run::emit(&text)
         }
     }
-    let code = match report.verdict {
+}
+
+fn bench_exit(report: &super::BenchReport) -> u8 {
+    match report.verdict {
         Status::Fail => crate::run::fault_exit(report.fault),
         // A bench that measured nothing could not do its job: exit 2, as for any tool error.
         Status::Skip => {
@@ -300,9 +327,5 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             2
         }
         _ => 0,
-    };
-    Ok(Exit {
-        code,
-        hung: hung || nvml_hung,
-    })
+    }
 }

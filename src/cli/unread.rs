@@ -143,7 +143,7 @@ pub const UNREAD: &[Unread] = &[
     },
     Unread {
         modes: &["init"],
-        flags: &["bench_seconds", "min_bandwidth_fraction"],
+        flags: &["bench_seconds", "min_bandwidth_fraction", "bench_nccl"],
         when: When::Without("bench"),
         why: "only --bench reads it",
     },
@@ -345,7 +345,11 @@ mod tests {
             (
                 "init",
                 [checks(), init_own.to_vec()].concat(),
-                [GANG, &["bench_seconds", "min_bandwidth_fraction"]].concat(),
+                [
+                    GANG,
+                    &["bench_seconds", "min_bandwidth_fraction", "bench_nccl"],
+                ]
+                .concat(),
             ),
             (
                 "exec",
@@ -390,6 +394,7 @@ mod tests {
                     "cuda_lib",
                     "nccl_lib",
                     "child",
+                    "cuda_facts",
                 ],
                 vec![
                     "verbs_lib",
@@ -453,8 +458,10 @@ mod tests {
         let mut argv = vec!["nccl-preflight".to_string(), mode.get_name().to_string()];
         argv.extend(context.iter().map(|s| s.to_string()));
         // A flag clap accepts only beside another (`requires`).
-        if let ("probe", "max_output") = (mode.get_name(), flag) {
-            argv.push("--npd".into());
+        match (mode.get_name(), flag) {
+            ("probe", "max_output") => argv.push("--npd".into()),
+            ("bench", "cuda_facts") => argv.push("--child".into()),
+            _ => {}
         }
         argv.push(long(flag));
         argv.extend(sample(arg));

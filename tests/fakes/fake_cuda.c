@@ -22,7 +22,17 @@ static void apply_visible(void) {
     }
 }
 
+/* FAKE_CUDA_INIT_LOG names a file that gets a line "PID" per cuInit call: which
+ * processes initialise CUDA. */
+static void log_init(void) {
+    const char *path = getenv("FAKE_CUDA_INIT_LOG");
+    if (!path) return;
+    FILE *f = fopen(path, "a");
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+}
+
 CUresult cuInit(unsigned int flags) {
+    log_init();
     if (injected("cuInit") >= 0) return injected("cuInit");
     if (flags != 0) return 1;
     if (scenario()->cuda_init_ms) usleep((useconds_t)S.cuda_init_ms * 1000);

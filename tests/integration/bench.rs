@@ -362,14 +362,26 @@ fn init_bench_adds_measured_checks_under_the_same_ignore_policy() {
         bw["summary"],
         "56 peer directions at 50% of their links or better, data verified"
     );
-    // The fixture has no libnccl: skipped, not failed.
-    let nccl = checks
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "nccl-allreduce")
+    // NCCL's all-reduce only with --bench-nccl; the fixture has no libnccl: skipped,
+    // not failed.
+    let has_nccl = |r: &Value| {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "nccl-allreduce")
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(has_nccl(&r), None, "{:#}", r["checks"]);
+    let (out, r) = run(&["--bench-nccl"], &base);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(has_nccl(&r), Some(Value::from("skip")));
+    // --bench-nccl without --bench is refused, naming both.
+    let out = crate::support::fixture_command("gpu-h100-nv18", "init", &["--bench-nccl"], &[])
+        .output()
         .unwrap();
-    assert_eq!(nccl["status"], "skip");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("--bench-nccl"), "{}", stderr(&out));
     // One slow pair fails the pod; --ignore turns it into a flagged warning.
     let (out, r) = run(&[], &slow);
     assert_eq!(out.status.code(), Some(3));
@@ -414,6 +426,7 @@ fn init_bench_runs_nccl_with_the_settings_the_trainer_gets() {
     ];
     let args = [
         "--bench",
+        "--bench-nccl",
         "--env-file",
         env_file.to_str().unwrap(),
         "--trace",
@@ -446,4 +459,86 @@ fn init_bench_runs_nccl_with_the_settings_the_trainer_gets() {
     let p2p = err.find("trace: phase p2p:");
     let nccl = err.find("trace: phase nccl:");
     assert!(p2p.is_some() && nccl > p2p, "{err}");
+}
+
+/// `init --bench` initialises CUDA once, in the bench's process: init's checks get
+/// the CUDA facts from it and judge exactly as when init reads them itself.
+#[test]
+fn init_bench_initialises_cuda_in_one_process_and_judges_the_same() {
+    let dir = scratch("init-bench-one-cuinit");
+    let log = dir.join("cuinit.log");
+    let report = dir.join("report.json");
+    let run = |args: &[&str], scenario: Option<&std::path::Path>| {
+        let _ = std::fs::remove_file(&log);
+        let mut all = vec!["--report", report.to_str().unwrap()];
+        all.extend(args);
+        let mut env = vec![
+            ("NCCL_PREFLIGHT_BENCH_SIZE", "1MiB"),
+            ("FAKE_CUDA_INIT_LOG", log.to_str().unwrap()),
+        ];
+        if let Some(s) = scenario {
+            env.push(("FAKE_GPU_SCENARIO", s.to_str().unwrap()));
+        }
+        let child = crate::support::fixture_command("gpu-h100-nv18", "init", &all, &env)
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let out = child.wait_with_output().unwrap();
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+        (out, r, pid, pids)
+    };
+    let without_bench = |r: &Value| -> Vec<Value> {
+        let mut checks: Vec<Value> = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"] != "gpu-bandwidth")
+            .cloned()
+            .collect();
+        checks.sort_by_key(|c| c["id"].to_string());
+        checks
+    };
+    let (out, plain, init_pid, pids) = run(&[], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(pids, [init_pid].into(), "init alone calls cuInit itself");
+    let (out, benched, init_pid, pids) = run(&["--bench"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(pids.len(), 1, "one process initialises CUDA: {pids:?}");
+    assert!(!pids.contains(&init_pid), "init called cuInit itself");
+    assert_eq!(without_bench(&benched), without_bench(&plain));
+    assert_eq!(finding(&benched, "gpu-p2p")["status"], "pass");
+    // A peer-access refusal that only CUDA reports still reaches init's gpu-p2p.
+    let base = crate::support::repo().join("tests/fixtures/gpu-h100-nv18/gpu.scenario");
+    let text = std::fs::read_to_string(base).unwrap();
+    let no_peer = dir.join("no-peer.scenario");
+    std::fs::write(
+        &no_peer,
+        format!("{text}cuda_peer 0 1 0\ncuda_peer 1 0 0\n"),
+    )
+    .unwrap();
+    let (_, plain, _, _) = run(&[], Some(&no_peer));
+    let (_, benched, _, _) = run(&["--bench"], Some(&no_peer));
+    assert_ne!(finding(&plain, "gpu-p2p")["status"], "pass");
+    assert_eq!(finding(&benched, "gpu-p2p"), finding(&plain, "gpu-p2p"));
+    // A cuInit that never returns: the bench's process gives up on its deadline, and
+    // init fails the driver the same way, as the node's, without hanging.
+    let hung = dir.join("hung.scenario");
+    std::fs::write(&hung, format!("{text}hang cuInit\n")).unwrap();
+    let (out, plain, _, _) = run(&["--timeout", "300ms"], Some(&hung));
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let (out, benched, _, _) = run(&["--timeout", "300ms", "--bench"], Some(&hung));
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        benched
+            .to_string()
+            .contains("cuInit: did not return within"),
+        "{benched:#}"
+    );
+    assert_eq!(without_bench(&benched), without_bench(&plain));
+    assert_eq!(finding(&benched, "gpu-bandwidth")["status"], "fail");
 }

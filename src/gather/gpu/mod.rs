@@ -26,8 +26,9 @@ pub struct GpuOptions {
     pub call_timeout: Duration,
     /// Print each vendor call's duration to standard error.
     pub trace: bool,
-    /// Probe the CUDA driver (cuInit costs ~0.5 s even on a warm node).
-    pub cuda: bool,
+    /// Probe the CUDA driver (cuInit costs ~0.5 s even on a warm node), here or in
+    /// another process.
+    pub cuda: CudaProbe,
     /// Also read what is shown but judged by no check and costs per-call NVML reads:
     /// every NVLink's CRC data counter (no field gives it: ~1 ms a link on the H200,
     /// 37 ms for 2 GPUs) and the NUMA affinity doctor prints (~8 ms a GPU). `doctor`,
@@ -39,6 +40,51 @@ pub struct GpuOptions {
     /// What an earlier run found of the CUDA runtime (`serve`'s later runs): used
     /// instead of looking again.
     pub cudart_probed: Option<crate::facts::gpu::CudaRuntimeFacts>,
+}
+
+/// Where the CUDA driver's facts come from.
+#[derive(Debug, Clone)]
+pub enum CudaProbe {
+    /// Not asked (`--cuda off`).
+    Off,
+    /// This process loads libcuda and calls cuInit.
+    Here,
+    /// Another process that will use CUDA anyway reads them (`init --bench`'s bench,
+    /// so that one cuInit serves both: two at once cost twice, `bench::child`).
+    Elsewhere(Elsewhere),
+}
+
+/// The CUDA facts' source in another process: called once, on the CUDA thread, it
+/// waits for them within its own bound and says what happened as the probe here
+/// would (`Err` when the driver call did not return in time).
+#[derive(Clone)]
+pub struct Elsewhere(std::sync::Arc<std::sync::Mutex<Option<ElsewhereFn>>>);
+
+type ElsewhereFn = Box<dyn FnOnce() -> Result<cuda::Outcome, Hung> + Send>;
+
+impl Elsewhere {
+    pub fn new(source: impl FnOnce() -> Result<cuda::Outcome, Hung> + Send + 'static) -> Self {
+        Elsewhere(std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(
+            source,
+        )))))
+    }
+
+    fn take(&self) -> Result<cuda::Outcome, Hung> {
+        let source = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match source {
+            Some(f) => f(),
+            None => Ok(cuda::Outcome::Failed(FactError::new(
+                "the CUDA facts of another process",
+                "already taken by an earlier gather",
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Debug for Elsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Elsewhere")
+    }
 }
 
 /// True when a vendor call hung: the process must then leave with `_exit`.
@@ -154,14 +200,17 @@ pub fn gather(host: &Host, options: &GpuOptions) -> (GpuFacts, HungCall) {
     let timeout = options.call_timeout;
     let trace = options.trace;
     let cuda_library = options.cuda_library.clone();
-    // The CUDA waiter returns on its own deadline, so joining it cannot hang.
-    let cuda_waiter = options.cuda.then(|| {
+    let probe = options.cuda.clone();
+    // The CUDA waiter returns on its own deadline (or the other process's bound), so
+    // joining it cannot hang.
+    let cuda_waiter = (!matches!(probe, CudaProbe::Off)).then(|| {
         std::thread::Builder::new()
             .name("cuda-wait".into())
-            .spawn(move || {
-                deadline::run("cuda", timeout, trace, move |w| {
+            .spawn(move || match probe {
+                CudaProbe::Elsewhere(source) => source.take(),
+                _ => deadline::run("cuda", timeout, trace, move |w| {
                     cuda::gather(w, &cuda_library)
-                })
+                }),
             })
     });
     let (nvml_library, unjudged) = (options.nvml_library.clone(), options.unjudged);
