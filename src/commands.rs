@@ -94,37 +94,36 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 }
 
 /// `init --bench`: the checks, with the peer-copy bench started before them in a
-/// child that also reads the checks' CUDA facts (`bench::child`), then NCCL's
-/// all-reduce with the tuned settings where `--bench-nccl` asks. The bench's findings
-/// are judged under the same --ignore.
+/// child that also reads the checks' CUDA facts (`bench::child`); with `--bench-nccl`,
+/// the checks as `check` runs them, then one child measuring peer copies and NCCL's
+/// all-reduce with the tuned settings. The bench's findings are judged under the same
+/// --ignore.
 fn init_bench(
     args: &InitArgs,
     env: &[(OsString, OsString)],
     policy: &crate::policy::Policy,
 ) -> Result<(Report, HungCall)> {
-    let started = std::time::Instant::now();
-    let budget = args.bench_limits.bench_seconds;
     crate::diagnostic::progress(
         args.check.gather.trace,
         format_args!(
             "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
-            budget.as_secs_f64()
+            args.bench_limits.bench_seconds.as_secs_f64()
         ),
     );
-    let cuda_facts = args.check.gather.cuda == Switch::On;
-    let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
-    let (mut report, hung) = match cuda {
-        Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
-        None => evaluate_under(&args.check, env, false, policy)?,
-    };
-    let mut measured = crate::bench::child::finish(links);
-    if args.bench_nccl {
+    let (mut report, hung, measured) = if args.bench_nccl {
+        let (report, hung) = evaluate_under(&args.check, env, false, policy)?;
         // Measured with the settings the trainer will get.
-        let left = budget.saturating_sub(started.elapsed());
-        let nccl =
-            crate::bench::child::start_nccl(args, exec_environment(env, &report.settings), left);
-        measured.extend(crate::bench::child::finish(nccl));
-    }
+        let bench = crate::bench::child::start_all(args, exec_environment(env, &report.settings));
+        (report, hung, crate::bench::child::finish(bench))
+    } else {
+        let cuda_facts = args.check.gather.cuda == Switch::On;
+        let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
+        let (report, hung) = match cuda {
+            Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
+            None => evaluate_under(&args.check, env, false, policy)?,
+        };
+        (report, hung, crate::bench::child::finish(links))
+    };
     report
         .checks
         .extend(measured.into_iter().map(|f| policy.settle(f)));

@@ -13,7 +13,10 @@
 //!
 //! Peer copies read no NCCL variable, so that child runs with init's own environment.
 //! NCCL's all-reduce (`--bench-nccl`) needs the tuned settings the trainer will get,
-//! known only once the checks are judged: a second child runs it with them.
+//! known only once the checks are judged: then init reads CUDA itself as `check` does,
+//! and one child started after the checks measures both with those settings. (A second
+//! child after the first cost its own cuInit and contexts again: 4.0 s against 2.6 s
+//! for this order on 4x H100, tests/data/h100x4/scale/gate-run1.txt.)
 
 use crate::child::{Ended, Frames, Started};
 use crate::cli::InitArgs;
@@ -27,9 +30,9 @@ use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-fn failed(id: &str, summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
+fn failed(summary: impl Into<String>, evidence: impl Into<String>) -> Finding {
     Finding::fail(
-        id,
+        ids::GPU_BANDWIDTH,
         summary,
         "nccl-preflight bench   # run it by hand to see every figure",
     )
@@ -43,8 +46,6 @@ pub struct Pending {
     /// child that ignores both.
     limit: Duration,
     trace: bool,
-    /// The check a child that never reported fails.
-    id: &'static str,
 }
 
 /// The peer-copy size of init's bench unless NCCL_PREFLIGHT_BENCH_SIZE says otherwise
@@ -61,8 +62,8 @@ const GATE_P2P_SIZE: &str = "64MiB";
 enum Part {
     /// Peer copies; with the CUDA driver's facts first when init wants them.
     Links { cuda_facts: bool },
-    /// NCCL's all-reduce, within what is left of the budget.
-    Nccl { budget: Duration },
+    /// Peer copies and NCCL's all-reduce.
+    All,
 }
 
 /// The bench's command line: every knob written out, as init was given it.
@@ -70,7 +71,7 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String
     let g = &args.check.gather;
     let what = match part {
         Part::Links { .. } => "p2p",
-        Part::Nccl { .. } => "nccl",
+        Part::All => "all",
     };
     let mut argv: Vec<String> = ["bench", what, "--child", "--format", "json"]
         .map(String::from)
@@ -78,15 +79,10 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String
     if part == (Part::Links { cuda_facts: true }) {
         argv.push("--cuda-facts".into());
     }
-    if matches!(part, Part::Links { .. })
-        && !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE")
-    {
+    if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
         argv.extend(["--size".to_string(), GATE_P2P_SIZE.to_string()]);
     }
-    let budget = match part {
-        Part::Nccl { budget } => budget,
-        Part::Links { .. } => args.bench_limits.bench_seconds,
-    };
+    let budget = args.bench_limits.bench_seconds;
     let mut flag = |name: &str, value: String| {
         argv.push(name.into());
         argv.push(value);
@@ -100,7 +96,7 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String
     flag("--nvml-lib", g.nvml_lib.clone());
     flag("--cuda-lib", g.cuda_lib.clone());
     flag("--timeout", format!("{}s", g.timeout.as_secs_f64()));
-    if let (Part::Nccl { .. }, Some(lib)) = (part, &g.nccl_lib) {
+    if let (Part::All, Some(lib)) = (part, &g.nccl_lib) {
         flag("--nccl-lib", lib.clone());
     }
     if g.trace {
@@ -111,11 +107,7 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String
 
 fn start(args: &InitArgs, env: Vec<(OsString, OsString)>, part: Part) -> Pending {
     let g = &args.check.gather;
-    let budget = match part {
-        Part::Nccl { budget } => budget,
-        Part::Links { .. } => args.bench_limits.bench_seconds,
-    };
-    let limit = budget + 3 * g.timeout + Duration::from_secs(5);
+    let limit = args.bench_limits.bench_seconds + 3 * g.timeout + Duration::from_secs(5);
     let started = std::env::current_exe()
         .map_err(|e| format!("current_exe: {e}"))
         .and_then(|exe| {
@@ -126,10 +118,6 @@ fn start(args: &InitArgs, env: Vec<(OsString, OsString)>, part: Part) -> Pending
         started,
         limit,
         trace: g.trace,
-        id: match part {
-            Part::Links { .. } => ids::GPU_BANDWIDTH,
-            Part::Nccl { .. } => ids::NCCL_ALLREDUCE,
-        },
     }
 }
 
@@ -158,10 +146,10 @@ pub fn start_links(
     (pending, source)
 }
 
-/// Starts NCCL's all-reduce with exactly `env` (this process's environment and the
-/// tuned settings, `run::exec_environment`), within `budget`.
-pub fn start_nccl(args: &InitArgs, env: Vec<(OsString, OsString)>, budget: Duration) -> Pending {
-    start(args, env, Part::Nccl { budget })
+/// Starts peer copies and NCCL's all-reduce with exactly `env` (this process's
+/// environment and the tuned settings, `run::exec_environment`).
+pub fn start_all(args: &InitArgs, env: Vec<(OsString, OsString)>) -> Pending {
+    start(args, env, Part::All)
 }
 
 /// The CUDA facts frame: `{"cuda": ...}`, told apart from the bench report.
@@ -264,10 +252,9 @@ fn cuda_facts_of(
 /// Waits for the bench and returns its findings; a child that failed to start,
 /// overran or replied nothing readable becomes one failing finding.
 pub fn finish(pending: Pending) -> Vec<Finding> {
-    let id = pending.id;
     let started = match pending.started {
         Ok(s) => s,
-        Err(e) => return vec![failed(id, "the bench could not start", e)],
+        Err(e) => return vec![failed("the bench could not start", e)],
     };
     let ended = started.finish(b"", pending.limit);
     if pending.trace
@@ -283,14 +270,12 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
         Ended::Replied { reply, .. } => reply,
         Ended::Killed { after } => {
             return vec![failed(
-                id,
                 "the bench did not finish",
                 format!("killed after {:.1} s", after.as_secs_f64()),
             )];
         }
         Ended::Silent { status, stderr } => {
             return vec![failed(
-                id,
                 "the bench could not run",
                 format!(
                     "exit {}: {}",
@@ -301,7 +286,7 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
                 ),
             )];
         }
-        Ended::Failed(e) => return vec![failed(id, "the bench could not be waited for", e)],
+        Ended::Failed(e) => return vec![failed("the bench could not be waited for", e)],
     };
     // A report whose verdict is skip (nothing to measure) keeps its skips' meaning
     // inside `init --bench`.
@@ -310,7 +295,6 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
         .and_then(|v| serde_json::from_value(v.get("findings")?.clone()).ok());
     parsed.unwrap_or_else(|| {
         vec![failed(
-            id,
             "the bench could not run",
             "its report is not readable",
         )]
