@@ -74,4 +74,13 @@ CUDA_VISIBLE_DEVICES=0,1 "$bin" init --bench --trace --env-file "$env_file" \
 sleep 1
 "$bin" init --bench --bench-nccl --trace --env-file "$env_file" \
   > /dev/null 2> "$out/trace-init-bench-nccl.txt"
+sleep 1
+"$base" init --bench --trace --env-file "$env_file" > /dev/null 2> "$out/trace-init-bench-base.txt"
+if [ "$have_ns" = 1 ]; then
+  sleep 1
+  { echo "== init --bench as PID 1 of a new PID namespace: exit $(
+      pidns "$bin" init --bench --env-file "$env_file" > "$out/.ns.out" 2>&1; echo $?)"
+    tail -c 3000 "$out/.ns.out"; } > "$out/pidns.txt" 2>&1
+  rm -f "$out/.ns.out"
+fi
 rm -f "$env_file"
