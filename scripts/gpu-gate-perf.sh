@@ -13,9 +13,12 @@
 #   so the bench child's CUDA teardown counts.
 # - trace-*.txt: one `--trace` run each: every vendor call of both processes and the
 #   bench child's phases.
+# - cuinit-beside.txt: scripts/cuinit_beside.py (a cold cuInit alone and beside init's
+#   own gathering).
 # Usage: scripts/gpu-gate-perf.sh BINARY BASELINE OUTDIR [RUNS]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+here=$(cd "$(dirname "$0")" && pwd)
 bin=$1 base=$2 out=$3 runs=${4:-5}
 mkdir -p "$out"
 env_file="$out/.bench.env"
@@ -25,9 +28,9 @@ smi_pair() { nvidia-smi topo -m && nvidia-smi topo -p2p rw; }
 initb() { "$@" init --bench --env-file "$env_file"; }
 initbn() { "$@" init --bench --bench-nccl --env-file "$env_file"; }
 # As PID 1 of a new PID namespace (a container's entrypoint), where unshare exists.
-pidns() { unshare --pid --fork --kill-child -- "$@"; }
+pidns() { unshare --pid --fork --mount-proc --kill-child -- "$@"; }
 have_ns=0
-unshare --pid --fork --kill-child -- true 2>/dev/null && have_ns=1
+unshare --pid --fork --mount-proc --kill-child -- true 2>/dev/null && have_ns=1
 all=$(nvidia-smi -L | wc -l)
 {
   echo "== machine"; nvidia-smi -L
@@ -83,4 +86,5 @@ if [ "$have_ns" = 1 ]; then
     tail -c 3000 "$out/.ns.out"; } > "$out/pidns.txt" 2>&1
   rm -f "$out/.ns.out"
 fi
+python3 "$here/cuinit_beside.py" "$bin" 3 > "$out/cuinit-beside.txt" 2>&1
 rm -f "$env_file"
