@@ -381,6 +381,10 @@ pub struct BenchArgs {
     /// send them as a frame before measuring (one cuInit for both processes).
     #[arg(long, hide = true, requires = "child")]
     pub cuda_facts: bool,
+    /// `init --bench`'s child: read no NVML and reply what was measured, unjudged;
+    /// init judges it against the link figures of its own NVML facts.
+    #[arg(long, hide = true, requires = "child")]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]

@@ -122,7 +122,13 @@ fn init_bench(
             Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
             None => evaluate_under(&args.check, env, false, policy)?,
         };
-        (report, hung, crate::bench::child::finish(links))
+        // Judged against this process's NVML link figures: the child reads none.
+        let measured = crate::bench::child::finish_links(
+            links,
+            report.facts.gpus.nvml.loaded(),
+            args.bench_limits.min_bandwidth_fraction,
+        );
+        (report, hung, measured)
     };
     report
         .checks

@@ -21,7 +21,7 @@
 use crate::child::{Ended, Frames, Started};
 use crate::cli::InitArgs;
 use crate::facts::FactError;
-use crate::facts::gpu::{CudaFacts, LibraryState};
+use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
 use crate::finding::Finding;
 use crate::finding::ids;
 use crate::gather::gpu::{Elsewhere, cuda};
@@ -78,6 +78,9 @@ fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String
         .to_vec();
     if part == (Part::Links { cuda_facts: true }) {
         argv.push("--cuda-facts".into());
+    }
+    if matches!(part, Part::Links { .. }) {
+        argv.push("--raw".into());
     }
     if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
         argv.extend(["--size".to_string(), GATE_P2P_SIZE.to_string()]);
@@ -249,44 +252,88 @@ fn cuda_facts_of(
     }
 }
 
+/// What the peer-copy child measured, unjudged (`bench --raw`): init judges it
+/// against its own NVML facts, so the child reads no NVML beside its contexts (on
+/// 4x H100 its NVML init slowed the first context from about 120 to 200-270 ms).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Links {
+    no_driver: Option<String>,
+    driver_error: Option<FactError>,
+    gpus: Vec<(u32, String)>,
+    pairs: Option<Vec<super::p2p::PairResult>>,
+    p2p_bytes: u64,
+    iterations: u32,
+    wall_ms: f64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct LinksFrame {
+    links: Links,
+}
+
+impl Links {
+    /// The child's side.
+    pub fn of(m: super::Measured, settings: &super::Settings, wall: Duration) -> Links {
+        Links {
+            no_driver: m.no_driver,
+            driver_error: m.driver_error,
+            gpus: m.gpus,
+            pairs: m.p2p,
+            p2p_bytes: settings.p2p_bytes as u64,
+            iterations: settings.iterations,
+            wall_ms: wall.as_secs_f64() * 1e3,
+        }
+    }
+
+    pub fn frame(self) -> Vec<u8> {
+        serde_json::to_vec(&LinksFrame { links: self }).unwrap_or_default()
+    }
+
+    /// The parent's side: gpu-bandwidth, judged as `bench p2p` judges it.
+    fn judge(self, nvml: Option<&NvmlFacts>, min_fraction: f64) -> Vec<Finding> {
+        let settings = super::Settings {
+            p2p_bytes: usize::try_from(self.p2p_bytes).unwrap_or(usize::MAX),
+            nccl_sizes: Vec::new(),
+            iterations: self.iterations,
+            min_fraction,
+            budget: Duration::ZERO,
+            nccl_candidates: Vec::new(),
+        };
+        let measured = super::Measured {
+            no_driver: self.no_driver,
+            driver_error: self.driver_error,
+            gpus: self.gpus,
+            p2p: Some(self.pairs.unwrap_or_default()),
+            nccl: None,
+        };
+        let wall = Duration::from_secs_f64(self.wall_ms.max(0.0) / 1e3);
+        super::judge(measured, nvml, (&settings, wall)).findings
+    }
+}
+
+/// Waits for the peer-copy bench and judges what it measured against `nvml`'s link
+/// figures (this process's facts); a child that failed to start, overran or replied
+/// nothing readable becomes one failing finding.
+pub fn finish_links(pending: Pending, nvml: Option<&NvmlFacts>, min_fraction: f64) -> Vec<Finding> {
+    let reply = match reply_of(pending) {
+        Ok(reply) => reply,
+        Err(failed) => return vec![failed],
+    };
+    match serde_json::from_slice::<LinksFrame>(&reply) {
+        Ok(frame) => frame.links.judge(nvml, min_fraction),
+        Err(_) => vec![failed(
+            "the bench could not run",
+            "its report is not readable",
+        )],
+    }
+}
+
 /// Waits for the bench and returns its findings; a child that failed to start,
 /// overran or replied nothing readable becomes one failing finding.
 pub fn finish(pending: Pending) -> Vec<Finding> {
-    let started = match pending.started {
-        Ok(s) => s,
-        Err(e) => return vec![failed("the bench could not start", e)],
-    };
-    let ended = started.finish(b"", pending.limit);
-    if pending.trace
-        && let Ended::Replied { stderr, .. } | Ended::Silent { stderr, .. } = &ended
-        && !stderr.trim().is_empty()
-    {
-        // The child's own `--trace` lines, each escaped: they carry library names.
-        for line in stderr.trim_end().lines() {
-            crate::diagnostic::line(format_args!("{}", crate::render::visible(line)));
-        }
-    }
-    let reply = match ended {
-        Ended::Replied { reply, .. } => reply,
-        Ended::Killed { after } => {
-            return vec![failed(
-                "the bench did not finish",
-                format!("killed after {:.1} s", after.as_secs_f64()),
-            )];
-        }
-        Ended::Silent { status, stderr } => {
-            return vec![failed(
-                "the bench could not run",
-                format!(
-                    "exit {}: {}",
-                    status
-                        .code()
-                        .map_or("by signal".to_string(), |c| c.to_string()),
-                    stderr.trim()
-                ),
-            )];
-        }
-        Ended::Failed(e) => return vec![failed("the bench could not be waited for", e)],
+    let reply = match reply_of(pending) {
+        Ok(reply) => reply,
+        Err(failed) => return vec![failed],
     };
     // A report whose verdict is skip (nothing to measure) keeps its skips' meaning
     // inside `init --bench`.
@@ -299,4 +346,40 @@ pub fn finish(pending: Pending) -> Vec<Finding> {
             "its report is not readable",
         )]
     })
+}
+
+/// The child's reply, or the finding that says why there is none.
+fn reply_of(pending: Pending) -> Result<Vec<u8>, Finding> {
+    let started = match pending.started {
+        Ok(s) => s,
+        Err(e) => return Err(failed("the bench could not start", e)),
+    };
+    let ended = started.finish(b"", pending.limit);
+    if pending.trace
+        && let Ended::Replied { stderr, .. } | Ended::Silent { stderr, .. } = &ended
+        && !stderr.trim().is_empty()
+    {
+        // The child's own `--trace` lines, each escaped: they carry library names.
+        for line in stderr.trim_end().lines() {
+            crate::diagnostic::line(format_args!("{}", crate::render::visible(line)));
+        }
+    }
+    match ended {
+        Ended::Replied { reply, .. } => Ok(reply),
+        Ended::Killed { after } => Err(failed(
+            "the bench did not finish",
+            format!("killed after {:.1} s", after.as_secs_f64()),
+        )),
+        Ended::Silent { status, stderr } => Err(failed(
+            "the bench could not run",
+            format!(
+                "exit {}: {}",
+                status
+                    .code()
+                    .map_or("by signal".to_string(), |c| c.to_string()),
+                stderr.trim()
+            ),
+        )),
+        Ended::Failed(e) => Err(failed("the bench could not be waited for", e)),
+    }
 }

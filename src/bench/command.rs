@@ -181,14 +181,15 @@ fn say_what_it_measures(args: &BenchArgs, budget: std::time::Duration) {
     );
 }
 
-/// Measures on a watched thread while NVML's link figures are read on this one.
+/// Measures on a watched thread while NVML's link figures are read on this one (none
+/// with `--raw`: init judges with its own).
 fn measure_beside_nvml(
     args: &BenchArgs,
     settings: &Settings,
     origin: Instant,
 ) -> (
     Result<Measured, deadline::Hung>,
-    crate::facts::gpu::GpuFacts,
+    Option<crate::facts::gpu::GpuFacts>,
     bool,
 ) {
     let budget = Budget::new(settings.budget);
@@ -210,21 +211,25 @@ fn measure_beside_nvml(
             })
         });
     let at = Instant::now();
-    let (facts, nvml_hung) = gpu::gather(
-        &Host::new(&args.gather.host_root),
-        &GpuOptions {
-            nvml_library: args.gather.nvml_lib.clone(),
-            cuda_library: args.gather.cuda_lib.clone(),
-            call_timeout: args.gather.timeout,
-            trace: args.gather.trace,
-            cuda: gpu::CudaProbe::Off,
-            // The link figures need NVLink state and speed, not error counts.
-            unjudged: false,
-            cudart: Err("bench dates no CUDA runtime".into()),
-            cudart_probed: None,
-        },
-    );
-    phase(trace, "nvml", at, origin);
+    let nvml = (!args.raw).then(|| {
+        gpu::gather(
+            &Host::new(&args.gather.host_root),
+            &GpuOptions {
+                nvml_library: args.gather.nvml_lib.clone(),
+                cuda_library: args.gather.cuda_lib.clone(),
+                call_timeout: args.gather.timeout,
+                trace: args.gather.trace,
+                cuda: gpu::CudaProbe::Off,
+                // The link figures need NVLink state and speed, not error counts.
+                unjudged: false,
+                cudart: Err("bench dates no CUDA runtime".into()),
+                cudart_probed: None,
+            },
+        )
+    });
+    if nvml.is_some() {
+        phase(trace, "nvml", at, origin);
+    }
     // The waiter returns on its own deadline, so joining it cannot hang.
     let outcome = match measuring.map(|h| h.join()) {
         Ok(Ok(outcome)) => outcome,
@@ -239,7 +244,8 @@ fn measure_beside_nvml(
             not_started: true,
         }),
     };
-    (outcome, facts, nvml_hung.0)
+    let nvml_hung = nvml.as_ref().is_some_and(|(_, hung)| hung.0);
+    (outcome, nvml.map(|(facts, _)| facts), nvml_hung)
 }
 
 pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
@@ -258,10 +264,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     });
     let (outcome, facts, nvml_hung) = match early.flatten() {
         Some(hung) => (Err(hung), None, false),
-        None => {
-            let (outcome, facts, nvml_hung) = measure_beside_nvml(args, &settings, started);
-            (outcome, Some(facts), nvml_hung)
-        }
+        None => measure_beside_nvml(args, &settings, started),
     };
     let (mut measured, hung) = match outcome {
         Ok(m) => (m, false),
@@ -279,6 +282,12 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         result.transports = log.transports();
     }
     drop(log);
+    if args.raw {
+        let links = super::child::Links::of(measured, &settings, started.elapsed());
+        crate::child::reply(&links.frame());
+        crate::child::hang_up();
+        return Ok(Exit { code: 0, hung });
+    }
     let report = super::judge(
         measured,
         facts.as_ref().and_then(|f| f.nvml.loaded()),

@@ -5,7 +5,7 @@
 use super::{Budget, gbps};
 use crate::facts::FactError;
 use crate::vendor::cuda::{Driver, Gpu};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Each chunk of the source holds its own 32-bit value, so a copy that lands
 /// at the wrong offset, or not at all, is caught.
@@ -15,7 +15,7 @@ const SAMPLE: usize = 64 << 10;
 const WARMUP: u32 = 2;
 
 /// What one ordered pair measured.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PairResult {
     /// CUDA ordinals: the copy goes from `src` to `dst`.
     pub src: u32,

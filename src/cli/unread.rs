@@ -395,6 +395,7 @@ mod tests {
                     "nccl_lib",
                     "child",
                     "cuda_facts",
+                    "raw",
                 ],
                 vec![
                     "verbs_lib",
@@ -460,7 +461,7 @@ mod tests {
         // A flag clap accepts only beside another (`requires`).
         match (mode.get_name(), flag) {
             ("probe", "max_output") => argv.push("--npd".into()),
-            ("bench", "cuda_facts") => argv.push("--child".into()),
+            ("bench", "cuda_facts" | "raw") => argv.push("--child".into()),
             _ => {}
         }
         argv.push(long(flag));
