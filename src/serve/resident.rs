@@ -15,7 +15,7 @@
 //! they use. None of it changes what the process reads: those clean file pages are what
 //! the kernel's reclaim may drop at any moment anyway, and they come back from the file
 //! on the next access. (MADV_PAGEOUT would do the same only for the file's owner or
-//! root: mm/madvise.c `can_do_file_pageout`; serve often runs as neither.) Measured with
+//! root: mm/madvise.c `can_do_file_pageout`; the image runs serve as user 65532.) Measured with
 //! the fake NVML (docs/performance.md, "serve's memory"): the binary's resident pages
 //! 3.5 -> 2.8 MB, as root and as nobody alike. The text keeps 64 KiB windows: on Linux
 //! 6.18 MADV_RANDOM stops neither fault-around (`should_fault_around` looks at
