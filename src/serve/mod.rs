@@ -8,6 +8,7 @@ pub mod http;
 pub mod metrics;
 pub mod probe;
 pub mod ras;
+pub mod resident;
 pub mod xid;
 
 use crate::cli::ServeArgs;
@@ -328,6 +329,10 @@ fn start_checks(
                 let seen = shared.xid_events();
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
                     return;
+                }
+                if runs == 1 {
+                    // Start-up's code and data, touched once, need not stay resident.
+                    resident::page_out_start_up();
                 }
                 hand_back_freed_memory();
                 let next = Instant::now() + args.interval;

@@ -794,3 +794,63 @@ fn a_request_body_or_pipelined_requests_end_cleanly_not_in_a_reset() {
         assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
     }
 }
+
+/// (path, VmFlags) of each file mapping in /proc/PID/smaps.
+fn mapping_flags(pid: u32) -> Vec<(String, String)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut path = String::new();
+    for line in smaps.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if path.starts_with('/') {
+                out.push((path.clone(), flags.trim().to_string()));
+            }
+        } else if line
+            .split(' ')
+            .next()
+            .is_some_and(|r| r.contains('-') && !r.ends_with(':'))
+        {
+            path = line
+                .splitn(6, ' ')
+                .nth(5)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+        }
+    }
+    out
+}
+
+/// Issue 29: once its first run has finished, serve advises the kernel to read its own
+/// binary a page at a time and to page out what start-up touched (src/serve/resident.rs):
+/// every mapping of the binary carries VM_RAND_READ ("rr" in smaps' VmFlags), and no
+/// other file's does (libc, the fake NVML keep their read-ahead). serve answers as before.
+#[test]
+fn after_its_first_run_serve_pages_out_its_own_binary_and_nothing_else() {
+    let server = start_gpu("serve-resident", "", &["--interval", "60s"]);
+    let pid = server.child.id();
+    let binary = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let binary = binary.to_str().unwrap();
+    let started = Instant::now();
+    let flags = loop {
+        let flags = mapping_flags(pid);
+        let own: Vec<_> = flags.iter().filter(|(p, _)| p == binary).collect();
+        if !own.is_empty() && own.iter().all(|(_, f)| f.split(' ').any(|f| f == "rr")) {
+            break flags;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the binary's mappings never read randomly: {own:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let others: Vec<_> = flags.iter().filter(|(p, _)| p != binary).collect();
+    assert!(
+        others.iter().any(|(p, _)| p.contains("libnvidia-ml")),
+        "{flags:?}"
+    );
+    for (path, f) in others {
+        assert!(!f.split(' ').any(|f| f == "rr"), "{path}: {f}");
+    }
+    assert_eq!(get(&server, "/healthz").0, 200);
+}
