@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # py, failed: the sourcing script's; out: set by it
 # The harness scripts/ras-gpu.sh and scripts/ras-gpu-nodes.sh share; sourced, not run.
 # ras_harness NAME PREFIX, with $out an absolute folder, makes the work folder
 # (/tmp/ras-NAME.XXXXXX, replies/ in it) and the summary ($out/PREFIXsummary.txt), and on
