@@ -8,7 +8,8 @@
 //! whoever is to blame (on a node, a failure is the node's condition), a tool that could
 //! not run is 2, and the line is made to fit: the failed check ids first (short, and what
 //! an alert or a human greps for), then as much of the first failure's summary as fits.
-//! `probe` without `--npd` answers with the same line, every failure in full.
+//! `probe` without `--npd` answers from the same parts (the ok line, the failed checks,
+//! the escape), with every failed check's summary and no cut.
 
 use crate::finding::{Finding, Status};
 use crate::report::Report;
