@@ -11,6 +11,7 @@
 # --hang-after + --watch-interval (+ 5 s); kill -CONT: healthy again.
 # Usage: scripts/ras-gpu-nodes.sh --tools DIR BINARY [OUTDIR]
 #   (DIR: ip with its libraries, from scripts/gang-gpu.sh --pack-tools DIR)
+#   (ras_harness.sh and the ras_*.py helpers beside it, as for scripts/ras-gpu.sh)
 # Results: OUTDIR/nodes-summary.txt, nodes-timeline.txt, nodes-replies.tar.gz (the RAS
 # replies seen from node0), nodes-ranks.log. Exit 0 when every step passed.
 set -uo pipefail
@@ -31,26 +32,9 @@ bin=$(cd "$(dirname "${pos[0]:?usage: ras-gpu-nodes.sh --tools DIR BINARY [OUTDI
 out=${pos[1]:-${OUT:-ras-gpu-out}}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 IFS=, read -r -a gpu <<< "$gpus"
-hang_after=${RAS_HANG_AFTER:-20}
-interval=${RAS_INTERVAL:-2}
-py=${PYTHON:-python3}
-work=$(mktemp -d /tmp/ras-nodes.XXXXXX)
-mkdir -p "$work/replies"
-summary=$out/nodes-summary.txt
-: > "$summary"
-failed=0
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    cat "$work"/rank*.log > "$out/nodes-ranks.log" 2>/dev/null
-    tar -C "$work" -czf "$out/nodes-replies.tar.gz" replies 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-note() { echo "$*" | tee -a "$summary"; }
-pass() { note "PASS $*"; }
-fail() { note "FAIL $*"; failed=1; }
+# shellcheck source=scripts/ras_harness.sh
+. "$here/ras_harness.sh"
+ras_harness nodes nodes-
 IP() { if [ -n "$tools" ]; then LD_LIBRARY_PATH="$tools/lib" "$tools/ip" "$@"; else ip "$@"; fi; }
 
 # The two nodes (as scripts/gang-gpu.sh): a holder process per node keeps its namespaces.
@@ -114,20 +98,8 @@ else
 fi
 record healthy
 kill -STOP "${rank[3]}"
-bound=$((hang_after + interval + 5))
-if line=$(probe wait hung $((bound + 30))); then
-    secs=${line%% *}
-    livez=$(probe get /job/livez | head -1)
-    if awk "BEGIN{exit !($secs <= $bound)}" && [ "$livez" = 503 ] \
-        && [[ $line == *"pid ${rank[3]} on 10.10.1.1"* ]]; then
-        pass "stop rank 3 on node1: hung named ${secs}s after SIGSTOP (bound ${bound}s) from node0, /job/livez $livez: ${line#* }"
-    else
-        fail "stop rank 3 on node1: ${secs}s (bound ${bound}s), /job/livez $livez, rank 3 is pid ${rank[3]}: ${line#* }"
-    fi
-else
-    fail "stop rank 3 on node1: $line"
-fi
+stop_step "stop rank 3 on node1" "rank 3" "${rank[3]}" "pid ${rank[3]} on 10.10.1.1" " from node0"
 record stopped-hung
 kill -CONT "${rank[3]}"
-if line=$(probe wait healthy 60); then pass "cont: healthy ${line%% *}s after SIGCONT"; else fail "cont: $line"; fi
+cont_step
 exit $failed

@@ -15,7 +15,7 @@
 #   memory     serve's RSS and CPU watching against not watching
 # Usage: scripts/ras-gpu.sh BINARY [OUTDIR]   (OUTDIR defaults to $OUT or ./ras-gpu-out)
 # On the lent machine (kind nvidia-h100-x2 or nvidia-h200-x2; carry the folder):
-#   d=.carry-ras; mkdir -p $d && cp BINARY scripts/ras-gpu.sh scripts/ras_*.py $d
+#   d=.carry-ras; mkdir -p $d && cp BINARY scripts/ras-gpu.sh scripts/ras_harness.sh scripts/ras_*.py $d
 #   bash $d/ras-gpu.sh $d/nccl-preflight "$OUT"
 # Results: OUTDIR/summary.txt, timeline.txt (/job's changes), serve-watch.log,
 # serve-base.log, ranks.log, replies.tar.gz (the recorded RAS replies). Exit 0 when every
@@ -25,30 +25,13 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:?usage: ras-gpu.sh BINARY [OUTDIR]}
 out=${2:-${OUT:-ras-gpu-out}}
-hang_after=${RAS_HANG_AFTER:-20}
-interval=${RAS_INTERVAL:-2}
-py=${PYTHON:-python3}
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 [ -x "$bin" ] || { echo "ras-gpu: $bin is not executable" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-work=$(mktemp -d /tmp/ras-gpu.XXXXXX)
-mkdir -p "$work/replies"
-summary=$out/summary.txt
-: > "$summary"
-failed=0
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    cat "$work"/rank*.log > "$out/ranks.log" 2>/dev/null
-    tar -C "$work" -czf "$out/replies.tar.gz" replies 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-note() { echo "$*" | tee -a "$summary"; }
-pass() { note "PASS $*"; }
-fail() { note "FAIL $*"; failed=1; }
+# shellcheck source=scripts/ras_harness.sh
+. "$here/ras_harness.sh"
+ras_harness gpu ""
 probe() { "$py" "$here/ras_probe.py" "$@"; }
 record() { "$py" "$here/ras_record.py" "$1" "$work/replies/$2.$1" >> "$work/replies/index.txt" 2>&1; }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
@@ -95,23 +78,12 @@ note "ras-load: NCCL RAS threads of both ranks: $((r1 - r0)) ticks in 20 s unque
 # stop
 kill -STOP "${rank[1]}"
 (sleep 5; record json stopped-5s) &
-bound=$((hang_after + interval + 5))
-if line=$(probe wait hung $((bound + 30))); then
-    secs=${line%% *}
-    livez=$(probe get /job/livez | head -1)
-    if awk "BEGIN{exit !($secs <= $bound)}" && [ "$livez" = 503 ] && [[ $line == *"pid ${rank[1]} "* ]]; then
-        pass "stop: hung named ${secs}s after SIGSTOP (bound ${bound}s), /job/livez $livez: ${line#* }"
-    else
-        fail "stop: ${secs}s (bound ${bound}s), /job/livez $livez, rank 1 is pid ${rank[1]}: ${line#* }"
-    fi
-else
-    fail "stop: $line"
-fi
+stop_step stop "rank 1" "${rank[1]}" "pid ${rank[1]} "
 record json stopped-hung
 
 # cont
 kill -CONT "${rank[1]}"
-if line=$(probe wait healthy 60); then pass "cont: healthy ${line%% *}s after SIGCONT"; else fail "cont: $line"; fi
+cont_step
 
 # kill
 kill -9 "${rank[1]}"

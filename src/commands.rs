@@ -57,22 +57,8 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         return Ok(Exit::new(code, hung));
     }
     let (report, hung) = evaluate(&args, env, false)?;
-    emit(&format!("{}\n", probe_line(&report)))?;
+    emit(&format!("{}\n", render::npd::probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
-}
-
-fn probe_line(report: &Report) -> String {
-    let (_, warned, passed, _) = report.counts();
-    if report.verdict == Status::Fail {
-        let list: Vec<String> = report
-            .checks
-            .iter()
-            .filter(|c| c.status() == Status::Fail)
-            .map(|c| format!("{}: {}", c.id, c.summary.replace('\n', " ")))
-            .collect();
-        return format!("fail: {}", list.join("; "));
-    }
-    format!("ok: {passed} passed, {warned} warning(s)")
 }
 
 pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {

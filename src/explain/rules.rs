@@ -502,7 +502,7 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
                 format!("NCCL WARN: /dev/shm had no room for a shared-memory segment{size}"),
                 remediation::DEV_SHM,
             )
-            .evidence(warn_line(w)),
+            .evidence(w.evidence_line()),
         );
     }
     // The WARN before it is a known cause (`failed to extend`, `posix_fallocate
@@ -510,7 +510,7 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
     if let Some(sig) = w.after.as_deref().and_then(signature) {
         return Some(
             Finding::fail(sig.id, format!("NCCL WARN: {}", sig.cause), sig.fix)
-                .evidence(warn_line(w)),
+                .evidence(w.evidence_line()),
         );
     }
     let mut f = match &w.after {
@@ -532,28 +532,11 @@ fn shm_segment(w: &WarnEntry) -> Option<Finding> {
             "Read the error after the segment name; rerun with NCCL_DEBUG_SUBSYS=INIT,ALLOC to see the failing call.",
         ),
     };
-    f.evidence.push(warn_line(w));
+    f.evidence.push(w.evidence_line());
     if let Some(cause) = &w.after {
         f.evidence.push(format!("the WARN before it: {cause}"));
     }
     Some(f)
-}
-
-fn warn_line(w: &WarnEntry) -> String {
-    format!(
-        "line {}{}: {}{}",
-        w.first_line,
-        w.location
-            .as_deref()
-            .map(|l| format!(" {l}"))
-            .unwrap_or_default(),
-        w.message,
-        if w.count > 1 {
-            format!(" ({} lines)", w.count)
-        } else {
-            String::new()
-        }
-    )
 }
 
 fn warnings(s: &LogSummary) -> Vec<Finding> {
@@ -566,7 +549,7 @@ fn warnings(s: &LogSummary) -> Vec<Finding> {
         .filter_map(|w| w.after.as_deref())
         .collect();
     for w in &s.warnings {
-        let line = warn_line(w);
+        let line = w.evidence_line();
         if let Some(f) = shm_segment(w) {
             match known.iter_mut().find(|k| k.id == f.id) {
                 Some(k) => k.evidence.extend(f.evidence),

@@ -126,6 +126,26 @@ pub struct WarnEntry {
     pub after: Option<String>,
 }
 
+impl WarnEntry {
+    /// The WARN as one evidence line: `line 12 transport/shm.cc:590: message (3 lines)`.
+    pub fn evidence_line(&self) -> String {
+        format!(
+            "line {}{}: {}{}",
+            self.first_line,
+            self.location
+                .as_deref()
+                .map(|l| format!(" {l}"))
+                .unwrap_or_default(),
+            self.message,
+            if self.count > 1 {
+                format!(" ({} lines)", self.count)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
 /// Lines of the log that back a conclusion.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Examples(pub Vec<String>);
@@ -749,6 +769,26 @@ mod tests {
     }
 
     /// Issue 15: the net plugin lines of every NCCL version.
+    #[test]
+    fn a_warn_is_one_evidence_line_with_its_place_and_repeats() {
+        let mut w = WarnEntry {
+            message: "Error: failed to extend /dev/shm/nccl-x to 9 bytes".into(),
+            location: Some("transport/shm.cc:590".into()),
+            count: 2,
+            first_line: 12,
+            after: None,
+        };
+        assert_eq!(
+            w.evidence_line(),
+            "line 12 transport/shm.cc:590: Error: failed to extend /dev/shm/nccl-x to 9 bytes (2 lines)"
+        );
+        (w.location, w.count) = (None, 1);
+        assert_eq!(
+            w.evidence_line(),
+            "line 12: Error: failed to extend /dev/shm/nccl-x to 9 bytes"
+        );
+    }
+
     #[test]
     fn net_plugin_lines_of_every_version() {
         // src/init.cc:63 at v2.5.6-1; src/net.cc:125 at v2.12.12-1.

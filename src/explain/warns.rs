@@ -114,23 +114,6 @@ fn source_of(row: Option<&Message>, catalog: Option<&Catalog>) -> String {
     }
 }
 
-fn warn_text(w: &WarnEntry) -> String {
-    format!(
-        "line {}{}: {}{}",
-        w.first_line,
-        w.location
-            .as_deref()
-            .map(|l| format!(" {l}"))
-            .unwrap_or_default(),
-        w.message,
-        if w.count > 1 {
-            format!(" ({} lines)", w.count)
-        } else {
-            String::new()
-        }
-    )
-}
-
 /// One WARN or error text, explained: the finding its class gives.
 fn explain_text(
     ctx: &Context,
@@ -254,7 +237,7 @@ pub fn findings(s: &LogSummary, others: &[&WarnEntry]) -> Vec<Finding> {
     let mut drafts: Vec<Draft> = others
         .iter()
         .map(|w| {
-            let evidence = warn_text(w);
+            let evidence = w.evidence_line();
             let mut d = explain_text(
                 &ctx,
                 &w.message,
@@ -333,7 +316,7 @@ fn info_findings(ctx: &Context, s: &LogSummary) -> Vec<Draft> {
             let mut f = Finding::warn(class.id, format!("NCCL INFO: {}", class.cause), class.fix);
             f.evidence = vec![format!(
                 "{} [{}]",
-                warn_text(n),
+                n.evidence_line(),
                 source_of(row, ctx.catalog.as_ref())
             )];
             Some(Draft {

@@ -376,6 +376,21 @@ mod tests {
         }
     }
 
+    /// The text report pads its id column to the longest id it shows, today
+    /// `nccl-net-plugin`: a judged check with a longer id would widen that column and
+    /// rewrite every line of every text report and golden instead of adding its own.
+    #[test]
+    fn every_judged_id_fits_the_text_reports_id_column() {
+        const COLUMN: usize = "nccl-net-plugin".len();
+        for check in CHECKS {
+            assert!(
+                check.id.len() <= COLUMN,
+                "{}: a check id of at most {COLUMN} characters keeps the other report lines as they are",
+                check.id
+            );
+        }
+    }
+
     #[test]
     fn ids_are_unique_and_each_judge_names_its_own() {
         let ids: Vec<&str> = check_ids().collect();

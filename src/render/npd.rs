@@ -8,8 +8,10 @@
 //! whoever is to blame (on a node, a failure is the node's condition), a tool that could
 //! not run is 2, and the line is made to fit: the failed check ids first (short, and what
 //! an alert or a human greps for), then as much of the first failure's summary as fits.
+//! `probe` without `--npd` answers from the same parts (the ok line, the failed checks,
+//! the escape), with every failed check's summary and no cut.
 
-use crate::finding::Status;
+use crate::finding::{Finding, Status};
 use crate::report::Report;
 
 /// NPD's `max_output_length` default.
@@ -19,20 +21,33 @@ pub const NPD_OK: u8 = 0;
 pub const NPD_NON_OK: u8 = 1;
 pub const NPD_UNKNOWN: u8 = 2;
 
+/// `probe`'s own line (without `--npd`): every failed check with its summary, or the
+/// counts when none failed; not cut to a length, unlike NPD's.
+pub fn probe_line(report: &Report) -> String {
+    if report.verdict != Status::Fail {
+        return ok_line(report);
+    }
+    let list: Vec<String> = failed(report)
+        .map(|c| format!("{}: {}", c.id, one_line(&c.summary)))
+        .collect();
+    format!("fail: {}", list.join("; "))
+}
+
+fn ok_line(report: &Report) -> String {
+    let (_, warned, passed, _) = report.counts();
+    format!("ok: {passed} passed, {warned} warning(s)")
+}
+
+fn failed(report: &Report) -> impl Iterator<Item = &Finding> {
+    report.checks.iter().filter(|c| c.status() == Status::Fail)
+}
+
 /// The exit code and the one line (no newline) for a finished run.
 pub fn answer(report: &Report, max: usize) -> (u8, String) {
-    let (_, warned, passed, _) = report.counts();
     if report.verdict != Status::Fail {
-        return (
-            NPD_OK,
-            fit(&format!("ok: {passed} passed, {warned} warning(s)"), max),
-        );
+        return (NPD_OK, fit(&ok_line(report), max));
     }
-    let failed: Vec<_> = report
-        .checks
-        .iter()
-        .filter(|c| c.status() == Status::Fail)
-        .collect();
+    let failed: Vec<_> = failed(report).collect();
     let ids: Vec<&str> = failed.iter().map(|c| c.id.as_str()).collect();
     let first = failed.first().map(|c| c.summary.as_str()).unwrap_or("");
     let line = format!("fail: {}: {}", ids.join(", "), one_line(first));
@@ -52,6 +67,8 @@ pub fn unknown(error: &anyhow::Error, max: usize) -> (u8, String) {
 
 /// Text from the host or the checks on one line, safe for a terminal and a node
 /// condition: line breaks become spaces, other control characters visible escapes.
+/// Not `render::comment_text`, which turns every control character into `?` for the
+/// files and the termination message: a probe's line is read where `\x1b` says more.
 fn one_line(text: &str) -> String {
     let flat: String = text
         .chars()
@@ -105,6 +122,25 @@ mod tests {
         assert!(line.ends_with("..."), "{line}");
         let (_, whole) = answer(&r, 400);
         assert!(whole.ends_with("run the checks again"), "{whole}");
+    }
+
+    #[test]
+    fn probes_line_names_every_failure_on_one_escaped_line() {
+        let r = report(vec![
+            Finding::fail("nccl-env", "NCCL_X=\u{1b}[2J\nsecond line", "fix"),
+            Finding::pass("dev-shm", "ok"),
+            Finding::fail("nvlink", "GPU 3: link 4 is down", "fix"),
+        ]);
+        assert_eq!(
+            probe_line(&r),
+            "fail: nccl-env: NCCL_X=\\x1b[2J second line; nvlink: GPU 3: link 4 is down"
+        );
+        let ok = report(vec![
+            Finding::pass("dev-shm", "ok"),
+            Finding::warn("stack-limit", "unlimited", "fix"),
+        ]);
+        assert_eq!(probe_line(&ok), "ok: 1 passed, 1 warning(s)");
+        assert_eq!(answer(&ok, 80).1, probe_line(&ok));
     }
 
     #[test]
