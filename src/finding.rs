@@ -66,14 +66,6 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub fn label(self) -> &'static str {
-        match self {
-            Fault::None => "none",
-            Fault::Job => "job",
-            Fault::Node => "node",
-        }
-    }
-
     /// The first words of a termination message or a verdict line: what to do about it.
     pub fn advice(self) -> Option<&'static str> {
         match self {
@@ -451,7 +443,7 @@ pub struct CheckInfo {
 
 /// The ids of the checks reported outside the judge (bench, serve), as constants, so no
 /// stage spells one twice. A judged check's id is the `ID` of its own file in `judge`.
-pub mod ids {
+pub(crate) mod ids {
     pub const GPU_BANDWIDTH: &str = "gpu-bandwidth";
     pub const NCCL_ALLREDUCE: &str = "nccl-allreduce";
     pub const GPU_XID: &str = "gpu-xid";

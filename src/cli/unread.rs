@@ -249,36 +249,36 @@ pub fn hide_unread(command: clap::Command) -> clap::Command {
     })
 }
 
-/// The rules as the table docs/reference.md carries (a test holds the two equal).
-pub fn markdown() -> String {
-    let mut out = String::from("| mode | flags | when | why |\n|---|---|---|---|\n");
-    for rule in UNREAD {
-        let modes: Vec<String> = rule.modes.iter().map(|m| format!("`{m}`")).collect();
-        let flags: Vec<String> = rule
-            .flags
-            .iter()
-            .map(|f| format!("`{}`", long(f)))
-            .collect();
-        let when = match rule.when {
-            When::Always => "always".to_string(),
-            When::Without(switch) => format!("without `{}`", long(switch)),
-            When::WithFacts => "with `--facts`".to_string(),
-            When::Measuring(kind) => format!("`bench {}`", format!("{kind:?}").to_lowercase()),
-        };
-        out.push_str(&format!(
-            "| {} | {} | {when} | {} |\n",
-            modes.join(", "),
-            flags.join(", "),
-            rule.why.replace('|', "\\|")
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    /// The rules as the table docs/reference.md carries (a test holds the two equal).
+    pub fn markdown() -> String {
+        let mut out = String::from("| mode | flags | when | why |\n|---|---|---|---|\n");
+        for rule in UNREAD {
+            let modes: Vec<String> = rule.modes.iter().map(|m| format!("`{m}`")).collect();
+            let flags: Vec<String> = rule
+                .flags
+                .iter()
+                .map(|f| format!("`{}`", long(f)))
+                .collect();
+            let when = match rule.when {
+                When::Always => "always".to_string(),
+                When::Without(switch) => format!("without `{}`", long(switch)),
+                When::WithFacts => "with `--facts`".to_string(),
+                When::Measuring(kind) => format!("`bench {}`", format!("{kind:?}").to_lowercase()),
+            };
+            out.push_str(&format!(
+                "| {} | {} | {when} | {} |\n",
+                modes.join(", "),
+                flags.join(", "),
+                rule.why.replace('|', "\\|")
+            ));
+        }
+        out
+    }
 
     /// Every flag of every mode, by mode, split into the flags the mode reads and
     /// those it refuses, with no switch on and no --facts. Written out from reading the

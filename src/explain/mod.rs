@@ -4,17 +4,17 @@
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
 pub mod catalog;
-pub mod encoding;
-pub mod framework;
+pub(crate) mod encoding;
+pub(crate) mod framework;
 #[cfg(test)]
 mod fuzz;
-pub mod line;
-pub mod rules;
-pub mod settings;
-pub mod summary;
-pub mod transport;
-pub mod verbs;
-pub mod warns;
+pub(crate) mod line;
+pub(crate) mod rules;
+pub(crate) mod settings;
+pub(crate) mod summary;
+pub(crate) mod transport;
+pub(crate) mod verbs;
+pub(crate) mod warns;
 
 use crate::finding::{Finding, Status};
 use memchr::memmem;

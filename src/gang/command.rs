@@ -32,9 +32,6 @@ fn trainer_nccl(
     }
 }
 
-/// Exit code when the gang cannot run here (no libnccl, no GPU, bad identity).
-pub const EXIT_CANNOT_RUN: u8 = 2;
-
 /// The gang identity from the flags and the launcher's variables; exit 2 when none.
 pub fn identity(
     check: &CheckArgs,

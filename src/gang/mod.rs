@@ -35,17 +35,17 @@
 //!    measured is judged even when the budget ran out (`findings`, `verdict`).
 
 pub mod command;
-pub mod environment;
-pub mod findings;
-pub mod fingerprint;
-pub mod handle;
-pub mod log;
-pub mod names;
-pub mod outcome;
-pub mod render;
-pub mod rendezvous;
-pub mod spawn;
-pub mod verdict;
+pub(crate) mod environment;
+pub(crate) mod findings;
+pub(crate) mod fingerprint;
+pub(crate) mod handle;
+pub(crate) mod log;
+pub(crate) mod names;
+pub(crate) mod outcome;
+pub(crate) mod render;
+pub(crate) mod rendezvous;
+pub(crate) mod spawn;
+pub(crate) mod verdict;
 pub mod worker;
 
 use crate::cli::GangOpts;

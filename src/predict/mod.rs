@@ -20,10 +20,10 @@ mod socket;
 
 pub use features::{Feature, ShmNeed};
 pub use gdr::{GdrPair, net_gdr_level};
-pub use ib::{IbPort, IbPrediction, SkippedPort};
+pub use ib::IbPrediction;
 pub use intra::PairTransport;
-pub use network::{Cause, InterNode, NetKind};
-pub use socket::{Endpoint, SocketInterfaces};
+pub use network::{InterNode, NetKind};
+pub use socket::SocketInterfaces;
 
 use crate::facts::Facts;
 use serde::{Deserialize, Serialize};

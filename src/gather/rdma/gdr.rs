@@ -49,11 +49,10 @@ pub fn gather(host: &Host) -> GdrFacts {
     }
 }
 
-pub use crate::facts::rdma::kernel_version;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::rdma::kernel_version;
 
     #[test]
     fn modules_and_kernel() {
