@@ -457,7 +457,7 @@ pub(crate) mod ids {
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
 /// judged checks are the rows of `judge::CHECKS`, one per check, beside their judges.
-pub const REGISTRY: &[CheckInfo] = &[
+const REGISTRY: &[CheckInfo] = &[
     CheckInfo {
         id: ids::GPU_BANDWIDTH,
         title: "measured GPU peer-copy bandwidth against the links' figure (bench)",

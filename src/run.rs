@@ -128,7 +128,7 @@ fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
 /// The most a file read whole (`--facts`, `--replay-kernel`) may hold. A facts
 /// document of a 2,000-GPU, 100k-interface machine is under 64 MiB; more is not one
 /// (`--facts /dev/zero` grew to 8.8 GB before anything stopped it).
-pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
 /// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.

@@ -72,7 +72,7 @@ const GANG_OPTS: &[&str] = &[
     "gang_iterations",
 ];
 
-pub const UNREAD: &[Unread] = &[
+const UNREAD: &[Unread] = &[
     Unread {
         modes: &["probe"],
         flags: &["cuda"],
@@ -229,7 +229,7 @@ pub fn refuse(matches: &ArgMatches) -> Result<(), String> {
 }
 
 /// Whether `mode` never reads the flag `id`.
-pub fn never_read(mode: &str, id: &str) -> bool {
+fn never_read(mode: &str, id: &str) -> bool {
     UNREAD
         .iter()
         .any(|r| r.when == When::Always && r.modes.contains(&mode) && r.flags.contains(&id))

@@ -87,7 +87,7 @@ fn pieces(format: &str) -> (Vec<String>, bool, bool) {
 
 impl Message {
     /// Literal bytes: how specific the format is.
-    pub fn literal_len(&self) -> usize {
+    fn literal_len(&self) -> usize {
         self.pieces.iter().map(String::len).sum()
     }
 
@@ -122,7 +122,7 @@ impl Message {
     }
 
     /// True when `version` is one that prints it.
-    pub fn in_versions(&self, version: Version) -> bool {
+    fn in_versions(&self, version: Version) -> bool {
         self.first <= version && version <= self.last
     }
 
@@ -187,7 +187,7 @@ fn unescape(text: &str) -> String {
 /// NCCL's messages, from the table compiled in.
 #[derive(Debug, Clone)]
 pub struct Catalog {
-    pub messages: Vec<Message>,
+    messages: Vec<Message>,
     /// The newest release tag read.
     pub newest: Version,
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// NCCL_SOCKET_RETRY_CNT so that NCCL's connect retries (sleep n x 100 ms before
 /// attempt n+1, src/misc/socket.cc since v2.24) last about as long as `timeout`.
-pub fn retry_count(timeout: Duration) -> u64 {
+fn retry_count(timeout: Duration) -> u64 {
     let budget_ms = timeout.as_millis() as f64;
     // 100 x c(c+1)/2 >= budget
     (((1.0 + 8.0 * budget_ms / 100.0).sqrt() - 1.0) / 2.0)

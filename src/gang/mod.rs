@@ -83,7 +83,7 @@ pub struct GangRun {
     pub outcomes: Vec<Option<outcome::Outcome>>,
     /// Each node's fingerprint as gathered (None: unreadable or never sent).
     pub fingerprints: Vec<Option<Fingerprint>>,
-    pub fingerprint_errors: Vec<String>,
+    fingerprint_errors: Vec<String>,
     pub rows: Vec<verdict::Row>,
     /// Bytes each end sends per pairwise exchange, and GB/s per node pair
     /// (symmetric: a pair's exchange runs both ways at once).

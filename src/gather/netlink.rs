@@ -63,7 +63,7 @@ pub struct DumpChunk {
 }
 
 /// Parses one buffer of an RTM_GETLINK dump.
-pub fn parse_dump(mut buf: &[u8]) -> Result<DumpChunk, io::Error> {
+fn parse_dump(mut buf: &[u8]) -> Result<DumpChunk, io::Error> {
     let malformed = || io::Error::new(io::ErrorKind::InvalidData, "malformed netlink message");
     let mut chunk = DumpChunk::default();
     while buf.len() >= NLMSG_HDR {

@@ -36,14 +36,32 @@ pub struct Check {
     /// Stable: users pass it to `--ignore`; never changes once released.
     pub id: &'static str,
     /// What the check looks at, for docs/checks.md.
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests that hold docs/checks.md and the needs to the table"))]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the tests that hold docs/checks.md and the needs to the table"
+        )
+    )]
     pub title: &'static str,
     /// Where its answer comes from, which decides where it can be judged.
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests that hold docs/checks.md and the needs to the table"))]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the tests that hold docs/checks.md and the needs to the table"
+        )
+    )]
     pub source: Source,
     /// The sections of the facts the judge reads, and only those (a test swaps every
     /// other section and sees the finding unchanged). docs/checks.md's table lists them.
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests that hold docs/checks.md and the needs to the table"))]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the tests that hold docs/checks.md and the needs to the table"
+        )
+    )]
     pub needs: &'static [Fact],
     /// Where a failure lies unless the finding says otherwise ([`Finding::blamed`]), and
     /// why: where its fix is applied. docs/failure-policy.md lists every row's.
@@ -253,7 +271,7 @@ pub fn check_ids() -> impl Iterator<Item = &'static str> {
 
 /// A check's default blame and why: its row here or in `finding::REGISTRY`; `None` for
 /// an id no table declares.
-pub fn default_blame(id: &str) -> Option<(Blame, &'static str)> {
+fn default_blame(id: &str) -> Option<(Blame, &'static str)> {
     CHECKS
         .iter()
         .find(|c| c.id == id)

@@ -29,7 +29,7 @@ use crate::facts::Facts;
 use serde::{Deserialize, Serialize};
 
 /// The schema string of the `nccl` object; bumped when a field changes meaning.
-pub const PREDICTION_SCHEMA: &str = "nccl-preflight/nccl-prediction/v1";
+const PREDICTION_SCHEMA: &str = "nccl-preflight/nccl-prediction/v1";
 
 /// (major, minor, patch) of an NCCL release.
 pub type Version = (u32, u32, u32);

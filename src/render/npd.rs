@@ -15,9 +15,9 @@ use crate::report::Report;
 /// NPD's `max_output_length` default.
 pub const DEFAULT_MAX_OUTPUT: usize = 80;
 /// NPD's statuses, as exit codes.
-pub const NPD_OK: u8 = 0;
-pub const NPD_NON_OK: u8 = 1;
-pub const NPD_UNKNOWN: u8 = 2;
+const NPD_OK: u8 = 0;
+const NPD_NON_OK: u8 = 1;
+const NPD_UNKNOWN: u8 = 2;
 
 /// The exit code and the one line (no newline) for a finished run.
 pub fn answer(report: &Report, max: usize) -> (u8, String) {

@@ -33,7 +33,7 @@ impl Status {
     /// cuStreamQuery's "work still queued".
     pub const NOT_READY: Status = Status(600);
     /// cuCtxEnablePeerAccess when it was already enabled: not an error here.
-    pub const PEER_ACCESS_ALREADY_ENABLED: Status = Status(704);
+    const PEER_ACCESS_ALREADY_ENABLED: Status = Status(704);
 }
 
 /// CUresult names for the codes this tool reports (cuda.h).

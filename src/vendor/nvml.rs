@@ -21,7 +21,7 @@ pub use nvml_wrapper::error::NvmlError;
 pub use nvml_wrapper::{Device, EventSet, NvLink, Nvml};
 
 /// NVML_ERROR_NOT_SUPPORTED.
-pub const NOT_SUPPORTED: u32 = 3;
+const NOT_SUPPORTED: u32 = 3;
 
 /// nvmlInit_v2 on `library` (loaded by nvml-wrapper) under `watch`. `Missing` when the
 /// library is not installed; `Failed` with kind `Unloadable` when it exists but does not
