@@ -10,6 +10,10 @@
 //! resolve names (`bench`, `serve`, `gang`, `commands`).
 //! tests/integration/layering.rs parses the code and holds this line to what it finds:
 //! Touch the host: `vendor`, `gather`, `output`, `run`, `child`, `bench`, `serve`, `gang`, `commands`.
+//!
+//! A module is public here only when main.rs, tests/integration or a doctest names it,
+//! so rustc's dead_code lint sees every other module's `pub` items
+//! (tests/integration/visibility.rs holds it).
 
 pub mod bench;
 mod child;
