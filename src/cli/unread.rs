@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 /// When a rule's flags go unread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
+enum When {
     /// Always: the mode never reads them.
     Always,
     /// Unless this switch (a boolean flag's id) is on.
@@ -36,7 +36,7 @@ pub enum When {
 
 /// Flags `modes` do not read `when` this holds, and why.
 #[derive(Debug)]
-pub struct Unread {
+struct Unread {
     pub modes: &'static [&'static str],
     /// Argument ids (the field names; the long flag is the id with `-` for `_`).
     pub flags: &'static [&'static str],

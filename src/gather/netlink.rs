@@ -55,7 +55,7 @@ fn c_string(payload: &[u8]) -> String {
 
 /// What one receive buffer held.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct DumpChunk {
+struct DumpChunk {
     /// (interface name, kind) for links that carry IFLA_INFO_KIND.
     pub kinds: Vec<(String, String)>,
     /// NLMSG_DONE was seen.

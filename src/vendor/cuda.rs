@@ -22,7 +22,7 @@ type RawEvent = *mut c_void;
 /// A CUDA event created by `Driver::event`.
 #[derive(Debug, Clone, Copy)]
 pub struct Event(RawEvent);
-pub type DevicePtr = u64;
+type DevicePtr = u64;
 
 /// A CUresult (cuda.h `cudaError_enum`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
