@@ -189,7 +189,7 @@ impl When {
 }
 
 /// The long flag of an argument id.
-pub fn long(id: &str) -> String {
+pub(crate) fn long(id: &str) -> String {
     format!("--{}", id.replace('_', "-"))
 }
 
@@ -236,7 +236,7 @@ fn never_read(mode: &str, id: &str) -> bool {
 }
 
 /// Leaves out of each mode's help the flags it never reads.
-pub fn hide_unread(command: clap::Command) -> clap::Command {
+pub(crate) fn hide_unread(command: clap::Command) -> clap::Command {
     command.mut_subcommands(|sub| {
         let mode = sub.get_name().to_string();
         sub.mut_args(|arg| {

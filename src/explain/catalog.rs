@@ -366,7 +366,7 @@ const fn class(
 
 /// The classes, first match wins: specific texts first, then NCCL's areas by
 /// source file. An INFO line has a class only through its words.
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     Class {
         // src/transport/net_ib.cc ncclIbTest ("Got completion from peer"), 2.4 on; the
         // caller fails the request whatever the WARN's own return says.
@@ -620,7 +620,7 @@ pub const CLASSES: &[Class] = &[
 
 /// The INFO lines that carry a finding: NCCL turned something off and goes on
 /// slower (src/graph/paths.cc, src/transport/net_ib.cc, src/misc/cudawrap.cc).
-pub const INFO_CLASSES: &[Class] = &[
+pub(crate) const INFO_CLASSES: &[Class] = &[
     class(
         "log-gdr",
         &[],

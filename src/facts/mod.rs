@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The schema string of a facts document. Bumped when a field changes meaning.
-pub const FACTS_SCHEMA: &str = "nccl-preflight/facts/v1";
+pub(crate) const FACTS_SCHEMA: &str = "nccl-preflight/facts/v1";
 
 /// The result of reading one fact: its value, or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

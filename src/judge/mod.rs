@@ -25,9 +25,10 @@ pub(crate) mod rdma_scope;
 mod stack_limit;
 
 use crate::facts::{Fact, Facts};
+pub(crate) use crate::finding::Problem;
 pub(crate) use crate::finding::combine;
 use crate::finding::{Blame, Source};
-pub use crate::finding::{Finding, Problem, Severity, Status};
+pub use crate::finding::{Finding, Severity, Status};
 use crate::policy::Policy;
 
 /// One row of the check table: everything about a judged check except how it judges,

@@ -11,7 +11,7 @@ pub(crate) mod ras_diagnostics;
 pub(crate) mod socket_ifname;
 
 /// The version of the libnccl the trainer will load, as (major, minor, patch).
-pub fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {
+pub(crate) fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {
     let v = facts.rdma.nccl.library.loaded()?.version.value()?;
     let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
     Some((parts.next()??, parts.next()??, parts.next()??))

@@ -290,6 +290,16 @@ fn lonely_pub_items(src: &Path, users: &Path) -> Vec<String> {
     lonely
 }
 
+/// The file of module `path` under `src`: `a/b.rs` or `a/b/mod.rs`.
+fn module_file(src: &Path, path: &[String]) -> std::path::PathBuf {
+    let dir = src.join(path.join("/"));
+    if dir.join("mod.rs").exists() {
+        dir.join("mod.rs")
+    } else {
+        dir.with_extension("rs")
+    }
+}
+
 /// The lib's public modules, as paths (`nccl::catalog`): its `pub mod`s, and theirs.
 fn public_modules(src: &Path, module: &[String], items: &[syn::Item], out: &mut Vec<Vec<String>>) {
     for item in items {
@@ -304,12 +314,7 @@ fn public_modules(src: &Path, module: &[String], items: &[syn::Item], out: &mut 
             public_modules(src, &path, inline, out);
             continue;
         }
-        let dir = src.join(path.join("/"));
-        let file = if dir.join("mod.rs").exists() {
-            dir.join("mod.rs")
-        } else {
-            dir.with_extension("rs")
-        };
+        let file = module_file(src, &path);
         let text =
             std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let ast = syn::parse_file(&text)
@@ -376,34 +381,93 @@ fn path_from(trees: &[TokenTree], mut prefix: Vec<String>, out: &mut BTreeSet<Ve
     out.insert(prefix);
 }
 
+/// What the lib shows and what outside users (main.rs, tests/integration, doctests) name.
+struct Surface {
+    /// The public modules, as paths.
+    public: Vec<Vec<String>>,
+    /// Paths into the lib that the users name, after `nccl_preflight::`.
+    named: BTreeSet<Vec<String>>,
+    /// Every identifier of main.rs and tests/integration.
+    outside: BTreeSet<String>,
+}
+
+impl Surface {
+    fn of(root: &Path) -> Surface {
+        let src = root.join("src");
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        let mut public = Vec::new();
+        public_modules(
+            &src,
+            &[],
+            &syn::parse_file(&lib).unwrap().items,
+            &mut public,
+        );
+        let mut users = vec![src.join("main.rs")];
+        let tests = root.join("tests/integration");
+        if tests.exists() {
+            rust_files(&tests, &mut users);
+        }
+        let mut outside = BTreeSet::new();
+        for file in users.iter().filter(|f| f.exists()) {
+            outside.extend(file_idents(&std::fs::read_to_string(file).unwrap()));
+        }
+        // Doctests in src/ use the lib by path too.
+        rust_files(&src, &mut users);
+        let mut named = BTreeSet::new();
+        for file in users.iter().filter(|f| f.exists()) {
+            let text = std::fs::read_to_string(file).unwrap();
+            lib_paths(text.parse().unwrap(), &mut named);
+        }
+        Surface {
+            public,
+            named,
+            outside,
+        }
+    }
+}
+
+/// Whether `name` lies in one of PUBLIC_SUBTREES.
+fn in_public_subtree(name: &str) -> bool {
+    PUBLIC_SUBTREES
+        .iter()
+        .any(|(s, _)| name == *s || name.starts_with(&format!("{s}::")))
+}
+
 /// The lib's public modules that nothing outside the lib names a path through.
 fn unused_public_modules(root: &Path) -> Vec<String> {
-    let src = root.join("src");
-    let lib = syn::parse_file(&std::fs::read_to_string(src.join("lib.rs")).unwrap()).unwrap();
-    let mut public = Vec::new();
-    public_modules(&src, &[], &lib.items, &mut public);
-    // main.rs and the integration tests use the lib by path; doctests in src/ do too.
-    let mut users = vec![src.join("main.rs")];
-    let tests = root.join("tests/integration");
-    if tests.exists() {
-        rust_files(&tests, &mut users);
-    }
-    rust_files(&src, &mut users);
-    let mut named = BTreeSet::new();
-    for file in users.iter().filter(|f| f.exists()) {
-        let text = std::fs::read_to_string(file).unwrap();
-        lib_paths(text.parse().unwrap(), &mut named);
-    }
-    public
+    let surface = Surface::of(root);
+    surface
+        .public
         .into_iter()
-        .filter(|m| !named.iter().any(|p| p.starts_with(m)))
+        .filter(|m| !surface.named.iter().any(|p| p.starts_with(m)))
         .map(|m| m.join("::"))
-        .filter(|m| {
-            !PUBLIC_SUBTREES
-                .iter()
-                .any(|(s, _)| m == s || m.starts_with(&format!("{s}::")))
-        })
+        .filter(|m| !in_public_subtree(m))
         .collect()
+}
+
+/// "file: kind name" for each `pub` function, constant and static of a public module
+/// that nothing outside the lib names: the crate alone uses it, so `pub(crate)` lets
+/// rustc's dead_code lint see it. (Types, fields and methods are left out: they are
+/// reached through what main.rs and the tests call without being named.)
+fn crate_only_items(root: &Path) -> Vec<String> {
+    let surface = Surface::of(root);
+    let mut out = Vec::new();
+    for module in surface
+        .public
+        .iter()
+        .filter(|m| !in_public_subtree(&m.join("::")))
+    {
+        let file = module_file(&root.join("src"), module);
+        let rel = file.strip_prefix(root).unwrap().display().to_string();
+        for item in pub_items(&std::fs::read_to_string(&file).unwrap()) {
+            let named = surface.outside.contains(&item.name)
+                || surface.named.iter().any(|p| p.last() == Some(&item.name));
+            if matches!(item.kind, "function" | "constant" | "static") && !named {
+                out.push(format!("{rel}: {} {}", item.kind, item.name));
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -413,6 +477,17 @@ fn public_modules_are_those_main_and_the_tests_use() {
         unused.is_empty(),
         "public modules that neither main.rs, tests/integration nor a doctest names: {unused:?}\n\
          declare them `mod` (in lib.rs) or `pub(crate) mod`, so rustc's dead_code lint sees their items"
+    );
+}
+
+#[test]
+fn pub_in_a_public_module_means_used_outside_the_lib() {
+    let crate_only = crate_only_items(&repo());
+    assert!(
+        crate_only.is_empty(),
+        "`pub` items of public modules that neither main.rs, tests/integration nor a \
+         doctest names: make them `pub(crate)` so rustc sees whether they are used:\n{}",
+        crate_only.join("\n")
     );
 }
 
@@ -495,7 +570,7 @@ fn a_pub_item_named_only_in_its_own_file_is_caught() {
 }
 
 #[test]
-fn a_public_module_nothing_outside_names_is_caught() {
+fn a_public_module_or_item_nothing_outside_names_is_caught() {
     let root = scratch_tree(
         "visibility-modules",
         &[
@@ -509,10 +584,13 @@ fn a_public_module_nothing_outside_names_is_caught() {
             ),
             (
                 "src/b.rs",
-                "/// ```\n/// use nccl_preflight::b::X;\n/// ```\npub struct X;\n",
+                "/// ```\n/// use nccl_preflight::{a::grouped::FROM_DOC, b::X};\n/// ```\npub struct X;\n",
             ),
             ("src/c.rs", "pub mod inner;\n"),
-            ("src/a/grouped.rs", "pub fn f() {}\n"),
+            (
+                "src/a/grouped.rs",
+                "pub fn f() {}\npub fn helper() {}\npub(crate) fn narrow() {}\npub const FROM_DOC: u8 = 0;\n",
+            ),
             ("src/a/unused.rs", "pub fn g() {}\n"),
             ("src/serve/http.rs", "\n"),
             ("src/serve.rs", "pub mod http;\n"),
@@ -523,6 +601,14 @@ fn a_public_module_nothing_outside_names_is_caught() {
         ],
     );
     let unused = unused_public_modules(&root);
+    let crate_only = crate_only_items(&root);
     std::fs::remove_dir_all(&root).unwrap();
     assert_eq!(unused, ["a::unused"]);
+    assert_eq!(
+        crate_only,
+        [
+            "src/a/grouped.rs: function helper",
+            "src/a/unused.rs: function g"
+        ]
+    );
 }
