@@ -13,7 +13,7 @@ use std::path::PathBuf;
 pub mod unread;
 
 /// `--version`: the release, the commit and the commit's date (build.rs).
-pub const VERSION: &str = concat!(
+const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("NCCL_PREFLIGHT_COMMIT"),
@@ -83,7 +83,7 @@ fn short_help(arg: clap::Arg) -> clap::Arg {
 
 /// The text up to the first `.`, `;` or `:` that ends a clause (followed by a space,
 /// outside parentheses and brackets, not an abbreviation such as `e.g.`).
-pub fn first_sentence(text: &str) -> &str {
+fn first_sentence(text: &str) -> &str {
     let bytes = text.as_bytes();
     let mut depth = 0i32;
     for (i, &b) in bytes.iter().enumerate() {

@@ -21,7 +21,7 @@ pub fn line(args: std::fmt::Arguments<'_>) {
 /// Says what a step that can take more than a second is doing (a bench, the gang's
 /// waits), for a person watching: only where standard error is a terminal or `asked`
 /// (`--trace`), so the logs a pod's collector keeps stay as they were.
-pub fn progress(asked: bool, args: std::fmt::Arguments<'_>) {
+pub(crate) fn progress(asked: bool, args: std::fmt::Arguments<'_>) {
     use std::io::IsTerminal;
     if asked || std::io::stderr().is_terminal() {
         line(args);

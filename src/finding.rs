@@ -66,16 +66,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub fn label(self) -> &'static str {
-        match self {
-            Fault::None => "none",
-            Fault::Job => "job",
-            Fault::Node => "node",
-        }
-    }
-
     /// The first words of a termination message or a verdict line: what to do about it.
-    pub fn advice(self) -> Option<&'static str> {
+    pub(crate) fn advice(self) -> Option<&'static str> {
         match self {
             Fault::None => None,
             Fault::Job => Some("job fault: fix the job"),
@@ -87,7 +79,7 @@ impl Fault {
 /// The fault of a run: `Job` when any failure blames the job, `Node` when every failure
 /// blames the node, `None` when nothing failed. A failure with no blame yet counts as
 /// the job's (a failure no table places must not send the pod round the nodes).
-pub fn fault(findings: &[Finding]) -> Fault {
+pub(crate) fn fault(findings: &[Finding]) -> Fault {
     let mut failed = findings.iter().filter(|f| f.status == Status::Fail);
     let Some(first) = failed.next() else {
         return Fault::None;
@@ -317,7 +309,7 @@ impl Finding {
 }
 
 /// The worst status among the findings, as the verdict: `pass`, `warn` or `fail`.
-pub fn verdict(findings: &[Finding]) -> Status {
+pub(crate) fn verdict(findings: &[Finding]) -> Status {
     findings
         .iter()
         .map(|f| f.status)
@@ -328,7 +320,7 @@ pub fn verdict(findings: &[Finding]) -> Status {
 
 /// One problem a check found: how bad, what, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub status: Severity,
     pub summary: String,
     pub evidence: Vec<String>,
@@ -338,7 +330,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(
+    pub(crate) fn new(
         status: Severity,
         summary: impl Into<String>,
         remediation: impl Into<String>,
@@ -353,7 +345,7 @@ impl Problem {
     }
 
     /// This problem's own blame (see [`Finding::blamed`]).
-    pub fn blamed(mut self, blame: Blame) -> Self {
+    pub(crate) fn blamed(mut self, blame: Blame) -> Self {
         self.blame = Some(blame);
         self
     }
@@ -376,7 +368,7 @@ fn combined_blame(problems: &[&Problem]) -> Option<Blame> {
 /// One finding from a check's problems: a pass with `pass_summary` when there are
 /// none, else the worst status, its summary (with a count when there are several),
 /// every problem's evidence, and each distinct fix once.
-pub fn combine(
+pub(crate) fn combine(
     id: &str,
     pass_summary: String,
     evidence: Vec<String>,
@@ -421,7 +413,7 @@ pub fn combine(
 
 /// Where a check's answer comes from, which decides where it can be judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The node and the pod: limits, mounts, namespaces, devices, GPUs through the NVIDIA
     /// runtime's injected libraries. The same in every container of the pod.
     Node,
@@ -438,7 +430,7 @@ pub enum Source {
 
 /// One check id with what it looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckInfo {
+pub(crate) struct CheckInfo {
     pub id: &'static str,
     /// What the check looks at, for `--help` and docs/checks.md.
     pub title: &'static str,
@@ -451,21 +443,21 @@ pub struct CheckInfo {
 
 /// The ids of the checks reported outside the judge (bench, serve), as constants, so no
 /// stage spells one twice. A judged check's id is the `ID` of its own file in `judge`.
-pub mod ids {
-    pub const GPU_BANDWIDTH: &str = "gpu-bandwidth";
-    pub const NCCL_ALLREDUCE: &str = "nccl-allreduce";
-    pub const GPU_XID: &str = "gpu-xid";
-    pub const GANG_JOIN: &str = "gang-join";
-    pub const GANG_CONSISTENCY: &str = "gang-consistency";
-    pub const GANG_BANDWIDTH: &str = "gang-bandwidth";
-    pub const NCCL_CONF: &str = "nccl-conf";
-    pub const NCCL_JOB: &str = "nccl-job";
-    pub const NCCL_DIAGNOSTICS: &str = "nccl-diagnostics";
+pub(crate) mod ids {
+    pub(crate) const GPU_BANDWIDTH: &str = "gpu-bandwidth";
+    pub(crate) const NCCL_ALLREDUCE: &str = "nccl-allreduce";
+    pub(crate) const GPU_XID: &str = "gpu-xid";
+    pub(crate) const GANG_JOIN: &str = "gang-join";
+    pub(crate) const GANG_CONSISTENCY: &str = "gang-consistency";
+    pub(crate) const GANG_BANDWIDTH: &str = "gang-bandwidth";
+    pub(crate) const NCCL_CONF: &str = "nccl-conf";
+    pub(crate) const NCCL_JOB: &str = "nccl-job";
+    pub(crate) const NCCL_DIAGNOSTICS: &str = "nccl-diagnostics";
 }
 
 /// The checks reported outside the judge: measured by `bench`, seen while serving. The
 /// judged checks are the rows of `judge::CHECKS`, one per check, beside their judges.
-pub const REGISTRY: &[CheckInfo] = &[
+const REGISTRY: &[CheckInfo] = &[
     CheckInfo {
         id: ids::GPU_BANDWIDTH,
         title: "measured GPU peer-copy bandwidth against the links' figure (bench)",
@@ -532,12 +524,12 @@ pub const REGISTRY: &[CheckInfo] = &[
 ];
 
 /// The ids of the checks reported outside the judge.
-pub fn all_ids() -> impl Iterator<Item = &'static str> {
+pub(crate) fn all_ids() -> impl Iterator<Item = &'static str> {
     REGISTRY.iter().map(|c| c.id)
 }
 
 /// The registry entry of an id.
-pub fn info(id: &str) -> Option<&'static CheckInfo> {
+pub(crate) fn info(id: &str) -> Option<&'static CheckInfo> {
     REGISTRY.iter().find(|c| c.id == id)
 }
 

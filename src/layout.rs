@@ -18,7 +18,7 @@ pub const LAUNCHER_VARS: &[&str] = &[
 
 /// Where `--nodes` (NCCL_PREFLIGHT_NODES) was recorded among the launcher variables
 /// before it became a fact of its own (`Facts::nodes`): facts saved then still load.
-pub const NODES_VAR: &str = "NCCL_PREFLIGHT_NODES";
+const NODES_VAR: &str = "NCCL_PREFLIGHT_NODES";
 
 /// The number of nodes the job spans, when `--nodes` or the launcher says; the
 /// largest value an elastic range allows. The judges' view of [`job_nodes`].
@@ -35,7 +35,7 @@ pub fn nodes(facts: &Facts) -> Option<u64> {
 /// LOCAL_WORLD_SIZE (16 / 8 is 2 nodes, never 16), then Open MPI's
 /// OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE (1 when unset) and Hydra's
 /// PMI_SIZE (one process per node, as the gang runs).
-pub fn job_nodes(
+fn job_nodes(
     stated: Option<u64>,
     var: &dyn Fn(&str) -> Option<String>,
 ) -> Option<(u64, &'static str)> {
@@ -78,7 +78,7 @@ pub fn adopt_saved_nodes(facts: &mut Facts) {
 
 /// The most pods a gang takes (issue 31 row 11: a count of 1e8 allocated gigabytes
 /// of peer names before anything failed): checked before anything is allocated.
-pub const MAX_PODS: u64 = 65_536;
+const MAX_PODS: u64 = 65_536;
 
 /// What the job's span means for RDMA: a single-node job never sends NCCL traffic
 /// over EFA or InfiniBand (NVLink, PCIe and shared memory carry it), so RDMA
@@ -146,7 +146,7 @@ pub struct GangIdentity {
 
 /// The port when the launcher names none (MPI, Indexed Job): one above torch's default
 /// 29500, below the Linux ephemeral range (32768-60999), so no ephemeral bind takes it.
-pub const DEFAULT_GANG_PORT: u16 = 29501;
+const DEFAULT_GANG_PORT: u16 = 29501;
 
 /// Why no gang identity could be worked out (exit 2: the gang cannot run).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -418,7 +418,7 @@ pub fn hostfile_root(text: &str) -> Option<String> {
 /// replica, training-operator v1 pkg/controller.v1/common/service.go); Indexed Job /
 /// JobSet / TrainJob `<name>-0[.<subdomain>]` -> `<name>-<i>[.<subdomain>]` (the Job's
 /// pod hostname is `<job>-<index>`). Empty when the name follows neither (an address).
-pub fn peer_names(root: &str, nodes: u64) -> Vec<String> {
+fn peer_names(root: &str, nodes: u64) -> Vec<String> {
     let (first, rest) = match root.split_once('.') {
         Some((f, r)) => (f, format!(".{r}")),
         None => (root, String::new()),

@@ -10,9 +10,13 @@
 //! resolve names (`bench`, `serve`, `gang`, `commands`).
 //! tests/integration/layering.rs parses the code and holds this line to what it finds:
 //! Touch the host: `vendor`, `gather`, `output`, `run`, `child`, `bench`, `serve`, `gang`, `commands`.
+//!
+//! A module is public here only when main.rs, tests/integration or a doctest names it,
+//! so rustc's dead_code lint sees every other module's `pub` items
+//! (tests/integration/visibility.rs holds it).
 
 pub mod bench;
-pub mod child;
+mod child;
 pub mod cli;
 pub mod commands;
 pub mod diagnostic;
@@ -20,23 +24,23 @@ pub mod explain;
 pub mod facts;
 pub mod finding;
 pub mod gang;
-pub mod gather;
-pub mod judge;
-pub mod layout;
+mod gather;
+mod judge;
+mod layout;
 pub mod nccl;
-pub mod output;
-pub mod platform;
-pub mod policy;
-pub mod predict;
-pub mod remediation;
-pub mod render;
-pub mod report;
+mod output;
+mod platform;
+mod policy;
+mod predict;
+mod remediation;
+mod render;
+mod report;
 pub mod run;
 pub mod serve;
-pub mod topology;
-pub mod tune;
-pub mod units;
-pub mod vendor;
+mod topology;
+mod tune;
+mod units;
+mod vendor;
 
 /// Facts for unit tests: the lent 2x H200 node and variations, shared by every stage's tests.
 #[cfg(test)]

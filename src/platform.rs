@@ -22,7 +22,7 @@ pub struct Platform {
     /// The product names aws-ofi-nccl's platform table matches for this row: exact names,
     /// or prefixes ending in '*' (its regexes match every size of p5, p5e, p5en, p6-b200).
     /// Empty where aws-ofi-nccl has no entry (g6e).
-    pub ofi_names: &'static [&'static str],
+    ofi_names: &'static [&'static str],
     pub gpus: u32,
     /// EFA devices, where known.
     pub efa_devices: Option<u32>,

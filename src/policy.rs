@@ -14,7 +14,7 @@ pub struct Threshold<T> {
 }
 
 /// `--require` items this version understands.
-pub const REQUIREMENTS: &[&str] = &[
+const REQUIREMENTS: &[&str] = &[
     "host-ipc", "gpus=N", "nvlink", "rdma", "rdma=N", "efa", "efa=N",
 ];
 
@@ -57,7 +57,7 @@ pub struct Policy {
     pub min_memlock: Threshold<Limit>,
 }
 
-pub const DEFAULT_MIN_SHM: u64 = 1 << 30;
+const DEFAULT_MIN_SHM: u64 = 1 << 30;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -78,7 +78,7 @@ impl Default for Policy {
 }
 
 impl Policy {
-    pub fn ignores(&self, id: &str) -> bool {
+    fn ignores(&self, id: &str) -> bool {
         self.ignore_all || self.ignore.contains(id)
     }
 
@@ -93,7 +93,7 @@ impl Policy {
 }
 
 /// Splits comma lists from repeated flags: `--ignore a,b --ignore c`.
-pub fn split_list(values: &[String]) -> Vec<String> {
+fn split_list(values: &[String]) -> Vec<String> {
     values
         .iter()
         .flat_map(|v| v.split(','))

@@ -19,13 +19,13 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::Path;
 
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// A check failed and at least one failure lies with the job's configuration.
-pub const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_FAILED: u8 = 1;
 /// The tool could not do its job (bad flags, unreadable input, unwritable output).
 pub const EXIT_TOOL_ERROR: u8 = 2;
 /// A check failed and every failure lies with this node: retry the pod elsewhere.
-pub const EXIT_NODE_FAULT: u8 = 3;
+pub(crate) const EXIT_NODE_FAULT: u8 = 3;
 
 /// A command's exit: its code, and whether a vendor call hung, in which case the
 /// process must leave with `_exit` rather than run library destructors.
@@ -133,7 +133,7 @@ fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
 /// The most a file read whole (`--facts`, `--replay-kernel`) may hold. A facts
 /// document of a 2,000-GPU, 100k-interface machine is under 64 MiB; more is not one
 /// (`--facts /dev/zero` grew to 8.8 GB before anything stopped it).
-pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// Reads a whole input file as UTF-8, at most `MAX_INPUT_BYTES` of it. Pipes and
 /// process substitution (`--facts <(ssh node nccl-preflight facts)`) are fine.
@@ -141,7 +141,7 @@ pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 /// A named FIFO that nobody writes to would block open(2) forever: it is opened
 /// without blocking, then read blocking as usual. With no writer a FIFO reads as
 /// empty, which the callers refuse like any empty input.
-pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -231,7 +231,7 @@ impl FactsSource {
 /// through this one reader type (a buffered `dyn Read`), so the binary carries one
 /// deserializer of the facts tree, not one per input kind (each is ~450 KB of code:
 /// `serve::probe` reads the child's facts through it too).
-pub fn parse_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
     reader: &mut dyn std::io::Read,
 ) -> Result<T, String> {
     serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, reader))
@@ -328,7 +328,7 @@ struct ReportFacts {
 /// from another schema version is refused rather than misread. Parsed in two streaming
 /// passes (the schema, then the typed facts), never into a generic JSON value: a 64 MiB
 /// facts file padded with an unknown field took 5.8 GB that way (issue 31 row 5).
-pub fn load_facts(path: &Path) -> Result<Facts> {
+pub(crate) fn load_facts(path: &Path) -> Result<Facts> {
     let flag = format!("--facts {}", path.display());
     let source = FactsSource::open(&flag, path)?;
     let SchemaOnly(schema) = source
@@ -363,7 +363,7 @@ pub fn load_facts(path: &Path) -> Result<Facts> {
     Ok(facts)
 }
 
-pub fn build_policy(args: &CheckArgs) -> Result<Policy> {
+pub(crate) fn build_policy(args: &CheckArgs) -> Result<Policy> {
     let policy = policy::build(
         &args.ignore,
         &args.require,
@@ -382,7 +382,7 @@ pub fn build_policy(args: &CheckArgs) -> Result<Policy> {
     Ok(policy)
 }
 
-pub fn evaluate(
+pub(crate) fn evaluate(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,
@@ -393,7 +393,7 @@ pub fn evaluate(
 }
 
 /// `evaluate` with the policy already built from `args`.
-pub fn evaluate_under(
+pub(crate) fn evaluate_under(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,
@@ -403,7 +403,7 @@ pub fn evaluate_under(
 }
 
 /// `evaluate_under` with the library facts of an earlier run (`serve`'s later runs).
-pub fn evaluate_reusing(
+pub(crate) fn evaluate_reusing(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     probe_all: bool,
@@ -455,7 +455,7 @@ fn evaluate_gathering(
 
 /// The environment the trainer gets: this process's, plus every tuned setting whose
 /// variable is not already set (a user's value always wins).
-pub fn exec_environment(
+pub(crate) fn exec_environment(
     env: &[(OsString, OsString)],
     settings: &[tune::Setting],
 ) -> Vec<(OsString, OsString)> {
@@ -468,7 +468,7 @@ pub fn exec_environment(
     out
 }
 
-pub fn use_color(env: &[(OsString, OsString)]) -> bool {
+pub(crate) fn use_color(env: &[(OsString, OsString)]) -> bool {
     // https://no-color.org: any non-empty NO_COLOR disables colour.
     let no_color = env.iter().any(|(k, v)| k == "NO_COLOR" && !v.is_empty());
     !no_color && std::io::stdout().is_terminal()
@@ -479,12 +479,12 @@ pub fn use_color(env: &[(OsString, OsString)]) -> bool {
 /// still exits with its verdict's code, as the pipeline's status should say what
 /// the check found. `print!` would panic there (Rust ignores SIGPIPE, so the
 /// write returns EPIPE).
-pub fn emit(text: &str) -> Result<()> {
+pub(crate) fn emit(text: &str) -> Result<()> {
     emit_to(&mut std::io::stdout().lock(), text).context("writing to standard output")
 }
 
 /// `emit` for standard error (the report of `exec`, whose standard output is CMD's).
-pub fn emit_err(text: &str) -> Result<()> {
+pub(crate) fn emit_err(text: &str) -> Result<()> {
     emit_to(&mut std::io::stderr().lock(), text).context("writing to standard error")
 }
 
@@ -509,7 +509,7 @@ pub(crate) fn exit_code(report: &Report) -> u8 {
 /// The exit code of a fault (the failure-policy contract, docs/failure-policy.md): 0 no
 /// check failed, 1 a failure lies with the job, 3 every failure lies with this node. 2,
 /// the tool could not do its job, is main's.
-pub fn fault_exit(fault: Fault) -> u8 {
+pub(crate) fn fault_exit(fault: Fault) -> u8 {
     match fault {
         Fault::None => EXIT_OK,
         Fault::Job => EXIT_FAILED,
@@ -520,7 +520,7 @@ pub fn fault_exit(fault: Fault) -> u8 {
 /// `args` with the facts no check judges (NVLink CRC data counters, NUMA affinity):
 /// `doctor`, `facts` and `serve` show them; the gates (`check`, `init`, `exec`,
 /// `probe`) leave out their ~50 ms of per-call NVML reads on a 2x H200.
-pub fn describing(args: &GatherArgs) -> GatherArgs {
+pub(crate) fn describing(args: &GatherArgs) -> GatherArgs {
     GatherArgs {
         unjudged: true,
         ..args.clone()

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 /// When a rule's flags go unread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
+enum When {
     /// Always: the mode never reads them.
     Always,
     /// Unless this switch (a boolean flag's id) is on.
@@ -36,7 +36,7 @@ pub enum When {
 
 /// Flags `modes` do not read `when` this holds, and why.
 #[derive(Debug)]
-pub struct Unread {
+struct Unread {
     pub modes: &'static [&'static str],
     /// Argument ids (the field names; the long flag is the id with `-` for `_`).
     pub flags: &'static [&'static str],
@@ -72,7 +72,7 @@ const GANG_OPTS: &[&str] = &[
     "gang_iterations",
 ];
 
-pub const UNREAD: &[Unread] = &[
+const UNREAD: &[Unread] = &[
     Unread {
         modes: &["probe"],
         flags: &["cuda"],
@@ -189,7 +189,7 @@ impl When {
 }
 
 /// The long flag of an argument id.
-pub fn long(id: &str) -> String {
+pub(crate) fn long(id: &str) -> String {
     format!("--{}", id.replace('_', "-"))
 }
 
@@ -229,14 +229,14 @@ pub fn refuse(matches: &ArgMatches) -> Result<(), String> {
 }
 
 /// Whether `mode` never reads the flag `id`.
-pub fn never_read(mode: &str, id: &str) -> bool {
+fn never_read(mode: &str, id: &str) -> bool {
     UNREAD
         .iter()
         .any(|r| r.when == When::Always && r.modes.contains(&mode) && r.flags.contains(&id))
 }
 
 /// Leaves out of each mode's help the flags it never reads.
-pub fn hide_unread(command: clap::Command) -> clap::Command {
+pub(crate) fn hide_unread(command: clap::Command) -> clap::Command {
     command.mut_subcommands(|sub| {
         let mode = sub.get_name().to_string();
         sub.mut_args(|arg| {
@@ -249,36 +249,36 @@ pub fn hide_unread(command: clap::Command) -> clap::Command {
     })
 }
 
-/// The rules as the table docs/reference.md carries (a test holds the two equal).
-pub fn markdown() -> String {
-    let mut out = String::from("| mode | flags | when | why |\n|---|---|---|---|\n");
-    for rule in UNREAD {
-        let modes: Vec<String> = rule.modes.iter().map(|m| format!("`{m}`")).collect();
-        let flags: Vec<String> = rule
-            .flags
-            .iter()
-            .map(|f| format!("`{}`", long(f)))
-            .collect();
-        let when = match rule.when {
-            When::Always => "always".to_string(),
-            When::Without(switch) => format!("without `{}`", long(switch)),
-            When::WithFacts => "with `--facts`".to_string(),
-            When::Measuring(kind) => format!("`bench {}`", format!("{kind:?}").to_lowercase()),
-        };
-        out.push_str(&format!(
-            "| {} | {} | {when} | {} |\n",
-            modes.join(", "),
-            flags.join(", "),
-            rule.why.replace('|', "\\|")
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    /// The rules as the table docs/reference.md carries (a test holds the two equal).
+    pub fn markdown() -> String {
+        let mut out = String::from("| mode | flags | when | why |\n|---|---|---|---|\n");
+        for rule in UNREAD {
+            let modes: Vec<String> = rule.modes.iter().map(|m| format!("`{m}`")).collect();
+            let flags: Vec<String> = rule
+                .flags
+                .iter()
+                .map(|f| format!("`{}`", long(f)))
+                .collect();
+            let when = match rule.when {
+                When::Always => "always".to_string(),
+                When::Without(switch) => format!("without `{}`", long(switch)),
+                When::WithFacts => "with `--facts`".to_string(),
+                When::Measuring(kind) => format!("`bench {}`", format!("{kind:?}").to_lowercase()),
+            };
+            out.push_str(&format!(
+                "| {} | {} | {when} | {} |\n",
+                modes.join(", "),
+                flags.join(", "),
+                rule.why.replace('|', "\\|")
+            ));
+        }
+        out
+    }
 
     /// Every flag of every mode, by mode, split into the flags the mode reads and
     /// those it refuses, with no switch on and no --facts. Written out from reading the

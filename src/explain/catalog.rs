@@ -87,7 +87,7 @@ fn pieces(format: &str) -> (Vec<String>, bool, bool) {
 
 impl Message {
     /// Literal bytes: how specific the format is.
-    pub fn literal_len(&self) -> usize {
+    fn literal_len(&self) -> usize {
         self.pieces.iter().map(String::len).sum()
     }
 
@@ -122,7 +122,7 @@ impl Message {
     }
 
     /// True when `version` is one that prints it.
-    pub fn in_versions(&self, version: Version) -> bool {
+    fn in_versions(&self, version: Version) -> bool {
         self.first <= version && version <= self.last
     }
 
@@ -187,7 +187,7 @@ fn unescape(text: &str) -> String {
 /// NCCL's messages, from the table compiled in.
 #[derive(Debug, Clone)]
 pub struct Catalog {
-    pub messages: Vec<Message>,
+    messages: Vec<Message>,
     /// The newest release tag read.
     pub newest: Version,
 }
@@ -366,7 +366,7 @@ const fn class(
 
 /// The classes, first match wins: specific texts first, then NCCL's areas by
 /// source file. An INFO line has a class only through its words.
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     Class {
         // src/transport/net_ib.cc ncclIbTest ("Got completion from peer"), 2.4 on; the
         // caller fails the request whatever the WARN's own return says.
@@ -620,7 +620,7 @@ pub const CLASSES: &[Class] = &[
 
 /// The INFO lines that carry a finding: NCCL turned something off and goes on
 /// slower (src/graph/paths.cc, src/transport/net_ib.cc, src/misc/cudawrap.cc).
-pub const INFO_CLASSES: &[Class] = &[
+pub(crate) const INFO_CLASSES: &[Class] = &[
     class(
         "log-gdr",
         &[],

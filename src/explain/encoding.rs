@@ -26,7 +26,7 @@ impl Utf16 {
 }
 
 /// The input again, from its first byte (after a UTF-16 byte order mark).
-pub type Replay<R> = io::Chain<io::Cursor<Vec<u8>>, R>;
+type Replay<R> = io::Chain<io::Cursor<Vec<u8>>, R>;
 
 /// Reads the first bytes of `input` and says whether it is UTF-16; returns a
 /// reader that yields the whole input again (without a UTF-16 byte order mark).

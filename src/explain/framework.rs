@@ -70,7 +70,7 @@ pub struct JobLines {
     pub nccl_errors: Vec<FrameworkError>,
     pub launcher_failures: Vec<LauncherFailure>,
     /// NCCL RAS `STATUS` rows whose status or errors are not `RUNNING`/`OK`, and `NCCL DIAG` lines that are not OK.
-    pub ras_problems: Vec<String>,
+    ras_problems: Vec<String>,
     #[serde(skip)]
     pending_last_error: bool,
     #[serde(skip)]

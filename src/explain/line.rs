@@ -42,14 +42,6 @@ impl<'a> NcclLine<'a> {
         None
     }
 
-    pub fn host(&self) -> Option<&'a str> {
-        self.host_pid().map(|(h, _)| h)
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.host_pid().map(|(_, p)| p)
-    }
-
     /// `file.cc:line` of a WARN, when printed.
     pub fn location(&self) -> Option<&'a str> {
         if self.level != Level::Warn {
@@ -198,6 +190,16 @@ pub fn parse<'a>(line: &'a str, finder: &memmem::Finder<'_>) -> Option<NcclLine<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<'a> NcclLine<'a> {
+        fn host(&self) -> Option<&'a str> {
+            self.host_pid().map(|(h, _)| h)
+        }
+
+        fn pid(&self) -> Option<u32> {
+            self.host_pid().map(|(_, p)| p)
+        }
+    }
 
     fn p(line: &str) -> Option<NcclLine<'_>> {
         parse(line, &memmem::Finder::new(b"NCCL "))

@@ -4,17 +4,17 @@
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
 pub mod catalog;
-pub mod encoding;
-pub mod framework;
+pub(crate) mod encoding;
+pub(crate) mod framework;
 #[cfg(test)]
 mod fuzz;
-pub mod line;
-pub mod rules;
-pub mod settings;
-pub mod summary;
-pub mod transport;
-pub mod verbs;
-pub mod warns;
+pub(crate) mod line;
+pub(crate) mod rules;
+pub(crate) mod settings;
+pub(crate) mod summary;
+pub(crate) mod transport;
+pub(crate) mod verbs;
+pub(crate) mod warns;
 
 use crate::finding::{Finding, Status};
 use memchr::memmem;
@@ -22,14 +22,14 @@ use serde::Serialize;
 use std::io::{self, Read};
 use summary::LogSummary;
 
-pub const SCHEMA: &str = "nccl-preflight/explain-log/v1";
+pub(crate) const SCHEMA: &str = "nccl-preflight/explain-log/v1";
 /// Longest line read whole; NCCL's own lines are at most 1 KiB or so.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 const BUFFER: usize = 1 << 20;
 
 /// The result: what the log showed and what it means.
 #[derive(Debug, Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     pub schema: &'static str,
     /// The file read, or `-` for standard input.
     pub input: String,
@@ -61,7 +61,7 @@ fn feed(summary: &mut LogSummary, finder: &memmem::Finder<'_>, line_no: u64, byt
 }
 
 /// Reads a whole log into a summary.
-pub fn summarize(mut input: impl Read) -> io::Result<LogSummary> {
+pub(crate) fn summarize(mut input: impl Read) -> io::Result<LogSummary> {
     let finder = memmem::Finder::new(b"NCCL ");
     let mut summary = LogSummary::default();
     let mut buf = vec![0u8; BUFFER];
@@ -125,7 +125,7 @@ pub fn summarize(mut input: impl Read) -> io::Result<LogSummary> {
 
 /// Summarizes and diagnoses a log. UTF-16 text (PowerShell's `>` writes it) is
 /// decoded first and named in the summary.
-pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
+pub(crate) fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
     let (found, input) = encoding::sniff(input)?;
     let summary = match found {
         Some(enc) => {
@@ -148,7 +148,7 @@ pub fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
 impl Explanation {
     /// Why there is nothing to judge, when the input held no NCCL line: what
     /// it held instead. An empty or binary file must not pass as a clean log.
-    pub fn nothing_to_judge(&self) -> Option<String> {
+    pub(crate) fn nothing_to_judge(&self) -> Option<String> {
         let s = &self.summary;
         if s.nccl_lines > 0 || s.job.any() {
             return None;

@@ -26,7 +26,7 @@ const MAX_HOST: usize = 255;
 /// Bytes of text one summary keeps in all (issue 31: caps that counted
 /// entries let 60 KB host names take 1.17 GB for a 1 GB log). What does not
 /// fit is counted in `dropped`.
-pub const MAX_KEPT_BYTES: usize = 8 << 20;
+const MAX_KEPT_BYTES: usize = 8 << 20;
 
 fn clip(text: &str) -> String {
     clip_to(text, MAX_TEXT)

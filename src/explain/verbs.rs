@@ -48,7 +48,7 @@ const fn wc(
     }
 }
 
-pub const WC_STATUSES: &[WcStatus] = &[
+const WC_STATUSES: &[WcStatus] = &[
     wc(
         1,
         "IBV_WC_LOC_LEN_ERR",

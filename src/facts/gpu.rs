@@ -375,7 +375,9 @@ impl P2pStatus {
         }
     }
 
-    /// The status a `nvidia-smi topo -p2p` label names (`OK`, `CNS`, ...).
+    /// The status a `nvidia-smi topo -p2p` label names (`OK`, `CNS`, ...): the tests'
+    /// fixtures are written in those labels.
+    #[cfg(test)]
     pub fn from_label(label: &str) -> Option<P2pStatus> {
         [
             P2pStatus::Ok,
@@ -563,8 +565,8 @@ pub struct BridgeAcs {
 
 /// ACS control bits (Linux include/uapi/linux/pci_regs.h PCI_ACS_*).
 pub mod acs {
-    pub const REQUEST_REDIRECT: u16 = 0x04;
-    pub const COMPLETION_REDIRECT: u16 = 0x08;
+    const REQUEST_REDIRECT: u16 = 0x04;
+    const COMPLETION_REDIRECT: u16 = 0x08;
 
     /// Bits that send peer requests or completions up to the root complex instead of
     /// across the switch (lspci `ACSCtl: ReqRedir+` / `CmpltRedir+`).

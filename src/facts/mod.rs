@@ -5,15 +5,15 @@
 //! defaults to zero. The judge, tune and render stages read only this struct, so
 //! a `facts` capture replays anywhere.
 
-pub mod gpu;
-pub mod rdma;
+pub(crate) mod gpu;
+pub(crate) mod rdma;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// The schema string of a facts document. Bumped when a field changes meaning.
-pub const FACTS_SCHEMA: &str = "nccl-preflight/facts/v1";
+pub(crate) const FACTS_SCHEMA: &str = "nccl-preflight/facts/v1";
 
 /// The result of reading one fact: its value, or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +233,8 @@ pub enum Fact {
 
 impl Fact {
     /// The section's key in the facts document (`nccl-preflight facts`).
+    /// Only judge's tests read it: they hold each check to its `needs`.
+    #[cfg(test)]
     pub fn key(self) -> &'static str {
         match self {
             Fact::Memlock => "memlock",
@@ -251,6 +253,8 @@ impl Fact {
     }
 
     /// Copies this section from `from` into `to`, leaving every other section alone.
+    /// Only judge's tests read it: they hold each check to its `needs`.
+    #[cfg(test)]
     pub fn copy(self, from: &Facts, to: &mut Facts) {
         match self {
             Fact::Memlock => to.memlock = from.memlock.clone(),

@@ -32,11 +32,8 @@ fn trainer_nccl(
     }
 }
 
-/// Exit code when the gang cannot run here (no libnccl, no GPU, bad identity).
-pub const EXIT_CANNOT_RUN: u8 = 2;
-
 /// The gang identity from the flags and the launcher's variables; exit 2 when none.
-pub fn identity(
+pub(crate) fn identity(
     check: &CheckArgs,
     opts: &GangOpts,
     env: &[(OsString, OsString)],
@@ -132,7 +129,7 @@ fn read_hostfile(path: &str) -> Result<Option<String>> {
 
 /// Runs the gang after the local checks in `report`, adds its findings (settled
 /// under `--ignore`) and recomputes the verdict. An error: the gang cannot run here.
-pub fn attach(
+pub(crate) fn attach(
     report: &mut Report,
     policy: &Policy,
     check: &CheckArgs,
@@ -189,7 +186,7 @@ pub fn attach(
 }
 
 /// What this rank prints in human form: rank 0 the whole job, others their line.
-pub fn human(report: &Report, run: &GangRun, color: bool) -> String {
+pub(crate) fn human(report: &Report, run: &GangRun, color: bool) -> String {
     if run.identity.node_rank == 0 {
         let mut s = crate::render::human::render(report, color);
         s.push_str(&super::render::job(run, report.verdict, report.fault));
@@ -216,7 +213,7 @@ extern "C" fn on_stop(signal: libc::c_int) {
 /// no handler (issue 31 row 13): the gang's worker dies with it (PR_SET_PDEATHSIG,
 /// `crate::child`), the rendezvous port closes with it, and `exec` never starts
 /// the command. execve resets the handler, so the command gets its own signals.
-pub fn stop_on_signals() {
+pub(crate) fn stop_on_signals() {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     let action = SigAction::new(
         SigHandler::Handler(on_stop),

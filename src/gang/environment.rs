@@ -7,32 +7,9 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-/// Collective-tuning variables: ranks that disagree on them hang in the first
-/// collective (NVIDIA/nccl#1136, #626; NCCL_ALGO/NCCL_PROTO read per
-/// communicator in src/graph/tuning.cc), so a difference in them stops the gang
-/// before NCCL, as a differing NCCL version does.
-pub const COLLECTIVE_TUNING: &[&str] = &[
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_NTHREADS",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_MIN_CTAS",
-    "NCCL_MAX_CTAS",
-    "NCCL_BUFFSIZE",
-    "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_TUNER_PLUGIN",
-    "NCCL_NET_OVERHEAD",
-];
-
-/// True for a collective-tuning variable (the list, or any NCCL_*_THRESHOLD).
-pub fn is_collective_tuning(name: &str) -> bool {
-    COLLECTIVE_TUNING.contains(&name) || (name.starts_with("NCCL_") && name.ends_with("_THRESHOLD"))
-}
-
 /// NCCL_SOCKET_RETRY_CNT so that NCCL's connect retries (sleep n x 100 ms before
 /// attempt n+1, src/misc/socket.cc since v2.24) last about as long as `timeout`.
-pub fn retry_count(timeout: Duration) -> u64 {
+fn retry_count(timeout: Duration) -> u64 {
     let budget_ms = timeout.as_millis() as f64;
     // 100 x c(c+1)/2 >= budget
     (((1.0 + 8.0 * budget_ms / 100.0).sqrt() - 1.0) / 2.0)
@@ -140,7 +117,5 @@ mod tests {
             get(&root, "NCCL_SOCKET_RETRY_CNT"),
             [retry_count(Duration::from_secs(30)).to_string()]
         );
-        assert!(is_collective_tuning("NCCL_LL128_THRESHOLD"));
-        assert!(!is_collective_tuning("NCCL_SOCKET_IFNAME"));
     }
 }

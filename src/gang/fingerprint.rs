@@ -20,7 +20,7 @@ pub const FINGERPRINT_BYTES: usize = 16384;
 /// The record's version; bumped when a field changes meaning.
 /// 2: the libnccl's path, failed and warned checks' summaries and the gang's own
 /// options joined the record (it travels over the rendezvous, not NCCL).
-pub const FINGERPRINT_VERSION: u16 = 2;
+const FINGERPRINT_VERSION: u16 = 2;
 /// A check summary carried in the record is cut to this many characters.
 const SUMMARY_CHARS: usize = 240;
 const MAGIC: &[u8; 4] = b"NPGF";
@@ -170,7 +170,7 @@ impl Fingerprint {
     /// `\xNN`, as the rest of the report shows host text): a peer's host name, a
     /// variable or a check id could otherwise move the cursor, ring the bell or
     /// forge a line (`\n[PASS] gang-consistency`).
-    pub fn escaped(self) -> Fingerprint {
+    fn escaped(self) -> Fingerprint {
         let v = |s: String| crate::render::visible(&s).into_owned();
         let o = |s: Option<String>| s.map(v);
         Fingerprint {
@@ -238,7 +238,7 @@ impl Fingerprint {
 /// The effective NCCL_*, FI_*, OFI_NCCL_* environment the trainer gets: the user's
 /// values and every tuned setting the user did not set (user values win, as `exec`
 /// and NCCL's conf file apply them).
-pub fn effective_env(report: &Report) -> BTreeMap<String, String> {
+fn effective_env(report: &Report) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = report
         .facts
         .nccl_env

@@ -20,9 +20,9 @@ use crate::layout::GangIdentity;
 use std::net::{IpAddr, SocketAddr};
 
 /// sizeof(ncclUniqueId) (src/nccl.h.in NCCL_UNIQUE_ID_BYTES).
-pub const HANDLE_BYTES: usize = 128;
+const HANDLE_BYTES: usize = 128;
 /// Where the socket address starts: after the u64 magic.
-pub const ADDR_OFFSET: usize = 8;
+const ADDR_OFFSET: usize = 8;
 /// Linux AF_INET / AF_INET6.
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The most of NCCL's log read back (INIT,ENV at INFO is a few KiB a rank).
-pub const LOG_CAP: u64 = 8 << 20;
+const LOG_CAP: u64 = 8 << 20;
 /// The longest the read may take.
-pub const READ_WITHIN: Duration = Duration::from_secs(5);
+const READ_WITHIN: Duration = Duration::from_secs(5);
 
 /// NCCL's log file and its private directory (removed on drop).
 pub struct NcclLog {

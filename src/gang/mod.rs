@@ -35,17 +35,17 @@
 //!    measured is judged even when the budget ran out (`findings`, `verdict`).
 
 pub mod command;
-pub mod environment;
-pub mod findings;
-pub mod fingerprint;
-pub mod handle;
-pub mod log;
-pub mod names;
-pub mod outcome;
-pub mod render;
-pub mod rendezvous;
-pub mod spawn;
-pub mod verdict;
+pub(crate) mod environment;
+pub(crate) mod findings;
+pub(crate) mod fingerprint;
+pub(crate) mod handle;
+pub(crate) mod log;
+pub(crate) mod names;
+pub(crate) mod outcome;
+pub(crate) mod render;
+pub(crate) mod rendezvous;
+pub(crate) mod spawn;
+pub(crate) mod verdict;
 pub mod worker;
 
 use crate::cli::GangOpts;
@@ -53,7 +53,7 @@ use crate::finding::{Finding, Status, ids};
 use crate::layout::GangIdentity;
 use crate::report::Report;
 use fingerprint::Fingerprint;
-pub use names::Peer;
+pub(crate) use names::Peer;
 use rendezvous::{Duplicate, Table};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -65,7 +65,7 @@ use worker::WorkerResult;
 
 /// Everything one gang run saw, for the report's `gang` object.
 #[derive(Debug, Clone, Serialize)]
-pub struct GangRun {
+pub(crate) struct GangRun {
     pub identity: GangIdentity,
     /// The root's address this rank used (`ip:port`).
     pub root_address: Option<String>,
@@ -83,7 +83,7 @@ pub struct GangRun {
     pub outcomes: Vec<Option<outcome::Outcome>>,
     /// Each node's fingerprint as gathered (None: unreadable or never sent).
     pub fingerprints: Vec<Option<Fingerprint>>,
-    pub fingerprint_errors: Vec<String>,
+    fingerprint_errors: Vec<String>,
     pub rows: Vec<verdict::Row>,
     /// Bytes each end sends per pairwise exchange, and GB/s per node pair
     /// (symmetric: a pair's exchange runs both ways at once).
@@ -119,7 +119,7 @@ impl GangRun {
     }
 
     /// Each node's display name: its pod name where known.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         (0..self.identity.nodes as usize)
             .map(|i| {
                 self.identity
@@ -139,7 +139,7 @@ impl GangRun {
 }
 
 /// What the gang needs besides the identity.
-pub struct Settings<'a> {
+pub(crate) struct Settings<'a> {
     pub opts: &'a GangOpts,
     pub cuda_lib: String,
     pub nccl_candidates: Vec<String>,
@@ -152,7 +152,7 @@ pub struct Settings<'a> {
 }
 
 /// Why the gang could not run here at all (exit 2).
-pub fn unavailable(report: &Report) -> Option<String> {
+pub(crate) fn unavailable(report: &Report) -> Option<String> {
     use crate::facts::gpu::LibraryState;
     let facts = &report.facts;
     if let LibraryState::NotFound { message } = &facts.rdma.nccl.library.state {
@@ -361,7 +361,7 @@ fn judge_table(run: &mut GangRun, table: &Table) -> Finding {
 }
 
 /// Runs the gang for this pod, after its local checks (`report`).
-pub fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) -> GangRun {
+pub(crate) fn run(report: &Report, identity: &GangIdentity, settings: &Settings<'_>) -> GangRun {
     let opts = settings.opts;
     let mut run = GangRun::new(identity);
     run.peers = names::wait_for_names(identity, opts.gang_wait);

@@ -10,7 +10,7 @@ use crate::report::Report;
 use std::fmt::Write;
 
 /// The matrix is printed whole up to this many nodes; beyond, a summary.
-pub const MATRIX_NODES: usize = 16;
+const MATRIX_NODES: usize = 16;
 
 /// Rank 0's gang section (after the local report).
 pub fn job(run: &GangRun, verdict: Status, fault: crate::finding::Fault) -> String {

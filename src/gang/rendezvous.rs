@@ -70,7 +70,7 @@ pub struct Table {
     /// Connections refused (another job, an earlier attempt, not a gang peer):
     /// `address: reason`, the first MAX_REFUSALS_KEPT of `refused_count`.
     pub refused: Vec<String>,
-    pub refused_count: u64,
+    refused_count: u64,
 }
 
 /// Why a pod got no table.

@@ -10,12 +10,12 @@ use serde::Serialize;
 /// directions at once) runs below this fraction of the median of the links that
 /// do not touch it: a healthy fabric's pairs differ by a few percent (rail-aligned rings), a link
 /// trained at half rate or a NIC missing from the pod shows as 2x or worse.
-pub const STRAGGLER_FACTOR: f64 = 0.5;
+const STRAGGLER_FACTOR: f64 = 0.5;
 /// All-reduce busbw below this fraction of the slowest node's figure warns (the
 /// sysfs figure can be off by 2x on EFA: research notes section 6)...
-pub const WARN_FRACTION: f64 = 0.5;
+const WARN_FRACTION: f64 = 0.5;
 /// ...and below this one fails (grossly low whatever the sysfs caveat).
-pub const FAIL_FRACTION: f64 = 0.25;
+const FAIL_FRACTION: f64 = 0.25;
 
 /// One compared field.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,9 +24,9 @@ pub struct Row {
     /// Each node's value, in node-rank order ("missing" where a record was unreadable).
     pub values: Vec<String>,
     /// The value most nodes hold.
-    pub majority: String,
+    majority: String,
     /// Nodes whose value is not the majority's.
-    pub odd: Vec<usize>,
+    odd: Vec<usize>,
 }
 
 impl Row {
@@ -508,7 +508,7 @@ pub fn size_row(bytes: u64, seconds: f64, nranks: u64) -> SizeRow {
 /// A node's network figure, GB/s, and how it was worked out: the sum of its active
 /// RDMA ports' sysfs rates (the NICs NCCL uses: one per rail), else its socket
 /// interface speed.
-pub fn node_figure(fp: &Fingerprint) -> Option<(f64, String)> {
+fn node_figure(fp: &Fingerprint) -> Option<(f64, String)> {
     if !fp.rdma_rates.is_empty() {
         let gbits: f64 = fp
             .rdma_rates
@@ -551,7 +551,7 @@ pub struct BandwidthInput<'a> {
 
 /// A busbw under this, GB/s (1 MB/s), fails whatever the network figure: the
 /// job's network carries next to nothing (issue 31 row 18).
-pub const NEAR_ZERO_GBPS: f64 = 0.001;
+const NEAR_ZERO_GBPS: f64 = 0.001;
 
 /// The nodes any of whose times (`[node][...]`, or `[size][node]` when
 /// `by_size`) is NaN, infinite or negative: a peer's numbers are input, never trusted.
@@ -717,7 +717,7 @@ fn against_network(
 }
 
 /// A rate in GB/s with the digits a slow link needs (0.0025, not 0.00).
-pub fn gbps_text(v: f64) -> String {
+fn gbps_text(v: f64) -> String {
     if v >= 10.0 {
         format!("{v:.1}")
     } else if v >= 0.1 {

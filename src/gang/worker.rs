@@ -35,13 +35,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long after the deadline the watchdog ends the worker.
-pub const GRACE: Duration = Duration::from_secs(3);
+pub(crate) const GRACE: Duration = Duration::from_secs(3);
 /// How often pending work is polled.
 const POLL: Duration = Duration::from_millis(2);
 
 /// What the parent asks the worker to do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The 128-byte handle, hex.
     pub handle: String,
     pub node_rank: u64,
@@ -61,7 +61,7 @@ pub struct Plan {
 
 /// What the worker brings back.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct WorkerResult {
+pub(crate) struct WorkerResult {
     pub library: Option<String>,
     /// ncclGetVersion's code (22809).
     pub nccl_version: Option<i32>,
@@ -308,9 +308,9 @@ fn run(plan: &Plan, deadline: Instant, shared: &Shared) {
 }
 
 /// How a halt for a missing libnccl begins: the image's, so the gang blames the job.
-pub const NO_LIBNCCL: &str = "no libnccl: ";
+pub(crate) const NO_LIBNCCL: &str = "no libnccl: ";
 /// What a halt for an NCCL older than 2.16 says: the image's, so the gang blames the job.
-pub const NCCL_TOO_OLD: &str = "is older than 2.16, whose uniqueId layout";
+pub(crate) const NCCL_TOO_OLD: &str = "is older than 2.16, whose uniqueId layout";
 
 /// Loads libnccl and records its name and version; NCCL older than 2.16 halts.
 fn open_nccl<'w>(

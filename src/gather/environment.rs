@@ -25,10 +25,10 @@ pub fn named_file_path(value: &str, working_dir: &std::path::Path) -> String {
 }
 
 /// Our own flags' variables; they start with NCCL_ but NCCL never reads them.
-pub const OWN_PREFIX: &str = "NCCL_PREFLIGHT_";
+const OWN_PREFIX: &str = "NCCL_PREFLIGHT_";
 
 /// True for names NCCL, libfabric or aws-ofi-nccl read.
-pub fn is_fabric_var(name: &str) -> bool {
+fn is_fabric_var(name: &str) -> bool {
     (name.starts_with("NCCL_") && !name.starts_with(OWN_PREFIX))
         || name.starts_with("FI_")
         || name.starts_with("OFI_NCCL_")

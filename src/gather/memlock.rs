@@ -18,7 +18,7 @@ const PAGE: u64 = 4096;
 const CAP_IPC_LOCK: u32 = 14;
 
 /// Reads the effective capability mask from /proc/self/status text.
-pub fn parse_cap_eff(status: &str) -> Result<u64, String> {
+fn parse_cap_eff(status: &str) -> Result<u64, String> {
     let line = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -27,7 +27,7 @@ pub fn parse_cap_eff(status: &str) -> Result<u64, String> {
 }
 
 /// The effective uid from /proc/self/status text (`Uid: real effective saved fs`).
-pub fn parse_euid(status: &str) -> Option<u32> {
+fn parse_euid(status: &str) -> Option<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?

@@ -4,7 +4,7 @@ use super::host::Host;
 use crate::facts::{FactError, NamespaceFacts, Observed};
 
 /// Parses a namespace link target such as `ipc:[4026531839]` into its inode.
-pub fn parse_ns_link(target: &str, kind: &str) -> Result<u64, String> {
+fn parse_ns_link(target: &str, kind: &str) -> Result<u64, String> {
     target
         .strip_prefix(kind)
         .and_then(|r| r.strip_prefix(":["))

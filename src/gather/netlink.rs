@@ -55,7 +55,7 @@ fn c_string(payload: &[u8]) -> String {
 
 /// What one receive buffer held.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct DumpChunk {
+struct DumpChunk {
     /// (interface name, kind) for links that carry IFLA_INFO_KIND.
     pub kinds: Vec<(String, String)>,
     /// NLMSG_DONE was seen.
@@ -63,7 +63,7 @@ pub struct DumpChunk {
 }
 
 /// Parses one buffer of an RTM_GETLINK dump.
-pub fn parse_dump(mut buf: &[u8]) -> Result<DumpChunk, io::Error> {
+fn parse_dump(mut buf: &[u8]) -> Result<DumpChunk, io::Error> {
     let malformed = || io::Error::new(io::ErrorKind::InvalidData, "malformed netlink message");
     let mut chunk = DumpChunk::default();
     while buf.len() >= NLMSG_HDR {

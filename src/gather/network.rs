@@ -11,7 +11,7 @@ const RTF_UP: u32 = 0x0001;
 const RTF_REJECT: u32 = 0x0200;
 
 /// IPv4 default routes from /proc/net/route: destination and mask 0, route up.
-pub fn parse_route_v4(text: &str) -> Result<Vec<DefaultRoute>, String> {
+fn parse_route_v4(text: &str) -> Result<Vec<DefaultRoute>, String> {
     let mut routes = Vec::new();
     for (n, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -40,7 +40,7 @@ pub fn parse_route_v4(text: &str) -> Result<Vec<DefaultRoute>, String> {
 }
 
 /// IPv6 default routes from /proc/net/ipv6_route: ::/0, up, not a reject route.
-pub fn parse_route_v6(text: &str) -> Result<Vec<DefaultRoute>, String> {
+fn parse_route_v6(text: &str) -> Result<Vec<DefaultRoute>, String> {
     let mut routes = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -67,7 +67,7 @@ pub fn parse_route_v6(text: &str) -> Result<Vec<DefaultRoute>, String> {
 }
 
 /// Addresses /etc/hosts lists for `hostname` (first field of each matching line).
-pub fn parse_hosts(text: &str, hostname: &str) -> Vec<String> {
+fn parse_hosts(text: &str, hostname: &str) -> Vec<String> {
     let mut found = Vec::new();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("");

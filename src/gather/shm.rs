@@ -5,7 +5,7 @@ use super::host::Host;
 use super::kernel::Kernel;
 use crate::facts::{MountEntry, ShmFacts};
 
-pub const SHM_PATH: &str = "/dev/shm";
+const SHM_PATH: &str = "/dev/shm";
 
 /// Undoes mountinfo's octal escapes (`\040` for space, `\011`, `\012`, `\134`).
 fn unescape(field: &str) -> String {
@@ -41,7 +41,7 @@ fn split_options(field: &str) -> Vec<String> {
 }
 
 /// Parses /proc/self/mountinfo (proc(5)); a malformed line is an error naming its number.
-pub fn parse_mountinfo(text: &str) -> Result<Vec<MountEntry>, String> {
+fn parse_mountinfo(text: &str) -> Result<Vec<MountEntry>, String> {
     let mut mounts = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -65,7 +65,7 @@ pub fn parse_mountinfo(text: &str) -> Result<Vec<MountEntry>, String> {
 }
 
 /// The mount visible at `point`: the last one listed, since later mounts stack on top.
-pub fn mount_at<'a>(mounts: &'a [MountEntry], point: &str) -> Option<&'a MountEntry> {
+fn mount_at<'a>(mounts: &'a [MountEntry], point: &str) -> Option<&'a MountEntry> {
     mounts.iter().rev().find(|m| m.mount_point == point)
 }
 

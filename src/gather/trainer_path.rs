@@ -151,9 +151,9 @@ pub struct Dynamic {
     /// DT_NEEDED sonames, in order.
     pub needed: Vec<String>,
     /// DT_RPATH directories (searched before LD_LIBRARY_PATH, only without DT_RUNPATH).
-    pub rpath: Vec<String>,
+    rpath: Vec<String>,
     /// DT_RUNPATH directories (searched after LD_LIBRARY_PATH).
-    pub runpath: Vec<String>,
+    runpath: Vec<String>,
 }
 
 /// Bounds on what `dynamic_section` reads of a file: headers, the dynamic section and
@@ -285,7 +285,7 @@ pub fn dynamic_section(path: &str) -> Result<Dynamic, String> {
 /// A DT_RPATH/DT_RUNPATH entry with `$ORIGIN` (or `${ORIGIN}`) replaced by the
 /// directory of the object that carries it; `None` for entries the loader would
 /// resolve against something unknown here ($LIB, $PLATFORM, relative paths).
-pub fn expand_origin(entry: &str, object: &str) -> Option<String> {
+fn expand_origin(entry: &str, object: &str) -> Option<String> {
     let origin = object.rsplit_once('/').map(|(d, _)| d)?;
     let expanded = entry
         .replace("${ORIGIN}", origin)

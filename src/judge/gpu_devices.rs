@@ -274,7 +274,7 @@ fn pcie_links(facts: &Facts, nvml: &NvmlFacts) -> (Option<Problem>, Vec<String>)
 
 /// Evidence line for a GPU whose PCI attributes (link width and speed, NUMA node) could
 /// not all be read: what the link rules above could not see, and why.
-pub fn pci_unreadable(index: u32, p: &crate::facts::gpu::PciGpu) -> String {
+fn pci_unreadable(index: u32, p: &crate::facts::gpu::PciGpu) -> String {
     format!(
         "GPU {index} ({}): PCI attributes not read: {}",
         p.bus_id,

@@ -13,7 +13,7 @@ use crate::policy::Policy;
 use crate::remediation;
 
 pub const ID: &str = "host-ipc";
-pub const PROC_IPC_INIT_INO: u64 = 4026531839;
+const PROC_IPC_INIT_INO: u64 = 4026531839;
 
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let required = policy.require.host_ipc;

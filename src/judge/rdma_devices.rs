@@ -15,7 +15,7 @@ pub const ID: &str = "rdma-devices";
 
 /// The fix for a pod that lacks RDMA devices: the resource to request leads, since
 /// the image cannot fix what the pod spec did not ask for.
-pub fn request_fix(efa: bool, count: Option<u32>) -> String {
+fn request_fix(efa: bool, count: Option<u32>) -> String {
     if efa {
         let n = count.map_or_else(
             || format!("N   # {} (all the node's for its GPUs)", efa_counts()),

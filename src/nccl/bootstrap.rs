@@ -80,19 +80,19 @@ pub const NO_INTERFACE: &str = "Bootstrap : no socket interface found";
 
 /// Whether `version` (None: the newest) skips interfaces without IFF_RUNNING
 /// (findInterfaces, from v2.28.3-1).
-pub fn running_only(version: Option<Version>) -> bool {
+pub(crate) fn running_only(version: Option<Version>) -> bool {
     version.is_none_or(|v| v >= (2, 28, 0))
 }
 
 /// Whether `version`'s findInterfaces counts `link` at all (given an address): before
 /// v2.28.3-1 a down or carrier-less interface with an address counts.
-pub fn counts(version: Option<Version>, link: &Interface) -> bool {
+pub(crate) fn counts(version: Option<Version>, link: &Interface) -> bool {
     link.running || !running_only(version)
 }
 
 /// The names of [`find_interfaces`]' endpoints, every match (no maximum): what a filter
 /// matches, of which NET/Socket drives the first MAX_IFS.
-pub fn matching_names(
+pub(crate) fn matching_names(
     version: Option<Version>,
     env: SocketEnv,
     interfaces: &[Interface],
@@ -167,7 +167,7 @@ fn find(
 }
 
 /// ncclFindInterfaces (NCCL_COMM_ID's subnet step aside): up to `max` interfaces.
-pub fn find_interfaces(
+pub(crate) fn find_interfaces(
     version: Option<Version>,
     env: SocketEnv,
     interfaces: &[Interface],
@@ -227,7 +227,7 @@ pub fn bootstrap(
 
 /// The interfaces NET/Socket drives (src/transport/net_socket.cc ncclNetSocketInit:
 /// ncclFindInterfaces with MAX_IFS), in NCCL's order.
-pub fn socket_transport(
+pub(crate) fn socket_transport(
     version: Option<Version>,
     env: SocketEnv,
     interfaces: &[Interface],

@@ -12,7 +12,7 @@ const TABLE: &str = include_str!("variables.tsv");
 pub type Version = (u32, u32, u32);
 
 /// Shows a version the way NCCL prints it: `2.28.9`.
-pub fn show(v: Version) -> String {
+pub(crate) fn show(v: Version) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
@@ -98,7 +98,7 @@ fn parse_version(s: &str) -> Option<Version> {
 }
 
 /// Parses a version as NCCL and the facts write it (`2.28.9`, `2.28.9+cuda12.9`).
-pub fn parse_nccl_version(s: &str) -> Option<Version> {
+pub(crate) fn parse_nccl_version(s: &str) -> Option<Version> {
     parse_version(s.split(['+', '-']).next()?.trim())
 }
 
@@ -258,7 +258,7 @@ impl Catalog {
 }
 
 /// Levenshtein distance over bytes (variable names are ASCII).
-pub fn edit_distance(a: &str, b: &str) -> usize {
+fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.iter().enumerate() {
@@ -279,7 +279,7 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 /// NCCL_IB_ROCE_VERSION_NUM, never a name ending in `_VERSION`). Such names are
 /// not the user's NCCL settings: they are neither listed nor linted.
 /// Our own NCCL_PREFLIGHT_* flags are not NCCL settings either.
-pub fn is_nccl_setting(catalog: &Catalog, name: &str) -> bool {
+pub(crate) fn is_nccl_setting(catalog: &Catalog, name: &str) -> bool {
     if name.starts_with("NCCL_PREFLIGHT_") {
         return false;
     }
@@ -292,7 +292,7 @@ pub fn is_nccl_setting(catalog: &Catalog, name: &str) -> bool {
 /// [`is_nccl_setting`] against the embedded table, for callers without one at
 /// hand (the tune stage). An unreadable table (a build defect the unit tests
 /// catch) keeps every name: listing metadata beats hiding a setting.
-pub fn is_setting(name: &str) -> bool {
+pub(crate) fn is_setting(name: &str) -> bool {
     Catalog::embedded().map_or(true, |c| is_nccl_setting(&c, name))
 }
 

@@ -6,7 +6,7 @@ use crate::finding::{Finding, ids};
 use crate::nccl::catalog::{Version, show};
 
 /// The first release that reads NCCL_CONF_FILE.
-pub const FIRST_READING_CONF_FILE: Version = (2, 23, 0);
+const FIRST_READING_CONF_FILE: Version = (2, 23, 0);
 
 /// The warning that replaces the conf file when the loaded NCCL `version` would not read
 /// it; `None` when it would, or when the version is unknown (no libnccl in this image:

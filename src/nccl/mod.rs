@@ -3,15 +3,15 @@
 
 pub mod bootstrap;
 pub mod catalog;
-pub mod conf_file;
-pub mod ib_hca;
-pub mod interface;
+pub(crate) mod conf_file;
+pub(crate) mod ib_hca;
+pub(crate) mod interface;
 pub mod net_plugin;
-pub mod ras_diagnostics;
-pub mod socket_ifname;
+pub(crate) mod ras_diagnostics;
+pub(crate) mod socket_ifname;
 
 /// The version of the libnccl the trainer will load, as (major, minor, patch).
-pub fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {
+pub(crate) fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {
     let v = facts.rdma.nccl.library.loaded()?.version.value()?;
     let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
     Some((parts.next()??, parts.next()??, parts.next()??))

@@ -22,7 +22,7 @@ use crate::nccl::catalog::Version;
 
 /// The names NCCL tries for NCCL_NET_PLUGIN=`value`, in order; `None` version:
 /// the newest rules.
-pub fn library_names(value: &str, version: Option<Version>) -> Vec<String> {
+pub(crate) fn library_names(value: &str, version: Option<Version>) -> Vec<String> {
     plugin_names("libnccl-net", Some(value.trim()), version)
 }
 
@@ -58,7 +58,10 @@ pub fn plugin_names(prefix: &str, value: Option<&str>, version: Option<Version>)
 /// - from 2.27: a comma list, empty entries skipped (strtok_r; src/plugin/net.cc
 ///   ncclNetPluginInit at v2.27.7-1), so an empty value loads no external plugin;
 /// - from 2.28: `none` (any case) is the empty list (v2.28.3-1 src/plugin/net.cc).
-pub fn net_plugin_entries(value: Option<&str>, version: Option<Version>) -> Vec<Vec<String>> {
+pub(crate) fn net_plugin_entries(
+    value: Option<&str>,
+    version: Option<Version>,
+) -> Vec<Vec<String>> {
     let Some(value) = value else {
         return vec![plugin_names("libnccl-net", None, version)];
     };
@@ -143,7 +146,7 @@ pub fn accepted_apis(version: Version) -> Option<(u32, u32)> {
 
 /// True when `version` is newer than the releases [`accepted_apis`] was read from: NCCL
 /// may then accept API versions newer than the table's.
-pub fn newer_than_known(version: Version) -> bool {
+pub(crate) fn newer_than_known(version: Version) -> bool {
     version > (2, 30, u32::MAX)
 }
 
@@ -154,7 +157,7 @@ pub fn newer_than_known(version: Version) -> bool {
 /// src/nccl_ofi_net.c), 1.13.0-aws and later 1.22 (v1.13.0-aws src/nccl_ofi_net.c, still
 /// so in v1.21.1 src/nccl_ofi_net.cpp). Earlier releases fall back to FI_VERSION(1, 6) at
 /// run time (v1.7.0-aws src/nccl_ofi_net.c): `None`.
-pub fn ofi_nccl_min_libfabric(plugin_version: &str) -> Option<(u32, u32)> {
+pub(crate) fn ofi_nccl_min_libfabric(plugin_version: &str) -> Option<(u32, u32)> {
     let mut parts = plugin_version
         .split(|c: char| !c.is_ascii_digit())
         .filter(|p| !p.is_empty())
@@ -168,7 +171,7 @@ pub fn ofi_nccl_min_libfabric(plugin_version: &str) -> Option<(u32, u32)> {
 }
 
 /// (major, minor) of a libfabric version string (`1.22`, `2.1.0amzn3.0`).
-pub fn libfabric_version(text: &str) -> Option<(u32, u32)> {
+pub(crate) fn libfabric_version(text: &str) -> Option<(u32, u32)> {
     let mut parts = text.trim().split('.');
     let major = parts.next()?.parse().ok()?;
     let minor: String = parts

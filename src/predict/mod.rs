@@ -20,16 +20,16 @@ mod socket;
 
 pub use features::{Feature, ShmNeed};
 pub use gdr::{GdrPair, net_gdr_level};
-pub use ib::{IbPort, IbPrediction, SkippedPort};
+pub use ib::IbPrediction;
 pub use intra::PairTransport;
-pub use network::{Cause, InterNode, NetKind};
-pub use socket::{Endpoint, SocketInterfaces};
+pub use network::{InterNode, NetKind};
+pub use socket::SocketInterfaces;
 
 use crate::facts::Facts;
 use serde::{Deserialize, Serialize};
 
 /// The schema string of the `nccl` object; bumped when a field changes meaning.
-pub const PREDICTION_SCHEMA: &str = "nccl-preflight/nccl-prediction/v1";
+const PREDICTION_SCHEMA: &str = "nccl-preflight/nccl-prediction/v1";
 
 /// (major, minor, patch) of an NCCL release.
 pub type Version = (u32, u32, u32);

@@ -18,8 +18,8 @@ use std::fmt::Write;
 pub struct Doctor<'a> {
     #[serde(flatten)]
     pub report: &'a Report,
-    pub gpu_matrices: Option<Matrices>,
-    pub gpu_nic_affinity: Option<affinity::AffinityMatrix>,
+    gpu_matrices: Option<Matrices>,
+    gpu_nic_affinity: Option<affinity::AffinityMatrix>,
 }
 
 pub fn doctor(report: &Report) -> Doctor<'_> {

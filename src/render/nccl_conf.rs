@@ -19,7 +19,7 @@ fn conf_comment(text: &str) -> String {
 }
 
 /// Why `name=value` cannot be written to nccl.conf, if it cannot.
-pub fn unrepresentable(name: &str, value: &str) -> Option<&'static str> {
+fn unrepresentable(name: &str, value: &str) -> Option<&'static str> {
     if !is_env_name(name) {
         Some("not a valid variable name")
     } else if value.contains(['\n', '\r', '\0']) {

@@ -17,9 +17,9 @@ use crate::report::Report;
 /// NPD's `max_output_length` default.
 pub const DEFAULT_MAX_OUTPUT: usize = 80;
 /// NPD's statuses, as exit codes.
-pub const NPD_OK: u8 = 0;
-pub const NPD_NON_OK: u8 = 1;
-pub const NPD_UNKNOWN: u8 = 2;
+const NPD_OK: u8 = 0;
+const NPD_NON_OK: u8 = 1;
+const NPD_UNKNOWN: u8 = 2;
 
 /// `probe`'s own line (without `--npd`): every failed check with its summary, or the
 /// counts when none failed; not cut to a length, unlike NPD's.

@@ -5,7 +5,7 @@
 use crate::facts::gpu::{GpuPair, NvmlFacts, NvmlGpu};
 
 /// nvidia-smi's label for NVML's common-ancestor level.
-pub fn pcie_label(level: &str) -> &'static str {
+fn pcie_label(level: &str) -> &'static str {
     match level {
         "INTERNAL" => "X",
         "SINGLE" => "PIX",
@@ -203,7 +203,7 @@ mod tests {
 /// 1.85 GB to print 200 MB of `doctor` output. Real nodes have at most 8 or 16
 /// (an NVL72 rack's 72 GPUs are still within this); past it, the first
 /// `MAX_MATRIX_GPUS` are shown and the rest counted in `gpus_left_out`.
-pub const MAX_MATRIX_GPUS: usize = 128;
+const MAX_MATRIX_GPUS: usize = 128;
 
 /// Look-ups by NVML index, built once per set of matrices (a linear search per
 /// cell made the matrices cubic in the GPU count).

@@ -48,6 +48,14 @@ impl Setting {
 
 /// One tuning rule: what it is about, and the settings it proposes.
 pub struct Rule {
+    /// What the rule tunes; the test that gives each variable one rule names it.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the test that gives each variable one rule"
+        )
+    )]
     pub about: &'static str,
     pub propose: fn(&Facts) -> Vec<Setting>,
 }
@@ -97,7 +105,7 @@ pub fn tune(facts: &Facts) -> Vec<Setting> {
 }
 
 /// The setting for `name` when the user already set it: kept, reported as `user`.
-pub fn user_setting(facts: &Facts, name: &str) -> Option<Setting> {
+fn user_setting(facts: &Facts, name: &str) -> Option<Setting> {
     facts.nccl_env.get(name).map(|v| Setting {
         name: name.to_string(),
         value: v.value.clone(),

@@ -10,7 +10,7 @@
 use super::{Setting, Source};
 use crate::facts::Facts;
 use crate::nccl::bootstrap::{self, SocketEnv};
-pub use crate::nccl::interface::{Choice, choose_interface};
+pub use crate::nccl::interface::choose_interface;
 
 pub const NAME: &str = "NCCL_SOCKET_IFNAME";
 

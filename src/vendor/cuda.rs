@@ -22,7 +22,7 @@ type RawEvent = *mut c_void;
 /// A CUDA event created by `Driver::event`.
 #[derive(Debug, Clone, Copy)]
 pub struct Event(RawEvent);
-pub type DevicePtr = u64;
+type DevicePtr = u64;
 
 /// A CUresult (cuda.h `cudaError_enum`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +33,7 @@ impl Status {
     /// cuStreamQuery's "work still queued".
     pub const NOT_READY: Status = Status(600);
     /// cuCtxEnablePeerAccess when it was already enabled: not an error here.
-    pub const PEER_ACCESS_ALREADY_ENABLED: Status = Status(704);
-
-    /// The code's cuda.h name.
-    pub fn name(self) -> &'static str {
-        result_name(self.0)
-    }
+    const PEER_ACCESS_ALREADY_ENABLED: Status = Status(704);
 }
 
 /// CUresult names for the codes this tool reports (cuda.h).
@@ -591,16 +586,6 @@ pub struct DeviceSlice<'b> {
 }
 
 impl DeviceSlice<'_> {
-    /// The range's length in bytes.
-    pub fn len(&self) -> usize {
-        self.bytes
-    }
-
-    /// Whether the range has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.bytes == 0
-    }
-
     /// An error naming `call` unless this range is on `gpu`.
     fn on(&self, gpu: &Gpu, call: &str) -> Result<(), FactError> {
         if self.ordinal == gpu.ordinal {

@@ -29,11 +29,11 @@ pub type Code = c_int;
 pub const SUCCESS: Code = 0;
 /// ncclInvalidArgument: what the wrapper answers for a call whose buffers do
 /// not fit, before NCCL is called.
-pub const INVALID_ARGUMENT: Code = 4;
+const INVALID_ARGUMENT: Code = 4;
 /// ncclInProgress: a non-blocking communicator's "queued, not done".
 pub const IN_PROGRESS: Code = 7;
 /// sizeof(ncclUniqueId) (NCCL_UNIQUE_ID_BYTES in src/nccl.h.in).
-pub const UNIQUE_ID_BYTES: usize = 128;
+const UNIQUE_ID_BYTES: usize = 128;
 
 type RawComm = *mut c_void;
 type Ptr = u64;
@@ -625,7 +625,7 @@ pub struct Version {
 }
 
 impl Version {
-    pub fn from_code(code: i32) -> Version {
+    fn from_code(code: i32) -> Version {
         if code >= 10000 {
             Version {
                 major: code / 10000,

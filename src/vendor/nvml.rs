@@ -21,7 +21,7 @@ pub use nvml_wrapper::error::NvmlError;
 pub use nvml_wrapper::{Device, EventSet, NvLink, Nvml};
 
 /// NVML_ERROR_NOT_SUPPORTED.
-pub const NOT_SUPPORTED: u32 = 3;
+const NOT_SUPPORTED: u32 = 3;
 
 /// nvmlInit_v2 on `library` (loaded by nvml-wrapper) under `watch`. `Missing` when the
 /// library is not installed; `Failed` with kind `Unloadable` when it exists but does not
@@ -90,7 +90,7 @@ pub fn remote_device_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result
 
 /// One field's answer: its (field id, scope), and its value or the NVML return code
 /// that refused it.
-pub type FieldAnswer = ((u32, u32), Result<u64, u32>);
+type FieldAnswer = ((u32, u32), Result<u64, u32>);
 
 /// One nvmlDeviceGetFieldValues call for `(field, scope)` requests: each answer as an
 /// integer, or the NVML return code that refused it; `Err(rc)` when the call as a

@@ -213,10 +213,6 @@ impl<'v> DeviceList<'v> {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn device(&self, i: usize) -> Option<*mut ibv_device> {
         // SAFETY: the list holds `len` valid device pointers while it lives.
         (i < self.len).then(|| unsafe { *self.list.add(i) })

@@ -234,34 +234,56 @@ fn interface_choice_and_socket_ifname_lint_in_a_real_namespace() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `check --cuda off` under an address-space limit of `kib` KiB, and whether it died
+/// before any code of ours ran: in the loader, or in Rust's runtime setting up the main
+/// thread's signal stack before `main` (std sys/pal/unix/stack_overflow.rs `init` aborts
+/// when that mmap fails).
+fn under_address_limit(kib: u64) -> (Output, String, bool) {
+    let limit = format!("--as={}", kib * 1024);
+    let out = wrapped(&["prlimit", &limit], &["check", "--cuda", "off"]);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    let loader = text.contains("error while loading shared libraries")
+        || text.contains("cannot allocate TLS data structures")
+        || text.contains("failed to allocate an alternative stack");
+    let before_main = matches!(out.status.code(), Some(127) | None) && loader;
+    (out, text, before_main)
+}
+
 /// Issue 31 row 6: between the limit where the loader cannot map the binary and the one
 /// where the tool runs, the allocator ran out and Rust aborted (SIGABRT, 134, no report).
-/// Swept in 32 KiB steps so the window is crossed whatever the build's size: every run
-/// ends in the loader (127, before any code of ours) or exits 0-2, never by a signal
-/// (glibc's own out-of-memory abort for a new thread included), and at least one exits
-/// 2 saying it ran out of memory.
+/// The sweep starts where this build's own code first runs (found by bisection, so the
+/// build's size cannot move the window out of a fixed range) and climbs 4 MiB in 32 KiB steps: every run ends before `main` (the runtime's
+/// window is not monotonic) or exits 0-2, never by a signal (glibc's own out-of-memory
+/// abort for a new thread included), and at least one exits 2 saying it ran out of memory.
 #[test]
 fn regression_out_of_memory_exits_2_with_a_message_not_sigabrt() {
     if !require_tools("out_of_memory", &["prlimit"]) {
         return;
     }
+    // Whether our code ran and exited (under 1 MiB the loader cannot even map the
+    // binary; under 1 GiB the whole check runs).
+    let ran_ours = |kib| matches!(under_address_limit(kib).0.status.code(), Some(0..=2));
+    let (mut low, mut high) = (1024u64, 1024 * 1024u64);
+    assert!(!ran_ours(low), "ran under 1 MiB of address space");
+    assert!(ran_ours(high), "did not run under 1 GiB of address space");
+    while high - low > 32 {
+        let mid = (low + high) / 2;
+        if ran_ours(mid) {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
     let (mut oom, mut ran) = (0, 0);
-    for kib in (8 * 1024..=12 * 1024).step_by(32) {
-        let limit = format!("--as={}", kib * 1024);
-        let out = wrapped(&["prlimit", &limit], &["check", "--cuda", "off"]);
-        let text = format!("{}{}", stdout(&out), stderr(&out));
-        // Before any code of ours: the loader, or Rust's runtime setting up the main
-        // thread's signal stack before `main` (std sys/pal/unix/stack_overflow.rs `init`
-        // aborts when that mmap fails), which a limit a few KiB wide reaches.
-        let loader = text.contains("error while loading shared libraries")
-            || text.contains("cannot allocate TLS data structures")
-            || text.contains("failed to allocate an alternative stack");
-        if matches!(out.status.code(), Some(127) | None) && loader {
+    for kib in (high..high + 4 * 1024).step_by(32) {
+        let (out, text, before_main) = under_address_limit(kib);
+        if before_main {
             continue;
         }
         assert!(
             matches!(out.status.code(), Some(0..=2)),
-            "{limit}: {:?}\n{text}",
+            "--as={} KiB: {:?}\n{text}",
+            kib,
             out.status
         );
         if out.status.code() == Some(2) && text.contains("out of memory") {
@@ -269,7 +291,10 @@ fn regression_out_of_memory_exits_2_with_a_message_not_sigabrt() {
         }
         ran += 1;
     }
-    assert!(ran > 0 && oom > 0, "{ran} run(s), {oom} out of memory");
+    assert!(
+        ran > 0 && oom > 0,
+        "from {high} KiB: {ran} run(s), {oom} out of memory"
+    );
 }
 
 /// Issue 18: under a small address space the tool said "the driver or a GPU is hung ...

@@ -106,7 +106,7 @@ fn layer(module: &str) -> Option<u32> {
 
 /// What one file says, as parsed.
 #[derive(Default)]
-struct Seen {
+pub(super) struct Seen {
     /// Top-level modules its paths reach, other than its own.
     uses: BTreeSet<String>,
     /// Paths that reach the host outside `#[cfg(test)]` code.
@@ -131,7 +131,7 @@ struct Walker<'a> {
     seen: &'a mut Seen,
 }
 
-fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+pub(super) fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("cfg")
             && a.parse_args::<syn::Meta>()
@@ -356,7 +356,7 @@ fn module_of(rel: &Path) -> Vec<String> {
 }
 
 /// Every file under `src` (main.rs and lib.rs left out), parsed, by path.
-fn parse_tree(src: &Path) -> BTreeMap<String, (Vec<String>, Seen)> {
+pub(super) fn parse_tree(src: &Path) -> BTreeMap<String, (Vec<String>, Seen)> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let mut out = BTreeMap::new();
@@ -385,7 +385,7 @@ fn parse_tree(src: &Path) -> BTreeMap<String, (Vec<String>, Seen)> {
 
 /// The files of `tree` that are not test code (a module under a `#[cfg(test)] mod x;`),
 /// the crate root left out.
-fn production(
+pub(super) fn production(
     tree: BTreeMap<String, (Vec<String>, Seen)>,
 ) -> impl Iterator<Item = (String, (Vec<String>, Seen))> {
     let test_modules: BTreeSet<Vec<String>> = tree

@@ -32,3 +32,4 @@ mod scenarios;
 mod schema;
 mod serve;
 mod support;
+mod visibility;

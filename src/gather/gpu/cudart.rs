@@ -27,7 +27,7 @@ const SONAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so.1
 pub use crate::gather::trainer_path::{BY_LOADER, Candidate};
 
 /// Where found_by says a Python wheel holds it.
-pub const BY_WHEEL: &str = "python wheel";
+const BY_WHEEL: &str = "python wheel";
 
 /// The libcudart files in a wheel's `nvidia/cuda_runtime/lib` under `packages`.
 fn wheel_files(own: &Host, packages: &str, out: &mut Vec<Candidate>) {
@@ -63,7 +63,7 @@ pub fn locations(explicit: Option<&str>, env: &[(OsString, OsString)]) -> Vec<Ca
 
 /// The CUDA version a file name carries (`libcudart.so.12.4.127` -> 12040); `None` when
 /// it names only the major version (`libcudart.so.12`), which says nothing of the minor.
-pub fn version_from_name(name: &str) -> Option<i32> {
+fn version_from_name(name: &str) -> Option<i32> {
     let file = name.rsplit('/').next()?;
     let rest = file.strip_prefix("libcudart.so.")?;
     let mut parts = rest.split('.');
@@ -73,7 +73,7 @@ pub fn version_from_name(name: &str) -> Option<i32> {
 }
 
 /// The forward-compatibility libcuda files in `CUDA_COMPAT_DIR`, sorted.
-pub fn compat_files() -> Vec<String> {
+fn compat_files() -> Vec<String> {
     match Host::new("/").list_dir(CUDA_COMPAT_DIR) {
         Ok(Some(entries)) => entries
             .into_iter()

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// Where IMEX channel device nodes live: the NVIDIA driver creates them (nvidia-caps-imex-channels
 /// in /proc/devices), and a container gets the ones its runtime or the DRA driver's ComputeDomain
 /// passes in (NVIDIA IMEX guide, "IMEX channels").
-pub const IMEX_CHANNELS: &str = "/dev/nvidia-caps-imex-channels";
+const IMEX_CHANNELS: &str = "/dev/nvidia-caps-imex-channels";
 
 /// Where to load the vendor libraries from, and the per-call deadline.
 #[derive(Debug, Clone)]

@@ -52,7 +52,7 @@ fn topology_label(t: &TopologyLevel) -> &'static str {
 }
 
 /// Turns NVML's CPU affinity bitmask (64-bit words, lowest CPU first) into a CPU list.
-pub fn cpu_list(words: &[u64]) -> String {
+fn cpu_list(words: &[u64]) -> String {
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     for (w, word) in words.iter().enumerate() {
         for bit in 0..64 {
@@ -92,7 +92,7 @@ fn remote_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result<String, Nv
 
 /// nvmlDeviceGetNvLinkVersion answers an enum (nvml.h NVML_NVLINK_VERSION_*), not the
 /// spec version: 4 is NVLink 3.0 (A100), 6 is 4.0 (H100/H200), 7 is 5.0 (B200).
-pub fn nvlink_version(code: u32) -> String {
+fn nvlink_version(code: u32) -> String {
     match code {
         1 => "1.0",
         2 => "2.0",

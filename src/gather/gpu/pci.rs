@@ -207,7 +207,7 @@ fn upstream_acs(host: &Host, sysfs_path: &str) -> Vec<BridgeAcs> {
 /// offset, a zero header or offset ending it), with a bound on the hops so a
 /// looping list ends. A config space of 256 bytes or less has no extended space to
 /// read: sysfs gives non-root readers only the first 64 bytes.
-pub fn acs_control(config: &[u8]) -> Result<Option<u16>, String> {
+fn acs_control(config: &[u8]) -> Result<Option<u16>, String> {
     if config.len() <= EXTENDED_START {
         return Err(format!(
             "{} bytes of config space, the extended capabilities start at byte 256 (sysfs gives the whole space to root only)",

@@ -12,7 +12,7 @@ use crate::gather::host::Host;
 const MODULES: &[&str] = &["nvidia_peermem", "nv_peer_mem", "efa_nv_peermem"];
 
 /// The first peer-memory module listed in /proc/modules text.
-pub fn peermem_in(modules: &str) -> Option<String> {
+fn peermem_in(modules: &str) -> Option<String> {
     modules
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -49,11 +49,10 @@ pub fn gather(host: &Host) -> GdrFacts {
     }
 }
 
-pub use crate::facts::rdma::kernel_version;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::rdma::kernel_version;
 
     #[test]
     fn modules_and_kernel() {

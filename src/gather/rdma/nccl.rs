@@ -24,7 +24,7 @@ use crate::vendor::nccl::NetPluginTables;
 /// The names NCCL `version` (None: unknown, the newest rules) tries for its net
 /// plugins, in order, or `None` when it loads none
 /// ([`crate::nccl::net_plugin::net_plugin_entries`], proven against real NCCL).
-pub fn plugin_candidates(
+fn plugin_candidates(
     env_value: Option<&str>,
     version: Option<crate::nccl::catalog::Version>,
 ) -> Option<Vec<String>> {
@@ -43,7 +43,7 @@ fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::cat
 }
 
 /// The soname NCCL's library carries, and the name a bare dlopen resolves.
-pub const SONAME: &str = "libnccl.so.2";
+const SONAME: &str = "libnccl.so.2";
 
 fn is_nccl_file(path: &str) -> bool {
     path.rsplit('/')

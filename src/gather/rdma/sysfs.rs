@@ -13,7 +13,7 @@ const MAX_GIDS: usize = 256;
 const MAX_PORTS: usize = 64;
 
 /// `4: ACTIVE` -> `ACTIVE`; text without a number is kept as it is.
-pub fn state_name(raw: &str) -> String {
+fn state_name(raw: &str) -> String {
     let raw = raw.trim();
     raw.split_once(':')
         .map_or(raw, |(_, name)| name.trim())
@@ -21,7 +21,7 @@ pub fn state_name(raw: &str) -> String {
 }
 
 /// True for an unused GID slot (all zeros).
-pub fn is_zero_gid(gid: &str) -> bool {
+fn is_zero_gid(gid: &str) -> bool {
     gid.trim().chars().all(|c| c == '0' || c == ':')
 }
 
@@ -85,7 +85,7 @@ fn numbered(host: &Host, path: &str, unreadable: &mut Vec<FactError>) -> Vec<u32
 
 /// The IB port error counters (sysfs `ports/N/counters/`) that mean a sick link:
 /// the port went down, lost symbols or dropped packets.
-pub const ERROR_COUNTERS: &[&str] = &[
+const ERROR_COUNTERS: &[&str] = &[
     "link_downed",
     "link_error_recovery",
     "symbol_error",

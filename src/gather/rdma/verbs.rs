@@ -16,7 +16,7 @@ fn errno_text(code: i32) -> String {
     crate::gather::kernel::errno_text(io::Error::from_raw_os_error(code))
 }
 
-pub fn port_state(code: u32) -> &'static str {
+fn port_state(code: u32) -> &'static str {
     match code {
         1 => "DOWN",
         2 => "INIT",
