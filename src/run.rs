@@ -415,7 +415,7 @@ pub(crate) fn evaluate_reusing(
 
 /// `evaluate_under` with the CUDA driver's facts read by another process that
 /// initialises CUDA anyway (`init --bench`'s bench): one cuInit serves both.
-pub fn evaluate_with_cuda_of(
+pub(crate) fn evaluate_with_cuda_of(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
     policy: &Policy,
