@@ -27,9 +27,13 @@ pub const REQUEST_CAP: u64 = 1 << 20;
 /// How a child ended.
 #[derive(Debug)]
 pub enum Ended {
-    /// It replied (whatever its exit status); the tail of its standard error beside
-    /// (`--trace` lines a parent may pass on).
-    Replied { reply: Vec<u8>, stderr: String },
+    /// It replied; the tail of its standard error beside (`--trace` lines a parent may
+    /// pass on), and its exit status (None when it hung up and was not waited for).
+    Replied {
+        reply: Vec<u8>,
+        stderr: String,
+        status: Option<ExitStatus>,
+    },
     /// It exited without a reply; the tail of its standard error.
     Silent { status: ExitStatus, stderr: String },
     /// It ran past the deadline and was killed with its process group.
@@ -161,7 +165,11 @@ impl Started {
                     let (stdout, stderr) = self.output();
                     if let Some(reply) = reply_in(&stdout) {
                         kill_group_in_background(child);
-                        return Ended::Replied { reply, stderr };
+                        return Ended::Replied {
+                            reply,
+                            stderr,
+                            status: None,
+                        };
                     }
                     early = Some((stdout, stderr));
                 }
@@ -184,7 +192,11 @@ impl Started {
         unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
         let (stdout, stderr) = early.unwrap_or_else(|| self.output());
         match reply_in(&stdout) {
-            Some(reply) => Ended::Replied { reply, stderr },
+            Some(reply) => Ended::Replied {
+                reply,
+                stderr,
+                status: Some(status),
+            },
             None => Ended::Silent {
                 status,
                 stderr: stderr.chars().take(2000).collect(),
@@ -370,7 +382,7 @@ mod tests {
             Duration::from_secs(60),
         );
         assert!(
-            matches!(said, Ended::Replied { ref reply, ref stderr } if reply == b"ok" && stderr.contains("done")),
+            matches!(said, Ended::Replied { ref reply, ref stderr, status: None } if reply == b"ok" && stderr.contains("done")),
             "{said:?}"
         );
         assert!(
@@ -449,7 +461,7 @@ mod tests {
             Duration::from_secs(10),
         );
         assert!(
-            matches!(said, Ended::Replied { ref reply, .. } if reply == b"hello"),
+            matches!(said, Ended::Replied { ref reply, status: Some(s), .. } if reply == b"hello" && s.code() == Some(3)),
             "{said:?}"
         );
         let silent = call(

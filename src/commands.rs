@@ -254,11 +254,22 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 
 /// `facts-child`: `facts` for serve's probe, the document sent as the child
 /// protocol's reply, so nothing a library prints can be taken for it.
+/// `serve`'s gathering child: its request (`serve::probe::Request`, empty for the
+/// defaults) says what an earlier run found of the image's libraries; it replies the
+/// facts, and exits with `EXIT_NODE_FAULT` where a vendor call hung.
 pub fn facts_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (facts, hung) = gather_facts(&describing(args), env, false)?;
+    let request = crate::child::request().map_err(anyhow::Error::msg)?;
+    let request = crate::serve::probe::Request::parse(&request)?;
+    let (facts, hung) = crate::run::gather_facts_probed(
+        &describing(args),
+        env,
+        request.probe_all,
+        request.probed.as_ref(),
+    )?;
     let text = serde_json::to_vec(&facts).context("serializing facts")?;
     crate::child::reply(&text);
-    Ok(Exit::new(EXIT_OK, hung))
+    let code = if hung.0 { EXIT_NODE_FAULT } else { EXIT_OK };
+    Ok(Exit::new(code, hung))
 }
 
 pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<Exit> {

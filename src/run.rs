@@ -51,6 +51,17 @@ pub(crate) fn gather_facts(
     gather_facts_reusing(args, env, probe_all, None, None)
 }
 
+/// `gather_facts` reusing the library facts of an earlier run (`serve`'s gathering
+/// child, `commands::facts_child`).
+pub(crate) fn gather_facts_probed(
+    args: &GatherArgs,
+    env: &[(OsString, OsString)],
+    probe_all: bool,
+    probed: Option<&gather::Probed>,
+) -> Result<(Facts, HungCall)> {
+    gather_facts_reusing(args, env, probe_all, probed, None)
+}
+
 /// `gather_facts` with the RDMA and NCCL library facts of an earlier run instead of
 /// loading those libraries again (`probed`, see [`gather::Probed`]).
 fn gather_facts_reusing(
@@ -431,7 +442,7 @@ fn evaluate_gathering(
     probed: Option<&gather::Probed>,
     cuda: Option<Elsewhere>,
 ) -> Result<(Report, HungCall)> {
-    let (mut facts, hung) = match &args.facts {
+    let (facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
         None => gather_facts_reusing(
             &args.gather,
@@ -441,6 +452,11 @@ fn evaluate_gathering(
             cuda,
         )?,
     };
+    Ok((judge_gathered(args, facts, policy), hung))
+}
+
+/// Judges and tunes `facts` gathered (or saved) for `args`.
+pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy) -> Report {
     // What the command line says about the job wins over what was gathered or saved.
     if args.gather.nodes.is_some() {
         facts.nodes = args.gather.nodes;
@@ -450,7 +466,7 @@ fn evaluate_gathering(
     }
     let findings = judge::judge(&facts, policy);
     let settings = tune::tune(&facts);
-    Ok((Report::new(facts, findings, settings), hung))
+    Report::new(facts, findings, settings)
 }
 
 /// The environment the trainer gets: this process's, plus every tuned setting whose

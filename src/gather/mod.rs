@@ -36,7 +36,7 @@ pub enum Outcome<T> {
 /// the CUDA runtime. `serve` probes them once (in a child process, see
 /// `serve::probe`) and reuses the answer on every later interval: an image's files do
 /// not change while the pod lives.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Probed {
     pub rdma: rdma::Probed,
     /// `None`: the runtime was not looked for, or its probe did not finish; it is

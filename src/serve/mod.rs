@@ -198,11 +198,39 @@ impl Shared {
     }
 }
 
+/// The run's facts gathered by a child and judged here; None where the child could
+/// not (saved facts are judged here as they are).
+fn gathered_in_child(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+    shared: &Shared,
+    probed: &Option<Probed>,
+) -> Option<(crate::report::Report, crate::gather::gpu::HungCall)> {
+    if args.check.facts.is_some() {
+        return None;
+    }
+    let request = probe::Request {
+        probe_all: shared.policy.require.any_rdma(),
+        probed: probed.clone(),
+    };
+    match probe::in_child(&args.check.gather, env, &request) {
+        Ok(gathered) => {
+            let report = crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            Some((report, crate::gather::gpu::HungCall(gathered.hung)))
+        }
+        Err(e) => {
+            crate::diagnostic::line(format_args!(
+                "nccl-preflight: gathering in a child process: {e:#}; gathering in this process"
+            ));
+            None
+        }
+    }
+}
+
 /// One run of the checks into the shared snapshot; false when a vendor call hung.
-/// Until the image's libraries have answered cleanly, a run first probes them in a
-/// child process (`probe`) and judges what the child found; once they answer cleanly
-/// their facts stay in `probed` and later runs reuse them. Where the child fails, the
-/// run loads them itself and keeps what it found.
+/// The run gathers in a child process (`probe`) and judges what the child found; the
+/// image's library facts, once they answer cleanly, stay in `probed` and the children
+/// of later runs reuse them. Where the child fails, the run gathers in this process.
 fn run_once(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
@@ -211,22 +239,16 @@ fn run_once(
     probed: &mut Option<Probed>,
 ) -> bool {
     let started = Instant::now();
-    // nccl-preflight's own image loads none of them: nothing to keep out of this process.
-    let trainer = args.check.gather.image == crate::cli::ImageArg::Trainer;
-    let mut this_run = probed.clone();
-    if probed.is_none() && args.check.facts.is_none() && trainer {
-        match probe::in_child(&args.check.gather, env) {
-            Ok(facts) => {
-                this_run = Some(Probed::of(&facts));
-                *probed = Probed::settled(&facts);
-            }
-            Err(e) => crate::diagnostic::line(format_args!(
-                "nccl-preflight: probing the image's libraries in a child process: {e:#}; loading them in this process"
-            )),
-        }
-    }
-    let outcome =
-        crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, this_run.as_ref());
+    let outcome = match gathered_in_child(args, env, shared, probed) {
+        Some(judged) => Ok(judged),
+        None => crate::run::evaluate_reusing(
+            &args.check,
+            env,
+            false,
+            &shared.policy,
+            probed.as_ref(),
+        ),
+    };
     let mut next = Snapshot {
         took: started.elapsed(),
         runs,
@@ -248,8 +270,7 @@ fn run_once(
                     failures.join("; ")
                 ));
             }
-            // Where no child probed them, this run loaded the libraries itself.
-            if this_run.is_none() && !hung {
+            if probed.is_none() && !hung {
                 *probed = Probed::settled(&report.facts);
             }
             next.report = Some(report);

@@ -1,20 +1,25 @@
-//! The image's libraries, probed once in a child process. `serve` lives as long as the
-//! pod, so what it maps stays mapped: loading libnccl (with libstdc++), the CUDA
-//! runtime, libibverbs, libfabric and the net plugin in the server itself cost 3.3 MB
-//! of resident memory for good on the 1x H200 (driver 580, NCCL 2.28.3), and ran their
-//! constructors in it; on an RDMA node its memory registration would pin
-//! `--memreg-size` in the server too. So the first run executes this same binary as
-//! `nccl-preflight facts-child` (`facts`, replying in the child protocol of
-//! `crate::child`) with the server's gather flags and environment, reads the facts it
-//! replies, and keeps the library facts (`gather::Probed`); the server's own runs then
-//! read NVML, sysfs, procfs and the device nodes only. A library that failed
-//! in the child (a broken net plugin) is probed again by a child on the next run, never
-//! by the server. A child that fails leaves the server to load the libraries itself.
+//! serve's gathering, in a child process on every run. `serve` lives as long as the
+//! pod, so what it maps and touches stays resident: loading libnccl (with libstdc++),
+//! the CUDA runtime, libibverbs, libfabric and the net plugin in the server itself cost
+//! 3.3 MB of resident memory for good on the 1x H200 (driver 580, NCCL 2.28.3), and ran
+//! their constructors in it; on an RDMA node its memory registration would pin
+//! `--memreg-size` in the server too; and the gathering's own code and NVML's (NVLink,
+//! field values, P2P status) kept about 1.5 MB more of the server resident on 4x H100.
+//! So each run executes this same binary as `nccl-preflight facts-child` (`facts`,
+//! replying in the child protocol of `crate::child`) with the server's gather flags and
+//! environment, and the server judges the facts it replies. Its request carries what an
+//! earlier run found of the image's libraries (`gather::Probed`), so they are loaded
+//! once, not on every run: an image's files do not change while the pod lives. A child
+//! whose vendor call hung exits with `EXIT_NODE_FAULT` after its reply, and the server
+//! stops its checks as when the call hung in it. A child that fails leaves the server
+//! to gather itself for that run.
 
 use crate::child::Ended;
 use crate::cli::{GatherArgs, ImageArg, Switch};
 use crate::facts::Facts;
+use crate::gather::Probed;
 use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -70,21 +75,56 @@ fn limit(args: &GatherArgs) -> Duration {
     args.timeout.saturating_mul(4) + Duration::from_secs(30)
 }
 
+/// What the gathering child is asked besides its command line.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Request {
+    /// Load every vendor library even where no device needs it (`--require rdma|efa`).
+    pub probe_all: bool,
+    /// The image's library facts of an earlier run, used instead of loading them again.
+    pub probed: Option<Probed>,
+}
+
+impl Request {
+    /// The child's side: an empty request asks for the defaults.
+    pub fn parse(bytes: &[u8]) -> Result<Request> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Request::default());
+        }
+        serde_json::from_slice(bytes).context("facts-child: the request is not readable")
+    }
+}
+
+/// What the gathering child replied.
+pub struct Gathered {
+    pub facts: Facts,
+    /// A vendor call hung in the child (it exited with `EXIT_NODE_FAULT`).
+    pub hung: bool,
+}
+
 /// Runs `nccl-preflight facts-child` (`facts`, replying in the child protocol of
-/// `crate::child`) with `args` and `env`, and returns the facts it gathered
-/// (`Probed::of` for the run at hand, `Probed::settled` for the ones after). `--trace`
-/// lines of the child go to this process's standard error.
-pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts> {
+/// `crate::child`) with `args`, `env` and `request`, and returns the facts it
+/// gathered. `--trace` lines of the child go to this process's standard error.
+pub fn in_child(
+    args: &GatherArgs,
+    env: &[(OsString, OsString)],
+    request: &Request,
+) -> Result<Gathered> {
     let exe = std::env::current_exe().context("finding this executable to run `facts`")?;
     let limit = limit(args);
-    let reply = match crate::child::call(&exe, &facts_argv(args), env.to_vec(), b"", limit) {
-        Ended::Replied { reply, stderr } => {
+    let asked = serde_json::to_vec(request).context("serializing the request")?;
+    let ended = crate::child::call(&exe, &facts_argv(args), env.to_vec(), &asked, limit);
+    let (reply, status) = match ended {
+        Ended::Replied {
+            reply,
+            stderr,
+            status,
+        } => {
             if args.trace {
                 for line in stderr.trim_end().lines() {
                     crate::diagnostic::line(format_args!("{}", crate::render::visible(line)));
                 }
             }
-            reply
+            (reply, status)
         }
         Ended::Killed { .. } => bail!(
             "`facts` did not finish within {:.0} s and was killed",
@@ -100,7 +140,8 @@ pub fn in_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Facts
     let facts: Facts = crate::run::parse_json(&mut reply.as_slice())
         .map_err(anyhow::Error::msg)
         .context("`facts` replied with no facts document")?;
-    Ok(facts)
+    let hung = status.and_then(|s| s.code()) == Some(i32::from(crate::run::EXIT_NODE_FAULT));
+    Ok(Gathered { facts, hung })
 }
 
 #[cfg(test)]

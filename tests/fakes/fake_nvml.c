@@ -176,8 +176,18 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
     GUARD("nvmlDeviceGetTopologyCommonAncestor"); CHECK_DEV(a); CHECK_DEV(b);
     *level = a == b ? 0 : S.topo[DEV_INDEX(a)][DEV_INDEX(b)]; return 0;
 }
+/* FAKE_NVML_P2P_LOG names a file that gets a line "PID" per P2P status read: which
+ * processes do the gathering. */
+static void log_p2p(void) {
+    const char *path = getenv("FAKE_NVML_P2P_LOG");
+    if (!path) return;
+    FILE *f = fopen(path, "a");
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+}
+
 nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, int *status) {
     GUARD("nvmlDeviceGetP2PStatus"); CHECK_DEV(a); CHECK_DEV(b);
+    log_p2p();
     if (index < 0 || index > 4) return 2;
     *status = S.p2p[DEV_INDEX(a)][DEV_INDEX(b)][index]; return 0;
 }

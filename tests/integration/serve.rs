@@ -493,17 +493,32 @@ fn a_hung_nvml_event_wait_fails_gpu_xid_and_serve_still_answers_and_stops() {
 #[test]
 fn serve_loads_the_nccl_libraries_once_not_every_interval() {
     let dir = crate::support::scratch("serve-loads-once");
-    let log = dir.join("loads");
+    let (log, p2p) = (dir.join("loads"), dir.join("p2p"));
     let server = start_command(fixture_command(
         "rdma-p5-efa",
         "serve",
         &["--listen", "127.0.0.1:0", "--interval", "1s"],
-        &[("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap())],
+        &[
+            ("FAKE_NCCL_LOAD_LOG", log.to_str().unwrap()),
+            ("FAKE_NVML_P2P_LOG", p2p.to_str().unwrap()),
+        ],
     ));
     wait_for(&server, "/metrics", |_, m| runs(m) >= 3);
     let loads = std::fs::read_to_string(&log).unwrap();
     let count = |what: &str| loads.lines().filter(|l| *l == what).count();
     assert_eq!((count("libnccl"), count("plugin")), (1, 1), "{loads}");
+    // Every run gathers in a child of its own: NVML's P2P status reads come from one
+    // process per run, never from the server.
+    let readers: std::collections::BTreeSet<String> = std::fs::read_to_string(&p2p)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(readers.len() >= 3, "{readers:?}");
+    assert!(
+        !readers.contains(&server.child.id().to_string()),
+        "the server gathered itself: {readers:?}"
+    );
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
     assert!(
         maps.contains("libnvidia-ml.so.1")

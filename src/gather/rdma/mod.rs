@@ -49,7 +49,7 @@ pub struct RdmaOptions {
 /// each second mapped libnccl (hundreds of MB of file), libfabric and the plugin
 /// again and again in a process that lives as long as the pod. Device files, ports
 /// and sysfs are still read on every run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Probed {
     verbs: LibraryState<VerbsFacts>,
     fabric: LibraryState<FabricFacts>,
