@@ -4,7 +4,8 @@
 //! 3.3 MB of resident memory for good on the 1x H200 (driver 580, NCCL 2.28.3), and ran
 //! their constructors in it; on an RDMA node its memory registration would pin
 //! `--memreg-size` in the server too; and the gathering's own code and NVML's (NVLink,
-//! field values, P2P status) kept about 1.5 MB more of the server resident on 4x H100.
+//! field values, P2P status) kept 1.1 MB more of the server resident on 4x H100
+//! (tests/data/h100x4/serve-rss-run5).
 //! So each run executes this same binary as `nccl-preflight facts-child` (`facts`,
 //! replying in the child protocol of `crate::child`) with the server's gather flags and
 //! environment, and the server judges the facts it replies. Its request carries what an
