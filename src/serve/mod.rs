@@ -241,13 +241,9 @@ fn run_once(
     let started = Instant::now();
     let outcome = match gathered_in_child(args, env, shared, probed) {
         Some(judged) => Ok(judged),
-        None => crate::run::evaluate_reusing(
-            &args.check,
-            env,
-            false,
-            &shared.policy,
-            probed.as_ref(),
-        ),
+        None => {
+            crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref())
+        }
     };
     let mut next = Snapshot {
         took: started.elapsed(),
