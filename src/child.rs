@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 /// The reply's header word.
 const FRAME: &str = "nccl-preflight-child";
 /// Standard output and error kept from a child, bytes each.
-pub const OUTPUT_CAP: u64 = 4 << 20;
+const OUTPUT_CAP: u64 = 4 << 20;
 /// The largest request a child reads.
-pub const REQUEST_CAP: u64 = 1 << 20;
+const REQUEST_CAP: u64 = 1 << 20;
 
 /// How a child ended.
 #[derive(Debug)]

@@ -174,7 +174,7 @@ enum CudaSaid {
 }
 
 /// The child's side: the frame for what reading the CUDA driver gave.
-pub fn cuda_frame(read: &Result<cuda::Outcome, Hung>) -> Vec<u8> {
+fn cuda_frame(read: &Result<cuda::Outcome, Hung>) -> Vec<u8> {
     let said = match read {
         Err(h) => CudaSaid::Hung {
             call: h.call.clone(),

@@ -3,12 +3,12 @@
 //! speed from NVML, or PCIe generation x width. A budget bounds the whole run;
 //! every driver call has the usual deadline.
 
-pub mod child;
+pub(crate) mod child;
 pub mod command;
-pub mod expect;
-pub mod nccl;
-pub mod p2p;
-pub mod render;
+pub(crate) mod expect;
+pub(crate) mod nccl;
+pub(crate) mod p2p;
+pub(crate) mod render;
 
 use crate::facts::FactError;
 use crate::facts::gpu::NvmlFacts;
@@ -16,10 +16,10 @@ use crate::finding::{Finding, Status, ids};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-pub const SCHEMA: &str = "nccl-preflight/bench/v1";
+pub(crate) const SCHEMA: &str = "nccl-preflight/bench/v1";
 
 /// GB/s (10^9 bytes per second, as nccl-tests reports) for `bytes` in `ms`.
-pub fn gbps(bytes: f64, ms: f64) -> f64 {
+pub(crate) fn gbps(bytes: f64, ms: f64) -> f64 {
     if ms <= 0.0 { 0.0 } else { bytes / (ms * 1e6) }
 }
 
@@ -111,7 +111,7 @@ pub struct PairRow {
 }
 
 /// Turns what was measured into the report and its two findings.
-pub fn judge(
+pub(crate) fn judge(
     mut measured: Measured,
     nvml: Option<&NvmlFacts>,
     settings: (&Settings, Duration),

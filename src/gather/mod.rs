@@ -58,14 +58,6 @@ impl Probed {
                 .then(|| facts.gpus.cuda_runtime.clone()),
         })
     }
-
-    /// The library facts of a run as they are, failures included, for one run to use.
-    pub fn of(facts: &Facts) -> Probed {
-        Probed {
-            rdma: rdma::Probed::of(&facts.rdma),
-            cuda_runtime: Some(facts.gpus.cuda_runtime.clone()),
-        }
-    }
 }
 
 /// How to reach the vendor libraries.

@@ -31,19 +31,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const MAX_HEAD: usize = 8 * 1024;
-pub const MAX_HEADERS: usize = 64;
-pub const MAX_CONNECTIONS: usize = 32;
+const MAX_HEAD: usize = 8 * 1024;
+const MAX_HEADERS: usize = 64;
+const MAX_CONNECTIONS: usize = 32;
 /// The whole request head must arrive within this. A probe sends its head at once;
 /// idle and slow connections do not wait this long for a slot to free, because
 /// they are evicted first when the slots run out.
-pub const REQUEST_TIME: Duration = Duration::from_secs(2);
+const REQUEST_TIME: Duration = Duration::from_secs(2);
 /// The whole response (head and body) must be written within this; a client that
 /// reads slower is cut off, its answer incomplete.
-pub const RESPONSE_TIME: Duration = Duration::from_secs(5);
+const RESPONSE_TIME: Duration = Duration::from_secs(5);
 /// A connection still answering after this is slow (its client reads slower than the
 /// socket buffers drain), and may be closed to make room for a new one.
-pub const SLOW_ANSWER: Duration = Duration::from_millis(250);
+const SLOW_ANSWER: Duration = Duration::from_millis(250);
 /// After the answer, at most this much of what the client still sends is read and
 /// dropped before closing, so the client reads the answer instead of a reset.
 const DRAIN_BYTES: usize = 64 * 1024;

@@ -4,12 +4,12 @@
 //! prometheus-client), /report (the last JSON report). A request never waits on a
 //! check or a driver. An XID event makes the checks run again at once.
 
-pub mod http;
-pub mod metrics;
-pub mod probe;
-pub mod ras;
-pub mod resident;
-pub mod xid;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod probe;
+pub(crate) mod ras;
+pub(crate) mod resident;
+pub(crate) mod xid;
 
 use crate::cli::ServeArgs;
 use crate::finding::{Finding, Status};
@@ -44,7 +44,7 @@ pub struct Snapshot {
 
 /// Why the pod is not ready, from the last run and the XIDs seen up to now
 /// (an XID that fails readiness does so at once, not at the next run).
-pub fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
+fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
     if let Some(h) = &snapshot.halted {
         return Err(h.clone());
     }
@@ -110,7 +110,7 @@ impl Live<'_> {
 }
 
 /// Answers one path.
-pub fn route(
+pub(crate) fn route(
     live: &Live<'_>,
     path: &str,
     stale_after: Duration,

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// The `facts` command line that gathers as `args` does. Every gather flag is written
 /// out, so the child's environment twins (`NCCL_PREFLIGHT_*`) cannot make it differ.
-pub fn facts_argv(args: &GatherArgs) -> Vec<OsString> {
+fn facts_argv(args: &GatherArgs) -> Vec<OsString> {
     let mut argv: Vec<OsString> = vec!["facts-child".into()];
     let mut flag = |name: &str, value: OsString| {
         argv.push(name.into());

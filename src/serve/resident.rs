@@ -27,25 +27,25 @@
 pub struct Mapping {
     pub start: usize,
     pub end: usize,
-    pub writable: bool,
-    pub private: bool,
+    writable: bool,
+    private: bool,
     /// The file mapped; empty for anonymous memory, `[heap]` and the like for others.
     pub path: String,
     /// Anonymous (copied-on-write) memory in it, kB; `None` where smaps did not say.
-    pub anonymous_kb: Option<u64>,
+    anonymous_kb: Option<u64>,
 }
 
 impl Mapping {
     /// Holds only the file's own pages, and cannot come to hold others without an
     /// mprotect or a debugger's write: dropping its pages loses nothing.
-    pub fn only_file_pages(&self) -> bool {
+    fn only_file_pages(&self) -> bool {
         self.private && !self.writable && self.anonymous_kb == Some(0)
     }
 }
 
 /// The mappings of /proc/PID/smaps text: a `start-end perms offset dev inode [path]`
 /// line (the path may hold spaces), then `Field: value` lines.
-pub fn parse_smaps(smaps: &str) -> Vec<Mapping> {
+fn parse_smaps(smaps: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         if let Some(m) = header(line) {
@@ -77,7 +77,7 @@ fn header(line: &str) -> Option<Mapping> {
 
 /// The mappings of the file that holds address `code`; empty when no file's mapping
 /// holds it.
-pub fn mappings_of(mappings: &[Mapping], code: usize) -> Vec<&Mapping> {
+fn mappings_of(mappings: &[Mapping], code: usize) -> Vec<&Mapping> {
     let Some(file) = mappings
         .iter()
         .find(|m| (m.start..m.end).contains(&code))

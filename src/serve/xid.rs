@@ -50,7 +50,7 @@ pub const ID: &str = crate::finding::ids::GPU_XID;
 /// Which XID codes fail readiness: the catalog's, plus `--xid-not-ready`, less `--xid-ignore`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XidPolicy {
-    pub not_ready: BTreeSet<u64>,
+    not_ready: BTreeSet<u64>,
 }
 
 impl XidPolicy {
@@ -186,7 +186,7 @@ fn register<'n>(w: &Watch, nvml: &'n Nvml) -> Result<EventSet<'n>, String> {
 
 /// How long one event wait lasts: 1 s, or half the deadline when that is shorter,
 /// so a wait that ends on time never looks hung.
-pub fn wait_ms(deadline: Duration) -> u32 {
+fn wait_ms(deadline: Duration) -> u32 {
     let half = deadline.as_millis() / 2;
     u32::try_from(half.clamp(1, 1000)).unwrap_or(1000)
 }

@@ -514,11 +514,6 @@ impl DeviceBuffer<'_, '_> {
         self.bytes
     }
 
-    /// Whether the allocation has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.bytes == 0
-    }
-
     /// The CUDA ordinal of the GPU the buffer lives on.
     pub fn ordinal(&self) -> u32 {
         self.ordinal

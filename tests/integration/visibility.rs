@@ -38,33 +38,11 @@ const FUNCTIONAL_UPDATE: &str =
     "another file builds the struct with `..` (functional update), which needs every field visible";
 
 /// Files and folders whose items the name scan leaves out, with why.
-const NOT_SCANNED: &[(&str, &str)] = &[
-    (
-        "src/bench/",
-        "narrowed on its own branch this round (lonely items listed in its notes)",
-    ),
-    (
-        "src/serve/",
-        "narrowed on its own branch this round (lonely items listed in its notes)",
-    ),
-    (
-        "src/child.rs",
-        "narrowed on its own branch this round (lonely items listed in its notes)",
-    ),
-];
+const NOT_SCANNED: &[(&str, &str)] = &[];
 
 /// Public modules that no outside user names and stay public, with why. Their
 /// submodules are left out too.
-const PUBLIC_SUBTREES: &[(&str, &str)] = &[
-    (
-        "bench",
-        "narrowed on its own branch this round: only bench::command is named outside",
-    ),
-    (
-        "serve",
-        "narrowed on its own branch this round: only serve::serve is named outside",
-    ),
-];
+const PUBLIC_SUBTREES: &[(&str, &str)] = &[];
 
 /// One `pub` item: what it is and its name.
 #[derive(Debug, PartialEq)]
@@ -574,10 +552,7 @@ fn a_public_module_or_item_nothing_outside_names_is_caught() {
     let root = scratch_tree(
         "visibility-modules",
         &[
-            (
-                "src/lib.rs",
-                "pub mod a;\npub mod b;\nmod c;\npub mod serve;\n",
-            ),
+            ("src/lib.rs", "pub mod a;\npub mod b;\nmod c;\n"),
             (
                 "src/a/mod.rs",
                 "pub mod grouped;\npub mod unused;\npub(crate) mod narrow;\n",
@@ -592,8 +567,6 @@ fn a_public_module_or_item_nothing_outside_names_is_caught() {
                 "pub fn f() {}\npub fn helper() {}\npub(crate) fn narrow() {}\npub const FROM_DOC: u8 = 0;\n",
             ),
             ("src/a/unused.rs", "pub fn g() {}\n"),
-            ("src/serve/http.rs", "\n"),
-            ("src/serve.rs", "pub mod http;\n"),
             (
                 "src/main.rs",
                 "use nccl_preflight::{a::{self, grouped::f}};\n",

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 /// 2 at every tag from v2.24.3-1 to v2.30.7-1).
 pub const PROTOCOL: u32 = 2;
 /// What RAS may spend collecting from its peers (`TIMEOUT`, ncclras's default).
-pub const RAS_TIMEOUT_SECS: u64 = 5;
+const RAS_TIMEOUT_SECS: u64 = 5;
 /// The connect and each handshake line.
-pub const STEP: Duration = Duration::from_secs(2);
+const STEP: Duration = Duration::from_secs(2);
 /// The whole reply: ncclras's 1 + 5 + 5 s and a second of slack.
-pub const REPLY: Duration = Duration::from_secs(1 + RAS_TIMEOUT_SECS + 5 + 1);
+const REPLY: Duration = Duration::from_secs(1 + RAS_TIMEOUT_SECS + 5 + 1);
 /// A reply larger than this is refused, not buffered: a 512-GPU job's JSON is ~0.5 MB.
-pub const MAX_REPLY: usize = 16 << 20;
+const MAX_REPLY: usize = 16 << 20;
 /// A handshake answer line is a few bytes; anything longer is not RAS.
 const MAX_LINE: usize = 4096;
 

@@ -166,11 +166,6 @@ impl Watch {
         self.last.as_ref().and_then(JobStatus::version)
     }
 
-    /// The last reply showed a communicator initialising.
-    pub fn initializing(&self) -> bool {
-        self.last.as_ref().is_some_and(|s| s.initializing)
-    }
-
     pub fn observe(&mut self, now: Instant, outcome: Outcome) {
         self.queries += 1;
         match outcome {
@@ -242,8 +237,6 @@ impl Watch {
         }
     }
 }
-
-pub use super::judge_view::view;
 
 impl Watch {
     pub(super) fn parts(&self) -> Parts<'_> {

@@ -52,12 +52,12 @@ impl fmt::Display for Member {
 pub struct RankState {
     pub member: Member,
     /// 0 initialised, 7 (ncclInProgress) initialising, anything else an init error.
-    pub init_state: i64,
+    init_state: i64,
     /// What ncclCommGetAsyncError would return (ncclResult_t).
     pub async_error: i64,
-    pub abort_flag: bool,
-    pub finalize_called: bool,
-    pub destroy_flag: bool,
+    abort_flag: bool,
+    finalize_called: bool,
+    destroy_flag: bool,
     /// Collectives launched, by operation (`AllReduce`): launches, not completions (nccl#1730).
     pub counts: BTreeMap<String, u64>,
 }
@@ -133,7 +133,7 @@ impl JobStatus {
 pub struct Malformed(pub String);
 
 /// ncclResult_t names (src/nccl.h.in), for the async errors RAS reports.
-pub fn nccl_result(code: i64) -> &'static str {
+fn nccl_result(code: i64) -> &'static str {
     match code {
         0 => "success",
         1 => "unhandled CUDA error",
@@ -164,7 +164,9 @@ pub fn comm_hash_of(text: &str) -> String {
 
 /// Puts back a comma missing between a value that ends one line and a key that opens the
 /// next: the shape of NCCL 2.28.7-2.28.9's `missing_ranks` bug (`"nvml_dev": 1` then
-/// `"status": {`). Only used when the reply does not parse as it is.
+/// `"status": {`; client_support.cc jsonWriteMissingRank at v2.28.9-1, fixed at v2.29.2-1;
+/// ray-project/ray#64928 repairs it the same way). Only used when the reply does not parse
+/// as it is.
 fn repair_missing_commas(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 16);
     let mut lines = text.lines().peekable();

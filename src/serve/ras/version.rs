@@ -42,25 +42,21 @@ impl fmt::Display for Version {
 }
 
 /// RAS first shipped in 2.24 (docs troubleshooting/ras.rst: "Since NCCL 2.24").
-pub const FIRST_RAS: Version = Version::new(2, 24, 0);
+const FIRST_RAS: Version = Version::new(2, 24, 0);
 /// `SET FORMAT json` is parsed from v2.28.7-1 (client_support.cc, "set format ").
-pub const FIRST_JSON: Version = Version::new(2, 28, 7);
+const FIRST_JSON: Version = Version::new(2, 28, 7);
 /// `MONITOR` is parsed from v2.29.2-1 (client_support.cc, "monitor"); ras.rst says 2.29.
-pub const FIRST_MONITOR: Version = Version::new(2, 29, 0);
+const FIRST_MONITOR: Version = Version::new(2, 29, 0);
 /// nccl#1669: a STATUS while a communicator is initialising can crash the process
 /// (filed on 2.26.2). The fix, rasCollCommsInit skipping communicators whose
 /// `peerInfoValid` is not yet set, is in v2.27.3-1's src/ras/collectives.cc.
-pub const INIT_QUERY_SAFE: Version = Version::new(2, 27, 3);
+const INIT_QUERY_SAFE: Version = Version::new(2, 27, 3);
 /// nccl#1762: the status walk over communicators skipped the missing-rank records
 /// (`comm + 1 + nRanks`, without `nMissingRanks`) from v2.26 (when missing ranks were
 /// added) until v2.29.2-1 ("the fix was included in NCCL 2.29.2"); reported crashing
 /// `VERBOSE STATUS` on 2.27.3.
-pub const VERBOSE_UNSAFE_FROM: Version = Version::new(2, 26, 0);
-pub const VERBOSE_SAFE_AGAIN: Version = Version::new(2, 29, 2);
-/// 2.28.7 and 2.28.9 write `"nvml_dev": N` without the comma that the next key needs
-/// inside `missing_ranks` (client_support.cc jsonWriteMissingRank at v2.28.9-1; fixed
-/// at v2.29.2-1; ray-project/ray#64928 repairs it the same way).
-pub const MISSING_COMMA_FIXED: Version = Version::new(2, 29, 2);
+const VERBOSE_UNSAFE_FROM: Version = Version::new(2, 26, 0);
+const VERBOSE_SAFE_AGAIN: Version = Version::new(2, 29, 2);
 
 /// The plan for a version not known yet: JSON asked for, and where refused, plain STATUS
 /// under the init guard.
