@@ -1086,9 +1086,18 @@ fn regression_a_killed_gang_takes_its_worker_along_and_sigterm_ends_it_at_once()
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(gone(worker), "gang-worker {worker} outlived its parent");
-    // Its NCCL root let the gang port go: a retry can listen there at once.
+    // Its NCCL root let the gang port go: a retry can listen there. Another test of
+    // this run may be handed the same free port meanwhile and hold it a moment, so
+    // binding is tried for a bounded while.
     let port: u16 = g.port.parse().unwrap();
-    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+    let freed = Instant::now();
+    while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+        assert!(
+            freed.elapsed() < Duration::from_secs(10),
+            "the gang port {port} stayed taken"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for c in g.children.iter_mut().flatten() {
         let _ = c.kill();
         let _ = c.wait();
