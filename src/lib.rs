@@ -6,8 +6,8 @@
 //! `Facts`; predict, judge, tune, render, explain and the domain modules are pure
 //! functions over data. The host is also touched at the edges: `output` writes files, `run`
 //! opens inputs and bounds child processes, `child` runs this binary as a child that
-//! answers in frames (early ones, then its reply), and the commands that act spawn children, bind sockets and
-//! resolve names (`bench`, `serve`, `gang`, `commands`).
+//! answers in frames (early ones, then its reply), and the commands that act spawn
+//! children, bind sockets and resolve names (`bench`, `serve`, `gang`, `commands`).
 //! tests/integration/layering.rs parses the code and holds this line to what it finds:
 //! Touch the host: `vendor`, `gather`, `output`, `run`, `child`, `bench`, `serve`, `gang`, `commands`.
 //!
