@@ -256,7 +256,8 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Ve
 }
 
 /// Reads standard output to its end like `drain`, and sends each whole frame on
-/// `sent` as soon as it is complete (the receiver may be gone: nobody listens).
+/// `sent` as soon as it is complete (the receiver may be gone: nobody listens). Each
+/// read scans only what no earlier scan settled.
 fn drain_frames(
     pipe: Option<impl Read + Send + 'static>,
     sent: std::sync::mpsc::Sender<Vec<u8>>,
@@ -267,7 +268,7 @@ fn drain_frames(
             return kept;
         };
         let mut chunk = [0u8; 64 * 1024];
-        let mut seen = 0;
+        let (mut settled, mut line_start) = (0, true);
         loop {
             let n = match pipe.read(&mut chunk) {
                 Ok(0) => break,
@@ -277,10 +278,12 @@ fn drain_frames(
             };
             let room = (OUTPUT_CAP as usize).saturating_sub(kept.len());
             kept.extend_from_slice(&chunk[..n.min(room)]);
-            for frame in frames_in(&kept).into_iter().skip(seen) {
-                seen += 1;
+            let scan = frames_in(&kept[settled..], line_start);
+            for frame in scan.frames {
                 let _ = sent.send(frame);
             }
+            settled += scan.resume;
+            line_start &= scan.resume == 0;
         }
         kept
     })
@@ -288,33 +291,64 @@ fn drain_frames(
 
 /// The last complete reply frame in `out`.
 fn reply_in(out: &[u8]) -> Option<Vec<u8>> {
-    frames_in(out).pop()
+    frames_in(out, true).frames.pop()
 }
 
-/// Every complete frame in `out`, in order.
-fn frames_in(out: &[u8]) -> Vec<Vec<u8>> {
-    let marker = format!("\n{FRAME} ");
-    let mut text = b"\n".to_vec();
-    text.extend_from_slice(out);
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(at) = memchr::memmem::find(&text[from..], marker.as_bytes()) {
-        let start = from + at + marker.len();
-        let line_end = memchr::memchr(b'\n', &text[start..]).map(|e| start + e);
-        if let Some(end) = line_end
-            && let Some(len) = std::str::from_utf8(&text[start..end])
-                .ok()
-                .and_then(|n| n.trim().parse::<usize>().ok())
-            && let Some(body) = text.get(end + 1..end + 1 + len)
-        {
-            found.push(body.to_vec());
-            // A frame's body is not searched for further frames.
-            from = end + 1 + len;
-            continue;
+/// What one scan of the output found.
+struct Scan {
+    /// Every complete frame, in order.
+    frames: Vec<Vec<u8>>,
+    /// Where a later scan of more output must start: at the line break before a header
+    /// whose frame is not complete yet, else far enough before the end that a header
+    /// cut across reads is found whole (with the line break before it).
+    resume: usize,
+}
+
+/// Scans `out` for frames: a header line `nccl-preflight-child <length>` at the start
+/// of a line (`at_line_start`: also at the start of `out`), then that many bytes. A
+/// frame's body is not searched for further frames.
+fn frames_in(out: &[u8], at_line_start: bool) -> Scan {
+    let head = format!("{FRAME} ");
+    let marker = format!("\n{head}");
+    let after =
+        |from: usize| memchr::memmem::find(&out[from..], marker.as_bytes()).map(|at| from + at + 1);
+    let mut next = if at_line_start && out.starts_with(head.as_bytes()) {
+        Some(0)
+    } else {
+        after(0)
+    };
+    let mut frames = Vec::new();
+    let mut resume = out.len().saturating_sub(marker.len());
+    let mut settled = 0;
+    while let Some(at) = next {
+        let start = at + head.len();
+        let line_end = memchr::memchr(b'\n', &out[start..]).map(|e| start + e);
+        let Some(end) = line_end else {
+            resume = at.saturating_sub(1);
+            break;
+        };
+        let len = std::str::from_utf8(&out[start..end])
+            .ok()
+            .and_then(|n| n.trim().parse::<usize>().ok());
+        match len {
+            Some(len) if out.len() >= end + 1 + len => {
+                frames.push(out[end + 1..end + 1 + len].to_vec());
+                settled = end + 1 + len;
+                next = after(settled);
+            }
+            // The body is still coming: wait for it here.
+            Some(_) => {
+                resume = at.saturating_sub(1);
+                break;
+            }
+            // Not a header after all.
+            None => next = after(start),
         }
-        from = start;
     }
-    found
+    Scan {
+        frames,
+        resume: resume.max(settled),
+    }
 }
 
 /// The child's side: its request from standard input (at most REQUEST_CAP bytes).
@@ -356,6 +390,28 @@ pub fn hang_up() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Output fed a few bytes at a time, scanning only what is not settled as the drain
+    /// does, finds the same frames as one scan of the whole: headers and bodies cut
+    /// anywhere, noise between frames, a header at the very start.
+    #[test]
+    fn scanning_in_pieces_finds_what_one_scan_finds() {
+        let out: &[u8] = b"nccl-preflight-child 3\nabc\nnoise nccl-preflight-child 9\n\nnccl-preflight-child 5\nhello\nmore noise\n\nnccl-preflight-child 2\n{}\n";
+        let whole = frames_in(out, true).frames;
+        assert_eq!(whole, [b"abc".to_vec(), b"hello".to_vec(), b"{}".to_vec()]);
+        for step in 1..out.len() {
+            let (mut kept, mut found) = (Vec::new(), Vec::new());
+            let (mut settled, mut line_start) = (0, true);
+            for piece in out.chunks(step) {
+                kept.extend_from_slice(piece);
+                let scan = frames_in(&kept[settled..], line_start);
+                found.extend(scan.frames);
+                settled += scan.resume;
+                line_start &= scan.resume == 0;
+            }
+            assert_eq!(found, whole, "pieces of {step} bytes");
+        }
+    }
 
     #[test]
     fn the_last_whole_frame_wins_over_noise() {
