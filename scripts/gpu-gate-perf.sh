@@ -22,9 +22,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=$1 base=$2 out=$3 runs=${4:-5}
 mkdir -p "$out"
 env_file="$out/.bench.env"
-ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(((e - s) / 1000000)); }
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-smi_pair() { nvidia-smi topo -m && nvidia-smi topo -p2p rw; }
+# shellcheck source=scripts/gpu_timing.sh
+. "$here/gpu_timing.sh"  # ms, median, smi_pair
 initb() { "$@" init --bench --env-file "$env_file"; }
 initbn() { "$@" init --bench --bench-nccl --env-file "$env_file"; }
 # As PID 1 of a new PID namespace (a container's entrypoint), where unshare exists.
@@ -43,7 +42,7 @@ all=$(nvidia-smi -L | wc -l)
   for gpus in "$all" 2; do
     if [ "$gpus" = "$all" ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES=0,1; fi
     unset t; declare -A t
-    for i in $(seq "$runs"); do
+    for _ in $(seq "$runs"); do
       if [ "$gpus" = "$all" ]; then
         t[smi]+="$(ms smi_pair) "; sleep 0.5
         t[off]+="$(ms "$bin" check --cuda off) "; sleep 0.5
@@ -61,7 +60,7 @@ all=$(nvidia-smi -L | wc -l)
     done
     echo "== $gpus GPUs visible to CUDA: wall ms, $runs runs each (median: all)"
     for k in smi off off_base full full_base bench bench_base bench_nccl bench_ns bench_base_ns; do
-      [ -n "${t[$k]:-}" ] && echo "$k: $(echo ${t[$k]} | median): ${t[$k]}"
+      [ -n "${t[$k]:-}" ] && echo "$k: $(echo "${t[$k]}" | median): ${t[$k]}"
     done
   done
   unset CUDA_VISIBLE_DEVICES

@@ -9,8 +9,8 @@ export NCCL_NVLS_ENABLE=0
 here=$(cd "$(dirname "$0")" && pwd)
 a=$1 b=$2 out=$3 runs=${4:-7}
 mkdir -p "$out"
-ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(((e - s) / 1000000)); }
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# shellcheck source=scripts/gpu_timing.sh
+. "$here/gpu_timing.sh"  # ms, median, smi_pair
 initb() { "$@" init --bench --env-file "$out/.env"; }
 pidns() { unshare --pid --fork --mount-proc --kill-child -- "$@"; }
 {
@@ -19,14 +19,14 @@ pidns() { unshare --pid --fork --mount-proc --kill-child -- "$@"; }
   for gpus in all 2; do
     if [ "$gpus" = all ]; then unset CUDA_VISIBLE_DEVICES; else export CUDA_VISIBLE_DEVICES=0,1; fi
     unset t; declare -A t
-    for i in $(seq "$runs"); do
+    for _ in $(seq "$runs"); do
       t[a]+="$(ms initb "$a") "; sleep 1
       t[b]+="$(ms initb "$b") "; sleep 1
       t[a_ns]+="$(ms initb pidns "$a") "; sleep 1
       t[b_ns]+="$(ms initb pidns "$b") "; sleep 1
     done
     echo "== $gpus GPUs: init --bench wall ms, $runs runs (median: all); _ns = PID 1 of a new PID namespace"
-    for k in a b a_ns b_ns; do echo "$k: $(echo ${t[$k]} | median): ${t[$k]}"; done
+    for k in a b a_ns b_ns; do echo "$k: $(echo "${t[$k]}" | median): ${t[$k]}"; done
   done
   unset CUDA_VISIBLE_DEVICES
   echo "== one run as PID 1 of a new PID namespace: exit $(pidns "$a" init --bench --env-file "$out/.env" >/dev/null 2>&1; echo $?)"

@@ -22,9 +22,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$1 base=$2 out=$3 runs=${4:-5} serve_s=${5:-20}
 mkdir -p "$out"
-ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(((e - s) / 1000000)); }
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-smi_pair() { nvidia-smi topo -m && nvidia-smi topo -p2p rw; }
+# shellcheck source=scripts/gpu_timing.sh
+. "$here/gpu_timing.sh"  # ms, median, smi_pair
 cuinit() { python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1").cuInit(0)'; }
 py_start() { python3 -c 'import ctypes'; }
 initb() { "$1" init --bench --env-file "$out/.bench.env"; }

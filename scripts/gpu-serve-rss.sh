@@ -32,7 +32,8 @@ mkdir -p "$out" || exit 2
 cd "${SERVE_CWD:-.}" || exit 2
 port=$((19600 + RANDOM % 300))
 
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {if (NR) print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# shellcheck source=scripts/gpu_timing.sh
+. "$here/gpu_timing.sh"  # ms, median, smi_pair
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 
 # Per mapping group of PID: Rss, Anonymous, Private_Clean, Shared_Clean (kB), largest first.
