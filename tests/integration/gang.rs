@@ -27,6 +27,16 @@ gpu 0000:43:00.0 9.0 143771 0 0-47 GPU-bbbb0000-0000-0000-0000-000000000000 NVID
 p2p * * OK OK OK OK OK
 ";
 
+/// A JSON report, one small all-reduce size and a 20 s gang deadline.
+const JSON_64KIB_20S: &[&str] = &[
+    "--format",
+    "json",
+    "--gang-sizes",
+    "64KiB",
+    "--gang-timeout",
+    "20",
+];
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -393,14 +403,7 @@ fn a_different_nccl_version_fails_every_rank_at_the_rendezvous_before_nccl() {
         "version",
         ONE_GPU,
         3,
-        &[
-            "--format",
-            "json",
-            "--gang-sizes",
-            "64KiB",
-            "--gang-timeout",
-            "20",
-        ],
+        JSON_64KIB_20S,
         vec![
             Some(node()),
             Some(node().env("FAKE_NCCL_VERSION", "22105")),
@@ -451,14 +454,7 @@ fn a_pod_whose_own_node_fails_makes_every_rank_exit_3() {
         "sick-node",
         ONE_GPU,
         3,
-        &[
-            "--format",
-            "json",
-            "--gang-sizes",
-            "64KiB",
-            "--gang-timeout",
-            "20",
-        ],
+        JSON_64KIB_20S,
         vec![
             Some(node()),
             Some(node().env("FAKE_GPU_SCENARIO", sick.to_str().unwrap())),
