@@ -1,6 +1,6 @@
 //! Deployment: `install` into a shared volume, and the example manifests.
 
-use crate::support::{BIN, command, repo, require, scratch, stderr, stdout};
+use crate::support::{BIN, command, repo, require, require_tools, scratch, stderr, stdout};
 use std::os::unix::fs::PermissionsExt;
 
 #[test]
@@ -81,10 +81,9 @@ fn validate_json(python: &std::path::Path, dir: &std::path::Path) -> serde_json:
     v
 }
 
-/// The test venv's Python with the validator's packages, and the Kubeflow CRDs beside
-/// the repository; None (the test skips, or fails under NCCL_PREFLIGHT_TEST_STRICT) without.
+/// The test venv's Python with the validator's packages; None (the test skips, or fails
+/// under NCCL_PREFLIGHT_TEST_STRICT) without. The CRDs are the repository's.
 fn validator_python(test: &str) -> Option<std::path::PathBuf> {
-    crate::support::require_shared(test, "crds")?;
     crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
 }
 
@@ -540,7 +539,7 @@ fn a_gang_only_where_the_job_kind_lets_it_form() {
     .unwrap();
     // TrainingRuntime: `init --gang` in an init container forms (the JobSet Service
     // publishes not-ready addresses by default) unless the runtime turns that off.
-    // The CRD copy in ../shared/data/crds (2025-02) predates `network.publishNotReadyAddresses`
+    // The CRD copy in tests/manifests/crds (2025-02) predates `network.publishNotReadyAddresses`
     // (kubeflow/trainer v2.3.0's CRD declares it), so that file also gets an
     // undeclared-field error.
     let gang_init = "                  initContainers:\n\
@@ -1131,4 +1130,58 @@ fn a_non_root_pod_gets_memlock_from_the_runtimes_rlimit_not_from_ipc_lock() {
     };
     assert_eq!(run(8 << 20), "pass");
     assert_eq!(run(64 << 10), "fail");
+}
+
+/// Issue 39 row 3: the validator is bounded. A "billion laughs" Job (nine levels of
+/// `&a [*a, ...]`, under 600 bytes) took past 120 s and a 20 MB ConfigMap 29 s and 377
+/// MB; now each gets one error line naming the bound, and a manifest with a few honest
+/// anchors still validates. The wait is bounded (`timeout 60`) so a regression fails
+/// rather than hangs; speed itself is the benchmark's, not asserted here.
+#[test]
+fn validate_manifests_refuses_a_yaml_bomb_and_an_oversized_file_with_a_clear_error() {
+    let test = "validate_manifests_refuses_a_yaml_bomb_and_an_oversized_file_with_a_clear_error";
+    if validator_python(test).is_none() || !require_tools(test, &["timeout"]) {
+        return;
+    }
+    let dir = scratch("validate-bounds");
+    let mut bomb = String::from("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: lol\n  annotations:\n    a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    for i in 1..9 {
+        let p = format!("*a{}", i - 1);
+        bomb += &format!("    a{i}: &a{i} [{}]\n", vec![p.as_str(); 9].join(","));
+    }
+    bomb += "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: x, command: *a8}]\n";
+    assert!(bomb.len() < 1024, "{}", bomb.len());
+    std::fs::write(dir.join("bomb.yaml"), &bomb).unwrap();
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata:\n  k: \"{}\"\n",
+        "x".repeat(20 << 20)
+    );
+    std::fs::write(dir.join("big.yaml"), big).unwrap();
+    // Honest anchors: a container's env shared by two containers (9 nodes, not a bomb).
+    std::fs::write(
+        dir.join("anchors.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n    image: nccl-preflight\n    args: [probe]\n    env: &env [{name: X, value: \"1\"}]\n  - name: b\n    image: nccl-preflight\n    args: [probe]\n    env: *env\n",
+    )
+    .unwrap();
+    let run = |file: &str| {
+        std::process::Command::new("timeout")
+            .arg("60")
+            .arg(repo().join("scripts/validate-manifests"))
+            .arg(dir.join(file))
+            .output()
+            .unwrap()
+    };
+    for (file, word) in [
+        ("bomb.yaml", "expands to more than 1000000 YAML nodes"),
+        ("big.yaml", "larger than 4 MiB"),
+    ] {
+        let out = run(file);
+        assert_eq!(out.status.code(), Some(1), "{file}: {}{}", stdout(&out), stderr(&out));
+        let text = stdout(&out);
+        assert_eq!(text.lines().count(), 2, "{file}: {text}");
+        assert!(text.starts_with(&format!("{file}: refused: ")), "{text}");
+        assert!(text.contains(word), "{file}: {text}");
+    }
+    let out = run("anchors.yaml");
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }

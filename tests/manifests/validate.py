@@ -54,12 +54,80 @@ except ImportError as missing:
 
 K8S_VERSION = "1.32.0"
 
+# Bounds on what one source may cost (issue 39 row 3: a 491-byte "billion laughs" Job, nine
+# levels of `&a [*a, ...]`, ran past 120 s; a 20 MB ConfigMap took 29 s and 377 MB).
+# A source (a file, a kustomization's output, a CRD file) over MAX_SOURCE_BYTES is refused
+# before it is parsed: the API server itself takes no request body over 3 MiB
+# (k8s.io/apiserver pkg/server/config.go MaxRequestBodyBytes), so one object never needs
+# more, and a bundle that does can be split. Aliases are expanded under a node budget
+# counted on the parser's events, before anything is built: PyYAML builds an alias as a
+# shared reference, cheap to load, but every walk here visits each reference again.
+MAX_SOURCE_BYTES = 4 << 20
+MAX_EXPANDED_NODES = 1_000_000
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class TooBig(ValueError):
+    """A source over the bounds above; its message names the bound."""
+
+
+def read_bounded(path):
+    """The text of `path`, refused (TooBig) over MAX_SOURCE_BYTES without reading it all."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise TooBig(f"larger than {MAX_SOURCE_BYTES >> 20} MiB: split it (the API server "
+                     "takes no object over 3 MiB)")
+    return data.decode("utf-8", errors="replace")
+
+
+def expanded_nodes(text):
+    """How many nodes the YAML stream holds once every alias is expanded, counted on the
+    parser's events (aliases are never expanded here); TooBig past MAX_EXPANDED_NODES."""
+    sizes, stack, total = {}, [], 0
+    for event in yaml.parse(text, Loader=LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor not in sizes:
+                raise yaml.YAMLError(f"alias *{event.anchor} names no anchor before it")
+            size, anchor = sizes[event.anchor], None
+        elif isinstance(event, yaml.ScalarEvent):
+            size, anchor = 1, event.anchor
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, size = stack.pop()
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        else:
+            total += size
+        if total + sum(s for _, s in stack) > MAX_EXPANDED_NODES:
+            raise TooBig(f"expands to more than {MAX_EXPANDED_NODES} YAML nodes through its "
+                         "aliases (*name): a YAML bomb, or a manifest to write without them")
+    return total
+
+
+def load_all(text):
+    """The documents of a YAML stream, within the bounds above."""
+    if len(text.encode()) > MAX_SOURCE_BYTES:
+        raise TooBig(f"larger than {MAX_SOURCE_BYTES >> 20} MiB: split it (the API server "
+                     "takes no object over 3 MiB)")
+    expanded_nodes(text)
+    return list(yaml.load_all(text, Loader=LOADER))
+
 
 def crd_schemas(crd_dir):
     out = {}
     for path in sorted(pathlib.Path(crd_dir).glob("*.yaml")):
-        # libyaml's loader when PyYAML has it: the Kubeflow CRDs are 3.7 MB of YAML.
-        for crd in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        try:
+            crds = load_all(read_bounded(path))
+        except (TooBig, yaml.YAMLError) as e:
+            raise TooBig(f"{path}: {e}") from None
+        for crd in crds:
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
@@ -614,7 +682,7 @@ def validate_doc(doc, where, schemas, errors):
 def validate_text(label, text, node_text, schemas, errors):
     """Validates the YAML documents of one source: a file, or a kustomization's output.
     `node_text` holds the `# node:` line (the file itself, or the kustomization.yaml)."""
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    docs = [d for d in load_all(text) if d]
     found, templates = [], []
     for doc in docs:
         if not isinstance(doc, dict):
@@ -651,6 +719,11 @@ def kustomize_command():
     return None
 
 
+# kustomize renders every shipped directory in well under a second; go-yaml, which it
+# parses with, bounds alias expansion itself (gopkg.in/yaml.v3 decode.go allowedAliasRatio).
+RENDER_SECONDS = 30
+
+
 def render(directory):
     """The output of a kustomization directory, or an error message."""
     command = kustomize_command()
@@ -658,9 +731,10 @@ def render(directory):
         return None, (f"{directory}: cannot render: neither kubectl nor kustomize is on PATH "
                       "(scripts/setup.sh test installs kubectl)")
     try:
-        out = subprocess.run([*command, str(directory)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([*command, str(directory)], capture_output=True, text=True,
+                             timeout=RENDER_SECONDS)
     except subprocess.TimeoutExpired:
-        return None, f"{directory}: {' '.join(command)} did not finish within 120 s"
+        return None, f"{directory}: {' '.join(command)} did not finish within {RENDER_SECONDS} s"
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
         return None, f"{directory}: {' '.join(command[1:])} failed: {last}"
@@ -669,8 +743,8 @@ def render(directory):
 
 def is_component(directory):
     try:
-        k = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
-    except yaml.YAMLError:
+        k = (load_all(read_bounded(directory / "kustomization.yaml")) or [{}])[0] or {}
+    except (TooBig, yaml.YAMLError):
         return False
     return isinstance(k, dict) and k.get("kind") == "Component"
 
@@ -703,17 +777,20 @@ def validate_path(path, schemas, report):
     for label, kind, where in sources(path):
         any_source = True
         errors = report["errors"]
-        if kind == "kustomization":
-            text, problem = render(where)
-            node_text = (where / "kustomization.yaml").read_text()
-            if problem:
-                errors.append(problem)
-                continue
-        else:
-            text = where.read_text()
-            node_text = text
         try:
+            if kind == "kustomization":
+                text, problem = render(where)
+                node_text = read_bounded(where / "kustomization.yaml")
+                if problem:
+                    errors.append(problem)
+                    continue
+            else:
+                text = read_bounded(where)
+                node_text = text
             n, cmds, fits = validate_text(label, text, node_text, schemas, errors)
+        except TooBig as e:
+            errors.append(f"{label}: refused: {e}")
+            continue
         except yaml.YAMLError as e:
             errors.append(f"{label}: not YAML: {e}")
             continue
@@ -726,10 +803,9 @@ def validate_path(path, schemas, report):
 
 
 def default_crd_dirs():
-    """The CRDs shipped here (tests/manifests/crds), then the Kubeflow ones in ../shared."""
+    """The CRDs shipped here (tests/manifests/crds: the Kubeflow ones trimmed by trim_crd.py)."""
     here = pathlib.Path(__file__).resolve().parent
-    dirs = [here / "crds", here.parent.parent.parent / "shared" / "data" / "crds"]
-    return [d for d in dirs if d.is_dir()]
+    return [d for d in [here / "crds"] if d.is_dir()]
 
 
 def main():
@@ -740,8 +816,8 @@ def main():
                         help="YAML files, directories of them, or kustomization directories "
                              "(default: examples/manifests)")
     parser.add_argument("--crds", action="append", type=pathlib.Path,
-                        help="a directory of CustomResourceDefinitions (repeatable; default: "
-                             "tests/manifests/crds and ../shared/data/crds)")
+                        help="a directory of CustomResourceDefinitions, added to the repository's "
+                             "(tests/manifests/crds); repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print the whole result as JSON (documents, errors, commands, pods)")
     args = parser.parse_args()
@@ -752,8 +828,13 @@ def main():
             print(f"validate-manifests: {p}: no such file or directory", file=sys.stderr)
             return 2
     schemas = {}
-    for d in args.crds or default_crd_dirs():
-        schemas.update(crd_schemas(d))
+    try:
+        # --crds adds to the repository's CRDs; a later definition of a kind wins.
+        for d in [*default_crd_dirs(), *(args.crds or [])]:
+            schemas.update(crd_schemas(d))
+    except TooBig as e:
+        print(f"validate-manifests: --crds: {escape(str(e))}", file=sys.stderr)
+        return 2
     report = {"documents": 0, "errors": [], "commands": [], "pods": [], "sources": []}
     for p in paths:
         validate_path(p, schemas, report)
