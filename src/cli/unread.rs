@@ -109,6 +109,12 @@ const UNREAD: &[Unread] = &[
         why: "only --watch-nccl reads it",
     },
     Unread {
+        modes: &["serve"],
+        flags: &["taint_after"],
+        when: When::Without("taint_node"),
+        why: "only --taint-node reads it",
+    },
+    Unread {
         modes: &["bench"],
         flags: &[
             "verbs_lib",

@@ -9,6 +9,7 @@ pub(crate) mod metrics;
 pub(crate) mod probe;
 pub(crate) mod ras;
 pub(crate) mod resident;
+pub(crate) mod taint;
 pub(crate) mod xid;
 
 use crate::cli::ServeArgs;
@@ -75,7 +76,7 @@ fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
 /// atomic, which is async-signal-safe); every thread of `serve` stops on it. It lives
 /// for the rest of the process (one `Arc` handed to signal-hook, one leaked here), so
 /// the threads that are never joined can hold it as `&'static`.
-fn stop_on_signals() -> Result<&'static AtomicBool> {
+pub(crate) fn stop_on_signals() -> Result<&'static AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -189,6 +190,16 @@ impl Shared {
     /// The `gpu-xid` finding for `xids`, under `--ignore`.
     fn xid_finding(&self, xids: &xid::Xids) -> Finding {
         self.policy.settle(xid::finding(xids, &self.xid_policy))
+    }
+
+    /// The last run's report with the live `gpu-xid` finding, as /report shows it.
+    fn verdict(&self) -> Option<Report> {
+        let xids = self.xids();
+        let snapshot = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut report = snapshot.report.clone()?;
+        report.checks.push(self.xid_finding(&xids));
+        report.rejudge();
+        Some(report)
     }
 
     /// XID events seen so far: a change makes the checks run again.
@@ -334,6 +345,7 @@ fn start_checks(
     env: &[(OsString, OsString)],
     args: &ServeArgs,
     stop: &'static AtomicBool,
+    mut tainter: Option<taint::Tainter>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
     std::thread::Builder::new()
@@ -346,6 +358,9 @@ fn start_checks(
                 let seen = shared.xid_events();
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
                     return;
+                }
+                if let Some(t) = tainter.as_mut() {
+                    t.observe(shared.verdict().as_ref());
                 }
                 if runs == 1 {
                     // Start-up's code and data, touched once, need not stay resident.
@@ -467,6 +482,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let args = &without_cuda(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
     let policy = crate::run::build_policy(&args.check)?;
+    let tainter = taint::Tainter::new(&args.taint, env).map_err(anyhow::Error::msg)?;
     let stale_after = args
         .stale_after
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
@@ -506,7 +522,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = start_checks(&shared, env, args, stop)?;
+    let checker = start_checks(&shared, env, args, stop, tainter)?;
     let routes = routes(&shared, stale_after, started);
     http::serve(listener, stop, routes).context("serving")?;
     log(String::from("nccl-preflight: stopping"));

@@ -744,7 +744,7 @@ fn the_validator_fails_endless_restarts_policies_against_the_exit_codes_and_what
         "\"mode\": \"bridge\",",
         "\"mode\": bridge,",
     );
-    let mc = manifest_text("overlays/openshift-roce/machineconfig-memlock.yaml");
+    let mc = manifest_text("admin/openshift-memlock/machineconfig-memlock.yaml");
     write("machineconfig.yaml", mc, "%5D%0A", "%0A");
     // A pod restricted-v2 would not admit: running as root, privileged.
     let os = rendered("overlays/openshift-roce");
@@ -891,6 +891,11 @@ fn the_image_is_named_once_and_every_rendered_manifest_gets_it() {
     );
 }
 
+/// The configuration file the manifests ship (examples/manifests/config).
+fn shipped_config() -> std::path::PathBuf {
+    manifests().join("config/config")
+}
+
 /// A YAML or JSON file as JSON, through the test venv's PyYAML.
 fn yaml_file(python: &std::path::Path, path: &std::path::Path) -> serde_json::Value {
     let out = std::process::Command::new(python)
@@ -940,6 +945,10 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
         seconds(v["pluginConfig"]["timeout"].as_str().unwrap())
             >= seconds(rule["timeout"].as_str().unwrap())
     );
+    // NPD's container sets NCCL_PREFLIGHT_CONFIG to the shipped file: its [probe]
+    // section holds --require=gpus=8 and --ignore=dev-shm.
+    let config_path = shipped_config();
+    let config = [("NCCL_PREFLIGHT_CONFIG", config_path.to_str().unwrap())];
     let answer = |out: &std::process::Output| {
         let text = stdout(out);
         assert!(
@@ -954,7 +963,7 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
         text.trim_end().to_string()
     };
     // A healthy 8-GPU node: OK.
-    let out = crate::support::fixture_command("gpu-h100-nv18", args[0], &args[1..], &[])
+    let out = crate::support::fixture_command("gpu-h100-nv18", args[0], &args[1..], &config)
         .output()
         .unwrap();
     let line = answer(&out);
@@ -965,7 +974,7 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
         ("gpu-nvlink-down", "nvlink"),
         ("gpu-one-of-eight", "gpu-devices"),
     ] {
-        let out = crate::support::fixture_command(fixture, args[0], &args[1..], &[])
+        let out = crate::support::fixture_command(fixture, args[0], &args[1..], &config)
             .output()
             .unwrap();
         let line = answer(&out);
@@ -983,7 +992,7 @@ fn the_npd_plugin_command_follows_the_plugin_contract() {
         .filter(|a| !a.starts_with("--timeout"))
         .collect();
     all.extend(["--facts", "/nonexistent/facts.json"]);
-    let out = command(&all, &[]).output().unwrap();
+    let out = command(&all, &config).output().unwrap();
     let line = answer(&out);
     assert_eq!(out.status.code(), Some(2), "{line}");
     assert!(line.starts_with("unknown: ") && line.contains("/nonexistent/facts.json"));
@@ -1017,11 +1026,15 @@ fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metri
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[0], "serve");
-    let args: Vec<&str> = args[1..]
+    // With the shipped configuration file, as the DaemonSet mounts it: its [serve]
+    // section holds --require=gpus=8, --interval and --ignore=dev-shm.
+    let config = format!("--config={}", shipped_config().display());
+    let mut args: Vec<&str> = args[1..]
         .iter()
         .copied()
         .filter(|a| !a.starts_with("--listen"))
         .collect();
+    args.push(&config);
     let server = crate::serve::start_gpu(
         "deploy-alerts",
         "xid 0 13 100\nnvlink_errors 0 1 2 3\n",
@@ -1144,10 +1157,12 @@ fn validate_manifests_refuses_a_yaml_bomb_and_an_oversized_file_with_a_clear_err
         return;
     }
     let dir = scratch("validate-bounds");
-    let mut bomb = String::from("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: lol\n  annotations:\n    a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    let mut bomb = String::from(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: lol\n  annotations:\n    a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
     for i in 1..9 {
         let p = format!("*a{}", i - 1);
-        bomb += &format!("    a{i}: &a{i} [{}]\n", vec![p.as_str(); 9].join(","));
+        bomb += &format!("    a{i}: &a{i} [{}]\n", [p.as_str(); 9].join(","));
     }
     bomb += "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: x, command: *a8}]\n";
     assert!(bomb.len() < 1024, "{}", bomb.len());
@@ -1176,12 +1191,24 @@ fn validate_manifests_refuses_a_yaml_bomb_and_an_oversized_file_with_a_clear_err
         ("big.yaml", "larger than 4 MiB"),
     ] {
         let out = run(file);
-        assert_eq!(out.status.code(), Some(1), "{file}: {}{}", stdout(&out), stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{file}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
         let text = stdout(&out);
         assert_eq!(text.lines().count(), 2, "{file}: {text}");
         assert!(text.starts_with(&format!("{file}: refused: ")), "{text}");
         assert!(text.contains(word), "{file}: {text}");
     }
     let out = run("anchors.yaml");
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
 }

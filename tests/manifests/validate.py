@@ -526,44 +526,97 @@ def check_restarts(doc, where, errors):
                           "on the same node for ever")
 
 
-ADMISSION_LINE = re.compile(r"^# admission: restricted\s*$", re.M)
+ADMISSION_LINE = re.compile(r"^# admission: (baseline|restricted)\s*$", re.M)
+
+# Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards,
+# the policies of k8s.io/pod-security-admission policy/*.go as of 1.32).
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes"}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
 
 
-def check_restricted(doc, where, errors):
-    """A pod template that must be admitted by the Pod Security `restricted` level and
-    OpenShift's restricted-v2 SCC (which drops ALL capabilities, allows adding only
-    NET_BIND_SERVICE, forbids privilege escalation, host namespaces and host paths, and
-    runs a UID from the namespace's range): kubernetes.io/docs/concepts/security/pod-security-standards."""
-    for tpath, template in pod_templates(doc):
-        spec = template["spec"]
-        name = f"{where}: {tpath.removeprefix('spec.')}"
-        pod_sc = spec.get("securityContext") or {}
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(key):
-                errors.append(f"{name}: {key}: not admitted by restricted-v2")
-        for v in spec.get("volumes") or []:
-            if "hostPath" in v:
-                errors.append(f"{name}: volume {v.get('name')}: hostPath is not admitted by restricted-v2")
-        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-            sc = c.get("securityContext") or {}
-            caps = sc.get("capabilities") or {}
-            label = f"{name}: {c.get('name')}"
-            extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
+def pod_security(spec, level):
+    """What the Pod Security `level` (baseline or restricted) refuses in a pod spec, one
+    message per violation, in the policies' terms. `restricted` includes `baseline`."""
+    out = []
+    pod_sc = spec.get("securityContext") or {}
+    containers = [c for k in ("initContainers", "containers", "ephemeralContainers")
+                  for c in spec.get(k) or []]
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            out.append(f"{key}: host namespaces")
+    for v in spec.get("volumes") or []:
+        kind = next((k for k in v if k != "name"), None)
+        if kind == "hostPath":
+            out.append(f"volume {v.get('name')}: hostPath volumes")
+        elif level == "restricted" and kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {v.get('name')}: {kind} is not a restricted volume type")
+    for s in pod_sc.get("sysctls") or []:
+        if s.get("name") not in SAFE_SYSCTLS:
+            out.append(f"sysctl {s.get('name')}: not a safe sysctl")
+    for c in containers:
+        sc, label = c.get("securityContext") or {}, c.get("name")
+        caps = sc.get("capabilities") or {}
+        if sc.get("privileged"):
+            out.append(f"{label}: privileged")
+        if ((sc.get("windowsOptions") or {}).get("hostProcess")
+                or (pod_sc.get("windowsOptions") or {}).get("hostProcess")):
+            out.append(f"{label}: hostProcess")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            out.append(f"{label}: hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{label}: procMount {sc.get('procMount')}")
+        for where in (sc, pod_sc):
+            se = where.get("seLinuxOptions") or {}
+            if se.get("type", "") not in SELINUX_TYPES or se.get("user") or se.get("role"):
+                out.append(f"{label}: seLinuxOptions {se}")
+            if (where.get("appArmorProfile") or {}).get("type") == "Unconfined":
+                out.append(f"{label}: AppArmor Unconfined")
+        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+        if seccomp == "Unconfined":
+            out.append(f"{label}: seccomp Unconfined")
+        added = set(caps.get("add") or [])
+        if level == "baseline":
+            extra = sorted(added - BASELINE_CAPABILITIES)
             if extra:
-                errors.append(f"{label}: adds {extra}: restricted-v2 allows adding only NET_BIND_SERVICE")
-            if "ALL" not in (caps.get("drop") or []):
-                errors.append(f"{label}: does not drop ALL capabilities")
-            if sc.get("allowPrivilegeEscalation") is not False:
-                errors.append(f"{label}: allowPrivilegeEscalation is not false")
-            if sc.get("privileged"):
-                errors.append(f"{label}: privileged")
-            if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-                errors.append(f"{label}: runAsNonRoot is not true (in the pod or the container)")
-            if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
-                errors.append(f"{label}: runs as UID 0")
-            seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
-            if seccomp not in ("RuntimeDefault", "Localhost"):
-                errors.append(f"{label}: no RuntimeDefault or Localhost seccomp profile")
+                out.append(f"{label}: adds {extra}: baseline allows only {sorted(BASELINE_CAPABILITIES)}")
+            continue
+        extra = sorted(added - {"NET_BIND_SERVICE"})
+        if extra:
+            out.append(f"{label}: adds {extra}: restricted allows adding only NET_BIND_SERVICE")
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{label}: does not drop ALL capabilities")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{label}: allowPrivilegeEscalation is not false")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            out.append(f"{label}: runAsNonRoot is not true (in the pod or the container)")
+        if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
+            out.append(f"{label}: runs as UID 0")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{label}: no RuntimeDefault or Localhost seccomp profile")
+    for key in ("annotations",):
+        for k, v in ((spec.get("metadata") or {}).get(key) or {}).items():
+            if k.startswith("container.apparmor.security.beta.kubernetes.io/") and v == "unconfined":
+                out.append(f"{k}: AppArmor unconfined")
+    return out
+
+
+def check_restricted(doc, where, errors, level="restricted"):
+    """Every pod template must be admitted by the Pod Security `level`; `restricted` also
+    stands for OpenShift's restricted-v2 SCC, whose rules for a pod that fixes no UID are
+    the same (drop ALL, add only NET_BIND_SERVICE, no privilege escalation, no host
+    namespaces or paths): kubernetes.io/docs/concepts/security/pod-security-standards."""
+    for tpath, template in pod_templates(doc):
+        name = f"{where}: {tpath.removeprefix('spec.')}"
+        spec = dict(template["spec"], metadata=template.get("metadata") or {})
+        for message in pod_security(spec, level):
+            errors.append(f"{name}: {message}: not admitted by Pod Security {level}")
 
 
 def job_specs(doc):
@@ -699,8 +752,9 @@ def validate_text(label, text, node_text, schemas, errors):
         check_network_attachment(doc, where, errors)
         check_pod_failure_policy(doc, where, errors)
         check_machine_config(doc, where, errors)
-        if ADMISSION_LINE.search(node_text):
-            check_restricted(doc, where, errors)
+        admission = ADMISSION_LINE.search(node_text)
+        if admission:
+            check_restricted(doc, where, errors, admission.group(1))
         for container, argv in commands(doc):
             found.append({"file": label, "container": container, "argv": argv})
     if templates and not found:
