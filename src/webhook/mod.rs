@@ -79,12 +79,18 @@ pub fn webhook(
         stats: stats::Stats::default(),
         owners,
     });
-    let stop = crate::serve::stop_on_signals()?;
-    start_metrics(metrics, &shared, stop)?;
+    let bound = |l: &TcpListener, given: &str| {
+        l.local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| given.to_string())
+    };
     crate::diagnostic::line(format_args!(
         "nccl-preflight: webhook: serving POST /mutate on https://{}, metrics on http://{}",
-        args.listen, args.metrics_listen
+        bound(&listener, &args.listen),
+        bound(&metrics, &args.metrics_listen)
     ));
+    let stop = crate::serve::stop_on_signals()?;
+    start_metrics(metrics, &shared, stop)?;
     accept(listener, &tls, &shared, stop)?;
     Ok(Exit::new(
         crate::run::EXIT_OK,

@@ -30,7 +30,7 @@ pub fn start(fixture: &str, args: &[&str]) -> Server {
     start_command(fixture_command(fixture, "serve", &all, &[]))
 }
 
-fn start_command(command: std::process::Command) -> Server {
+pub fn start_command(command: std::process::Command) -> Server {
     let server = spawn_server(command);
     wait_for(&server, "/report", |status, _| status != 503);
     server
@@ -57,9 +57,22 @@ fn spawn_server(mut command: std::process::Command) -> Server {
     Server { child, addr }
 }
 
+/// GET `path` from a plain HTTP server at `addr` (the webhook's metrics port): the body.
+pub fn http_get(addr: &str, path: &str) -> String {
+    raw_at(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+    )
+    .2
+}
+
 /// Sends raw bytes; returns (status, content type, body).
 pub fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
-    let mut s = TcpStream::connect(&server.addr).unwrap();
+    raw_at(&server.addr, request)
+}
+
+fn raw_at(addr: &str, request: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     let _ = s.write_all(request);
     let mut text = String::new();
