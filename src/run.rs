@@ -452,7 +452,25 @@ fn evaluate_gathering(
             cuda,
         )?,
     };
-    Ok((judge_gathered(args, facts, policy), hung))
+    let mut report = judge_gathered(args, facts, policy);
+    report.generated = Some(generated(env, &report.facts));
+    Ok((report, hung))
+}
+
+/// When and on which node this report is made: now, and the node the downward API
+/// gives (`NCCL_PREFLIGHT_NODE_NAME`), else the host name gathered.
+pub(crate) fn generated(env: &[(OsString, OsString)], facts: &Facts) -> crate::report::Generated {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let node = env
+        .iter()
+        .find(|(k, _)| k == "NCCL_PREFLIGHT_NODE_NAME")
+        .and_then(|(_, v)| v.to_str())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .or_else(|| facts.namespaces.hostname.value().cloned());
+    crate::report::Generated::at_unix(unix, node)
 }
 
 /// Judges and tunes `facts` gathered (or saved) for `args`.

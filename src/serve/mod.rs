@@ -226,7 +226,9 @@ fn gathered_in_child(
     };
     match probe::in_child(&args.check.gather, env, &request) {
         Ok(gathered) => {
-            let report = crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            let mut report =
+                crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            report.generated = Some(crate::run::generated(env, &report.facts));
             Some((report, crate::gather::gpu::HungCall(gathered.hung)))
         }
         Err(e) => {

@@ -275,6 +275,14 @@ fn check_container(trainer: &Value, argv: Vec<String>) -> Value {
             c[key] = trainer[key].clone();
         }
     }
+    // The report names the node it ran on (the downward API's spec.nodeName).
+    let node = json!({"name": "NCCL_PREFLIGHT_NODE_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}});
+    match c["env"].as_array_mut() {
+        Some(env) if env.iter().all(|e| e["name"] != "NCCL_PREFLIGHT_NODE_NAME") => env.push(node),
+        Some(_) => {}
+        None => c["env"] = json!([node]),
+    }
     c
 }
 
@@ -287,29 +295,16 @@ fn append(pod_array: &Value, path: &str, value: Value) -> Value {
     }
 }
 
-/// Decides for one pod; `owner_nodes` is the pod count its owner gives, where the
-/// caller looked it up.
-pub fn decide(pod: &Value, settings: &Settings, owner_nodes: Option<u64>) -> Decision {
-    if let Some(why) = skip_reason(pod) {
-        return Decision::Skip(why);
-    }
-    let Some((i, trainer)) = trainer(pod) else {
-        return Decision::Skip("no container asks for an NVIDIA GPU".into());
-    };
-    let (mode, note) = mode(pod, trainer, settings.mode);
-    let nodes = nodes(pod, trainer, owner_nodes);
-    let binary = format!("{DIR}/nccl-preflight");
-    let spec = &pod["spec"];
-    let tc = format!("/spec/containers/{i}");
+/// The operations on the trainer for `mode`: `init` adds the check container (to
+/// `inits`) and NCCL_CONF_FILE; `exec` makes `argv -- COMMAND ARGS` its command.
+fn trainer_ops(
+    mode: Mode,
+    trainer: &Value,
+    tc: &str,
+    mut argv: Vec<String>,
+    inits: &mut Vec<Value>,
+) -> Vec<Value> {
     let mut patch = Vec::new();
-    patch.push(append(
-        &spec["volumes"],
-        "/spec/volumes",
-        json!({"name": VOLUME, "emptyDir": {"sizeLimit": "64Mi"}}),
-    ));
-    let mut inits = vec![install_container(settings)];
-    let mut argv = vec![binary, mode.name().to_string()];
-    argv.extend(flags(mode, nodes, trainer, settings));
     match mode {
         Mode::Init => {
             inits.push(check_container(trainer, argv));
@@ -341,6 +336,33 @@ pub fn decide(pod: &Value, settings: &Settings, owner_nodes: Option<u64>) -> Dec
             }
         }
     }
+    patch
+}
+
+/// Decides for one pod; `owner_nodes` is the pod count its owner gives, where the
+/// caller looked it up.
+pub fn decide(pod: &Value, settings: &Settings, owner_nodes: Option<u64>) -> Decision {
+    if let Some(why) = skip_reason(pod) {
+        return Decision::Skip(why);
+    }
+    let Some((i, trainer)) = trainer(pod) else {
+        return Decision::Skip("no container asks for an NVIDIA GPU".into());
+    };
+    let (mode, note) = mode(pod, trainer, settings.mode);
+    let nodes = nodes(pod, trainer, owner_nodes);
+    let binary = format!("{DIR}/nccl-preflight");
+    let spec = &pod["spec"];
+    let tc = format!("/spec/containers/{i}");
+    let mut patch = Vec::new();
+    patch.push(append(
+        &spec["volumes"],
+        "/spec/volumes",
+        json!({"name": VOLUME, "emptyDir": {"sizeLimit": "64Mi"}}),
+    ));
+    let mut inits = vec![install_container(settings)];
+    let mut argv = vec![binary, mode.name().to_string()];
+    argv.extend(flags(mode, nodes, trainer, settings));
+    patch.extend(trainer_ops(mode, trainer, &tc, argv, &mut inits));
     patch.push(append(
         &trainer["volumeMounts"],
         &format!("{tc}/volumeMounts"),
