@@ -110,7 +110,7 @@ const UNREAD: &[Unread] = &[
     },
     Unread {
         modes: &["serve"],
-        flags: &["taint_after"],
+        flags: &["taint_after", "node_name", "service_account"],
         when: When::Without("taint_node"),
         why: "only --taint-node reads it",
     },
@@ -374,10 +374,20 @@ mod tests {
                         "xid_not_ready",
                         "xid_ignore",
                     ],
-                    vec!["watch_nccl"],
+                    vec!["watch_nccl", "taint_node"],
                 ]
                 .concat(),
-                [vec!["cuda", "format"], WATCH[1..].to_vec()].concat(),
+                [
+                    vec![
+                        "cuda",
+                        "format",
+                        "taint_after",
+                        "node_name",
+                        "service_account",
+                    ],
+                    WATCH[1..].to_vec(),
+                ]
+                .concat(),
             ),
             (
                 "facts",
@@ -416,6 +426,19 @@ mod tests {
             ),
             ("explain-log", vec!["format"], vec![]),
             ("install", vec!["name"], vec![]),
+            (
+                "webhook",
+                vec![
+                    "listen",
+                    "metrics_listen",
+                    "tls_cert",
+                    "tls_key",
+                    "inject_image",
+                    "inject_mode",
+                    "service_account",
+                ],
+                vec![],
+            ),
         ]
     }
 
@@ -450,6 +473,9 @@ mod tests {
                 Some("DURATION") => "20s",
                 Some("XID[,XID...]") => "79",
                 Some("BYTES") => "80",
+                Some("IMAGE") => "registry.example/nccl-preflight:1",
+                Some("RUNS") => "3",
+                Some("NODE") => "node-1",
                 other => panic!("{}: no sample for value name {other:?}", arg.get_id()),
             }
             .to_string(),

@@ -884,6 +884,36 @@ fn the_image_is_named_once_and_every_rendered_manifest_gets_it() {
     let text = stdout(&out);
     assert!(text.contains(&format!("image: {name}:{tag}\n")), "{text}");
     assert!(!text.contains("image: nccl-preflight\n"));
+    // The README and the docs name the same image, and no other.
+    let mut pages = vec![repo().join("README.md"), manifests().join("README.md")];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        pages.push(e.unwrap().path());
+    }
+    let mut named = 0;
+    for page in pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
+        let text = std::fs::read_to_string(page).unwrap();
+        for word in text.split(|c: char| c.is_whitespace() || "`'\"()[]|,".contains(c)) {
+            // A registry host (it has a dot) before a path ending in nccl-preflight:TAG.
+            let Some((path, _)) = word.split_once(":") else {
+                continue;
+            };
+            if path.ends_with("/nccl-preflight")
+                && path.split('/').next().is_some_and(|h| h.contains('.'))
+            {
+                named += 1;
+                assert_eq!(
+                    word.trim_end_matches('.'),
+                    format!("{name}:{tag}"),
+                    "{}",
+                    page.display()
+                );
+            }
+        }
+    }
+    assert!(named >= 2, "{named}");
     let workflow = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
     assert!(
         workflow.contains("examples/manifests/image/kustomization.yaml"),
@@ -1090,6 +1120,27 @@ fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metri
         }
     }
     assert!(named >= 6, "{named}");
+    // Every alert says what it means and where its runbook is (docs/alerts.md).
+    let runbooks = std::fs::read_to_string(repo().join("docs/alerts.md")).unwrap();
+    for alert in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let name = alert["alert"].as_str().unwrap();
+        let annotations = &alert["annotations"];
+        assert!(
+            annotations["description"]
+                .as_str()
+                .is_some_and(|d| d.len() > 40),
+            "{name}"
+        );
+        let url = annotations["runbook_url"].as_str().unwrap_or_default();
+        assert!(
+            url.ends_with(&format!("docs/alerts.md#{}", name.to_lowercase())),
+            "{name}: {url}"
+        );
+        assert!(
+            runbooks.contains(&format!("\n## {name}\n")),
+            "docs/alerts.md has no section {name}"
+        );
+    }
     for needle in [
         "counter=\"replay\"",
         "counter=\"recovery\"",
