@@ -32,7 +32,7 @@ pub(crate) fn progress(asked: bool, args: std::fmt::Arguments<'_>) {
 /// carriage returns, line breaks, tabs) is shown as a visible escape such as `\x1b`
 /// or `\u{9b}`, so names and log text from the host cannot move the cursor, clear
 /// the screen or forge report lines. Borrowed when there is nothing to escape.
-pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(char::is_control) {
         return std::borrow::Cow::Borrowed(text);
     }

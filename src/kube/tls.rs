@@ -52,7 +52,7 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String>
 }
 
 /// A certificate chain and its private key, checked to belong together.
-pub fn certified_key(
+fn certified_key(
     cert: &Path,
     key: &Path,
     provider: &CryptoProvider,

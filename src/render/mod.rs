@@ -19,7 +19,7 @@ pub fn comment_text(text: &str) -> String {
         .collect()
 }
 
-pub use crate::diagnostic::visible;
+pub(crate) use crate::diagnostic::visible;
 
 /// A POSIX environment variable name: letters, digits and `_`, not starting with a digit.
 pub fn is_env_name(name: &str) -> bool {

@@ -24,14 +24,14 @@
 use serde_json::{Value, json};
 
 /// The shared volume and where every container mounts it.
-pub const VOLUME: &str = "nccl-preflight";
-pub const DIR: &str = "/nccl-preflight";
-pub const INSTALL: &str = "nccl-preflight-install";
-pub const CHECK: &str = "nccl-preflight";
+const VOLUME: &str = "nccl-preflight";
+const DIR: &str = "/nccl-preflight";
+const INSTALL: &str = "nccl-preflight-install";
+const CHECK: &str = "nccl-preflight";
 /// Pod annotations: the mark, a per-pod opt-out (`"false"`), a per-pod mode, a pod count.
-pub const INJECTED: &str = "nccl-preflight.io/injected";
-pub const OPT_OUT: &str = "nccl-preflight.io/inject";
-pub const MODE: &str = "nccl-preflight.io/mode";
+const INJECTED: &str = "nccl-preflight.io/injected";
+const OPT_OUT: &str = "nccl-preflight.io/inject";
+const MODE: &str = "nccl-preflight.io/mode";
 pub const NODES: &str = "nccl-preflight.io/nodes";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -108,7 +108,7 @@ pub fn answer(review: &Review, patch: Option<&[Value]>) -> String {
 }
 
 /// Standard base64 with padding (RFC 4648 section 4), as the API's `[]byte` fields are.
-pub fn base64(data: &[u8]) -> String {
+fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
