@@ -557,23 +557,49 @@ mod tests {
         };
     }
 
+    /// A fixture's golden part of its facts laid over whole facts. Its sections are
+    /// whole, or some whole fields of one (tests/integration/fixtures.rs,
+    /// FACTS_UNDER_TEST): a section whose keys are a strict subset of the base's is laid
+    /// field by field, any other replaces the base's (an enum's tag, `{"value": ..}`
+    /// against `{"error": ..}`, must never be mixed).
+    fn overlay(base: &mut Value, part: &Value) {
+        for (key, section) in part.as_object().into_iter().flatten() {
+            let at = &mut base[key];
+            match (at.as_object_mut(), section.as_object()) {
+                (Some(at), Some(fields))
+                    if fields.len() < at.len() && fields.keys().all(|k| at.contains_key(k)) =>
+                {
+                    for (field, value) in fields {
+                        at.insert(field.clone(), value.clone());
+                    }
+                }
+                _ => *at = section.clone(),
+            }
+        }
+    }
+
     /// A bounded, seeded fuzz of the facts loader and everything downstream of it
     /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
     /// renderers): mutated golden facts, in a report, must load or be refused with an error,
-    /// and never panic.
+    /// and never panic. The seeds: healthy-pod's whole facts, and each fixture's golden
+    /// part of its facts (tests/golden/NAME/facts.json) laid over them.
     #[test]
     fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
         let goldens = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let read = |path: &std::path::Path| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let whole = read(&goldens.join("healthy-pod/facts.json"));
         let mut seeds: Vec<Value> = Vec::new();
         let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
             .unwrap()
-            .map(|e| e.unwrap().path().join("facts/facts.json"))
+            .map(|e| e.unwrap().path().join("facts.json"))
             .filter(|p| p.exists())
             .collect();
         dirs.sort();
         for path in dirs {
-            let facts: Value =
-                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let mut facts = whole.clone();
+            overlay(&mut facts, &read(&path));
             seeds.push(
                 serde_json::json!({ "schema": crate::report::REPORT_SCHEMA, "facts": facts }),
             );
