@@ -252,16 +252,15 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     Ok(Exit::new(EXIT_OK, hung))
 }
 
-/// `facts-child`: `facts` for serve's probe, the document sent as the child
-/// protocol's reply, so nothing a library prints can be taken for it.
-/// `serve`'s gathering child: its request (`serve::probe::Request`, empty for the
-/// defaults) says what an earlier run found of the image's libraries; it replies the
-/// facts, and exits with `EXIT_NODE_FAULT` where a vendor call hung.
-pub fn facts_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let request = crate::child::request().map_err(anyhow::Error::msg)?;
-    let request = crate::serve::probe::Request::parse(&request)?;
+/// `facts-child`: `facts` for serve's probe (`serve::probe`), asked and answered in the
+/// child protocol (`crate::child`): its request carries the server's gather flags and
+/// what an earlier run found of the image's libraries; it replies the facts, and exits
+/// with `EXIT_NODE_FAULT` where a vendor call hung.
+pub fn facts_child(env: &[(OsString, OsString)]) -> Result<Exit> {
+    let request: crate::serve::probe::Request =
+        crate::child::request().map_err(|e| anyhow::anyhow!("facts-child: {e}"))?;
     let (facts, hung) = crate::run::gather_facts_probed(
-        &describing(args),
+        &describing(&request.gather),
         env,
         request.probe_all,
         request.probed.as_ref(),
@@ -492,6 +491,48 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// Every flag of `GatherArgs` travels in the requests of the children that gather
+    /// (`crate::child`): the flags clap defines and the keys serde writes both come from
+    /// the derives, so a flag added and left out of the encoding fails here, whatever
+    /// its name. Each request reads back as it was written.
+    #[test]
+    fn every_gather_flag_travels_in_the_child_requests() {
+        use clap::{Args, FromArgMatches};
+        let command = GatherArgs::augment_args(clap::Command::new("gather"));
+        let flags: std::collections::BTreeSet<String> = command
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(flags.len() > 10, "{flags:?}");
+        let gather = GatherArgs::from_arg_matches(&command.get_matches_from(["gather"])).unwrap();
+        let facts = crate::serve::probe::Request {
+            gather: gather.clone(),
+            probe_all: true,
+            probed: None,
+        };
+        let bench = crate::bench::child::Request {
+            part: crate::bench::child::Part::Links { cuda_facts: true },
+            gather,
+            limits: crate::cli::BenchLimits {
+                bench_seconds: std::time::Duration::from_millis(1500),
+                min_bandwidth_fraction: 0.25,
+            },
+        };
+        let facts_sent = crate::child::encode(&facts).unwrap();
+        let bench_sent = crate::child::encode(&bench).unwrap();
+        for sent in [&facts_sent, &bench_sent] {
+            let doc: Value = serde_json::from_slice(sent).unwrap();
+            let keys: std::collections::BTreeSet<String> =
+                doc["gather"].as_object().unwrap().keys().cloned().collect();
+            let missing: Vec<_> = flags.difference(&keys).collect();
+            assert!(missing.is_empty(), "not in the request: {missing:?}");
+        }
+        let facts_read: crate::serve::probe::Request = crate::child::decode(&facts_sent).unwrap();
+        let bench_read: crate::bench::child::Request = crate::child::decode(&bench_sent).unwrap();
+        assert_eq!(crate::child::encode(&facts_read).unwrap(), facts_sent);
+        assert_eq!(crate::child::encode(&bench_read).unwrap(), bench_sent);
+    }
 
     /// fastrand, seeded: a fixed seed gives the same mutations on every run and machine.
     struct Rng(fastrand::Rng);

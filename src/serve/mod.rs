@@ -210,10 +210,11 @@ fn gathered_in_child(
         return None;
     }
     let request = probe::Request {
+        gather: args.check.gather.clone(),
         probe_all: shared.policy.require.any_rdma(),
         probed: probed.clone(),
     };
-    match probe::in_child(&args.check.gather, env, &request) {
+    match probe::in_child(env, &request) {
         Ok(gathered) => {
             let report = crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
             Some((report, crate::gather::gpu::HungCall(gathered.hung)))
