@@ -10,8 +10,8 @@ use crate::output::{self, Output};
 use crate::render;
 use crate::report::Report;
 use crate::run::{
-    EXIT_FAILED, EXIT_NODE_FAULT, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate,
-    evaluate_under, use_color,
+    EXIT_FAILED, EXIT_NODE_FAULT, EXIT_OK, Evaluation, Exit, build_policy, emit, emit_err,
+    evaluate, use_color,
 };
 use crate::run::{describing, exec_environment, exit_code, gather_facts, print};
 use crate::tune;
@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(args, env, false)?;
+    let (report, hung) = evaluate(args, env, Evaluation::default())?;
     print(&report, args.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
@@ -43,7 +43,7 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         let max = probe
             .max_output
             .map_or(render::npd::DEFAULT_MAX_OUTPUT, usize::from);
-        let (code, line, hung) = match evaluate(&args, env, false) {
+        let (code, line, hung) = match evaluate(&args, env, Evaluation::default()) {
             Ok((report, hung)) => {
                 let (code, line) = render::npd::answer(&report, max);
                 (code, line, hung)
@@ -56,7 +56,7 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         emit(&format!("{line}\n"))?;
         return Ok(Exit::new(code, hung));
     }
-    let (report, hung) = evaluate(&args, env, false)?;
+    let (report, hung) = evaluate(&args, env, Evaluation::default())?;
     emit(&format!("{}\n", render::npd::probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
 }
@@ -66,7 +66,11 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         gather: describing(&args.gather),
         ..args.clone()
     };
-    let (report, hung) = evaluate(args, env, true)?;
+    let how = Evaluation {
+        probe_all: true,
+        ..Evaluation::default()
+    };
+    let (report, hung) = evaluate(args, env, how)?;
     match args.format {
         Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
@@ -97,17 +101,18 @@ fn init_bench(
         ),
     );
     let (mut report, hung, measured) = if args.bench_nccl {
-        let (report, hung) = evaluate_under(&args.check, env, false, policy)?;
+        let (report, hung) = evaluate(&args.check, env, Evaluation::under(policy))?;
         // Measured with the settings the trainer will get.
         let bench = crate::bench::child::start_all(args, exec_environment(env, &report.settings));
         (report, hung, crate::bench::child::finish(bench))
     } else {
         let cuda_facts = args.check.gather.cuda == Switch::On;
         let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
-        let (report, hung) = match cuda {
-            Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
-            None => evaluate_under(&args.check, env, false, policy)?,
+        let how = Evaluation {
+            cuda,
+            ..Evaluation::under(policy)
         };
+        let (report, hung) = evaluate(&args.check, env, how)?;
         // Judged against this process's NVML link figures: the child reads none.
         let measured = crate::bench::child::finish_links(
             links,
@@ -131,7 +136,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (mut report, hung) = if args.bench {
         init_bench(args, env, &policy)?
     } else {
-        evaluate_under(&args.check, env, false, &policy)?
+        evaluate(&args.check, env, Evaluation::under(&policy))?
     };
     if args.gang {
         if hung.0 {
@@ -245,7 +250,7 @@ fn output_dir_exists(path: &Path) -> bool {
 
 pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // The same probes as `check`, so `check --facts` judges what `check` would have.
-    let (facts, hung) = gather_facts(&describing(args), env, false)?;
+    let (facts, hung) = gather_facts(&describing(args), env, Evaluation::default())?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     emit(&text)?;
@@ -259,12 +264,12 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 pub fn facts_child(env: &[(OsString, OsString)]) -> Result<Exit> {
     let request: crate::serve::probe::Request =
         crate::child::request().map_err(|e| anyhow::anyhow!("facts-child: {e}"))?;
-    let (facts, hung) = crate::run::gather_facts_probed(
-        &describing(&request.gather),
-        env,
-        request.probe_all,
-        request.probed.as_ref(),
-    )?;
+    let how = Evaluation {
+        probe_all: request.probe_all,
+        probed: request.probed.as_ref(),
+        ..Evaluation::default()
+    };
+    let (facts, hung) = gather_facts(&describing(&request.gather), env, how)?;
     let text = serde_json::to_vec(&facts).context("serializing facts")?;
     crate::child::reply(&text);
     let code = if hung.0 { EXIT_NODE_FAULT } else { EXIT_OK };
@@ -322,7 +327,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     } else {
         None
     };
-    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
     if let Some(identity) = &identity
         && let Some(exit) = exec_gang(args, env, &policy, identity, &mut report, hung)?
     {

@@ -13,8 +13,8 @@
 //! The table is derived from the code that reads the flags: `commands::probe` and
 //! `serve::without_cuda` set `cuda` off; `serve` prints no report (`/report` is JSON);
 //! `bench::command::bench` reads only the host root, NVML, CUDA and NCCL flags of
-//! `GatherArgs`; `run::evaluate_reusing` reads only `--nodes` and `--image` of them with
-//! `--facts`; `commands::facts` never reads `--nodes` (`run::evaluate_reusing` does).
+//! `GatherArgs`; `run::judge_gathered` reads only `--nodes` and `--image` of them with
+//! `--facts`; `commands::facts` never reads `--nodes` (`run::judge_gathered` does).
 
 use super::BenchKind;
 use clap::ArgMatches;

@@ -243,7 +243,11 @@ fn run_once(
     let outcome = match gathered_in_child(args, env, shared, probed) {
         Some(judged) => Ok(judged),
         None => {
-            crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref())
+            let how = crate::run::Evaluation {
+                probed: probed.as_ref(),
+                ..crate::run::Evaluation::under(&shared.policy)
+            };
+            crate::run::evaluate(&args.check, env, how)
         }
     };
     let mut next = Snapshot {
