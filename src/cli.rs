@@ -8,6 +8,7 @@
 
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub mod unread;
@@ -152,13 +153,15 @@ pub enum Command {
     /// stacks are compared, all-reduce and node-to-node bandwidth measured, the slow node named.
     /// One process per pod; every pod exits with the job's verdict.
     Gang(GangArgs),
-    /// The gang's NCCL child (internal): reads its plan on standard input.
+    /// The gang's NCCL child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
     GangWorker,
-    /// serve's library probe (internal): `facts`, the document sent as the reply of the
-    /// child protocol (`crate::child`).
+    /// serve's gathering child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
-    FactsChild(GatherArgs),
+    FactsChild,
+    /// init's bench child (internal; its request and reply: `crate::child`).
+    #[command(hide = true)]
+    BenchChild,
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
@@ -405,7 +408,7 @@ pub struct InstallArgs {
     pub name: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum BenchKind {
     /// Peer copies between every pair of GPUs through the CUDA driver.
     P2p,
@@ -442,18 +445,6 @@ pub struct BenchArgs {
     pub format: Format,
     #[command(flatten)]
     pub gather: GatherArgs,
-    /// `init --bench`'s child: the report is the reply of the child protocol
-    /// (`crate::child`), and NCCL's communicators are left to the process's end.
-    #[arg(long, hide = true)]
-    pub child: bool,
-    /// `init --bench`'s child, first: read the CUDA driver's facts for init's checks and
-    /// send them as a frame before measuring (one cuInit for both processes).
-    #[arg(long, hide = true, requires = "child")]
-    pub cuda_facts: bool,
-    /// `init --bench`'s child: read no NVML and reply what was measured, unjudged;
-    /// init judges it against the link figures of its own NVML facts.
-    #[arg(long, hide = true, requires = "child")]
-    pub raw: bool,
 }
 
 #[derive(Debug, Args)]
@@ -484,25 +475,27 @@ pub struct ExplainArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum Switch {
     On,
     Off,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum ImageArg {
     Trainer,
     Own,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum Format {
     Human,
     Json,
 }
 
-#[derive(Debug, Clone, Args)]
+// Serialized whole into the requests of `facts-child` and `bench-child` (`crate::child`);
+// a plain comment, since clap would take a doc comment for the `facts` help.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct GatherArgs {
     /// Deadline for each NVML and CUDA call (e.g. 500ms, 10s): a hung driver fails the check instead of the pod.
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
@@ -669,7 +662,7 @@ pub struct InitArgs {
 }
 
 /// How long a bench may run and what it must reach (`bench`, `init --bench`).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct BenchLimits {
     /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
     /// unmeasured when it runs out fails.

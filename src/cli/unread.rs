@@ -13,8 +13,8 @@
 //! The table is derived from the code that reads the flags: `commands::probe` and
 //! `serve::without_cuda` set `cuda` off; `serve` prints no report (`/report` is JSON);
 //! `bench::command::bench` reads only the host root, NVML, CUDA and NCCL flags of
-//! `GatherArgs`; `run::evaluate_reusing` reads only `--nodes` and `--image` of them with
-//! `--facts`; `commands::facts` never reads `--nodes` (`run::evaluate_reusing` does).
+//! `GatherArgs`; `run::judge_gathered` reads only `--nodes` and `--image` of them with
+//! `--facts`; `commands::facts` never reads `--nodes` (`run::judge_gathered` does).
 
 use super::BenchKind;
 use clap::ArgMatches;
@@ -409,9 +409,6 @@ mod tests {
                     "nvml_lib",
                     "cuda_lib",
                     "nccl_lib",
-                    "child",
-                    "cuda_facts",
-                    "raw",
                 ],
                 vec![
                     "verbs_lib",
@@ -491,10 +488,8 @@ mod tests {
         let mut argv = vec!["nccl-preflight".to_string(), mode.get_name().to_string()];
         argv.extend(context.iter().map(|s| s.to_string()));
         // A flag clap accepts only beside another (`requires`).
-        match (mode.get_name(), flag) {
-            ("probe", "max_output") => argv.push("--npd".into()),
-            ("bench", "cuda_facts" | "raw") => argv.push("--child".into()),
-            _ => {}
+        if (mode.get_name(), flag) == ("probe", "max_output") {
+            argv.push("--npd".into());
         }
         argv.push(long(flag));
         argv.extend(sample(arg));
@@ -518,8 +513,8 @@ mod tests {
         let mut walked = 0;
         for mode in command
             .get_subcommands()
-            // The internal children: their parent writes their command line.
-            .filter(|m| !["gang-worker", "facts-child"].contains(&m.get_name()))
+            // The internal children: they take no flags (`crate::child`).
+            .filter(|m| !m.is_hide_set())
         {
             let name = mode.get_name();
             let (_, reads, refuses) = table

@@ -7,7 +7,7 @@ use crate::cli::{CheckArgs, Format, GangArgs, GangOpts};
 use crate::layout::{GangFlags, GangIdentity};
 use crate::policy::Policy;
 use crate::report::Report;
-use crate::run::{Exit, build_policy, emit, evaluate_under, exit_code, use_color};
+use crate::run::{Evaluation, Exit, build_policy, emit, evaluate, exit_code, use_color};
 use anyhow::{Result, anyhow, bail};
 use std::ffi::OsString;
 
@@ -235,7 +235,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.check.facts.is_some() {
         bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
     }
-    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
     if hung.0 {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"

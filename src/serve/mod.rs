@@ -221,10 +221,11 @@ fn gathered_in_child(
         return None;
     }
     let request = probe::Request {
+        gather: args.check.gather.clone(),
         probe_all: shared.policy.require.any_rdma(),
         probed: probed.clone(),
     };
-    match probe::in_child(&args.check.gather, env, &request) {
+    match probe::in_child(env, &request) {
         Ok(gathered) => {
             let mut report =
                 crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
@@ -255,7 +256,11 @@ fn run_once(
     let outcome = match gathered_in_child(args, env, shared, probed) {
         Some(judged) => Ok(judged),
         None => {
-            crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref())
+            let how = crate::run::Evaluation {
+                probed: probed.as_ref(),
+                ..crate::run::Evaluation::under(&shared.policy)
+            };
+            crate::run::evaluate(&args.check, env, how)
         }
     };
     let mut next = Snapshot {

@@ -386,7 +386,7 @@ fn hostile_facts_and_recordings_exit_2_naming_the_file() {
         }
     }
     // A pipe with a writer still works, as process substitution does.
-    let facts = repo().join("tests/golden/healthy-pod/facts/facts.json");
+    let facts = repo().join("tests/golden/healthy-pod/facts.json");
     let mut child = command(&["check", "--facts", "/dev/stdin", "--format", "json"], &[])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -643,7 +643,7 @@ fn peak_rss(cmd: &mut Command) -> (Option<i32>, u64) {
 #[test]
 fn a_64_mib_facts_padded_with_an_unknown_field_is_judged_in_little_memory() {
     let dir = scratch("attack-facts-64mib");
-    let golden = repo().join("tests/golden/healthy-pod/facts/facts.json");
+    let golden = repo().join("tests/golden/healthy-pod/facts.json");
     let text = std::fs::read_to_string(golden).unwrap();
     let body = text.trim_end().strip_suffix('}').unwrap();
     let mut padded = format!("{body},\"padding\":[");

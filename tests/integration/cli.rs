@@ -232,7 +232,7 @@ fn boolean_variables_accept_1_0_yes_no_on_off() {
     }
     // BENCH=0 is "no bench", so it does not conflict with --facts (clap counted a
     // variable set to false as the flag given); BENCH=1 does.
-    let facts = golden_path("healthy-pod", Part::Facts, "facts.json");
+    let facts = golden_path("healthy-pod", "facts.json");
     for (value, code) in [("0", 0), ("1", 2)] {
         let out = run(
             &["init", "--facts", facts.to_str().unwrap()],
@@ -385,9 +385,7 @@ fn two_thousand_gpus_and_100k_interfaces_replay_with_capped_output() {
     // Issue 18: 2,000 GPUs in `doctor` took 59 s and 1.85 GB (200 MB printed);
     // 100k interfaces took over 120 s. Both are now linear, and the matrices capped.
     let dir = scratch("absurd-sizes");
-    let golden = golden_path("gpu-h100-nv18", Part::Facts, "facts.json");
-    let mut facts: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let mut facts = gathered_facts("gpu-h100-nv18", &[]);
     let nvml = &mut facts["gpus"]["nvml"]["state"]["loaded"];
     let template = nvml["gpus"][0].clone();
     nvml["gpus"] = (0..2000)
