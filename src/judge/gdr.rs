@@ -214,6 +214,7 @@ fn no_pair(facts: &Facts) -> Finding {
                 ),
                 "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
             )
+            .undetermined()
             .evidence(e.to_string())
         }
         _ => Finding::skip(ID, "no GPU and RDMA device pair on this node"),
