@@ -439,7 +439,8 @@ fn dry_run(args: &ExecArgs, env: &[(OsString, OsString)], tuned: &[&tune::Settin
     ))
 }
 
-/// Replaces this process with CMD; returns only when execve failed.
+/// Replaces this process with CMD (as PID 1, runs it as a child: `init`); returns only
+/// when CMD could not be started, or, as PID 1, with CMD's exit.
 fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: HungCall) -> Exit {
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -449,8 +450,19 @@ fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: H
         .args(&args.command[1..])
         .env_clear()
         .envs(environment);
+    if std::process::id() == 1 {
+        return match init::run(&mut command) {
+            Ok(code) => Exit::new(code, hung),
+            Err(err) => not_started(args, &err, hung),
+        };
+    }
     // exec replaces this process: CMD's exit status and signals are the container's.
     let err = std::os::unix::process::CommandExt::exec(&mut command);
+    not_started(args, &err, hung)
+}
+
+/// The exit for a command that could not be started, as shells give it.
+fn not_started(args: &ExecArgs, err: &std::io::Error, hung: HungCall) -> Exit {
     crate::diagnostic::line(format_args!(
         "nccl-preflight: exec {}: {err}",
         args.command[0].to_string_lossy()
@@ -462,6 +474,92 @@ fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: H
         },
         hung,
     )
+}
+
+/// `exec` as PID 1 of a PID namespace (a container's first process). The kernel gives
+/// PID 1 only the signals it has a handler for (pid_namespaces(7): "the only signals
+/// that can be sent to the init process are those for which the init process has
+/// established a signal handler"): a command exec'd there that installs none (`sleep`,
+/// a plain Python script) ignored the kubelet's SIGTERM until SIGKILL, and reaped no
+/// orphan, which stayed a zombie. So as PID 1 exec stays, as tini does: CMD runs as its
+/// child, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to it,
+/// every child is reaped, and the exit code is CMD's, or 128 + the signal that killed it.
+mod init {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// CMD's pid, for the signal handler (0 until it runs).
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    /// A signal that came before CMD ran, passed on once it runs.
+    static PENDING: AtomicI32 = AtomicI32::new(0);
+
+    const FORWARDED: [Signal; 6] = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ];
+
+    /// Sends the pending signal, if any, to CMD: exactly once, by whoever swaps it out.
+    fn send_pending(child: i32) {
+        let signal = PENDING.swap(0, Ordering::SeqCst);
+        if signal != 0 {
+            // SAFETY: kill(2) is async-signal-safe; `child` is CMD's pid, not yet reaped.
+            unsafe { libc::kill(child, signal) };
+        }
+    }
+
+    extern "C" fn forward(signal: libc::c_int) {
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            // SAFETY: kill(2) is async-signal-safe; CMD is reaped only after it exited.
+            unsafe { libc::kill(child, signal) };
+            return;
+        }
+        PENDING.store(signal, Ordering::SeqCst);
+        // CMD may have started meanwhile, after its starter looked for this one.
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            send_pending(child);
+        }
+    }
+
+    /// Runs `command` as this process's child until it exits; its exit code.
+    pub(super) fn run(command: &mut std::process::Command) -> std::io::Result<u8> {
+        // From here a signal is CMD's: one that comes before CMD runs waits for it
+        // (the checks' handler would end this process and, with PID 1, the namespace).
+        let action = SigAction::new(
+            SigHandler::Handler(forward),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        for signal in FORWARDED {
+            // SAFETY: the handler calls only kill(2) and atomic loads and stores.
+            let _ = unsafe { sigaction(signal, &action) };
+        }
+        // std resets the signal mask and SIGPIPE in the child before execve, and
+        // execve resets the handlers: CMD starts with the default dispositions.
+        let child = command.spawn()?;
+        let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+        CHILD.store(pid, Ordering::SeqCst);
+        send_pending(pid);
+        loop {
+            // Any child: orphans reparented to PID 1 are reaped as they end.
+            match waitpid(None, None) {
+                Ok(WaitStatus::Exited(p, code)) if p.as_raw() == pid => {
+                    return Ok(u8::try_from(code).unwrap_or(u8::MAX));
+                }
+                Ok(WaitStatus::Signaled(p, signal, _)) if p.as_raw() == pid => {
+                    return Ok(128u8.saturating_add(u8::try_from(signal as i32).unwrap_or(0)));
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
 }
 
 /// `install DIR`: this very binary, copied whole into DIR under a temp name and

@@ -531,7 +531,15 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let started = Instant::now();
     let checker = start_checks(&shared, env, args, stop, tainter)?;
     let routes = routes(&shared, stale_after, started);
-    http::serve(listener, stop, routes).context("serving")?;
+    // The kubelet's probes (and the trainer's, /job/livez) are answered on the accept
+    // loop itself: their handlers only read prepared state.
+    http::serve(
+        listener,
+        stop,
+        routes,
+        &["/healthz", "/readyz", "/job/livez"],
+    )
+    .context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit

@@ -25,6 +25,7 @@ mod nccl_messages;
 mod nccl_oracle;
 mod nccl_vars;
 mod netns;
+mod nvml_failures;
 mod outputs;
 mod prediction;
 mod ras;
