@@ -88,7 +88,7 @@ pub fn healthy() -> Facts {
         launcher: BTreeMap::new(),
         nccl_env: BTreeMap::new(),
         image: crate::facts::ImageRole::Trainer,
-        named_files: BTreeMap::new(),
+        nccl_files: Default::default(),
         nodes: None,
     }
 }

@@ -257,7 +257,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Launcher,
             Fact::Image,
             Fact::Platform,
-            Fact::NamedFiles,
+            Fact::NcclFiles,
         ],
         blame: Blame::Job,
         blame_why: "the NCCL variables are the job's own settings",

@@ -102,6 +102,71 @@ pub(crate) fn parse_nccl_version(s: &str) -> Option<Version> {
     parse_version(s.split(['+', '-']).next()?.trim())
 }
 
+/// How strtoll(value, NULL, 0) reads a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntRead {
+    /// The whole value is a number.
+    Whole(i64),
+    /// A number followed by text strtoll stops at.
+    Prefix(i64),
+    /// No digits: strtoll returns 0.
+    NoDigits,
+    /// Out of int64: ERANGE, and NCCL keeps its default.
+    Overflow,
+}
+
+impl IntRead {
+    /// The number NCCL ends up with where it takes strtoll's result as it is (a prefix
+    /// counts, no digits is 0); `None` on overflow, where NCCL keeps its default.
+    pub fn value(self) -> Option<i64> {
+        match self {
+            IntRead::Whole(n) | IntRead::Prefix(n) => Some(n),
+            IntRead::NoDigits => Some(0),
+            IntRead::Overflow => None,
+        }
+    }
+}
+
+/// strtoll with base 0: leading blanks, a sign, `0x` for hex, a leading `0` for octal.
+pub fn strtoll(value: &str) -> IntRead {
+    let s = value.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, s) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let bytes = s.as_bytes();
+    let (radix, digits) = if (s.starts_with("0x") || s.starts_with("0X"))
+        && bytes.get(2).is_some_and(u8::is_ascii_hexdigit)
+    {
+        (16, &s[2..])
+    } else if s.starts_with('0') {
+        (8, s)
+    } else {
+        (10, s)
+    };
+    let len = digits
+        .bytes()
+        .take_while(|b| (*b as char).is_digit(radix))
+        .count();
+    if len == 0 {
+        return IntRead::NoDigits;
+    }
+    let magnitude = match i128::from_str_radix(&digits[..len], radix) {
+        Ok(m) => m,
+        Err(_) => return IntRead::Overflow,
+    };
+    let signed = if negative { -magnitude } else { magnitude };
+    let Ok(n) = i64::try_from(signed) else {
+        return IntRead::Overflow;
+    };
+    if len == digits.len() {
+        IntRead::Whole(n)
+    } else {
+        IntRead::Prefix(n)
+    }
+}
+
 impl Catalog {
     /// The table compiled into the binary.
     pub fn embedded() -> Result<Catalog, CatalogError> {

@@ -9,6 +9,7 @@ pub(crate) mod interface;
 pub mod net_plugin;
 pub(crate) mod ras_diagnostics;
 pub(crate) mod socket_ifname;
+pub(crate) mod topo_xml;
 
 /// The version of the libnccl the trainer will load, as (major, minor, patch).
 pub(crate) fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {

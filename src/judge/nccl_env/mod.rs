@@ -14,13 +14,22 @@
 //!   NCCL_IB_GID_INDEX with NCCL >= 2.21;
 //! - transports: P2P/SHM off where NVLink is, LL128 without NVLink, NCCL_ALGO
 //!   and NCCL_PROTO names this version lacks, algorithms this node cannot run;
-//! - topo_file: NCCL_TOPO_FILE missing or another platform's;
+//! - conf_files: the settings files NCCL reads (NCCL_CONF_FILE, ~/.nccl.conf,
+//!   /etc/nccl.conf) as the loaded NCCL parses them: lines it misreads, and an
+//!   NCCL_CONF_FILE it does not read or that names no file;
+//! - topo_file: the files NCCL parses (NCCL_TOPO_FILE or its default topology,
+//!   NCCL_GRAPH_FILE) missing, malformed as NCCL reads them, describing devices this
+//!   node lacks, or another platform's;
 //! - network: RDMA turned off or mis-chosen where usable devices exist, and
 //!   RDMA asked for where the container has no usable device.
+//!
+//! Every variable is read where NCCL reads it: the environment, then the settings
+//! files (`facts.nccl_env` carries both, each file value with its file and line).
 //!
 //! Variables that are image metadata (NCCL_VERSION from NVIDIA's images) are
 //! neither listed nor linted (crate::nccl::catalog::is_nccl_setting).
 
+mod conf_files;
 mod ib_hca;
 mod names;
 pub(super) mod network;
@@ -55,7 +64,8 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     for lint in [
         ib_hca::lint_gid_index,
         transports::lint_p2p_shm,
-        topo_file::lint_topo_file,
+        conf_files::lint_conf_files,
+        topo_file::lint_named_files,
         network::lint_rdma_requested,
         network::lint_net_plugin_name,
         values::lint_buffsize,
@@ -111,7 +121,10 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     };
     let mut listed: Vec<String> = settings
         .iter()
-        .map(|(k, v)| format!("{k}={:?}", v.value))
+        .map(|(k, v)| match &v.from {
+            Some(from) => format!("{k}={:?} (from {from})", v.value),
+            None => format!("{k}={:?}", v.value),
+        })
         .collect();
     listed.extend(evidence);
     super::combine(ID, summary, listed, lints)
@@ -428,31 +441,132 @@ mod tests {
         );
     }
 
+    fn with_named(mut f: Facts, variable: &str, value: &str, text: Option<&str>) -> Facts {
+        f.nccl_env
+            .insert(variable.into(), crate::facts::EnvValue::text(value));
+        f.nccl_files.named.push(crate::facts::NamedFile {
+            variable: Some(variable.into()),
+            value: value.into(),
+            file: crate::facts::ReadFile {
+                path: value.into(),
+                text: Observed::Value(text.map(str::to_string)),
+                not_utf8: false,
+            },
+        });
+        f
+    }
+
     #[test]
     fn topo_file_missing_or_foreign() {
-        let mut f = with_env(
-            healthy(),
-            &[(
-                "NCCL_TOPO_FILE",
-                "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml",
-            )],
+        let p4d = "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml";
+        let finding = judge(
+            &with_named(healthy(), "NCCL_TOPO_FILE", p4d, None),
+            &Policy::default(),
         );
-        f.named_files.insert(
-            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
-            false,
-        );
-        let finding = judge(&f, &Policy::default());
         assert!(
             finding.summary.starts_with("2 problems"),
             "{}",
             finding.summary
         );
-        f.named_files.insert(
-            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
-            true,
+        let mut f = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            p4d,
+            Some("<system version=\"1\"/>"),
         );
         f.platform.product_name = crate::facts::Observed::Value(Some("p4d.24xlarge".into()));
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
+    }
+
+    #[test]
+    fn topo_file_parsed_as_nccl_parses_it() {
+        // Written from src/graph/xml.cc (v2.28.9-1) before the tool ran: a declaration
+        // line is "expected >, got '?'" and init fails; a GPU this node lacks is dropped
+        // (ncclTopoTrimXml), so the file is not used for it: a warning.
+        let f = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some("<?xml version=\"1.0\"?>\n<system version=\"1\"/>\n"),
+        );
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Fail, "{j:?}");
+        assert!(j.summary.contains("expected >, got '?'"), "{}", j.summary);
+        // A bus id with hex letters, which NCCL writes in lower case.
+        let here = "0000:1a:00.0".to_string();
+        let healthy = || {
+            let mut f = healthy();
+            if let Observed::Value(g) = &mut f.gpus.pci_gpus {
+                g.truncate(1);
+                g[0].bus_id = here.clone();
+            }
+            f
+        };
+        let xml = |busid: &str| {
+            format!(
+                "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"{busid}\" class=\"0x030200\"/>\n</cpu>\n</system>\n"
+            )
+        };
+        let ok = with_named(healthy(), "NCCL_TOPO_FILE", "/t.xml", Some(&xml(&here)));
+        assert_eq!(judge(&ok, &Policy::default()).status(), Status::Pass);
+        let other = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some(&xml("0000:ee:00.0")),
+        );
+        let j = judge(&other, &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(j.summary.contains("0000:ee:00.0"), "{}", j.summary);
+        let upper = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some(&xml(&here.to_uppercase())),
+        );
+        assert!(
+            judge(&upper, &Policy::default())
+                .summary
+                .contains("lower case"),
+            "NCCL's strcmp"
+        );
+        // NCCL_GRAPH_FILE that is not there: init fails (ncclSystemError).
+        let g = with_named(healthy(), "NCCL_GRAPH_FILE", "/g.xml", None);
+        assert_eq!(judge(&g, &Policy::default()).status(), Status::Fail);
+    }
+
+    #[test]
+    fn settings_files_lines_nccl_misreads() {
+        // Written from src/misc/param.cc setEnvFile (v2.28.9-1) before the tool ran.
+        let mut f = healthy();
+        f.nccl_files.conf = vec![crate::facts::ReadFile {
+            path: "/etc/nccl.conf".into(),
+            text: Observed::Value(Some(
+                "NCCL_DEBUG = INFO\nNCCL_SOCKET_IFNAME=\"eth0\"\nNCCL_ALGO=Ring\nNCCL_ALGO=Tree\n"
+                    .into(),
+            )),
+            not_utf8: false,
+        }];
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(j.summary.starts_with("3 problems"), "{}", j.summary);
+        assert!(j.summary.contains("\"NCCL_DEBUG \""), "{}", j.summary);
+        // An NCCL_CONF_FILE that names no file is skipped without a word.
+        let mut f = with_env(healthy(), &[("NCCL_CONF_FILE", "/job/n.conf")]);
+        f.nccl_files.conf = vec![crate::facts::ReadFile {
+            path: "/job/n.conf".into(),
+            text: Observed::Value(None),
+            not_utf8: false,
+        }];
+        let j = judge(&f, &Policy::default());
+        assert!(j.summary.contains("names no file"), "{}", j.summary);
+        // NCCL 2.21 does not read it at all.
+        let old = judge(&with_version(f, "2.21.5"), &Policy::default());
+        assert!(
+            old.summary.contains("does not read NCCL_CONF_FILE"),
+            "{}",
+            old.summary
+        );
     }
 
     #[test]
@@ -657,7 +771,7 @@ mod tests {
 
     #[test]
     fn integers_are_read_the_way_strtoll_reads_them() {
-        use values::{IntRead, strtoll};
+        use crate::nccl::catalog::{IntRead, strtoll};
         assert_eq!(strtoll("8388608"), IntRead::Whole(8388608));
         assert_eq!(strtoll("0x10"), IntRead::Whole(16));
         assert_eq!(strtoll("010"), IntRead::Whole(8));
