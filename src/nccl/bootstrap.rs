@@ -11,7 +11,9 @@
 //!   so a link-local one matches only `[fe80::...%IF]`), none being
 //!   `WARN("NET/Socket : No usable listening interface found")` and ncclSystemError, and
 //!   a value ncclSocketGetAddrFromString cannot read `Invalid NCCL_COMM_ID` and
-//!   ncclInvalidArgument; else
+//!   ncclInvalidArgument. NCCL 2.29 (src/os/linux.cc matchSubnet, v2.29.2-1 to
+//!   v2.29.7-1; fixed in v2.30.3-1) inverts the IPv4 test: it binds the first IPv4
+//!   address *outside* NCCL_COMM_ID's subnet (found by the oracle test); else
 //!   ncclFindInterfaces(..., maxIfs = 1), and none found is
 //!   `WARN("Bootstrap : no socket interface found")`, returning ncclInternalError (3)
 //!   up to v2.23.4-1 and ncclInvalidUsage (5) from v2.24.3-1.
@@ -130,7 +132,7 @@ fn comm_id(value: &str) -> CommId {
 /// matchSubnet (src/misc/socket.cc): same family, and the same bits under the local
 /// address's netmask; for IPv6 the same scope too (a link-local local address carries
 /// its interface's index, a global one 0).
-fn same_subnet(id: &CommId, local: &IfAddress) -> bool {
+fn same_subnet(id: &CommId, local: &IfAddress, inverted_v4: bool) -> bool {
     let bits = |len: u32| local.prefix_len.map_or(len, |p| u32::from(p).min(len));
     let text = local.address.split('%').next().unwrap_or(&local.address);
     match (id, local.family) {
@@ -139,7 +141,7 @@ fn same_subnet(id: &CommId, local: &IfAddress) -> bool {
                 return false;
             };
             let mask = u32::MAX.checked_shl(32 - bits(32)).unwrap_or(0);
-            u32::from(here) & mask == u32::from(*remote) & mask
+            (u32::from(here) & mask == u32::from(*remote) & mask) != inverted_v4
         }
         (CommId::V6(remote, scope), Family::Inet6) => {
             let Ok(here) = text.parse::<std::net::Ipv6Addr>() else {
@@ -157,15 +159,23 @@ fn same_subnet(id: &CommId, local: &IfAddress) -> bool {
     }
 }
 
+/// The releases whose matchSubnet inverts the IPv4 comparison (v2.29.2-1 to v2.29.7-1).
+fn inverts_ipv4_subnet(version: Option<Version>) -> bool {
+    version.is_some_and(|v| (v.0, v.1) == (2, 29))
+}
+
 /// What bootstrapNetInit does with NCCL_COMM_ID set.
-fn by_comm_id(value: &str, addresses: &[IfAddress]) -> Bootstrap {
+fn by_comm_id(version: Option<Version>, value: &str, addresses: &[IfAddress]) -> Bootstrap {
     let id = comm_id(value);
     let fail = |warning, result| Bootstrap::NoInterface(BootstrapFailure { warning, result });
     match id {
         CommId::Host => Bootstrap::ByCommId,
         // ncclInvalidArgument
         CommId::Invalid => fail(INVALID_COMM_ID, 4),
-        _ => match addresses.iter().find(|a| same_subnet(&id, a)) {
+        _ => match addresses
+            .iter()
+            .find(|a| same_subnet(&id, a, inverts_ipv4_subnet(version)))
+        {
             Some(a) => Bootstrap::Uses(Endpoint {
                 interface: a.interface.clone(),
                 address: a.clone(),
@@ -308,7 +318,7 @@ pub fn bootstrap(
     addresses: &[IfAddress],
 ) -> Bootstrap {
     if let Some(id) = env.comm_id {
-        return by_comm_id(id, addresses);
+        return by_comm_id(version, id, addresses);
     }
     match find_interfaces(version, env, interfaces, addresses, 1).pop() {
         Some(endpoint) => Bootstrap::Uses(endpoint),

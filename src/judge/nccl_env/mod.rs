@@ -9,7 +9,8 @@
 //! - socket_ifname: NCCL_SOCKET_IFNAME matching nothing (NCCL 2.28.9 measured:
 //!   every rank fails at init with "Bootstrap : no socket interface found"),
 //!   a missing Multus interface, lo/docker/virbr bootstrap across nodes, veth,
-//!   a prefix matching several interfaces; NCCL_SOCKET_FAMILY;
+//!   a prefix matching several interfaces; NCCL_SOCKET_FAMILY; NCCL_COMM_ID with no
+//!   address in its subnet or that NCCL cannot read;
 //! - ib_hca: NCCL_IB_HCA prefixes, absent devices and DOWN ports;
 //!   NCCL_IB_GID_INDEX with NCCL >= 2.21;
 //! - transports: P2P/SHM off where NVLink is, LL128 without NVLink, NCCL_ALGO
@@ -60,6 +61,9 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     }
     if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
         lints.extend(socket_ifname::lint_socket_family(facts, v));
+    }
+    if let Some(v) = env.get("NCCL_COMM_ID") {
+        lints.extend(socket_ifname::lint_comm_id(facts, v));
     }
     for lint in [
         ib_hca::lint_gid_index,
@@ -308,6 +312,29 @@ mod tests {
             ("NCCL_SOCKET_FAMILY", "AF_INET6"),
         ]);
         assert_eq!(f.status(), Status::Fail);
+    }
+
+    #[test]
+    fn comm_id_outside_every_subnet_fails_at_init() {
+        // Written from src/bootstrap.cc bootstrapNetInit (v2.28.9-1) before the tool ran:
+        // docker_node's addresses have no prefix length, so only the exact address matches.
+        let f = lint(&[("NCCL_COMM_ID", "10.0.0.5:29500")]);
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
+        let f = lint(&[("NCCL_COMM_ID", "192.0.2.1:29500")]);
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert!(
+            f.summary.contains("No usable listening interface found"),
+            "{}",
+            f.summary
+        );
+        let f = lint(&[("NCCL_COMM_ID", "[fd00::1:29500")]);
+        assert!(f.summary.contains("Invalid NCCL_COMM_ID"), "{}", f.summary);
+        let f = lint(&[("NCCL_COMM_ID", "master:29500")]);
+        assert_eq!(
+            f.status(),
+            Status::Pass,
+            "a host name is resolved at run time"
+        );
     }
 
     #[test]

@@ -520,3 +520,51 @@ fn family_without_address(
         ),
     })
 }
+
+/// NCCL_COMM_ID: bootstrap binds the first address in its subnet, whatever the
+/// interface variables say (`crate::nccl::bootstrap`, proven against real NCCL).
+/// None such, or a value NCCL cannot read, fails every rank at init; NCCL 2.29 binds
+/// an address outside the subnet (its matchSubnet inverts the IPv4 test).
+pub(super) fn lint_comm_id(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+    let (Observed::Value(interfaces), Observed::Value(addresses)) =
+        (&facts.network.interfaces, &facts.network.addresses)
+    else {
+        return None;
+    };
+    let version = crate::nccl::version(facts);
+    let env = SocketEnv {
+        comm_id: Some(&value.value),
+        ..SocketEnv::default()
+    };
+    let shown = format!("NCCL_COMM_ID={:?}", value.value);
+    let (status, summary, fix) = match bootstrap::bootstrap(version, env, interfaces, addresses) {
+        bootstrap::Bootstrap::NoInterface(f) if f.warning == bootstrap::INVALID_COMM_ID => (
+            Severity::Fail,
+            format!("{shown} is not an address NCCL reads: every rank fails at init (\"{}\")", f.warning),
+            "Write NCCL_COMM_ID as <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port>.".to_string(),
+        ),
+        bootstrap::Bootstrap::NoInterface(f) => (
+            Severity::Fail,
+            format!("{shown}: no address of this container is in its subnet (or of its family), so every rank fails at init (\"{}\")", f.warning),
+            "Point NCCL_COMM_ID at rank 0's address on a network this pod has (its pod IP), or unset it.".to_string(),
+        ),
+        bootstrap::Bootstrap::Uses(e) if version.is_some_and(|v| (v.0, v.1) == (2, 29)) => (
+            Severity::Warn,
+            format!(
+                "{shown}: NCCL {} binds bootstrap to {} ({}), outside NCCL_COMM_ID's subnet: this release inverts its IPv4 subnet test (src/os/linux.cc matchSubnet, fixed in 2.30.3)",
+                crate::nccl::catalog::show(version.unwrap_or_default()),
+                e.interface,
+                e.address.address
+            ),
+            "Use NCCL 2.30 or later (or 2.28), or drop NCCL_COMM_ID and let the launcher hand the unique id to every rank.".to_string(),
+        ),
+        _ => return None,
+    };
+    Some(Problem {
+        blame: None,
+        status,
+        summary,
+        evidence: vec![],
+        remediation: fix,
+    })
+}
