@@ -193,7 +193,9 @@ fn without_init_failures(
             v
         }
     };
-    let (status, what) = if crate::nccl::version(facts).is_none_or(|v| v >= (2, 19, 0)) {
+    let (status, what) = if crate::nccl::version(facts)
+        .is_none_or(|v| v >= crate::nccl::version::CUMEM)
+    {
         (
             Severity::Fail,
             "P2P write unsupported (read OK): NCCL needs both, so it falls back to SHM through host memory",

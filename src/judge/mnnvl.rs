@@ -92,7 +92,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
         // init with an IMEX hint, 2.20-2.26 at the first FABRIC handle it shares.
         _ => problems.push(Problem::new(
             status,
-            if crate::nccl::version(facts).is_none_or(|v| v >= (2, 27, 0)) {
+            if crate::nccl::version(facts).is_none_or(|v| v >= crate::nccl::version::MNNVL_TRIAL) {
                 "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
                  (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")"
                     .to_string()
@@ -100,7 +100,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
                 format!(
                     "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL {} turns multi-node NVLink on without \
                      trying it, then fails when it first shares a FABRIC buffer (cuMemExportToShareableHandle / cuMemImportFromShareableHandle), with no IMEX hint",
-                    crate::nccl::version(facts).map_or(String::new(), crate::nccl::catalog::show)
+                    crate::nccl::version(facts).map_or(String::new(), |v| v.to_string())
                 )
             },
             IMEX_FIX,
@@ -152,11 +152,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     imex(facts, status, &mut evidence, &mut problems);
     // MNNVL came with v2.20.3-1 (src/init.cc checkMNNVL; absent at v2.19.4-1).
     if let Some(v) = crate::nccl::version(facts)
-        && v < (2, 20, 0)
+        && v < crate::nccl::version::MNNVL
     {
         problems.push(Problem::new(
                 Severity::Warn,
-                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
+                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", v.to_string()),
                 "Use NCCL 2.20 or later (a current PyTorch wheel; 2.27+ checks the IMEX channel at init) to reach other trays over NVLink.",
             ).blamed(Blame::Job));
     }

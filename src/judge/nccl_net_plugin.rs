@@ -179,7 +179,7 @@ fn api_list(apis: &[u32]) -> String {
 fn nccl_with(api: u32) -> Vec<u32> {
     (12..=30)
         .filter(|minor| {
-            crate::nccl::net_plugin::accepted_apis((2, *minor, 0))
+            crate::nccl::net_plugin::accepted_apis(crate::nccl::Version::new(2, *minor, 0))
                 .is_some_and(|(lo, hi)| lo <= api && api <= hi)
         })
         .collect()
@@ -209,7 +209,7 @@ fn api_mismatch(
     } else {
         p.apis.clone()
     };
-    let shown = crate::nccl::catalog::show(version);
+    let shown = version.to_string();
     let newer = newer_than_known(version);
     let used = apis
         .iter()

@@ -2,8 +2,9 @@
 //! from `crate::nccl::bootstrap` (proven against real libnccl 2.13-2.32 in
 //! tests/integration/nccl_oracle.rs).
 
-use super::{Decision, Version, env};
+use super::{Decision, env};
 use crate::facts::Facts;
+use crate::nccl::Version;
 use crate::nccl::bootstrap::{self, Bootstrap, SocketEnv};
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +102,10 @@ mod tests {
         let with = |k: &str, v: &str| test_facts::with_env(f.clone(), &[(k, v)]);
         let lo = predict(&with("NCCL_SOCKET_IFNAME", "lo"), None).value;
         assert_eq!(lo.bootstrap.unwrap().address, "127.0.0.1");
-        let none = predict(&with("NCCL_SOCKET_IFNAME", "x0"), Some((2, 28, 9)));
+        let none = predict(
+            &with("NCCL_SOCKET_IFNAME", "x0"),
+            Some(Version::new(2, 28, 9)),
+        );
         assert_eq!(none.value.bootstrap, None);
         let ignored = predict(
             &test_facts::with_env(f.clone(), &[("NCCL_SOCKET_IFNAME", "")]),

@@ -257,7 +257,7 @@ fn lint_prefix_matches(
 /// The interfaces this version counts (IFF_RUNNING only from 2.28) with an address, in
 /// NCCL's order, and the version whose rules chose them, as evidence lines.
 fn counted_evidence(
-    version: Option<crate::nccl::catalog::Version>,
+    version: Option<crate::nccl::Version>,
     interfaces: &[Interface],
     addresses: &[crate::facts::IfAddress],
 ) -> Vec<String> {
@@ -277,7 +277,7 @@ fn counted_evidence(
     if let Some(v) = version {
         evidence.push(format!(
             "selection rules of NCCL {}, the libnccl this image loads",
-            crate::nccl::catalog::show(v)
+            v.to_string()
         ));
     }
     evidence
