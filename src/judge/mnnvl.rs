@@ -21,6 +21,7 @@ use crate::facts::Facts;
 use crate::facts::gpu::{FabricState, NvmlGpu};
 use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "mnnvl";
 
@@ -110,7 +111,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
     }
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
     };
@@ -187,6 +188,11 @@ mod tests {
     use crate::facts::gpu::{FabricClique, LibraryState};
     use crate::finding::Status;
     use crate::test_facts::{healthy, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     const CLUSTER: &str = "6e0b1f2c-3d4a-4b5c-8d9e-0f1a2b3c4d5e";
 

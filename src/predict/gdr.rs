@@ -65,6 +65,13 @@ pub struct GdrPair {
     pub via: Option<String>,
     /// Something lets the NIC reach GPU memory (nvidia-peermem, dma-buf, EFA's driver).
     pub supported: bool,
+    /// What does: the peer-memory module, `EFA's driver (...)` or `dma-buf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The distance is within NCCL_NET_GDR_LEVEL: NCCL uses GPUDirect RDMA here when
+    /// something provides it.
+    #[serde(default)]
+    pub in_reach: bool,
     pub used: bool,
     pub why: String,
 }
@@ -103,7 +110,8 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
     let used: Vec<_> = devices.iter().filter(|d| nics.contains(&d.name)).collect();
     let (level, _) = net_gdr_level(facts);
     let provider = provider(facts, version);
-    let pxn = env(facts, "NCCL_PXN_DISABLE").is_none_or(|v| v.trim() != "1");
+    let pxn = since(version, version::PXN)
+        && env(facts, "NCCL_PXN_DISABLE").is_none_or(|v| v.trim() != "1");
     let distance = |g: &crate::facts::gpu::PciGpu, n: &crate::facts::rdma::RdmaDevice| match (
         &g.sysfs_path,
         &n.sysfs_path,
@@ -147,6 +155,8 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
                 distance: dist.to_string(),
                 via,
                 supported: provider.is_some(),
+                provider: provider.clone(),
+                in_reach: ok,
                 used: provider.is_some() && ok,
                 why,
             })

@@ -144,6 +144,26 @@ mod tests {
         assert_eq!(int_param(&f, "NCCL_P2P_LEVEL"), None);
     }
 
+    /// Issue 36: a version written with its build (`2.18.5+cuda12.2`, as libnccl's banner
+    /// and some facts write it) is that release, not "unknown, so the newest".
+    #[test]
+    fn a_version_with_its_build_predicts_that_release() {
+        let mut f = test_facts::healthy();
+        if let crate::facts::gpu::LibraryState::Loaded(l) = &mut f.rdma.nccl.library.state {
+            l.version = crate::facts::Observed::Value("2.18.5+cuda12.2".into());
+        }
+        let p = predict(&f);
+        assert_eq!(p.nccl_version, Some(Version::new(2, 18, 5)));
+        // Before cuMem (2.19) P2P between processes is legacy CUDA IPC.
+        assert!(
+            p.intra_node
+                .iter()
+                .all(|t| t.transport.starts_with("P2P/IPC")),
+            "{:?}",
+            p.intra_node
+        );
+    }
+
     #[test]
     fn the_healthy_node_predicts_nvlink_p2p_and_no_network() {
         let p = predict(&test_facts::healthy());

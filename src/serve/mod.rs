@@ -523,7 +523,9 @@ mod tests {
     use super::*;
 
     fn report(checks: Vec<Finding>) -> Report {
-        Report::new(crate::test_facts::healthy(), checks, Vec::new())
+        let facts = crate::test_facts::healthy();
+        let prediction = crate::predict::predict(&facts);
+        Report::new(facts, prediction, checks, Vec::new())
     }
 
     #[test]

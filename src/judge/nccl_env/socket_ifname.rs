@@ -461,7 +461,11 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
     )
 }
 
-pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+pub(super) fn lint_socket_family(
+    facts: &Facts,
+    predicted: &crate::predict::Prediction,
+    value: &EnvValue,
+) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
         return Some(Problem {
             blame: None,
@@ -474,7 +478,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
             remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
         });
     };
-    family_without_address(facts, value, family)
+    family_without_address(facts, predicted, value, family)
 }
 
 /// NCCL_SOCKET_FAMILY naming a family the interface that routes between nodes has no
@@ -483,6 +487,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
 /// addresses of the other family).
 fn family_without_address(
     facts: &Facts,
+    predicted: &crate::predict::Prediction,
     value: &EnvValue,
     family: crate::facts::Family,
 ) -> Option<Problem> {
@@ -499,7 +504,7 @@ fn family_without_address(
     } else {
         Severity::Warn
     };
-    let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
+    let predicted = predicted.sockets.value.bootstrap.as_ref();
     Some(Problem {
         blame: None,
         status,
