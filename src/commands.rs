@@ -605,9 +605,7 @@ mod tests {
                 continue;
             };
             loaded += 1;
-            let findings = crate::judge::judge(&facts, &policy);
-            let settings = tune::tune(&facts);
-            let report = Report::new(facts, findings, settings);
+            let report = Report::judge(facts, &policy);
             assert!(!render::human::render(&report, false).is_empty());
             assert!(!render::doctor::render(&report, false).is_empty());
             assert!(!render::json::render(&report).is_empty());
@@ -644,13 +642,11 @@ mod tests {
             }
             let name = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_FAMILY"][rng.below(3)];
             let facts = test_facts::with_env(base.clone(), &[(name, value.as_str())]);
-            let findings = crate::judge::judge(&facts, &policy);
+            let report = Report::judge(facts, &policy);
             assert!(
-                findings.iter().any(|f| f.id == "nccl-env"),
+                report.checks.iter().any(|f| f.id == "nccl-env"),
                 "{name}={value:?}"
             );
-            let settings = tune::tune(&facts);
-            let report = Report::new(facts, findings, settings);
             assert!(render::human::render(&report, false).contains("Verdict: "));
             let _ = render::env_file::render(&report);
             let _ = render::nccl_conf::render(&report);

@@ -464,9 +464,7 @@ pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;
     }
-    let findings = judge::judge(&facts, policy);
-    let settings = tune::tune(&facts);
-    Report::new(facts, findings, settings)
+    Report::judge(facts, policy)
 }
 
 /// The environment the trainer gets: this process's, plus every tuned setting whose
@@ -649,9 +647,7 @@ mod host_tree_fuzz {
                 let host = Host::new(&root);
                 let kernel = ReplayKernel::new(recording.clone(), &root);
                 let (facts, _) = crate::gather::gather(&host, &kernel, &[], &vendor);
-                let findings = crate::judge::judge(&facts, &policy);
-                let settings = crate::tune::tune(&facts);
-                let report = crate::report::Report::new(facts, findings, settings);
+                let report = crate::report::Report::judge(facts, &policy);
                 assert!(crate::render::human::render(&report, false).contains("Verdict: "));
                 assert!(!crate::render::doctor::render(&report, false).is_empty());
                 for i in touched {

@@ -29,8 +29,9 @@
 //! - src/misc/utils.cc parseStringList: at most MAX_IFS (16) list entries are read.
 
 use crate::facts::{Family, IfAddress, Interface};
-use crate::nccl::catalog::Version;
+use crate::nccl::Version;
 use crate::nccl::socket_ifname::{self, IfnameFilter, MAX_IFS};
+use crate::nccl::version::{BOOTSTRAP_INVALID_USAGE, RUNNING_INTERFACES};
 
 /// The variables NCCL's interface selection reads, as NCCL would see them (the
 /// process environment with the config files applied: ncclGetEnv).
@@ -161,7 +162,7 @@ fn same_subnet(id: &CommId, local: &IfAddress, inverted_v4: bool) -> bool {
 
 /// The releases whose matchSubnet inverts the IPv4 comparison (v2.29.2-1 to v2.29.7-1).
 fn inverts_ipv4_subnet(version: Option<Version>) -> bool {
-    version.is_some_and(|v| (v.0, v.1) == (2, 29))
+    version.is_some_and(|v| v.series() == crate::nccl::version::COMM_ID_SUBNET_INVERTED)
 }
 
 /// What bootstrapNetInit does with NCCL_COMM_ID set.
@@ -189,7 +190,7 @@ fn by_comm_id(version: Option<Version>, value: &str, addresses: &[IfAddress]) ->
 /// Whether `version` (None: the newest) skips interfaces without IFF_RUNNING
 /// (findInterfaces, from v2.28.3-1).
 pub(crate) fn running_only(version: Option<Version>) -> bool {
-    version.is_none_or(|v| v >= (2, 28, 0))
+    version.is_none_or(|v| v >= RUNNING_INTERFACES)
 }
 
 /// Whether `version`'s findInterfaces counts `link` at all (given an address): before
@@ -215,7 +216,7 @@ pub(crate) fn matching_names(
 /// The automatic selection's steps (ncclFindInterfaces with NCCL_SOCKET_IFNAME unset):
 /// `virbr` joined the avoided names in v2.28.3-1.
 fn automatic_steps(version: Option<Version>) -> &'static [&'static str] {
-    if version.is_none_or(|v| v >= (2, 28, 0)) {
+    if version.is_none_or(|v| v >= RUNNING_INTERFACES) {
         &["ib", "^docker,lo,virbr", "docker", "lo", "virbr"]
     } else {
         &["ib", "^docker,lo", "docker", "lo"]
@@ -324,7 +325,7 @@ pub fn bootstrap(
         Some(endpoint) => Bootstrap::Uses(endpoint),
         None => Bootstrap::NoInterface(BootstrapFailure {
             warning: NO_INTERFACE,
-            result: if version.is_some_and(|v| v < (2, 24, 0)) {
+            result: if version.is_some_and(|v| v < BOOTSTRAP_INVALID_USAGE) {
                 3
             } else {
                 5
@@ -398,12 +399,12 @@ mod tests {
         let env = SocketEnv::default();
         // 2.27: eth0 is down but has an address, and NCCL took it.
         assert_eq!(
-            uses(bootstrap(Some((2, 27, 7)), env, &l, &a)),
+            uses(bootstrap(Some(Version::new(2, 27, 7)), env, &l, &a)),
             "eth0:10.0.0.5"
         );
         // 2.28: eth0 is skipped; virbr0 is avoided; docker0 comes before lo.
         assert_eq!(
-            uses(bootstrap(Some((2, 28, 9)), env, &l, &a)),
+            uses(bootstrap(Some(Version::new(2, 28, 9)), env, &l, &a)),
             "docker0:172.17.0.1"
         );
         let no_docker: Vec<IfAddress> = a
@@ -431,8 +432,8 @@ mod tests {
             Bootstrap::NoInterface(f) => (f.warning, f.result),
             other => panic!("{other:?}"),
         };
-        assert_eq!(failure((2, 21, 5)), (NO_INTERFACE, 3));
-        assert_eq!(failure((2, 24, 3)), (NO_INTERFACE, 5));
+        assert_eq!(failure(Version::new(2, 21, 5)), (NO_INTERFACE, 3));
+        assert_eq!(failure(Version::new(2, 24, 3)), (NO_INTERFACE, 5));
         let comm = SocketEnv {
             comm_id: Some("10.0.0.1:1234"),
             ..env
@@ -529,12 +530,12 @@ mod tests {
             addr("net1", Family::Inet6, "fd00::5"),
             addr("lo", Family::Inet6, "::1"),
         ];
-        let new = Some((2, 28, 9));
+        let new = Some(Version::new(2, 28, 9));
         let pick = |v: &str| names(new, filtered(v), &l, &a);
         assert_eq!(pick("eth"), ["eth0"]); // eth10 is not running
         // Before 2.28 a down interface with an address counts.
         assert_eq!(
-            names(Some((2, 27, 7)), filtered("eth"), &l, &a),
+            names(Some(Version::new(2, 27, 7)), filtered("eth"), &l, &a),
             ["eth0", "eth10"]
         );
         assert_eq!(pick("=eth"), Vec::<String>::new());

@@ -4,17 +4,10 @@
 //! value sets ncclAlgoStr, ncclProtoStr, topoPathTypeStr, levelsOldToNew). The
 //! file's header names the tags it was built from; regenerate it, never edit it.
 
+use crate::nccl::Version;
 use std::fmt;
 
 const TABLE: &str = include_str!("variables.tsv");
-
-/// An NCCL version as (major, minor, patch).
-pub type Version = (u32, u32, u32);
-
-/// Shows a version the way NCCL prints it: `2.28.9`.
-pub(crate) fn show(v: Version) -> String {
-    format!("{}.{}.{}", v.0, v.1, v.2)
-}
 
 /// How NCCL parses a variable's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,17 +82,6 @@ pub enum Lookup<'a> {
     OtherVersions(Vec<&'a VarRow>),
     /// No version in the table reads it.
     Unknown,
-}
-
-fn parse_version(s: &str) -> Option<Version> {
-    let mut p = s.split('.').map(|x| x.parse::<u32>().ok());
-    let v = (p.next()??, p.next()??, p.next()??);
-    p.next().is_none().then_some(v)
-}
-
-/// Parses a version as NCCL and the facts write it (`2.28.9`, `2.28.9+cuda12.9`).
-pub(crate) fn parse_nccl_version(s: &str) -> Option<Version> {
-    parse_version(s.split(['+', '-']).next()?.trim())
 }
 
 /// How strtoll(value, NULL, 0) reads a value.
@@ -189,7 +171,7 @@ impl Catalog {
                     let v = t
                         .strip_prefix('v')
                         .and_then(|t| t.split('-').next())
-                        .and_then(parse_version)
+                        .and_then(Version::parse)
                         .ok_or_else(|| err("bad tag"))?;
                     cat.tags.push(v);
                 }
@@ -201,7 +183,7 @@ impl Catalog {
             let f: Vec<&str> = line.split('\t').collect();
             let version = |k: usize| {
                 f.get(k)
-                    .and_then(|s| parse_version(s))
+                    .and_then(|s| Version::parse(s))
                     .ok_or_else(|| err("bad version"))
             };
             match f.first() {
@@ -245,7 +227,7 @@ impl Catalog {
     /// The newest release the table was built from.
     pub fn latest(&self) -> Version {
         // parse() refuses a table without tags, so there is a last one.
-        self.tags.last().copied().unwrap_or((0, 0, 0))
+        self.tags.last().copied().unwrap_or_default()
     }
 
     /// Whether a row's range covers `v`. A version newer than every tag read
@@ -257,8 +239,7 @@ impl Catalog {
         if self.tags.contains(&v) {
             return first <= v && v <= last;
         }
-        let series = |x: Version| (x.0, x.1);
-        series(first) <= series(v) && series(v) <= series(last)
+        first.series() <= v.series() && v.series() <= last.series()
     }
 
     /// What NCCL `version` (None: not known, so every version) makes of `name`.
@@ -373,14 +354,14 @@ mod tests {
     fn embedded_table_parses_and_names_its_tags() {
         let c = cat();
         assert!(c.tags.len() > 50, "{} tags", c.tags.len());
-        assert!(c.latest() >= (2, 28, 9));
+        assert!(c.latest() >= Version::new(2, 28, 9));
         assert!(c.vars.len() > 200);
     }
 
     #[test]
     fn well_known_variables_are_typed() {
         let c = cat();
-        let v = Some((2, 28, 9));
+        let v = Some(Version::new(2, 28, 9));
         let kind = |n: &str| match c.lookup(n, v) {
             Lookup::Reads(r) => Some(r.kind),
             _ => None,
@@ -401,21 +382,21 @@ mod tests {
         let c = cat();
         // NCCL_NET arrived in 2.10 (net.cc), NCCL_NET_PLUGIN in 2.11.
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 9, 9))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 9, 9))),
             Lookup::OtherVersions(_)
         ));
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 10, 3))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 10, 3))),
             Lookup::Reads(_)
         ));
         // A patch release between two tags counts with its series.
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 10, 9))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 10, 9))),
             Lookup::Reads(_)
         ));
         // Newer than every tag: judged as the newest.
         assert!(matches!(
-            c.lookup("NCCL_IB_HCA", Some((3, 0, 0))),
+            c.lookup("NCCL_IB_HCA", Some(Version::new(3, 0, 0))),
             Lookup::Reads(_)
         ));
         assert_eq!(c.lookup("NCCL_IB_HBA", None), Lookup::Unknown);
@@ -434,10 +415,12 @@ mod tests {
     #[test]
     fn value_sets_follow_the_version() {
         let c = cat();
-        let algos = c.values("algo", Some((2, 12, 12))).expect("2.12 algos");
+        let algos = c
+            .values("algo", Some(Version::new(2, 12, 12)))
+            .expect("2.12 algos");
         assert_eq!(algos, ["Tree", "Ring", "CollNet"]);
         assert!(
-            c.values("algo", Some((2, 23, 4)))
+            c.values("algo", Some(Version::new(2, 23, 4)))
                 .expect("2.23 algos")
                 .contains(&"PAT".to_string())
         );

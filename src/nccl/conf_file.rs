@@ -20,16 +20,10 @@
 
 use crate::facts::{EnvValue, FileLine};
 use crate::finding::{Finding, ids};
-use crate::nccl::catalog::{Version, show};
+use crate::nccl::Version;
+use crate::nccl::version::{CONF_FILE, CONF_FILE_COMMENTS, HOME_FROM_ENV};
 use std::collections::BTreeMap;
 
-/// The first release that reads NCCL_CONF_FILE (v2.23.4-1; absent at v2.22.3-1).
-pub(crate) const FIRST_READING_CONF_FILE: Version = (2, 23, 0);
-/// The first release that skips lines starting with `#` (v2.26.2-1; v2.25.1-1 does not).
-const FIRST_SKIPPING_COMMENTS: Version = (2, 26, 0);
-/// The first release that takes the home directory from `$HOME` (v2.30.3-1), strips a
-/// carriage return before the newline and reads lines with fgets into 4096 bytes.
-const FIRST_HOME_FROM_ENV: Version = (2, 30, 0);
 /// NCCL keeps at most this many bytes of a name and of a value (`char envVar[1024]`).
 pub(crate) const MAX_FIELD: usize = 1023;
 /// fgets(line, 4096, file) keeps 4095 bytes a call from 2.30.
@@ -54,9 +48,9 @@ pub struct Rules {
 pub fn rules(version: Option<Version>) -> Rules {
     let since = |at: Version| version.is_none_or(|v| v >= at);
     Rules {
-        conf_file_var: since(FIRST_READING_CONF_FILE),
-        comments: since(FIRST_SKIPPING_COMMENTS),
-        home_from_env: since(FIRST_HOME_FROM_ENV),
+        conf_file_var: since(CONF_FILE),
+        comments: since(CONF_FILE_COMMENTS),
+        home_from_env: since(HOME_FROM_ENV),
     }
 }
 
@@ -255,7 +249,7 @@ pub fn effective(
 /// the trainer's may be new enough). `env_file`: whether `--env-file` was given. The
 /// paths stay out of the text, which goes into reports compared across runs.
 pub fn unread(version: Option<Version>, env_file: bool) -> Option<Finding> {
-    let v = version.filter(|v| *v < FIRST_READING_CONF_FILE)?;
+    let v = version.filter(|v| *v < CONF_FILE)?;
     let (settings, remediation) = if env_file {
         (
             "the tuned settings are in the --env-file only",
@@ -272,11 +266,11 @@ pub fn unread(version: Option<Version>, env_file: bool) -> Option<Finding> {
             ids::NCCL_CONF,
             format!(
                 "NCCL {} does not read NCCL_CONF_FILE (2.23 and later do): --nccl-conf not written; {settings}",
-                show(v)
+                v
             ),
             remediation,
         )
-        .evidence(format!("libnccl version {}", show(v))),
+        .evidence(format!("libnccl version {v}")),
     )
 }
 
@@ -285,10 +279,10 @@ mod tests {
     use super::*;
     use crate::finding::Status;
 
-    const V2_21: Option<Version> = Some((2, 21, 5));
-    const V2_23: Option<Version> = Some((2, 23, 4));
-    const V2_28: Option<Version> = Some((2, 28, 9));
-    const V2_30: Option<Version> = Some((2, 30, 7));
+    const V2_21: Option<Version> = Some(Version::new(2, 21, 5));
+    const V2_23: Option<Version> = Some(Version::new(2, 23, 4));
+    const V2_28: Option<Version> = Some(Version::new(2, 28, 9));
+    const V2_30: Option<Version> = Some(Version::new(2, 30, 7));
 
     fn pairs(text: &str, v: Option<Version>) -> Vec<(String, String)> {
         parse(text, rules(v))
@@ -461,16 +455,16 @@ mod tests {
 
     #[test]
     fn only_releases_before_2_23_are_warned_about() {
-        assert!(unread(Some((2, 23, 4)), true).is_none());
+        assert!(unread(Some(Version::new(2, 23, 4)), true).is_none());
         assert!(unread(None, true).is_none());
-        let w = unread(Some((2, 21, 5)), true).unwrap();
+        let w = unread(Some(Version::new(2, 21, 5)), true).unwrap();
         assert_eq!((w.id.as_str(), w.status()), ("nccl-conf", Status::Warn));
         assert!(
             w.summary.contains("2.21.5") && w.summary.contains("--env-file only"),
             "{}",
             w.summary
         );
-        let without = unread(Some((2, 22, 3)), false).unwrap();
+        let without = unread(Some(Version::new(2, 22, 3)), false).unwrap();
         assert!(
             without.summary.contains("pass --env-file"),
             "{}",

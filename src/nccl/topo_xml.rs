@@ -9,20 +9,13 @@
 //! 253 bytes. Elements NCCL has no handler for are read and dropped. Any error fails
 //! the communicator's init with ncclInternalError (a wrong `version`: ncclInvalidUsage).
 
-use crate::nccl::catalog::Version;
+use crate::nccl::Version;
+use crate::nccl::version::{XML_GRAPH_NODES, XML_LIMITS, XML_SINGLE_QUOTES};
 
 /// MAX_STR_LEN (src/graph/xml.h): a name or value buffer holds 255 bytes with its NUL.
 const MAX_STR_LEN: usize = 255;
 /// MAX_ATTR_COUNT: attributes past it overwrite the last slot.
 const MAX_ATTR_COUNT: usize = 16;
-/// From v2.21.5-1: MAX_SUBS 128 (checked), NCCL_TOPO_XML_MAX_NODES 256 and
-/// NCCL_GRAPH_XML_MAX_NODES 4096; before, MAX_SUBS 32 (unchecked: NCCL overflows its
-/// array) and MAX_NODES 1024 for both.
-const LIMITS_2_21: Version = (2, 21, 0);
-/// v2.27.3-1: single quotes, and the length checks.
-const SINGLE_QUOTES: Version = (2, 27, 0);
-/// v2.29.7-1: NCCL_GRAPH_XML_MAX_NODES 65536.
-const GRAPH_NODES_2_29_7: Version = (2, 29, 7);
 
 /// Which file NCCL reads: it decides the element handlers and the node limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -338,16 +331,20 @@ impl Loader<'_> {
 pub fn parse(text: &[u8], kind: Kind, version: Option<Version>) -> Result<Vec<Node>, Error> {
     let since = |at: Version| version.is_none_or(|v| v >= at);
     let (max_nodes, max_subs) = match kind {
-        _ if !since(LIMITS_2_21) => (1024, 32),
+        _ if !since(XML_LIMITS) => (1024, 32),
         Kind::Topology => (256, 128),
-        Kind::Graph if since(GRAPH_NODES_2_29_7) => (65536, 128),
+        Kind::Graph if since(XML_GRAPH_NODES) => (65536, 128),
         Kind::Graph => (4096, 128),
     };
     let mut loader = Loader {
         reader: Reader {
             bytes: text,
             at: 0,
-            quotes: if since(SINGLE_QUOTES) { b"\"'" } else { b"\"" },
+            quotes: if since(XML_SINGLE_QUOTES) {
+                b"\"'"
+            } else {
+                b"\""
+            },
         },
         kind,
         nodes: Vec::new(),
@@ -395,8 +392,8 @@ pub fn described(nodes: &[Node]) -> Described {
 mod tests {
     use super::*;
 
-    const NEW: Option<Version> = Some((2, 28, 9));
-    const OLD: Option<Version> = Some((2, 21, 5));
+    const NEW: Option<Version> = Some(Version::new(2, 28, 9));
+    const OLD: Option<Version> = Some(Version::new(2, 21, 5));
 
     fn topo(text: &str) -> Result<Vec<Node>, Error> {
         parse(text.as_bytes(), Kind::Topology, NEW)
@@ -470,7 +467,11 @@ mod tests {
         );
         let old = parse(cpus(40).as_bytes(), Kind::Topology, OLD);
         assert!(old.is_ok(), "2.21 has MAX_SUBS 128");
-        let older = parse(cpus(40).as_bytes(), Kind::Topology, Some((2, 20, 5)));
+        let older = parse(
+            cpus(40).as_bytes(),
+            Kind::Topology,
+            Some(Version::new(2, 20, 5)),
+        );
         assert!(older.unwrap_err().contains("limited to 32 subnodes"));
         let pcis = format!(
             "<system version=\"1\">{}</system>",

@@ -613,46 +613,6 @@ impl Nccl<'_, Ranked> {
 /// ncclSend's and ncclRecv's shared signature.
 type P2pCall = Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>;
 
-/// An NCCL version, read from ncclGetVersion's code: since 2.9 the code is
-/// major*10000 + minor*100 + patch (22809 is 2.28.9), before it major*1000 +
-/// minor*100 + patch (2803 is 2.8.3) (NVIDIA/nccl v2.28.9-1 src/nccl.h.in
-/// `NCCL_VERSION(X,Y,Z)`). No code of the old form reaches 10000.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    pub major: i32,
-    pub minor: i32,
-    pub patch: i32,
-}
-
-impl Version {
-    fn from_code(code: i32) -> Version {
-        if code >= 10000 {
-            Version {
-                major: code / 10000,
-                minor: code % 10000 / 100,
-                patch: code % 100,
-            }
-        } else {
-            Version {
-                major: code / 1000,
-                minor: code % 1000 / 100,
-                patch: code % 100,
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// The text of ncclGetVersion's `code` ("2.28.9").
-pub fn version_text(code: i32) -> String {
-    Version::from_code(code).to_string()
-}
-
 /// What gather reads of a libnccl without initialising it: its version code (or why
 /// ncclGetVersion gave none) and the file the loader mapped.
 pub struct Probe {
@@ -742,18 +702,6 @@ pub fn open_net_plugin(watch: &Watch, name: &str) -> Result<NetPluginTables, Fac
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn version_codes_of_both_forms() {
-        assert_eq!(version_text(22809), "2.28.9");
-        assert_eq!(version_text(21805), "2.18.5");
-        assert_eq!(version_text(20900), "2.9.0");
-        // Before 2.9: major*1000 + minor*100 + patch.
-        assert_eq!(version_text(2803), "2.8.3");
-        assert_eq!(version_text(2708), "2.7.8");
-        assert_eq!(version_text(30001), "3.0.1");
-        assert!(Version::from_code(22809) > Version::from_code(2803));
-    }
 
     #[test]
     fn unique_id_takes_exactly_128_bytes() {

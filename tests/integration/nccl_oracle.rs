@@ -24,8 +24,8 @@
 use super::bounded::output_within;
 use super::support::*;
 use nccl_preflight::facts::{Family, IfAddress, Interface, NetworkFacts, Observed};
+use nccl_preflight::nccl::Version;
 use nccl_preflight::nccl::bootstrap::{self, Bootstrap, NO_INTERFACE, SocketEnv};
-use nccl_preflight::nccl::catalog::Version;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -50,8 +50,7 @@ pub fn nccl_builds(test: &str) -> Option<Vec<(Version, PathBuf)>> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let mut parts = name.split('.').map(|p| p.parse::<u32>().ok());
-            let v = (parts.next()??, parts.next()??, parts.next()??);
+            let v = Version::parse(&name)?;
             let lib = e.path().join("libnccl.so.2");
             lib.is_file().then_some((v, lib))
         })
@@ -813,11 +812,8 @@ fn bootstrap_interface_matches_real_nccl_across_versions_sets_and_values() {
                 }
                 if let Some(diff) = compare(&predicted, seen) {
                     disagreements.push(format!(
-                        "{} NCCL {}.{}.{} {case:?}: {diff}\n  addresses (getifaddrs order): {:?}",
+                        "{} NCCL {version} {case:?}: {diff}\n  addresses (getifaddrs order): {:?}",
                         set.label,
-                        version.0,
-                        version.1,
-                        version.2,
                         addresses
                             .iter()
                             .map(|a| format!("{}={}", a.interface, a.address))
@@ -838,7 +834,7 @@ fn bootstrap_interface_matches_real_nccl_across_versions_sets_and_values() {
     );
     // The fixed sets hold a down interface with an address and an idle virbr0: older
     // releases decide differently there, so the per-version rules are exercised.
-    assert!(version_specific > 0 || builds.iter().all(|(v, _)| *v >= (2, 28, 0)));
+    assert!(version_specific > 0 || builds.iter().all(|(v, _)| *v >= Version::new(2, 28, 0)));
     assert!(
         disagreements.is_empty(),
         "{} disagreements:\n{}",
@@ -984,7 +980,7 @@ fn net_plugin_resolution_matches_real_nccl() {
     let lib_dir = dir.display().to_string();
     let mut disagreements = Vec::new();
     let mut tried = 0;
-    for (version, lib) in builds.iter().filter(|(v, _)| *v < (2, 22, 0)) {
+    for (version, lib) in builds.iter().filter(|(v, _)| *v < Version::new(2, 22, 0)) {
         let seen = run_oracle(None, lib, &[("LD_LIBRARY_PATH", &lib_dir)], &cases);
         for (value, seen) in values.iter().zip(&seen) {
             tried += 1;
@@ -1056,7 +1052,7 @@ fn plugin_names_match_real_nccl_from_2_28() {
         .collect();
     let mut disagreements = Vec::new();
     let mut tried = 0;
-    for (version, lib) in builds.iter().filter(|(v, _)| *v >= (2, 28, 0)) {
+    for (version, lib) in builds.iter().filter(|(v, _)| *v >= Version::new(2, 28, 0)) {
         let seen = run_oracle(None, lib, &[], &cases);
         for (value, seen) in values.iter().zip(&seen) {
             tried += 1;
@@ -1138,7 +1134,7 @@ fn the_interface_lint_and_tuning_follow_the_loaded_nccl() {
     let cases = vec![case("=eth1"), case("eth"), Vec::new()];
     let (mut binds_down, mut skips_down, mut wrong) = (0, 0, Vec::new());
     for (version, lib) in &builds {
-        let v = format!("{}.{}.{}", version.0, version.1, version.2);
+        let v = version.to_string();
         let seen = run_oracle(Some(&ns.ns), lib, &[], &cases);
         let nodes = [("PET_NNODES", "2")];
         // =eth1: the release fails init, or binds the down eth1 (unreachable across nodes).
@@ -1199,7 +1195,7 @@ fn the_interface_lint_and_tuning_follow_the_loaded_nccl() {
     );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // Both behaviours were seen when the cache spans 2.28.
-    let spans = builds.first().is_some_and(|b| b.0 < (2, 28, 0))
-        && builds.last().is_some_and(|b| b.0 >= (2, 28, 0));
+    let spans = builds.first().is_some_and(|b| b.0 < Version::new(2, 28, 0))
+        && builds.last().is_some_and(|b| b.0 >= Version::new(2, 28, 0));
     assert!(!spans || (binds_down > 0 && skips_down > 0));
 }

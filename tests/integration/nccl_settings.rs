@@ -11,7 +11,7 @@
 use super::bounded::output_within;
 use super::nccl_oracle::{nccl_builds, oracle_driver};
 use super::support::*;
-use nccl_preflight::nccl::catalog::Version;
+use nccl_preflight::nccl::Version;
 use std::path::Path;
 use std::process::Command;
 
@@ -145,9 +145,9 @@ fn cases() -> Vec<Case> {
 }
 
 fn expected(case: &Case, v: Version) -> Option<&'static str> {
-    if v < (2, 23, 0) {
+    if v < Version::new(2, 23, 0) {
         case.expect.before_2_23
-    } else if v < (2, 30, 0) {
+    } else if v < Version::new(2, 30, 0) {
         case.expect.before_2_30
     } else {
         case.expect.newest

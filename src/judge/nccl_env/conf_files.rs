@@ -7,7 +7,7 @@
 use super::Problem;
 use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
-use crate::nccl::catalog::show;
+use crate::nccl::Version;
 use crate::nccl::conf_file::{self, Homes, Misread};
 
 pub(super) fn lint_conf_files(facts: &Facts) -> Vec<Problem> {
@@ -51,12 +51,7 @@ pub(super) fn lint_conf_files(facts: &Facts) -> Vec<Problem> {
     out
 }
 
-fn misread(
-    path: &str,
-    pair: &conf_file::Pair,
-    m: &Misread,
-    version: Option<(u32, u32, u32)>,
-) -> Problem {
+fn misread(path: &str, pair: &conf_file::Pair, m: &Misread, version: Option<Version>) -> Problem {
     let at = format!("{path} line {}", pair.line);
     let (name, value) = (&pair.name, &pair.value);
     let (summary, fix) = match m {
@@ -82,7 +77,7 @@ fn misread(
         Misread::CarriageReturn => (
             format!(
                 "{at} ends in a carriage return (a Windows line end), which NCCL {} keeps in {name}'s value (2.30 and later cut it)",
-                version.map_or_else(|| "before 2.30".to_string(), show)
+                version.map_or_else(|| "before 2.30".to_string(), |v| v.to_string())
             ),
             format!("Convert the file to Unix line ends (dos2unix {path})."),
         ),
@@ -106,7 +101,7 @@ fn misread(
 fn lint_conf_file_var(
     facts: &Facts,
     rules: conf_file::Rules,
-    version: Option<(u32, u32, u32)>,
+    version: Option<Version>,
 ) -> Vec<Problem> {
     let Some(v) = facts.nccl_env.get("NCCL_CONF_FILE") else {
         return Vec::new();
@@ -124,7 +119,7 @@ fn lint_conf_file_var(
         return Vec::new();
     }
     if !rules.conf_file_var {
-        let shown = version.map_or_else(String::new, show);
+        let shown = version.map_or_else(String::new, |v| v.to_string());
         return vec![Problem::new(
             Severity::Warn,
             format!(

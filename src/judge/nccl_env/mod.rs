@@ -45,6 +45,7 @@ use crate::facts::Facts;
 use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "nccl-env";
 
@@ -52,7 +53,7 @@ fn get<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
     facts.nccl_env.get(name).map(|v| v.value.as_str())
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
     let env = &facts.nccl_env;
     let mut lints = Vec::new();
     let mut evidence = Vec::new();
@@ -60,7 +61,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         lints.extend(socket_ifname::lint_socket_ifname(facts, v));
     }
     if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
-        lints.extend(socket_ifname::lint_socket_family(facts, v));
+        lints.extend(socket_ifname::lint_socket_family(facts, predicted, v));
     }
     if let Some(v) = env.get("NCCL_COMM_ID") {
         lints.extend(socket_ifname::lint_comm_id(facts, v));
@@ -79,7 +80,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     }
     // After the text lints, so a variable's own problem (a misspelled plugin name) leads
     // and the prediction adds what it does to this job.
-    lints.extend(prediction::lints(facts));
+    lints.extend(prediction::lints(facts, predicted));
     let version = crate::nccl::version(facts);
     let settings: Vec<(&String, &crate::facts::EnvValue)> = match Catalog::embedded() {
         Ok(cat) => {
@@ -94,11 +95,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             }
             if env.keys().any(|k| k.starts_with("NCCL_")) {
                 evidence.push(match version {
-                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", catalog::show(v)),
+                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", v.to_string()),
                     None => format!(
                         "NCCL version unknown (no libnccl loaded here): names and values checked against every release from {} to {}",
-                        catalog::show(cat.tags.first().copied().unwrap_or_default()),
-                        catalog::show(cat.latest())
+                        cat.tags.first().copied().unwrap_or_default(),
+                        cat.latest().to_string()
                     ),
                 });
             }
@@ -140,6 +141,11 @@ mod tests {
     use crate::facts::Observed;
     use crate::finding::Status;
     use crate::test_facts::{healthy, iface, v4, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn docker_node() -> Facts {
         let mut f = healthy();
@@ -1085,7 +1091,8 @@ mod tests {
                 .unwrap()
                 .starts_with("Fix NCCL_NET_PLUGIN")
         );
-        let plugin = crate::judge::nccl_net_plugin::judge(&f, &Policy::default());
+        let plugin =
+            crate::test_facts::judged(crate::judge::nccl_net_plugin::judge, &f, &Policy::default());
         let fix = plugin.remediation().unwrap();
         assert!(fix.contains("NCCL_NET_PLUGIN=\"aws_ofi\""), "{fix}");
         assert!(!fix.contains("Install aws-ofi-nccl"), "{fix}");

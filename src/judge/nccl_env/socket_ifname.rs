@@ -257,7 +257,7 @@ fn lint_prefix_matches(
 /// The interfaces this version counts (IFF_RUNNING only from 2.28) with an address, in
 /// NCCL's order, and the version whose rules chose them, as evidence lines.
 fn counted_evidence(
-    version: Option<crate::nccl::catalog::Version>,
+    version: Option<crate::nccl::Version>,
     interfaces: &[Interface],
     addresses: &[crate::facts::IfAddress],
 ) -> Vec<String> {
@@ -277,7 +277,7 @@ fn counted_evidence(
     if let Some(v) = version {
         evidence.push(format!(
             "selection rules of NCCL {}, the libnccl this image loads",
-            crate::nccl::catalog::show(v)
+            v.to_string()
         ));
     }
     evidence
@@ -461,7 +461,11 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
     )
 }
 
-pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+pub(super) fn lint_socket_family(
+    facts: &Facts,
+    predicted: &crate::predict::Prediction,
+    value: &EnvValue,
+) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
         return Some(Problem {
             blame: None,
@@ -474,7 +478,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
             remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
         });
     };
-    family_without_address(facts, value, family)
+    family_without_address(facts, predicted, value, family)
 }
 
 /// NCCL_SOCKET_FAMILY naming a family the interface that routes between nodes has no
@@ -483,6 +487,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
 /// addresses of the other family).
 fn family_without_address(
     facts: &Facts,
+    predicted: &crate::predict::Prediction,
     value: &EnvValue,
     family: crate::facts::Family,
 ) -> Option<Problem> {
@@ -499,7 +504,7 @@ fn family_without_address(
     } else {
         Severity::Warn
     };
-    let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
+    let predicted = predicted.sockets.value.bootstrap.as_ref();
     Some(Problem {
         blame: None,
         status,
@@ -548,11 +553,13 @@ pub(super) fn lint_comm_id(facts: &Facts, value: &EnvValue) -> Option<Problem> {
             format!("{shown}: no address of this container is in its subnet (or of its family), so every rank fails at init (\"{}\")", f.warning),
             "Point NCCL_COMM_ID at rank 0's address on a network this pod has (its pod IP), or unset it.".to_string(),
         ),
-        bootstrap::Bootstrap::Uses(e) if version.is_some_and(|v| (v.0, v.1) == (2, 29)) => (
+        bootstrap::Bootstrap::Uses(e)
+            if version.is_some_and(|v| v.series() == crate::nccl::version::COMM_ID_SUBNET_INVERTED) =>
+        (
             Severity::Warn,
             format!(
                 "{shown}: NCCL {} binds bootstrap to {} ({}), outside NCCL_COMM_ID's subnet: this release inverts its IPv4 subnet test (src/os/linux.cc matchSubnet, fixed in 2.30.3)",
-                crate::nccl::catalog::show(version.unwrap_or_default()),
+                version.unwrap_or_default(),
                 e.interface,
                 e.address.address
             ),

@@ -8,7 +8,8 @@
 use super::{Problem, get};
 use crate::facts::Facts;
 use crate::finding::Severity;
-use crate::nccl::catalog::{self, Catalog, IntRead, Kind, Lookup, Version, strtoll};
+use crate::nccl::Version;
+use crate::nccl::catalog::{Catalog, IntRead, Kind, Lookup, strtoll};
 
 pub(super) fn lint_ints(
     facts: &Facts,
@@ -115,7 +116,7 @@ pub(super) fn lint_levels(
                 Severity::Warn,
                 format!(
                     "{name}={value} is a legacy number: NCCL {} reads it as {level}, which allows {what} {}; is that what you want?",
-                    version.map_or_else(|| "(any version since 2.6)".to_string(), catalog::show),
+                    version.map_or_else(|| "(any version since 2.6)".to_string(), |v| v.to_string()),
                     level_meaning(level)
                 ),
                 format!(
