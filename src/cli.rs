@@ -150,6 +150,10 @@ pub enum Command {
     /// child protocol (`crate::child`).
     #[command(hide = true)]
     FactsChild(GatherArgs),
+    /// The NCCL parameter API's child (internal): the libnccl path on standard input,
+    /// every registered parameter as the reply of the child protocol.
+    #[command(hide = true)]
+    NcclParamsChild,
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),

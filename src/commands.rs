@@ -272,6 +272,27 @@ pub fn facts_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Ex
     Ok(Exit::new(code, hung))
 }
 
+/// `nccl-params-child`: asks the libnccl named on standard input for its parameters
+/// (`crate::vendor::nccl::params`) and replies them as JSON: `{"Ok": [...]}`, `{"Ok":
+/// null}` where the library has no parameter API, or `{"Err": "..."}`.
+pub fn nccl_params_child() -> Result<Exit> {
+    let request = crate::child::request().map_err(anyhow::Error::msg)?;
+    let library = String::from_utf8(request).context("the request: not UTF-8")?;
+    let watch = crate::vendor::deadline::Watch::default();
+    let answer: std::result::Result<Option<Vec<crate::facts::NcclParam>>, String> =
+        match crate::vendor::nccl::params(&watch, &library) {
+            Ok(Some(a)) => {
+                let values = a.values.into_iter().map(|(k, v)| (k, v.ok())).collect();
+                Ok(Some(crate::nccl::params::merge(values, &a.dump)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        };
+    let text = serde_json::to_vec(&answer).context("serializing the parameters")?;
+    crate::child::reply(&text);
+    Ok(Exit::new(EXIT_OK, HungCall(false)))
+}
+
 pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let name = args.input.display().to_string();
     let explanation = if name == "-" {

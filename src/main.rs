@@ -118,6 +118,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => commands::exec(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
         Command::FactsChild(args) => commands::facts_child(args, &env),
+        Command::NcclParamsChild => commands::nccl_params_child(),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
         Command::Install(args) => commands::install(args),

@@ -241,6 +241,30 @@ pub struct NcclFiles {
     /// Why no file was read (nccl-preflight's own image: the trainer's files are not here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// What the trainer's NCCL itself holds, through its parameter API (2.30 and later,
+    /// asked in a child process with this environment and NCCL_PARAM_DUMP_ALL=1): every
+    /// registered parameter with its value. `None`: not asked (an older NCCL, none found,
+    /// or facts replayed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Observed<Vec<NcclParam>>>,
+}
+
+/// One parameter of NCCL's registry (src/param/c_api.cc, 2.30 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclParam {
+    pub key: String,
+    /// ncclParamGetParameter's text (`TRUE`, `INFO`, `INIT,ENV`); `None` when it failed.
+    pub value: Option<String>,
+    /// From ncclParamDumpAll: the C type (`bool`, `uint64_t`, `const char*`), ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    /// ... where the value came from (`EnvPlugin`: the environment or a settings file
+    /// through NCCL's env plugin; `Default`: unset, or a value its parser refused) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<String>,
+    /// ... and its flags (`Private`, `Cached`, `NoEnvPluginInit`, `Unused`, `Deprecated`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
 }
 
 /// One file as read: its path as NCCL opens it, and its text (`None`: it does not

@@ -119,6 +119,7 @@ pub fn gather(host: &Host, facts: &mut Facts, home: Option<&str>, working_dir: &
         conf,
         named,
         skipped: None,
+        params: None,
     };
 }
 

@@ -20,6 +20,10 @@ pub enum Kind {
     AlgoList,
     /// parseList over ncclProtoStr.
     ProtoList,
+    /// The parameter registry's bool (2.30 and later, src/include/param/parser_default.h
+    /// `ncclParamParserDefault<bool>`): 1, T, TRUE, 0, F or FALSE, any case; anything
+    /// else leaves the default.
+    Bool,
     /// Read as text; its own parser, if any, is not in the table.
     Text,
 }
@@ -200,6 +204,7 @@ impl Catalog {
                         "algo-list" => Kind::AlgoList,
                         "proto-list" => Kind::ProtoList,
                         "string" => Kind::Text,
+                        "bool" => Kind::Bool,
                         _ => return Err(err("bad kind")),
                     },
                     first: version(4)?,

@@ -175,6 +175,9 @@ pub const NVLS_FALLBACK: Version = Version::new(2, 27, 3);
 pub const RUNNING_INTERFACES: Version = Version::new(2, 28, 0);
 /// `NCCL_NET_PLUGIN=none` loads no plugin (src/plugin/net.cc, v2.28.3-1).
 pub const PLUGIN_NONE: Version = Version::new(2, 28, 0);
+/// NCCL's parameter API: ncclParamGetAllParameterKeys, ncclParamGetParameter,
+/// ncclParamDumpAll (src/nccl.h.in, src/param/c_api.cc, v2.30.3-1).
+pub const PARAM_API: Version = Version::new(2, 30, 0);
 /// NCCL_COMM_ID's IPv4 subnet test inverted (src/os/linux.cc matchSubnet, v2.29.2-1 to
 /// v2.29.7-1): bootstrap binds the first IPv4 address outside the subnet.
 pub const COMM_ID_SUBNET_INVERTED: (u32, u32) = (2, 29);

@@ -22,6 +22,7 @@ mod nccl_conf;
 mod nccl_library;
 mod nccl_messages;
 mod nccl_oracle;
+mod nccl_params;
 mod nccl_settings;
 mod nccl_vars;
 mod netns;

@@ -18,6 +18,9 @@
 //! - conf_files: the settings files NCCL reads (NCCL_CONF_FILE, ~/.nccl.conf,
 //!   /etc/nccl.conf) as the loaded NCCL parses them: lines it misreads, and an
 //!   NCCL_CONF_FILE it does not read or that names no file;
+//! - params: what the trainer's NCCL itself reports through its parameter API (2.30
+//!   and later): values its parser refused, unused or deprecated ones, values from an
+//!   env plugin;
 //! - topo_file: the files NCCL parses (NCCL_TOPO_FILE or its default topology,
 //!   NCCL_GRAPH_FILE) missing, malformed as NCCL reads them, describing devices this
 //!   node lacks, or another platform's;
@@ -34,6 +37,7 @@ mod conf_files;
 mod ib_hca;
 mod names;
 pub(super) mod network;
+mod params;
 mod prediction;
 mod socket_ifname;
 mod topo_file;
@@ -70,6 +74,7 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
         ib_hca::lint_gid_index,
         transports::lint_p2p_shm,
         conf_files::lint_conf_files,
+        params::lint_params,
         topo_file::lint_named_files,
         network::lint_rdma_requested,
         network::lint_net_plugin_name,
@@ -87,6 +92,7 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
             for lint in [
                 names::lint_names,
                 values::lint_ints,
+                values::lint_bools,
                 values::lint_levels,
                 transports::lint_algo,
                 transports::lint_proto_names,
@@ -132,6 +138,7 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
         })
         .collect();
     listed.extend(evidence);
+    listed.extend(params::evidence(facts));
     super::combine(ID, summary, listed, lints)
 }
 

@@ -58,6 +58,34 @@ pub(super) fn lint_ints(
     out
 }
 
+/// The registry's booleans (2.30 and later): a value its parser refuses leaves the
+/// default, with no word in the log (src/include/param/param.h ncclParam::loadValue).
+pub(super) fn lint_bools(
+    facts: &Facts,
+    catalog: &Catalog,
+    version: Option<Version>,
+) -> Vec<Problem> {
+    let accepted = ["1", "T", "TRUE", "0", "F", "FALSE"];
+    facts
+        .nccl_env
+        .iter()
+        .filter(|(name, _)| {
+            matches!(catalog.lookup(name, version), Lookup::Reads(r) if r.kind == Kind::Bool)
+        })
+        .filter(|(_, v)| !accepted.iter().any(|a| a.eq_ignore_ascii_case(&v.value)))
+        .map(|(name, v)| {
+            Problem::new(
+                Severity::Warn,
+                format!(
+                    "{name}={:?} is not a boolean NCCL reads: it keeps its default",
+                    v.value
+                ),
+                format!("Set {name} to 1 or 0 (T/TRUE or F/FALSE also do), or unset it."),
+            )
+        })
+        .collect()
+}
+
 /// What a path level allows, from NCCL's topo.h comments and its docs.
 fn level_meaning(level: &str) -> &'static str {
     match level {
