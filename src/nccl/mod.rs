@@ -7,6 +7,7 @@ pub(crate) mod conf_file;
 pub(crate) mod ib_hca;
 pub(crate) mod interface;
 pub mod net_plugin;
+pub(crate) mod ofi_params;
 pub(crate) mod params;
 pub(crate) mod ras_diagnostics;
 pub(crate) mod socket_ifname;

@@ -175,6 +175,14 @@ pub const NVLS_FALLBACK: Version = Version::new(2, 27, 3);
 pub const RUNNING_INTERFACES: Version = Version::new(2, 28, 0);
 /// `NCCL_NET_PLUGIN=none` loads no plugin (src/plugin/net.cc, v2.28.3-1).
 pub const PLUGIN_NONE: Version = Version::new(2, 28, 0);
+/// NCCL_MIN_CTAS, NCCL_MAX_CTAS and NCCL_CGA_CLUSTER_SIZE read at init (src/init.cc
+/// envConfigOverride, v2.17.1-1).
+pub const CTAS_ENV: Version = Version::new(2, 17, 0);
+/// A P2P chunk times NCCL_STEPS is cut to NCCL_BUFFSIZE (src/init.cc computeBuffSizes,
+/// v2.19.1-1).
+pub const P2P_CHUNK_CLAMP: Version = Version::new(2, 19, 0);
+/// MAXCHANNELS 64, 32 before (src/include/device.h, v2.25.1-1).
+pub const MAXCHANNELS_64: Version = Version::new(2, 25, 0);
 /// NCCL's parameter API: ncclParamGetAllParameterKeys, ncclParamGetParameter,
 /// ncclParamDumpAll (src/nccl.h.in, src/param/c_api.cc, v2.30.3-1).
 pub const PARAM_API: Version = Version::new(2, 30, 0);

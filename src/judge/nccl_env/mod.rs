@@ -13,6 +13,9 @@
 //!   address in its subnet or that NCCL cannot read;
 //! - ib_hca: NCCL_IB_HCA prefixes, absent devices and DOWN ports;
 //!   NCCL_IB_GID_INDEX with NCCL >= 2.21;
+//! - ranges: the rules NCCL applies to values at init (thread counts, channel and CTA
+//!   limits, a P2P chunk times NCCL_STEPS against NCCL_BUFFSIZE, IB queue pairs against
+//!   NCCL's array), clamps NCCL makes with only an INFO line, or an overrun;
 //! - transports: P2P/SHM off where NVLink is, LL128 without NVLink, NCCL_ALGO
 //!   and NCCL_PROTO names this version lacks, algorithms this node cannot run;
 //! - conf_files: the settings files NCCL reads (NCCL_CONF_FILE, ~/.nccl.conf,
@@ -24,7 +27,8 @@
 //! - topo_file: the files NCCL parses (NCCL_TOPO_FILE or its default topology,
 //!   NCCL_GRAPH_FILE) missing, malformed as NCCL reads them, describing devices this
 //!   node lacks, or another platform's;
-//! - network: RDMA turned off or mis-chosen where usable devices exist, and
+//! - network: aws-ofi-nccl variables with values its parser refuses (the plugin
+//!   does not initialize); RDMA turned off or mis-chosen where usable devices exist, and
 //!   RDMA asked for where the container has no usable device.
 //!
 //! Every variable is read where NCCL reads it: the environment, then the settings
@@ -39,6 +43,7 @@ mod names;
 pub(super) mod network;
 mod params;
 mod prediction;
+mod ranges;
 mod socket_ifname;
 mod topo_file;
 mod transports;
@@ -78,7 +83,9 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
         topo_file::lint_named_files,
         network::lint_rdma_requested,
         network::lint_net_plugin_name,
+        network::lint_ofi_values,
         values::lint_buffsize,
+        ranges::lint_ranges,
         values::lint_debug_and_text,
     ] {
         lints.extend(lint(facts));
@@ -348,6 +355,36 @@ mod tests {
             Status::Pass,
             "a host name is resolved at run time"
         );
+    }
+
+    #[test]
+    fn aws_ofi_nccl_values_its_parser_refuses() {
+        // Written from aws-ofi-nccl include/nccl_ofi_param_impl.h (v1.19.2) before the tool
+        // ran: the plugin's init fails with -EINVAL on a value outside the set.
+        let efa = || crate::test_facts::with_efa(healthy());
+        assert_eq!(
+            lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "rdma")]).status(),
+            Status::Pass
+        );
+        let f = lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "RDMA_WRITE")]);
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
+        assert!(f.summary.contains("set to invalid value"), "{}", f.summary);
+        let forced = lint_on(
+            efa(),
+            &[
+                ("OFI_NCCL_PROTOCOL", "RDMA_WRITE"),
+                ("NCCL_NET", "AWS Libfabric"),
+            ],
+        );
+        assert_eq!(forced.status(), Status::Fail, "{forced:?}");
+        let f = lint_on(
+            efa(),
+            &[
+                ("OFI_NCCL_DISABLE_GDR_REQUIRED_CHECK", "yes"),
+                ("PET_NNODES", "2"),
+            ],
+        );
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
     }
 
     #[test]
