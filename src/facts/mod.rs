@@ -212,8 +212,8 @@ pub struct Facts {
     #[serde(default)]
     pub image: ImageRole,
     /// The files NCCL reads besides the environment: its settings files and the XML files
-    /// its variables name.
-    #[serde(default)]
+    /// its variables name. Left out of saved facts when none was found.
+    #[serde(default, skip_serializing_if = "NcclFiles::is_empty")]
     pub nccl_files: NcclFiles,
 }
 
@@ -223,30 +223,36 @@ pub struct Facts {
 /// the loaded NCCL parses them (`crate::nccl::conf_file`, `crate::nccl::topo_xml`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NcclFiles {
-    /// `$HOME` of this process: where NCCL 2.30 and later look for `~/.nccl.conf`.
+    /// `$HOME` of this process, where NCCL 2.30 and later look for `~/.nccl.conf`: set
+    /// when that file exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<String>,
-    /// The home directory of this process's real uid in /etc/passwd: where NCCL before
-    /// 2.30 looks (getpwuid(getuid())). `None` when the uid has no entry.
+    /// The home directory of this process's real uid in /etc/passwd, where NCCL before
+    /// 2.30 looks (getpwuid(getuid())): set when a `.nccl.conf` exists there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passwd_home: Option<Observed<Option<String>>>,
-    /// Every settings file some NCCL release would read here, in the order NCCL reads
-    /// them: `$NCCL_CONF_FILE`, `~/.nccl.conf` (from `$HOME` and from passwd, when they
-    /// differ), `/etc/nccl.conf`.
+    pub passwd_home: Option<String>,
+    /// The settings files some NCCL release would read here, in the order NCCL reads
+    /// them: `$NCCL_CONF_FILE` (always, when the variable is set), `~/.nccl.conf` (from
+    /// `$HOME` and from passwd, when they differ), `/etc/nccl.conf`; the last three only
+    /// when they exist (or could not be read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conf: Vec<ReadFile>,
     /// The files the variables (as NCCL sees them, files included) point NCCL to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub named: Vec<NamedFile>,
-    /// Why no file was read (nccl-preflight's own image: the trainer's files are not here).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
     /// What the trainer's NCCL itself holds, through its parameter API (2.30 and later,
     /// asked in a child process with this environment and NCCL_PARAM_DUMP_ALL=1): every
     /// registered parameter with its value. `None`: not asked (an older NCCL, none found,
     /// or facts replayed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<Observed<Vec<NcclParam>>>,
+}
+
+impl NcclFiles {
+    /// Nothing found: no settings file, no named file, NCCL not asked.
+    pub fn is_empty(&self) -> bool {
+        *self == NcclFiles::default()
+    }
 }
 
 /// One parameter of NCCL's registry (src/param/c_api.cc, 2.30 and later).

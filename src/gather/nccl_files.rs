@@ -65,36 +65,32 @@ fn passwd_home(host: &Host) -> Observed<Option<String>> {
 /// image the files are not the trainer's and nothing is read.
 pub fn gather(host: &Host, facts: &mut Facts, home: Option<&str>, working_dir: &Path) {
     if facts.image == ImageRole::Own {
-        facts.nccl_files = NcclFiles {
-            skipped: Some(ImageRole::OWN_REASON.to_string()),
-            ..NcclFiles::default()
-        };
         return;
     }
     let passwd = passwd_home(host);
+    let passwd = passwd.value().and_then(|h| h.as_deref());
     let conf_var = facts
         .nccl_env
         .get("NCCL_CONF_FILE")
         .filter(|v| !v.value.is_empty())
         .map(|v| named_file_path(&v.value, working_dir));
-    let mut paths: Vec<String> = conf_var.iter().cloned().collect();
-    for dir in [home, passwd.value().and_then(|h| h.as_deref())]
-        .into_iter()
-        .flatten()
-    {
-        let path = format!("{dir}/.nccl.conf");
-        if !paths.contains(&path) {
-            paths.push(path);
+    let homes = [home, passwd].map(|h| h.map(|dir| format!("{dir}/.nccl.conf")));
+    let mut conf: Vec<ReadFile> = conf_var.iter().map(|p| read(host, p)).collect();
+    for path in homes.iter().flatten().chain([&ETC_CONF.to_string()]) {
+        if conf.iter().any(|f| &f.path == path) {
+            continue;
+        }
+        let file = read(host, path);
+        if file.text != Observed::Value(None) {
+            conf.push(file);
         }
     }
-    paths.push(ETC_CONF.to_string());
-    let conf: Vec<ReadFile> = paths.iter().map(|p| read(host, p)).collect();
-    let rules = conf_file::rules(crate::nccl::version(facts));
-    let homes = Homes {
-        env: home,
-        passwd: passwd.value().and_then(|h| h.as_deref()),
+    let found = |h: &Option<String>| {
+        h.as_ref()
+            .is_some_and(|p| conf.iter().any(|f| &f.path == p))
     };
-    let opened = conf_file::files_read(conf_var.as_deref(), &homes, rules);
+    let rules = conf_file::rules(crate::nccl::version(facts));
+    let opened = conf_file::files_read(conf_var.as_deref(), &Homes { env: home, passwd }, rules);
     let files: Vec<conf_file::ReadFile> = opened
         .iter()
         .filter_map(|p| conf.iter().find(|f| &f.path == p))
@@ -111,14 +107,10 @@ pub fn gather(host: &Host, facts: &mut Facts, home: Option<&str>, working_dir: &
     );
     let named = named_files(host, facts, working_dir);
     facts.nccl_files = NcclFiles {
-        home: home.map(str::to_string),
-        passwd_home: match passwd {
-            Observed::Value(None) => None,
-            other => Some(other),
-        },
+        home: home.filter(|_| found(&homes[0])).map(str::to_string),
+        passwd_home: passwd.filter(|_| found(&homes[1])).map(str::to_string),
         conf,
         named,
-        skipped: None,
         params: None,
     };
 }
@@ -232,7 +224,17 @@ mod tests {
         let mut own = healthy();
         own.image = ImageRole::Own;
         gather(&host, &mut own, Some("/home/env"), Path::new("/"));
-        assert!(own.nccl_files.skipped.is_some() && own.nccl_files.conf.is_empty());
-        fs::remove_dir_all(&dir).unwrap();
+        assert!(own.nccl_files.is_empty());
+        // Nothing there: nothing recorded.
+        let empty = root(&[]);
+        let mut none = healthy();
+        gather(
+            &Host::new(&empty),
+            &mut none,
+            Some("/home/env"),
+            Path::new("/"),
+        );
+        assert!(none.nccl_files.is_empty(), "{:?}", none.nccl_files);
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -12,9 +12,6 @@ use crate::nccl::conf_file::{self, Homes, Misread};
 
 pub(super) fn lint_conf_files(facts: &Facts) -> Vec<Problem> {
     let files = &facts.nccl_files;
-    if files.skipped.is_some() {
-        return Vec::new();
-    }
     let version = crate::nccl::version(facts);
     let rules = conf_file::rules(version);
     let mut out = lint_conf_file_var(facts, rules, version);
@@ -26,11 +23,7 @@ pub(super) fn lint_conf_files(facts: &Facts) -> Vec<Problem> {
     let conf_path = conf_var.and_then(|_| files.conf.first().map(|f| f.path.as_str()));
     let homes = Homes {
         env: files.home.as_deref(),
-        passwd: files
-            .passwd_home
-            .as_ref()
-            .and_then(|p| p.value())
-            .and_then(|h| h.as_deref()),
+        passwd: files.passwd_home.as_deref(),
     };
     for path in conf_file::files_read(conf_path, &homes, rules) {
         let Some(text) = files
