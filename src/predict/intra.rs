@@ -78,7 +78,10 @@ fn one(facts: &Facts, nvml: &NvmlFacts, version: Option<Version>, a: u32, b: u32
             Some(v) => v != 0,
             None => path == "NVL" && ampere(nvml, a) && ampere(nvml, b),
         };
-        let kind = if since(version, CUMEM) {
+        // src/misc/cudawrap.cc ncclCuMemEnable (v2.19.3-1 to v2.28.9-1): a set
+        // NCCL_CUMEM_ENABLE wins over the default, so 0 means legacy CUDA IPC.
+        let cumem_off = int_param(facts, "NCCL_CUMEM_ENABLE") == Some(0);
+        let kind = if since(version, CUMEM) && !cumem_off {
             "P2P/CUMEM"
         } else {
             "P2P/IPC"
@@ -157,6 +160,8 @@ mod tests {
         assert_eq!(predict(&off, None)[0].transport, "SHM");
         let net = test_facts::with_env(off, &[("NCCL_SHM_DISABLE", "1")]);
         assert_eq!(predict(&net, None)[0].transport, "NET");
+        let ipc = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_ENABLE", "0")]);
+        assert_eq!(predict(&ipc, Some(Version::new(2, 28, 9)))[0].transport, "P2P/IPC");
         let pix = test_facts::with_env(f.clone(), &[("NCCL_P2P_LEVEL", "PIX")]);
         assert_eq!(predict(&pix, None)[0].transport, "P2P/CUMEM");
         let read = test_facts::with_env(f.clone(), &[("NCCL_P2P_READ_ENABLE", "1")]);
