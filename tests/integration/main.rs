@@ -24,6 +24,7 @@ mod nccl_messages;
 mod nccl_oracle;
 mod nccl_params;
 mod nccl_settings;
+mod nccl_truth;
 mod nccl_vars;
 mod netns;
 mod outputs;
