@@ -189,7 +189,8 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         } else {
             undetermined(policy.min_memlock.explicit)
         };
-        let mut f = Finding::flagged(ID, status, "could not determine the memlock limit", fix);
+        let mut f = Finding::flagged(ID, status, "could not determine the memlock limit", fix)
+            .undetermined();
         f.evidence = evidence;
         return f;
     };

@@ -156,6 +156,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
                     ),
                     "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
                 )
+                .undetermined()
                 .evidence(format!("{e}; {}", evidence.join("; ")));
             }
             if devices.is_empty() && !needed {

@@ -158,6 +158,7 @@ fn unreadable_class(scope: &Scope, policy: &Policy, expected_efa: Option<u32>) -
                 request_fix(expected_efa.is_some() || policy.require.efa, None)
             ),
         )
+        .undetermined()
         .evidence(e.to_string()),
     )
 }
@@ -258,7 +259,7 @@ fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) 
                 d.name, d.name
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
-        ))
+        ).undetermined())
     } else {
         None
     }
@@ -325,6 +326,7 @@ fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Probl
             ),
             "Make /sys/class/infiniband_verbs readable in the container (sysfs mounted read-only is enough).",
         )
+        .undetermined()
     })
 }
 
@@ -353,6 +355,7 @@ fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Proble
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
         )
+        .undetermined()
     })
 }
 
@@ -441,6 +444,7 @@ fn allocation_problem(
     }
     let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
     Some(Problem {
+        undetermined: false,
         status: scope.missing_status(efa_required),
         summary: format!(
             "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
@@ -509,6 +513,7 @@ fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem
     let usable = scope.usable.len();
     match &facts.rdma.verbs.state {
         LibraryState::NotFound { message } => vec![Problem {
+            undetermined: false,
             // The devices are there; the image lacks the library.
             blame: Some(Blame::Job),
             status,

@@ -24,6 +24,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
             "could not determine the stack limit",
             remediation::STACK_LIMIT,
         )
+        .undetermined()
         .evidence(e.to_string()),
         Observed::Value(l) => {
             let evidence = format!(
