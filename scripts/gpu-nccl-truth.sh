@@ -15,11 +15,17 @@
 # each becomes the `v<version>` library of the rows that name it (rows whose library is
 # missing are recorded as skipped). The wheel's NCCL is PyTorch's
 # (/opt/torch/.venv/.../nvidia/nccl/lib/libnccl.so.2), the system one ldconfig's.
+# On the lent 4x H200 (the run tool), carrying target/release/nccl-preflight and
+# target/nccl-truth-carry (libnccl-2.30.7.so.2.xz; 64 MiB fit one extra NCCL):
+#   mkdir -p /tmp/c && cp target/release/nccl-preflight scripts/nccl_truth_rank.py \
+#     target/nccl-truth-carry/*.xz /tmp/c/ && timeout 540 bash scripts/gpu-nccl-truth.sh /tmp/c "$OUT"
 # --dry runs the same table here against the fake libraries (target/tmp/fake-libs of a
 # test run: nvidia/ and nccl-gang/; SCENARIO a tests/fixtures/gpu-*/gpu.scenario): every
 # row runs and is recorded, NCCL's INFO lines aside (the fake prints none).
-# Bounds: each row's ranks and tool at most 30 s; no row starts after 330 s; the whole
-# run stays under 6 minutes (about 4 s a row on 4x H200: 45 rows, 3 minutes).
+# Bounds: each row's ranks and `facts` at most 30 s, `check` 15 s more; no row starts
+# after 330 s; so the whole run ends within 7 minutes (expected: about 4-6 s a row on 4x
+# H200, 59 rows, 4-6 minutes; the dry run here: 171 s). Killed (TERM), it still writes
+# its tarball of the rows done.
 # Result: OUTDIR/nccl-truth.tar.gz: manifest.json, rows.tsv (this table), summary.tsv
 # (expected, predicted, observed per row) and rows/<id>/ (row.env, facts.json,
 # check.json, rank<r>.log, rank<r>.json). tests/data/h200x4/nccl-truth/README.md says how
@@ -49,6 +55,7 @@ py=$(command -v python3 || echo /opt/torch/.venv/bin/python)
 log() { echo "$(date -u +%T) $*" | tee -a "$w/run.log"; }
 finish() { tar -C "$w" -czf "$out/nccl-truth.tar.gz" manifest.json rows.tsv summary.tsv run.log rows 2>/dev/null; }
 trap finish EXIT
+trap 'exit 124' TERM INT
 
 # --- the libraries -----------------------------------------------------------------
 "$py" - "$carry" "$w/libs" <<'PY'
@@ -232,7 +239,7 @@ run_row() {
     # The tool, in rank 0's situation, beside the ranks.
     ( eval "$(wrap "$ns" 0 "$d") env -i ${env[*]@Q} CUDA_VISIBLE_DEVICES=$cvd0 timeout 30 $bin facts --nccl-lib $libnccl" \
         > "$d/facts.json" 2> "$d/facts.err"
-      timeout 30 "$bin" check --format json --facts "$d/facts.json" > "$d/check.json" 2> "$d/check.err"
+      timeout 15 "$bin" check --format json --facts "$d/facts.json" > "$d/check.json" 2> "$d/check.err"
       echo "$?" > "$d/check.rc" ) &
     local tool=$!
     local -a pids=()

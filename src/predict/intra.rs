@@ -161,7 +161,10 @@ mod tests {
         let net = test_facts::with_env(off, &[("NCCL_SHM_DISABLE", "1")]);
         assert_eq!(predict(&net, None)[0].transport, "NET");
         let ipc = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_ENABLE", "0")]);
-        assert_eq!(predict(&ipc, Some(Version::new(2, 28, 9)))[0].transport, "P2P/IPC");
+        assert_eq!(
+            predict(&ipc, Some(Version::new(2, 28, 9)))[0].transport,
+            "P2P/IPC"
+        );
         let pix = test_facts::with_env(f.clone(), &[("NCCL_P2P_LEVEL", "PIX")]);
         assert_eq!(predict(&pix, None)[0].transport, "P2P/CUMEM");
         let read = test_facts::with_env(f.clone(), &[("NCCL_P2P_READ_ENABLE", "1")]);

@@ -36,7 +36,9 @@ fn table() -> Vec<Row> {
             };
             Row {
                 id: fields[0].clone(),
-                ranks: fields[1].parse().unwrap_or_else(|_| panic!("{line}: ranks")),
+                ranks: fields[1]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{line}: ranks")),
                 devices: list.split(',').map(|d| d.parse().unwrap()).collect(),
                 each,
                 fields,
@@ -58,11 +60,20 @@ fn the_truth_table_has_forty_situations_each_with_its_outcome_written_from_sourc
         if row.each {
             assert_eq!(row.devices.len(), row.ranks, "{}: a GPU per rank", row.id);
         } else {
-            assert!(row.devices.len() >= row.ranks, "{}: GPUs for every rank", row.id);
+            assert!(
+                row.devices.len() >= row.ranks,
+                "{}: GPUs for every rank",
+                row.id
+            );
         }
         assert!(row.devices.iter().all(|&d| d < 4), "{}: 4 GPUs", row.id);
         let ns = ["none", "ipc", "uts", "uts+ipc", "etc"];
-        assert!(ns.contains(&f[3].as_str()), "{}: namespaces {}", row.id, f[3]);
+        assert!(
+            ns.contains(&f[3].as_str()),
+            "{}: namespaces {}",
+            row.id,
+            f[3]
+        );
         let lib = f[4].as_str();
         assert!(
             lib == "wheel" || lib == "system" || lib.starts_with("v2."),
@@ -146,7 +157,11 @@ fn observed(dir: &Path, ranks: usize) -> Outcome {
         let result: serde_json::Value = serde_json::from_str(&text).unwrap();
         fails |= !(result["init"] == 0 && result["allreduce"] == 0 && result["correct"] == true);
     }
-    Outcome { transports, fails, bootstrap }
+    Outcome {
+        transports,
+        fails,
+        bootstrap,
+    }
 }
 
 /// What the tool predicts from the facts gathered in rank 0's situation.
@@ -170,7 +185,11 @@ fn predicted(dir: &Path, row: &Row) -> Outcome {
     let bootstrap = nccl["sockets"]["value"]["bootstrap"]["interface"]
         .as_str()
         .map(str::to_string);
-    Outcome { transports, fails: report["verdict"] == "fail", bootstrap }
+    Outcome {
+        transports,
+        fails: report["verdict"] == "fail",
+        bootstrap,
+    }
 }
 
 /// The fields on which the tool and NCCL differ: transports only where NCCL ran, the
@@ -191,7 +210,10 @@ fn disagreements(tool: &Outcome, nccl: &Outcome) -> Vec<&'static str> {
 
 fn captures() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for machine in std::fs::read_dir(repo().join("tests/data")).unwrap().flatten() {
+    for machine in std::fs::read_dir(repo().join("tests/data"))
+        .unwrap()
+        .flatten()
+    {
         let capture = machine.path().join("nccl-truth");
         if capture.join("rows").is_dir() {
             out.push(capture);
@@ -215,8 +237,13 @@ fn every_captured_situation_replays_to_what_real_nccl_did_there() {
         let mut report = String::new();
         for entry in std::fs::read_dir(capture.join("rows")).unwrap().flatten() {
             let id = entry.file_name().to_string_lossy().into_owned();
-            let row = rows.get(&id).unwrap_or_else(|| panic!("{id}: not in the table"));
-            let (tool, nccl) = (predicted(&entry.path(), row), observed(&entry.path(), row.ranks));
+            let row = rows
+                .get(&id)
+                .unwrap_or_else(|| panic!("{id}: not in the table"));
+            let (tool, nccl) = (
+                predicted(&entry.path(), row),
+                observed(&entry.path(), row.ranks),
+            );
             for field in disagreements(&tool, &nccl) {
                 found.insert(format!("{id}\t{field}"));
                 report.push_str(&format!("{id} {field}: tool {tool:?}, NCCL {nccl:?}\n"));
@@ -240,13 +267,21 @@ fn nccl_log_lines_become_transports_and_the_bootstrap_interface() {
                h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n\
                h:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct\n";
     std::fs::write(dir.join("rank0.log"), log).unwrap();
-    std::fs::write(dir.join("rank0.json"), r#"{"init":0,"allreduce":0,"correct":true}"#).unwrap();
+    std::fs::write(
+        dir.join("rank0.json"),
+        r#"{"init":0,"allreduce":0,"correct":true}"#,
+    )
+    .unwrap();
     std::fs::write(dir.join("rank1.json"), r#"{"init":3,"last_error":"x"}"#).unwrap();
     let nccl = observed(&dir, 2);
     let want: BTreeSet<String> = ["P2P/CUMEM", "SHM"].map(String::from).into();
     assert_eq!(nccl.transports, want);
     assert_eq!(nccl.bootstrap.as_deref(), Some("eth0"));
     assert!(nccl.fails, "rank 1's init failed");
-    let tool = Outcome { transports: want, fails: false, bootstrap: Some("lo".into()) };
+    let tool = Outcome {
+        transports: want,
+        fails: false,
+        bootstrap: Some("lo".into()),
+    };
     assert_eq!(disagreements(&tool, &nccl), ["init", "bootstrap"]);
 }

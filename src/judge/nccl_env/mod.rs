@@ -62,10 +62,11 @@ fn get<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
     facts.nccl_env.get(name).map(|v| v.value.as_str())
 }
 
-pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
+/// The bootstrap and socket variables: the interface list, the address family and
+/// NCCL_COMM_ID, each judged against this node's interfaces.
+fn socket_lints(facts: &Facts, predicted: &Prediction) -> Vec<Problem> {
     let env = &facts.nccl_env;
     let mut lints = Vec::new();
-    let mut evidence = Vec::new();
     if let Some(v) = env.get("NCCL_SOCKET_IFNAME") {
         lints.extend(socket_ifname::lint_socket_ifname(facts, v));
     }
@@ -75,6 +76,13 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
     if let Some(v) = env.get("NCCL_COMM_ID") {
         lints.extend(socket_ifname::lint_comm_id(facts, v));
     }
+    lints
+}
+
+pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
+    let env = &facts.nccl_env;
+    let mut lints = socket_lints(facts, predicted);
+    let mut evidence = Vec::new();
     for lint in [
         ib_hca::lint_gid_index,
         transports::lint_p2p_shm,
