@@ -168,7 +168,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
     {
         problems.push(Problem::new(
                 Severity::Warn,
-                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", v.to_string()),
+                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", v),
                 "Use NCCL 2.20 or later (a current PyTorch wheel; 2.27+ checks the IMEX channel at init) to reach other trays over NVLink.",
             ).blamed(Blame::Job));
     }
