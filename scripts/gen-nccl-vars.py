@@ -23,6 +23,9 @@ sources with `git grep` and records:
 
   - NCCL_PARAM(Name, "ENV", default) macros: integer variables. NCCL reads them
     with strtoll(value, NULL, 0) (src/misc/param.cc), so their type is int64.
+  - DEFINE_NCCL_PARAM(name, type, KEY, default, ...) (2.30's parameter registry,
+    src/include/param/param.h): `bool` parameters (1/T/TRUE or 0/F/FALSE, any
+    case; anything else leaves the default) and the rest as `string`.
   - string literals "NCCL_..." passed to a function whose name contains "env"
     (ncclGetEnv, getenv, getEnvFunc, ...) or to ncclGetLevel (paths.cc): the
     variables NCCL reads as text. NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL (read
@@ -48,6 +51,8 @@ from pathlib import Path
 
 TAG = re.compile(r"^v(2)\.(\d+)\.(\d+)-\d+$")
 PARAM = re.compile(r'NCCL_PARAM\(\s*\w+\s*,\s*"([A-Z0-9_]+)"\s*,\s*(.*)$')
+# 2.30's parameter registry: DEFINE_NCCL_PARAM(name, type, KEY, default, flags, parser, desc).
+REGISTRY = re.compile(r"DEFINE_NCCL_PARAM\(\s*\w+\s*,\s*([^,]+?)\s*,\s*(NCCL_[A-Z0-9_]+)\s*,\s*([^,]*)")
 ENV_CALL = re.compile(r'\b(\w*(?:[Ee]nv|GetLevel)\w*)\s*\(([^;]*)')
 LITERAL = re.compile(r'"(NCCL_[A-Z0-9_]+)"')
 PATHSPECS = ["src", "ext-net", "ext-tuner", "ext-profiler", "plugins"]
@@ -108,6 +113,13 @@ def variables(gitdir, tag):
         if path.endswith(".py") or path.endswith(".md"):
             continue
         scope = scope_of(path)
+        r = REGISTRY.search(text)
+        if r and "#define" not in text:
+            # The registry's own parsers: bool takes 1/T/TRUE or 0/F/FALSE; the rest
+            # (strict decimal integers, enums, bit sets, strings) are read as text here.
+            kind = "bool" if r.group(1) == "bool" else "string"
+            out[(r.group(2), scope)] = (kind, r.group(3).strip() or "-")
+            continue
         m = PARAM.search(text)
         if m and "#define" not in text:
             name = "NCCL_" + m.group(1)

@@ -1,7 +1,9 @@
 //! The children of this binary, and how they are asked and answered (the one place
 //! that says so). `serve` gathers in `facts-child` (`serve::probe`), `init --bench`
 //! measures in `bench-child` (`bench::child`), `gang` runs NCCL in `gang-worker`
-//! (`gang::spawn`): work that must not happen, or stay mapped, in the asking process.
+//! (`gang::spawn`), a trainer image's NCCL 2.30+ answers its parameter API in
+//! `nccl-params-child` (`run`, the library's path as the request): work that must
+//! not happen, or stay mapped, in the asking process.
 //!
 //! The mode is the child's only argument; the request is ONE JSON document on its
 //! standard input (`start`/`call` encode it, the child's `request` decodes it), whose

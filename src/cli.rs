@@ -159,6 +159,10 @@ pub enum Command {
     /// serve's gathering child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
     FactsChild,
+    /// The NCCL parameter API's child (internal): the libnccl path on standard input,
+    /// every registered parameter as the reply of the child protocol.
+    #[command(hide = true)]
+    NcclParamsChild,
     /// init's bench child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
     BenchChild,

@@ -276,6 +276,26 @@ pub fn facts_child(env: &[(OsString, OsString)]) -> Result<Exit> {
     Ok(Exit::new(code, hung))
 }
 
+/// `nccl-params-child`: asks the libnccl named on standard input for its parameters
+/// (`crate::vendor::nccl::params`) and replies them as JSON: `{"Ok": [...]}`, `{"Ok":
+/// null}` where the library has no parameter API, or `{"Err": "..."}`.
+pub fn nccl_params_child() -> Result<Exit> {
+    let library: String = crate::child::request().map_err(anyhow::Error::msg)?;
+    let watch = crate::vendor::deadline::Watch::default();
+    let answer: std::result::Result<Option<Vec<crate::facts::NcclParam>>, String> =
+        match crate::vendor::nccl::params(&watch, &library) {
+            Ok(Some(a)) => {
+                let values = a.values.into_iter().map(|(k, v)| (k, v.ok())).collect();
+                Ok(Some(crate::nccl::params::merge(values, &a.dump)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        };
+    let text = serde_json::to_vec(&answer).context("serializing the parameters")?;
+    crate::child::reply(&text);
+    Ok(Exit::new(EXIT_OK, HungCall(false)))
+}
+
 pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let name = args.input.display().to_string();
     let explanation = if name == "-" {
@@ -775,9 +795,7 @@ mod tests {
                 continue;
             };
             loaded += 1;
-            let findings = crate::judge::judge(&facts, &policy);
-            let settings = tune::tune(&facts);
-            let report = Report::new(facts, findings, settings);
+            let report = Report::judge(facts, &policy);
             assert!(!render::human::render(&report, false).is_empty());
             assert!(!render::doctor::render(&report, false).is_empty());
             assert!(!render::json::render(&report).is_empty());
@@ -814,13 +832,11 @@ mod tests {
             }
             let name = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_FAMILY"][rng.below(3)];
             let facts = test_facts::with_env(base.clone(), &[(name, value.as_str())]);
-            let findings = crate::judge::judge(&facts, &policy);
+            let report = Report::judge(facts, &policy);
             assert!(
-                findings.iter().any(|f| f.id == "nccl-env"),
+                report.checks.iter().any(|f| f.id == "nccl-env"),
                 "{name}={value:?}"
             );
-            let settings = tune::tune(&facts);
-            let report = Report::new(facts, findings, settings);
             assert!(render::human::render(&report, false).contains("Verdict: "));
             let _ = render::env_file::render(&report);
             let _ = render::nccl_conf::render(&report);

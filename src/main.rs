@@ -138,6 +138,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => commands::exec(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
         Command::FactsChild => commands::facts_child(&env),
+        Command::NcclParamsChild => commands::nccl_params_child(),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
         Command::BenchChild => nccl_preflight::bench::command::bench_child(&env),

@@ -3,6 +3,7 @@
 
 use crate::facts::Facts;
 use crate::finding::{Fault, Finding, Status};
+use crate::policy::Policy;
 use crate::predict::Prediction;
 use crate::tune::Setting;
 use serde::{Deserialize, Serialize};
@@ -72,7 +73,24 @@ impl Generated {
 }
 
 impl Report {
-    pub fn new(facts: Facts, checks: Vec<Finding>, settings: Vec<Setting>) -> Self {
+    /// The pure pipeline on gathered facts: what NCCL will do, predicted once and handed
+    /// to every check and to the report (so the checks and the report's `nccl` section
+    /// cannot disagree), the checks judged under `policy`, the settings tuned.
+    pub fn judge(facts: Facts, policy: &Policy) -> Self {
+        let prediction = crate::predict::predict(&facts);
+        let findings = crate::judge::judge(&facts, &prediction, policy);
+        let settings = crate::tune::tune(&facts);
+        Report::new(facts, prediction, findings, settings)
+    }
+
+    /// A report of findings judged (or measured) elsewhere, with the prediction they
+    /// were judged against.
+    pub fn new(
+        facts: Facts,
+        prediction: Prediction,
+        checks: Vec<Finding>,
+        settings: Vec<Setting>,
+    ) -> Self {
         let mut report = Report {
             schema: REPORT_SCHEMA.to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -80,7 +98,7 @@ impl Report {
             fault: Fault::None,
             checks,
             settings,
-            nccl: Some(crate::predict::predict(&facts)),
+            nccl: Some(prediction),
             generated: None,
             facts,
         };

@@ -140,7 +140,62 @@ pub(crate) fn gather_facts(
         },
         image: image_role(args.image),
     };
-    Ok(gather::gather(&host, kernel.as_ref(), env, &vendor))
+    let (mut facts, hung) = gather::gather(&host, kernel.as_ref(), env, &vendor);
+    if !hung.0 {
+        facts.nccl_files.params = nccl_params(&facts, env, args.timeout);
+    }
+    Ok((facts, hung))
+}
+
+/// What the trainer's NCCL holds, where it has a parameter API (2.30 and later): asked
+/// in a child process (`nccl-params-child`) with this environment, since NCCL applies
+/// its settings files to the process environment first; NCCL_PARAM_DUMP_ALL=1 lists
+/// its private parameters too. `None`: not asked (another image, an older or no NCCL).
+fn nccl_params(
+    facts: &Facts,
+    env: &[(OsString, OsString)],
+    timeout: std::time::Duration,
+) -> Option<crate::facts::Observed<Vec<crate::facts::NcclParam>>> {
+    use crate::child::Ended;
+    use crate::facts::{FactError, FailureKind, Observed};
+    if facts.image != crate::facts::ImageRole::Trainer
+        || crate::nccl::version(facts)? < crate::nccl::version::PARAM_API
+    {
+        return None;
+    }
+    let library = facts.rdma.nccl.library.loaded()?.path.clone()?;
+    let source = "ncclParamGetAllParameterKeys";
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Some(Observed::Error(FactError::new(source, e))),
+    };
+    let mut child_env: Vec<(OsString, OsString)> = env
+        .iter()
+        .filter(|(k, _)| k != "NCCL_PARAM_DUMP_ALL")
+        .cloned()
+        .collect();
+    child_env.push(("NCCL_PARAM_DUMP_ALL".into(), "1".into()));
+    let limit = timeout + std::time::Duration::from_secs(10);
+    let ended = crate::child::call(&exe, "nccl-params-child", &library, child_env, limit);
+    let error = |message: String| Some(Observed::Error(FactError::new(source, message)));
+    match ended {
+        Ended::Replied { reply, .. } => {
+            match serde_json::from_slice::<Result<Option<Vec<_>>, String>>(&reply) {
+                Ok(Ok(params)) => params.map(Observed::Value),
+                Ok(Err(e)) => error(e),
+                Err(e) => error(format!("the child's reply: {e}")),
+            }
+        }
+        Ended::Silent { status, stderr } => error(format!(
+            "the child ended ({status}) without a reply: {}",
+            stderr.trim()
+        )),
+        Ended::Killed { after } => Some(Observed::Error(
+            FactError::new(source, format!("no answer within {} s", after.as_secs()))
+                .with_kind(FailureKind::Timeout),
+        )),
+        Ended::Failed(e) => error(e),
+    }
 }
 
 fn image_role(arg: crate::cli::ImageArg) -> crate::facts::ImageRole {
@@ -454,9 +509,7 @@ pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;
     }
-    let findings = judge::judge(&facts, policy);
-    let settings = tune::tune(&facts);
-    Report::new(facts, findings, settings)
+    Report::judge(facts, policy)
 }
 
 /// The environment the trainer gets: this process's, plus every tuned setting whose
@@ -639,9 +692,7 @@ mod host_tree_fuzz {
                 let host = Host::new(&root);
                 let kernel = ReplayKernel::new(recording.clone(), &root);
                 let (facts, _) = crate::gather::gather(&host, &kernel, &[], &vendor);
-                let findings = crate::judge::judge(&facts, &policy);
-                let settings = crate::tune::tune(&facts);
-                let report = crate::report::Report::new(facts, findings, settings);
+                let report = crate::report::Report::judge(facts, &policy);
                 assert!(crate::render::human::render(&report, false).contains("Verdict: "));
                 assert!(!crate::render::doctor::render(&report, false).is_empty());
                 for i in touched {

@@ -88,7 +88,7 @@ pub fn healthy() -> Facts {
         launcher: BTreeMap::new(),
         nccl_env: BTreeMap::new(),
         image: crate::facts::ImageRole::Trainer,
-        named_files: BTreeMap::new(),
+        nccl_files: Default::default(),
         nodes: None,
     }
 }
@@ -307,6 +307,20 @@ pub fn with_efa(facts: Facts) -> Facts {
     )
 }
 
+/// `facts` whose NCCL loads aws-ofi-nccl 1.13.2-aws (`libnccl-net.so`, ncclNet v2-v8,
+/// named `Libfabric`), as on an EFA node.
+pub fn with_ofi_plugin(mut facts: Facts) -> Facts {
+    facts.rdma.nccl.net_plugin = Observed::Value(Some(rdma::NetPlugin {
+        library: "libnccl-net.so".into(),
+        path: Some("/opt/amazon/ofi-nccl/lib/libnccl-net.so".into()),
+        api: Some("v8".into()),
+        apis: vec![2, 3, 4, 5, 6, 7, 8],
+        name: Some("Libfabric".into()),
+        ofi_nccl_version: Some("1.13.2-aws".into()),
+    }));
+    facts
+}
+
 /// `facts` with one active InfiniBand HCA (`mlx5_0`), usable from this process.
 pub fn with_ib(facts: Facts) -> Facts {
     with_rdma(
@@ -423,6 +437,19 @@ pub fn broken_variants() -> Vec<Facts> {
         &[("NCCL_SOCKET_IFNAME", "lo"), ("PET_NNODES", "2")],
     ));
     out
+}
+
+/// A judge called as the run calls it: with the prediction made once from the same facts.
+pub fn judged(
+    judge: fn(
+        &Facts,
+        &crate::predict::Prediction,
+        &crate::policy::Policy,
+    ) -> crate::finding::Finding,
+    facts: &Facts,
+    policy: &crate::policy::Policy,
+) -> crate::finding::Finding {
+    judge(facts, &crate::predict::predict(facts), policy)
 }
 
 /// The iteration count of a seeded fuzz test: `NCCL_PREFLIGHT_FUZZ_ITERATIONS` when set

@@ -102,7 +102,7 @@ pub fn run(
     };
     let mut code: c_int = 0;
     if call(&api, watch, "ncclGetVersion", || api.version(&mut code)).is_ok() {
-        result.version = Some(crate::vendor::nccl::version_text(code));
+        result.version = Some(crate::nccl::Version::code_text(code.into()));
     }
     if let Err(e) = all_reduces(driver, watch, &api, gpus, plan, budget, &mut result.sizes) {
         result.error = Some(e);

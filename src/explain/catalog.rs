@@ -8,7 +8,7 @@
 //! means for the job and the fix. Parsed per run from the embedded text: no
 //! global state.
 
-use crate::nccl::catalog::{Version, show};
+use crate::nccl::Version;
 
 const TABLE: &str = include_str!("nccl_messages.tsv");
 
@@ -134,9 +134,9 @@ impl Message {
             format!("{}-{}", self.lines.0, self.lines.1)
         };
         let versions = if self.first == self.last {
-            show(self.first)
+            self.first.to_string()
         } else {
-            format!("{}-{}", show(self.first), show(self.last))
+            format!("{}-{}", self.first, self.last)
         };
         format!("{}:{lines}, NCCL {versions}", self.file)
     }
@@ -157,12 +157,6 @@ impl Message {
             _ => self.severity,
         }
     }
-}
-
-fn version(text: &str) -> Option<Version> {
-    let mut p = text.split('.').map(|x| x.parse::<u32>().ok());
-    let v = (p.next()??, p.next()??, p.next()??);
-    p.next().is_none().then_some(v)
 }
 
 fn unescape(text: &str) -> String {
@@ -216,7 +210,7 @@ impl Catalog {
 
     pub fn parse(text: &str) -> Result<Catalog, CatalogError> {
         let mut messages = Vec::new();
-        let mut newest = (0, 0, 0);
+        let mut newest = Version::default();
         for (i, line) in text.lines().enumerate() {
             if line.starts_with('#') || line.is_empty() {
                 continue;
@@ -235,7 +229,7 @@ impl Catalog {
                 "info" => Severity::Info,
                 _ => return Err(err("severity is not abort, continues or info")),
             };
-            let (Some(first), Some(last)) = (version(first), version(last)) else {
+            let (Some(first), Some(last)) = (Version::parse(first), Version::parse(last)) else {
                 return Err(err("a version is not X.Y.Z"));
             };
             let (Ok(lo), Ok(hi)) = (lo.parse(), hi.parse()) else {
@@ -312,7 +306,7 @@ impl Catalog {
             .map(|m| m.first)
             .min()
             .unwrap_or(self.newest);
-        format!("{}-{}", show(oldest), show(self.newest))
+        format!("{oldest}-{}", self.newest)
     }
 
     /// Rows of one kind printed by `version`.
@@ -679,13 +673,13 @@ mod tests {
     fn the_embedded_table_reads_and_finds_known_lines() {
         let c = cat();
         assert!(c.messages.len() > 1000, "{}", c.messages.len());
-        assert!(c.newest >= (2, 30, 0));
+        assert!(c.newest >= Version::new(2, 30, 0));
         let m = c
             .find(
                 true,
                 "NET/IB : Got completion from peer 10.1.2.3<55842> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.1.2.4 remoteGids::ffff:10.1.2.3 hca mlx5_3",
                 Some("transport/net_ib.cc:1696"),
-                &[(2, 21, 5)],
+                &[Version::new(2, 21, 5)],
             )
             .unwrap();
         assert_eq!(m.class().unwrap().id, "log-rdma-completion");

@@ -6,7 +6,8 @@
 
 use super::summary::LogSummary;
 use crate::finding::Finding;
-use crate::nccl::catalog::parse_nccl_version;
+use crate::nccl::Version;
+use crate::nccl::version::DYNAMIC_GID;
 
 fn values(s: &LogSummary, name: &str) -> Option<String> {
     s.setting(name)
@@ -39,7 +40,7 @@ fn gid_index(s: &LogSummary) -> Option<Finding> {
     let newest = s
         .nccl_versions
         .iter()
-        .filter_map(|v| parse_nccl_version(v))
+        .filter_map(|v| Version::parse(v))
         .max();
     let roce = s.ib_devices.iter().any(|d| d.contains("/RoCE"));
     let ib_only = !s.ib_devices.is_empty() && !roce;
@@ -49,7 +50,7 @@ fn gid_index(s: &LogSummary) -> Option<Finding> {
             "the log's devices are InfiniBand ports, where the GID index is not used".to_string(),
         );
     }
-    if newest.is_some_and(|v| v >= (2, 21, 0)) {
+    if newest.is_some_and(|v| v >= DYNAMIC_GID) {
         why.push("NCCL >= 2.21 picks the RoCE v2 GID itself (NCCL_IB_ADDR_FAMILY, NCCL_IB_ROCE_VERSION_NUM), and a fixed index fails where nodes' GID tables differ".to_string());
     }
     let used = gid_index_used(s);

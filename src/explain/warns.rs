@@ -13,7 +13,7 @@ use super::framework::CollectiveTimeout;
 use super::summary::{LogSummary, WarnEntry};
 use super::verbs;
 use crate::finding::{Finding, Severity as Level, Status};
-use crate::nccl::catalog::{Version, parse_nccl_version};
+use crate::nccl::Version;
 
 /// Classes whose WARNs usually follow an earlier failure rather than cause it.
 const CONSEQUENCES: &[&str] = &[
@@ -58,7 +58,7 @@ pub fn is_consequence(id: &str) -> bool {
 fn versions(s: &LogSummary) -> Vec<Version> {
     s.nccl_versions
         .iter()
-        .filter_map(|v| parse_nccl_version(v))
+        .filter_map(|v| Version::parse(v))
         .collect()
 }
 

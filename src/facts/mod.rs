@@ -224,16 +224,110 @@ pub struct Facts {
     /// counts from it first, then from the launcher's variables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u64>,
-    /// Every NCCL_*, FI_* and OFI_NCCL_* variable that was set (NCCL_PREFLIGHT_* excluded: those are ours).
+    /// Every NCCL_*, FI_* and OFI_NCCL_* variable as NCCL's getenv will see it (NCCL_PREFLIGHT_*
+    /// excluded: those are ours): the process environment, then what the settings files
+    /// NCCL reads add (`nccl_files.conf`, applied as the loaded NCCL applies them; each such
+    /// value says `from` which file and line).
     pub nccl_env: BTreeMap<String, EnvValue>,
     /// Which image this process runs in: the trainer's (its libibverbs, libfabric, libnccl
     /// and net plugin are the ones NCCL will load) or nccl-preflight's own (they are not).
     #[serde(default)]
     pub image: ImageRole,
-    /// Files the user's variables name (NCCL_TOPO_FILE, NCCL_CONF_FILE, NCCL_GRAPH_FILE) and
-    /// whether each is a readable file under the host root.
-    #[serde(default)]
-    pub named_files: BTreeMap<String, bool>,
+    /// The files NCCL reads besides the environment: its settings files and the XML files
+    /// its variables name. Left out of saved facts when none was found.
+    #[serde(default, skip_serializing_if = "NcclFiles::is_empty")]
+    pub nccl_files: NcclFiles,
+}
+
+/// The files NCCL reads its settings from (src/misc/param.cc initEnv) and the files its
+/// variables point it to (NCCL_TOPO_FILE, NCCL_GRAPH_FILE, and the topology NCCL loads
+/// by default), as gather read them under the host root. Parsed by the judges the way
+/// the loaded NCCL parses them (`crate::nccl::conf_file`, `crate::nccl::topo_xml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclFiles {
+    /// `$HOME` of this process, where NCCL 2.30 and later look for `~/.nccl.conf`: set
+    /// when that file exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// The home directory of this process's real uid in /etc/passwd, where NCCL before
+    /// 2.30 looks (getpwuid(getuid())): set when a `.nccl.conf` exists there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passwd_home: Option<String>,
+    /// The settings files some NCCL release would read here, in the order NCCL reads
+    /// them: `$NCCL_CONF_FILE` (always, when the variable is set), `~/.nccl.conf` (from
+    /// `$HOME` and from passwd, when they differ), `/etc/nccl.conf`; the last three only
+    /// when they exist (or could not be read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conf: Vec<ReadFile>,
+    /// The files the variables (as NCCL sees them, files included) point NCCL to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named: Vec<NamedFile>,
+    /// What the trainer's NCCL itself holds, through its parameter API (2.30 and later,
+    /// asked in a child process with this environment and NCCL_PARAM_DUMP_ALL=1): every
+    /// registered parameter with its value. `None`: not asked (an older NCCL, none found,
+    /// or facts replayed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Observed<Vec<NcclParam>>>,
+}
+
+impl NcclFiles {
+    /// Nothing found: no settings file, no named file, NCCL not asked.
+    pub fn is_empty(&self) -> bool {
+        *self == NcclFiles::default()
+    }
+}
+
+/// One parameter of NCCL's registry (src/param/c_api.cc, 2.30 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclParam {
+    pub key: String,
+    /// ncclParamGetParameter's text (`TRUE`, `INFO`, `INIT,ENV`); `None` when it failed.
+    pub value: Option<String>,
+    /// From ncclParamDumpAll: the C type (`bool`, `uint64_t`, `const char*`), ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    /// ... where the value came from (`EnvPlugin`: the environment or a settings file
+    /// through NCCL's env plugin; `Default`: unset, or a value its parser refused) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<String>,
+    /// ... and its flags (`Private`, `Cached`, `NoEnvPluginInit`, `Unused`, `Deprecated`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+}
+
+/// One file as read: its path as NCCL opens it, and its text (`None`: it does not
+/// exist). Text that is not UTF-8 is kept with U+FFFD replacements and flagged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadFile {
+    pub path: String,
+    pub text: Observed<Option<String>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_utf8: bool,
+}
+
+/// A file a variable names: NCCL_TOPO_FILE, NCCL_GRAPH_FILE, or NCCL's default
+/// topology file (`variable` is then `None`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variable: Option<String>,
+    /// The variable's value as given (relative values are read against the working directory).
+    pub value: String,
+    pub file: ReadFile,
+}
+
+/// A line of a settings file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLine {
+    pub path: String,
+    /// 1-based.
+    pub line: usize,
+}
+
+impl fmt::Display for FileLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} line {}", self.path, self.line)
+    }
 }
 
 /// One top-level section of [`Facts`]: what a check declares it reads (`judge::CHECKS`).
@@ -250,7 +344,7 @@ pub enum Fact {
     Launcher,
     NcclEnv,
     Image,
-    NamedFiles,
+    NcclFiles,
 }
 
 impl Fact {
@@ -270,7 +364,7 @@ impl Fact {
             Fact::Launcher => "launcher",
             Fact::NcclEnv => "nccl_env",
             Fact::Image => "image",
-            Fact::NamedFiles => "named_files",
+            Fact::NcclFiles => "nccl_files",
         }
     }
 
@@ -293,7 +387,7 @@ impl Fact {
             }
             Fact::NcclEnv => to.nccl_env = from.nccl_env.clone(),
             Fact::Image => to.image = from.image,
-            Fact::NamedFiles => to.named_files = from.named_files.clone(),
+            Fact::NcclFiles => to.nccl_files = from.nccl_files.clone(),
         }
     }
 }
@@ -328,6 +422,9 @@ pub struct EnvValue {
     /// True when the raw value was not valid UTF-8 and `value` is a lossy rendering.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_utf8: bool,
+    /// The settings file and line the value comes from; `None`: the process environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FileLine>,
 }
 
 impl EnvValue {
@@ -335,7 +432,15 @@ impl EnvValue {
         EnvValue {
             value: value.into(),
             not_utf8: false,
+            from: None,
         }
+    }
+
+    /// Where the value comes from, in words: `the environment` or `FILE line N`.
+    pub fn source(&self) -> String {
+        self.from
+            .as_ref()
+            .map_or_else(|| "the environment".to_string(), FileLine::to_string)
     }
 }
 

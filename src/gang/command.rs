@@ -158,7 +158,7 @@ pub(crate) fn attach(
         host_root: check.gather.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
         ras_diagnostics: crate::nccl::version(&report.facts)
-            .is_some_and(|v| v >= crate::nccl::ras_diagnostics::FIRST),
+            .is_some_and(|v| v >= crate::nccl::version::RAS_DIAGNOSTICS),
     };
     crate::diagnostic::progress(
         check.gather.trace,

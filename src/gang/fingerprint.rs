@@ -462,7 +462,8 @@ mod tests {
                 source: Source::Tuned,
             },
         ];
-        let report = Report::new(facts, vec![], settings);
+        let prediction = crate::predict::predict(&facts);
+        let report = Report::new(facts, prediction, vec![], settings);
         let env = effective_env(&report);
         assert_eq!(env.get("NCCL_ALGO").map(String::as_str), Some("Ring"));
         assert_eq!(

@@ -335,7 +335,7 @@ fn open_nccl<'w>(
     if code < 21600 {
         return Err(Halt::Failed(format!(
             "NCCL {} {NCCL_TOO_OLD} the gang builds; the gang needs NCCL 2.16 or later",
-            crate::vendor::nccl::version_text(code)
+            crate::nccl::Version::code_text(code.into())
         )));
     }
     Ok((nccl, code))

@@ -9,9 +9,6 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use crate::layout::LAUNCHER_VARS;
 
-/// Variables that name a file NCCL reads.
-pub const FILE_VARIABLES: &[&str] = &["NCCL_CONF_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_FILE"];
-
 /// The host path a file variable's value names. NCCL opens these with fopen(3)
 /// (NCCL_TOPO_FILE in graph/xml.cc ncclTopoGetXmlFromFile, NCCL_CONF_FILE in
 /// misc/param.cc), so a relative value is relative to the working directory of
@@ -28,7 +25,7 @@ pub fn named_file_path(value: &str, working_dir: &std::path::Path) -> String {
 const OWN_PREFIX: &str = "NCCL_PREFLIGHT_";
 
 /// True for names NCCL, libfabric or aws-ofi-nccl read.
-fn is_fabric_var(name: &str) -> bool {
+pub(super) fn is_fabric_var(name: &str) -> bool {
     (name.starts_with("NCCL_") && !name.starts_with(OWN_PREFIX))
         || name.starts_with("FI_")
         || name.starts_with("OFI_NCCL_")
@@ -40,6 +37,7 @@ fn env_value(raw: &OsString) -> EnvValue {
         None => EnvValue {
             value: String::from_utf8_lossy(raw.as_bytes()).into_owned(),
             not_utf8: true,
+            from: None,
         },
     }
 }

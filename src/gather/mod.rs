@@ -8,6 +8,7 @@ pub mod host;
 pub mod kernel;
 pub mod memlock;
 pub mod namespaces;
+pub mod nccl_files;
 pub mod netlink;
 pub mod network;
 pub mod platform;
@@ -104,17 +105,7 @@ pub fn gather(
         namespaces.hostname.value().map(String::as_str),
     );
     let (launcher, nccl_env) = environment::split(env);
-    // A relative value is relative to the working directory, as NCCL's fopen sees it.
-    let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let named_files = environment::FILE_VARIABLES
-        .iter()
-        .filter_map(|name| nccl_env.get(*name))
-        .map(|v| {
-            let path = environment::named_file_path(&v.value, &working_dir);
-            (v.value.clone(), host.path(&path).is_file())
-        })
-        .collect();
-    let facts = Facts {
+    let mut facts = Facts {
         schema: FACTS_SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         host_root: host.root().display().to_string(),
@@ -129,8 +120,15 @@ pub fn gather(
         launcher,
         nccl_env,
         image: vendor.image,
-        named_files,
+        nccl_files: Default::default(),
         nodes: None,
     };
+    // A relative file name is relative to the working directory, as NCCL's fopen sees it.
+    let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let home = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .and_then(|(_, v)| v.to_str());
+    nccl_files::gather(host, &mut facts, home, &working_dir);
     (facts, hung)
 }

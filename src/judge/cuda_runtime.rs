@@ -26,6 +26,7 @@ use crate::facts::gpu::{CUDA_COMPAT_DIR, LibraryState, cuda_version_text};
 use crate::facts::{Facts, ImageRole};
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "cuda-runtime";
 
@@ -160,7 +161,7 @@ fn driver_unknown(facts: &Facts, evidence: Vec<String>) -> Finding {
     f
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let rt = &facts.gpus.cuda_runtime;
     if facts.image == ImageRole::Own {
         return Finding::skip(
@@ -241,6 +242,11 @@ mod tests {
     use crate::facts::gpu::{CudaRuntime, LibraryState};
     use crate::finding::Status;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn with_runtime(mut facts: Facts, version: i32, driver: i32) -> Facts {
         facts.gpus.cuda_runtime.libraries = vec![CudaRuntime {

@@ -9,6 +9,7 @@
 use super::{Finding, undetermined};
 use crate::facts::{Facts, FsUsage, Observed, ShmFacts};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::remediation;
 use crate::units::format_bytes;
 
@@ -80,8 +81,12 @@ security profile hides it), or check by hand that /dev/shm is a tmpfs: grep /dev
 /// group of GPUs that P2P joins (when there are two or more), on each of at least two
 /// channels. Matches nccl#1518 (64 MB /dev/shm: 2 GPUs work, 4 fail) and nccl#525. When even that lower bound exceeds the free space, NCCL
 /// fails ("failed to extend /dev/shm/nccl-XXXX"), whatever --min-shm allows.
-fn nccl_need(facts: &Facts, usage: FsUsage, f: Finding, evidence: &mut Vec<String>) -> Finding {
-    let predicted = crate::predict::predict(facts);
+fn nccl_need(
+    (facts, predicted): (&Facts, &Prediction),
+    usage: FsUsage,
+    f: Finding,
+    evidence: &mut Vec<String>,
+) -> Finding {
     let need = &predicted.shm;
     let version = predicted
         .nccl_version
@@ -145,7 +150,7 @@ fn ring_crossings(pairs: &[crate::predict::PairTransport]) -> usize {
     if groups >= 2 { groups } else { 0 }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, prediction: &Prediction, policy: &Policy) -> Finding {
     let shm = &facts.dev_shm;
     let min = policy.min_shm.value;
     let mut evidence = Vec::new();
@@ -168,7 +173,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 format_bytes(min)
             ));
             let f = sized(shm, *u, min);
-            nccl_need(facts, *u, f, &mut evidence)
+            nccl_need((facts, prediction), *u, f, &mut evidence)
         }
         Observed::Value(None) => Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM),
         Observed::Error(e) => {
@@ -193,6 +198,11 @@ mod tests {
     use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn sized(size: u64, free: u64) -> Facts {
         let mut f = healthy();

@@ -6,10 +6,9 @@
 
 use super::Finding;
 use crate::facts::Facts;
-use crate::facts::rdma::kernel_version;
 use crate::finding::Severity;
 use crate::policy::Policy;
-use crate::topology::affinity;
+use crate::predict::{GdrPair, Prediction};
 
 pub const ID: &str = "gdr";
 
@@ -19,41 +18,19 @@ driver.rdma.enabled=true), or use dma-buf with the NVIDIA open kernel modules on
 (GPU operator: driver.useOpenKernelModules=true). On EFA: the EFA installer's efa_nv_peermem
 (efa_installer.sh --enable-gdr; modprobe efa_nv_peermem).";
 
-/// GPU-NIC pairs within `level` (NCCL_NET_GDR_LEVEL, PXB by default: those sharing a
-/// PCIe switch), as lines, and their GPUs. ncclTopoCheckGdr (src/graph/paths.cc, every
-/// release 2.13-2.30) tries GPUDirect RDMA exactly where distance <= level.
-fn close_pairs(m: &affinity::AffinityMatrix, level: &str) -> (Vec<String>, Vec<String>) {
-    let mut close = Vec::new();
-    let mut close_gpus = Vec::new();
-    let within = |l: &str| crate::predict::path_rank(l) <= crate::predict::path_rank(level);
-    for (i, gpu) in m.gpus.iter().enumerate() {
-        for (j, nic) in m.nics.iter().enumerate() {
-            if within(&m.levels[i][j]) {
-                close.push(format!("GPU {gpu} - {nic}: {}", m.levels[i][j]));
-                if !close_gpus.contains(gpu) {
-                    close_gpus.push(gpu.clone());
-                }
-            }
-        }
-    }
-    (close, close_gpus)
-}
-
-/// How GPUDirect RDMA would work here (the peer-memory module, EFA's own provider, or
-/// dma-buf), with what was found as evidence; `None` when nothing provides it.
-fn gdr_path(facts: &Facts, evidence: &mut Vec<String>) -> Option<String> {
+/// What was found of GPUDirect RDMA's providers, as evidence (the decision is the
+/// prediction's: crate::predict's GDR rule, with its dma-buf gate and PXN).
+fn provider_evidence(facts: &Facts, evidence: &mut Vec<String>) {
     let g = &facts.rdma.gdr;
-    let peermem = g.peermem_module.value().cloned().flatten();
-    let kernel = g.kernel_release.value().cloned();
-    let dmabuf_kernel = kernel
-        .as_deref()
-        .and_then(kernel_version)
-        .is_some_and(|v| v >= (5, 12));
-    let open_modules = g.nvidia_open_modules.value().cloned().flatten() == Some(true);
     evidence.push(format!(
         "peer-memory module: {}; kernel {}; NVIDIA open kernel modules: {}",
-        peermem.as_deref().unwrap_or("none"),
-        kernel.as_deref().unwrap_or("?"),
+        g.peermem_module
+            .value()
+            .cloned()
+            .flatten()
+            .as_deref()
+            .unwrap_or("none"),
+        g.kernel_release.value().map_or("?", String::as_str),
         match g.nvidia_open_modules.value().cloned().flatten() {
             Some(true) => "yes",
             Some(false) => "no",
@@ -62,15 +39,7 @@ fn gdr_path(facts: &Facts, evidence: &mut Vec<String>) -> Option<String> {
     ));
     // EFA's own driver can reach GPU memory without nvidia-peermem: efa.ko built by the EFA
     // installer reports its peer-memory provider in sysfs (amzn-drivers efa_sysfs.c: `p2p`,
-    // `gdr` before it); a provider naming NVIDIA is what aws-ofi-nccl's GDR needs.
-    let efa_p2p = facts.rdma.devices.value().and_then(|d| {
-        d.iter().find_map(|d| {
-            d.efa_p2p
-                .as_deref()
-                .filter(|p| p.to_ascii_uppercase().contains("NVIDIA") || *p == "gdr 1")
-                .map(|p| format!("EFA's driver ({}: {p})", d.name))
-        })
-    });
+    // `gdr` before it).
     if let Some(d) = facts
         .rdma
         .devices
@@ -82,15 +51,6 @@ fn gdr_path(facts: &Facts, evidence: &mut Vec<String>) -> Option<String> {
             d.name,
             d.efa_p2p.as_deref().unwrap_or("")
         ));
-    }
-    if let Some(m) = &peermem {
-        Some(m.clone())
-    } else if let Some(efa) = efa_p2p {
-        Some(efa)
-    } else if dmabuf_kernel && open_modules {
-        Some("dma-buf".to_string())
-    } else {
-        None
     }
 }
 
@@ -155,22 +115,23 @@ fn acs_redirection(
     f
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
-    let Some(m) = affinity::matrix(facts) else {
-        return no_pair(facts);
-    };
+pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
+    if predicted.gdr.is_empty() {
+        return no_pair(facts, predicted);
+    }
     let (level, user_set) = crate::predict::net_gdr_level(facts);
-    let (close, close_gpus) = close_pairs(&m, level);
+    let close: Vec<&GdrPair> = predicted.gdr.iter().filter(|p| p.in_reach).collect();
     if close.is_empty() {
         return Finding::skip(
             ID,
-            if user_set {
-                format!(
-                    "no GPU-NIC pair within NCCL_NET_GDR_LEVEL={level}: NCCL will not use GPUDirect RDMA here"
-                )
-            } else {
-                "no GPU shares a PCIe switch with an RDMA device: NCCL will not use GPUDirect RDMA here".to_string()
-            },
+            format!(
+                "no GPU within NCCL_NET_GDR_LEVEL{} of the NIC NCCL reaches it with: NCCL will not use GPUDirect RDMA here",
+                if user_set {
+                    format!("={level}")
+                } else {
+                    format!(" ({level})")
+                }
+            ),
         );
     }
     let (at, near) = if user_set {
@@ -181,28 +142,40 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     } else {
         ("at PIX/PXB".to_string(), "share a PCIe switch".to_string())
     };
-    let mut evidence = close.clone();
-    let f = match gdr_path(facts, &mut evidence) {
+    let mut evidence: Vec<String> = close.iter().map(|p| pair_line(p)).collect();
+    provider_evidence(facts, &mut evidence);
+    let f = match close.iter().find_map(|p| p.provider.as_deref()) {
         Some(v) => Finding::pass(
             ID,
             format!(
-                "GPUDirect RDMA possible through {v} for {} GPU-NIC pair(s) {at}",
+                "GPUDirect RDMA through {v} for {} GPU-NIC pair(s) {at}",
                 close.len()
             ),
         ),
         None => unavailable(facts, close.len(), &near),
     };
-    let mut f = acs_redirection(facts, f, &close_gpus, &mut evidence);
+    let gpus: Vec<String> = close.iter().map(|p| p.gpu.clone()).collect();
+    let mut f = acs_redirection(facts, f, &gpus, &mut evidence);
     f.evidence = evidence;
     f
+}
+
+/// One GPU and the NIC NCCL reaches it with, as NCCL decides it.
+fn pair_line(p: &GdrPair) -> String {
+    let via = p
+        .via
+        .as_ref()
+        .map_or(String::new(), |v| format!(" through NVLink peer {v} (PXN)"));
+    format!("GPU {} - {}: {}{via}: {}", p.gpu, p.nic, p.distance, p.why)
 }
 
 /// No GPU-NIC pair to judge: a skip, unless one side could not be read while the other
 /// is there (unreadable is not absent): the RDMA devices with GPUs present (issue 31 row
 /// 8), or the GPUs' PCI functions with RDMA devices present (issue 39 re-run: "no GPU and
 /// RDMA device pair" on a p5 whose /sys/bus/pci/devices was unreadable). Then could not
-/// determine, failing when the job spans nodes.
-fn no_pair(facts: &Facts) -> Finding {
+/// determine, failing when the job spans nodes. Both readable, with no pair NCCL would
+/// use: NCCL's inter-node path does not go through an RDMA NIC.
+fn no_pair(facts: &Facts, predicted: &Prediction) -> Finding {
     let gpus = facts.gpus.pci_gpus.value().is_some_and(|g| !g.is_empty())
         || facts.gpus.nvml.loaded().is_some_and(|n| !n.gpus.is_empty());
     let nics = facts.rdma.devices.value().is_some_and(|d| !d.is_empty());
@@ -210,6 +183,15 @@ fn no_pair(facts: &Facts) -> Finding {
     let (what, e) = match (facts.rdma.devices.error(), facts.gpus.pci_gpus.error()) {
         (Some(e), _) if gpus => ("/sys/class/infiniband", e),
         (_, Some(e)) if nics => ("/sys/bus/pci/devices (the GPUs' PCI functions)", e),
+        _ if nics && gpus => {
+            return Finding::skip(
+                ID,
+                format!(
+                    "NCCL sends no inter-node traffic through an RDMA NIC here ({}): GPUDirect RDMA is not used",
+                    predicted.inter_node.why
+                ),
+            );
+        }
         _ => return Finding::skip(ID, "no GPU and RDMA device pair on this node"),
     };
     let scope = super::rdma_scope::Scope::of(facts);
@@ -235,6 +217,11 @@ mod tests {
     use crate::facts::Observed;
     use crate::finding::Status;
     use crate::test_facts::{healthy, rdma_device, with_rdma};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     /// Issue 39, re-run of unreadable sysfs: /sys/bus/pci/devices unreadable on a node
     /// with RDMA devices said "no GPU and RDMA device pair on this node". Expected: could
@@ -311,7 +298,7 @@ mod tests {
         }
         f.rdma.gdr.kernel_release = Observed::Value("5.10.0-1-aws".into());
         f.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
-        f
+        crate::test_facts::with_ofi_plugin(f)
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::facts::FailureKind;
 use crate::facts::gpu::{FabricState, LibraryState, NvmlFacts};
 use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::topology::visible;
 use crate::units::format_bytes;
 
@@ -640,7 +641,7 @@ fn visible_devices(
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let nvml = match loaded_nvml(facts, policy) {
         Ok(n) => n,
         Err(finding) => return finding,
@@ -683,6 +684,11 @@ mod tests {
     use crate::facts::gpu::{CudaFacts, LibraryState};
     use crate::policy;
     use crate::test_facts::{healthy, no_gpus, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn cuda(f: &mut Facts) -> &mut CudaFacts {
         match &mut f.gpus.cuda.state {

@@ -14,6 +14,7 @@ use crate::facts::Facts;
 use crate::facts::gpu::{GpuHealth, NvmlFacts, NvmlGpu};
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "gpu-health";
 
@@ -175,7 +176,7 @@ fn all_read(
     all_read
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: GPU health not read");
     };
@@ -225,6 +226,11 @@ mod tests {
     use crate::facts::{FactError, Observed};
     use crate::finding::Status;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     /// A healthy node whose GPU 1 health is changed by `f`.
     fn gpu1(f: impl FnOnce(&mut GpuHealth)) -> Finding {

@@ -13,6 +13,7 @@ use crate::facts::Facts;
 use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts, P2pStatus};
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::topology::matrix;
 
 pub const ID: &str = "gpu-p2p";
@@ -152,9 +153,8 @@ fn acs_redirection(facts: &Facts, nvml: &NvmlFacts, evidence: &mut Vec<String>) 
 /// there (src/graph/paths.cc ncclTopoCheckP2p, every release from 2.13: "P2P is disabled
 /// between NVLINK connected GPUs", ncclUnhandledCudaError, unless
 /// NCCL_IGNORE_DISABLED_P2P=1), the failure names that, not a slow fallback.
-fn nvlink_init_failure(facts: &Facts, pairs: &[String], mig: bool) -> Option<Problem> {
+fn nvlink_init_failure(predicted: &Prediction, pairs: &[String], mig: bool) -> Option<Problem> {
     let first = pairs.first()?;
-    let predicted = crate::predict::predict(facts);
     if !predicted
         .intra_node
         .iter()
@@ -186,7 +186,7 @@ fn nvlink_init_failure(facts: &Facts, pairs: &[String], mig: bool) -> Option<Pro
 /// without both gets p2p = 0: SHM, as without read. Before, NCCL only logged it and still
 /// tried P2P where CUDA allowed peer access (src/graph/paths.cc at v2.18.6-1).
 fn without_init_failures(
-    facts: &Facts,
+    version: Option<crate::nccl::Version>,
     init_fails: bool,
     nvlink_no_p2p: &[String],
     no_read: Vec<String>,
@@ -201,7 +201,7 @@ fn without_init_failures(
             v
         }
     };
-    let (status, what) = if crate::nccl::version(facts).is_none_or(|v| v >= (2, 19, 0)) {
+    let (status, what) = if crate::nccl::version::since(version, crate::nccl::version::CUMEM) {
         (
             Severity::Fail,
             "P2P write unsupported (read OK): NCCL needs both, so it falls back to SHM through host memory",
@@ -215,7 +215,7 @@ fn without_init_failures(
     (other(no_read), other(read_only), status, what)
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, prediction: &Prediction, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: peer access not checked");
     };
@@ -238,10 +238,15 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         refused,
         unknown,
     } = sort_pairs(nvml, cuda);
-    let init_fails = nvlink_init_failure(facts, &nvlink_no_p2p, mig);
+    let init_fails = nvlink_init_failure(prediction, &nvlink_no_p2p, mig);
     let fails = init_fails.is_some();
-    let (no_read, read_only, ro_status, ro_what) =
-        without_init_failures(facts, fails, &nvlink_no_p2p, no_read, read_only);
+    let (no_read, read_only, ro_status, ro_what) = without_init_failures(
+        prediction.nccl_version,
+        fails,
+        &nvlink_no_p2p,
+        no_read,
+        read_only,
+    );
     let kinds = [
         (
             no_read,
@@ -328,6 +333,11 @@ mod tests {
     use crate::facts::Observed;
     use crate::finding::Status;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     /// Puts both GPUs of `healthy()` below switch port 0000:e0:00.0 with ACS `control`.
     fn behind_switch(f: &mut Facts, control: Observed<Option<u16>>) {

@@ -10,12 +10,13 @@
 use super::{Finding, undetermined};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::remediation;
 
 pub const ID: &str = "host-ipc";
 const PROC_IPC_INIT_INO: u64 = 4026531839;
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let required = policy.require.host_ipc;
     match &facts.namespaces.ipc {
         Observed::Error(e) => Finding::flagged(
@@ -52,6 +53,11 @@ mod tests {
     use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     #[test]
     fn private_namespace_fails_only_when_required() {

@@ -10,6 +10,7 @@ use crate::facts::rdma::FabricFacts;
 use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "libfabric";
 
@@ -59,7 +60,7 @@ fn loaded(
     )
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let scope = super::rdma_scope::Scope::of(facts);
     // EFA this container can use (or could not rule out): sysfs lists the node's devices
     // whether or not the pod asked for them, and a pod without them never loads libfabric.
@@ -148,6 +149,11 @@ mod tests {
     use crate::finding::Status;
     use crate::test_facts::healthy;
 
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
+
     fn efa() -> Facts {
         crate::test_facts::with_efa(healthy())
     }
@@ -191,14 +197,7 @@ mod tests {
             providers: vec!["efa".into()],
             efa_rdm: Observed::Value(4),
         });
-        f.rdma.nccl.net_plugin = Observed::Value(Some(crate::facts::rdma::NetPlugin {
-            library: "libnccl-net.so".into(),
-            path: Some("/opt/amazon/ofi-nccl/lib/libnccl-net.so".into()),
-            api: Some("v8".into()),
-            apis: vec![2, 3, 4, 5, 6, 7, 8],
-            name: Some("Libfabric".into()),
-            ofi_nccl_version: Some("1.13.2-aws".into()),
-        }));
+        let mut f = crate::test_facts::with_ofi_plugin(f);
         let finding = judge(&f, &Policy::default());
         assert_eq!(finding.status(), Status::Fail, "{finding:?}");
         assert!(

@@ -12,6 +12,7 @@ use super::{Finding, undetermined};
 use crate::facts::{Facts, Limit, MemlockFacts, Observed};
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::remediation;
 use crate::units::{format_bytes, format_limit};
 
@@ -174,7 +175,7 @@ fn too_low(
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let m = &facts.memlock;
     let scope = Scope::of(facts);
     let (stake, rdma_status) = rdma_stake(&scope, policy.require.any_rdma());
@@ -210,6 +211,11 @@ mod tests {
     use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn limited(bytes: u64) -> Facts {
         let mut f = healthy();

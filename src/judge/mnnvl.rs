@@ -21,6 +21,7 @@ use crate::facts::Facts;
 use crate::facts::gpu::{FabricState, NvmlGpu};
 use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "mnnvl";
 
@@ -92,7 +93,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
         // init with an IMEX hint, 2.20-2.26 at the first FABRIC handle it shares.
         _ => problems.push(Problem::new(
             status,
-            if crate::nccl::version(facts).is_none_or(|v| v >= (2, 27, 0)) {
+            if crate::nccl::version(facts).is_none_or(|v| v >= crate::nccl::version::MNNVL_TRIAL) {
                 "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL's multi-node NVLink init fails \
                  (\"MNNVL ... is available but not working on this system. Check the IMEX channel configuration\")"
                     .to_string()
@@ -100,7 +101,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
                 format!(
                     "no IMEX channel in this container (/dev/nvidia-caps-imex-channels): NCCL {} turns multi-node NVLink on without \
                      trying it, then fails when it first shares a FABRIC buffer (cuMemExportToShareableHandle / cuMemImportFromShareableHandle), with no IMEX hint",
-                    crate::nccl::version(facts).map_or(String::new(), crate::nccl::catalog::show)
+                    crate::nccl::version(facts).map_or(String::new(), |v| v.to_string())
                 )
             },
             IMEX_FIX,
@@ -110,7 +111,7 @@ fn imex(facts: &Facts, status: Severity, evidence: &mut Vec<String>, problems: &
     }
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
     };
@@ -163,11 +164,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     imex(facts, status, &mut evidence, &mut problems);
     // MNNVL came with v2.20.3-1 (src/init.cc checkMNNVL; absent at v2.19.4-1).
     if let Some(v) = crate::nccl::version(facts)
-        && v < (2, 20, 0)
+        && v < crate::nccl::version::MNNVL
     {
         problems.push(Problem::new(
                 Severity::Warn,
-                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", crate::nccl::catalog::show(v)),
+                format!("NCCL {} predates multi-node NVLink (2.20): traffic between trays goes over the network", v),
                 "Use NCCL 2.20 or later (a current PyTorch wheel; 2.27+ checks the IMEX channel at init) to reach other trays over NVLink.",
             ).blamed(Blame::Job));
     }
@@ -198,6 +199,11 @@ mod tests {
     use crate::facts::gpu::{FabricClique, LibraryState};
     use crate::finding::Status;
     use crate::test_facts::{healthy, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     const CLUSTER: &str = "6e0b1f2c-3d4a-4b5c-8d9e-0f1a2b3c4d5e";
 

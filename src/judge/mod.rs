@@ -1,4 +1,5 @@
-//! judge: `(&Facts, &Policy) -> Vec<Finding>`, pure.
+//! judge: `(&Facts, &Prediction, &Policy) -> Vec<Finding>`, pure: the prediction
+//! (crate::predict) is made once per run and handed to every check.
 //!
 //! Every check is one row of `CHECKS`: a stable id (users pass it to `--ignore`;
 //! ids never change once released), a title, and a judging function. The runner,
@@ -30,6 +31,7 @@ pub(crate) use crate::finding::combine;
 use crate::finding::{Blame, Source};
 pub use crate::finding::{Finding, Severity, Status};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 /// One row of the check table: everything about a judged check except how it judges,
 /// which is its own file. Adding a check is that file and one row here.
@@ -68,7 +70,8 @@ pub struct Check {
     /// why: where its fix is applied. docs/failure-policy.md lists every row's.
     pub blame: Blame,
     pub blame_why: &'static str,
-    pub judge: fn(&Facts, &Policy) -> Finding,
+    /// Judges the facts against what NCCL will do with them, predicted once per run.
+    pub judge: fn(&Facts, &Prediction, &Policy) -> Finding,
 }
 
 /// Every check judged from facts, in report order.
@@ -257,7 +260,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Launcher,
             Fact::Image,
             Fact::Platform,
-            Fact::NamedFiles,
+            Fact::NcclFiles,
         ],
         blame: Blame::Job,
         blame_why: "the NCCL variables are the job's own settings",
@@ -289,12 +292,14 @@ pub fn blame(finding: Finding) -> Finding {
     }
 }
 
-/// Runs every check, stamps each finding with its row's id, and applies the ignore policy.
-pub fn judge(facts: &Facts, policy: &Policy) -> Vec<Finding> {
+/// Runs every check on the facts and the prediction made from them (once, by the run:
+/// every check and the report see the same one), stamps each finding with its row's id,
+/// and applies the ignore policy.
+pub fn judge(facts: &Facts, prediction: &Prediction, policy: &Policy) -> Vec<Finding> {
     CHECKS
         .iter()
         .map(|check| {
-            let mut finding = (check.judge)(facts, policy);
+            let mut finding = (check.judge)(facts, prediction, policy);
             finding.id = check.id.to_string();
             policy.settle(finding)
         })
@@ -328,6 +333,11 @@ mod tests {
     use super::*;
     use crate::finding::verdict;
     use crate::policy;
+
+    /// Every check as the run judges them, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Vec<Finding> {
+        super::judge(facts, &crate::predict::predict(facts), policy)
+    }
 
     #[test]
     fn ignore_turns_failures_into_flagged_warnings() {
@@ -431,7 +441,10 @@ mod tests {
         // Every judge names its own id (the runner stamps it anyway).
         for facts in test_facts::broken_variants() {
             for check in CHECKS {
-                assert_eq!((check.judge)(&facts, &Policy::default()).id, check.id);
+                assert_eq!(
+                    test_facts::judged(check.judge, &facts, &Policy::default()).id,
+                    check.id
+                );
             }
         }
     }
@@ -456,14 +469,14 @@ mod tests {
                     fact.copy(broken, &mut mixed);
                 }
                 for policy in &policies {
-                    let want = (check.judge)(broken, policy);
+                    let want = test_facts::judged(check.judge, broken, policy);
                     assert_eq!(
-                        (check.judge)(&mixed, policy),
+                        test_facts::judged(check.judge, &mixed, policy),
                         want,
                         "{} reads a section its row does not declare",
                         check.id
                     );
-                    if want != (check.judge)(&test_facts::healthy(), policy) {
+                    if want != test_facts::judged(check.judge, &test_facts::healthy(), policy) {
                         differing += 1;
                     }
                 }

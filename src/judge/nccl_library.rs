@@ -16,6 +16,7 @@ use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::NcclCopy;
 use crate::facts::{Facts, ImageRole, Observed};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "nccl-library";
 
@@ -61,7 +62,7 @@ fn two_versions(loaded: &str, version: &str, found_by: &str, others: &[&NcclCopy
     )
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let nccl = &facts.rdma.nccl;
     let mut finding = match &nccl.library.state {
         LibraryState::Skipped { reason } if facts.image == ImageRole::Own => {
@@ -124,6 +125,11 @@ mod tests {
     use crate::facts::rdma::NcclLibrary;
     use crate::finding::Status;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     const WHEEL: &str =
         "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2";

@@ -11,6 +11,7 @@ use crate::facts::{Facts, Observed};
 use crate::finding::Severity;
 use crate::platform::OFI_NCCL_DIRS;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "nccl-net-plugin";
 
@@ -88,7 +89,7 @@ fn missing_plugin(efa: usize, env_plugin: Option<&str>, fail: Severity) -> Probl
     )
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let scope = super::rdma_scope::Scope::of(facts);
     if scope.own_image {
         return Finding::skip(
@@ -180,7 +181,7 @@ fn api_list(apis: &[u32]) -> String {
 fn nccl_with(api: u32) -> Vec<u32> {
     (12..=30)
         .filter(|minor| {
-            crate::nccl::net_plugin::accepted_apis((2, *minor, 0))
+            crate::nccl::net_plugin::accepted_apis(crate::nccl::Version::new(2, *minor, 0))
                 .is_some_and(|(lo, hi)| lo <= api && api <= hi)
         })
         .collect()
@@ -210,7 +211,7 @@ fn api_mismatch(
     } else {
         p.apis.clone()
     };
-    let shown = crate::nccl::catalog::show(version);
+    let shown = version.to_string();
     let newer = newer_than_known(version);
     let used = apis
         .iter()
@@ -273,6 +274,11 @@ mod tests {
     use crate::facts::rdma::NetPlugin;
     use crate::finding::Status;
     use crate::test_facts::{healthy, with_env, with_ib};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn efa() -> Facts {
         crate::test_facts::with_efa(healthy())

@@ -6,6 +6,7 @@ use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "nvlink";
 
@@ -81,7 +82,7 @@ fn none_read(nvml: &crate::facts::gpu::NvmlFacts, policy: &Policy, unread: Vec<S
     unread.into_iter().fold(f, Finding::evidence)
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return if policy.require.nvlink {
             Finding::fail(ID, "no NVML: NVLink not checked", FIX)
@@ -165,6 +166,11 @@ mod tests {
     use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::{healthy, no_gpus};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     #[test]
     fn down_links_fail_and_pcie_nodes_skip() {

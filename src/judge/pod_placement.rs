@@ -11,6 +11,7 @@ use crate::facts::Facts;
 use crate::facts::gpu::NvmlFacts;
 use crate::finding::Severity;
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "pod-placement";
 
@@ -73,7 +74,7 @@ fn cuda_visible(facts: &Facts, nvml: &NvmlFacts) -> (usize, String) {
     }
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return Finding::skip(ID, "no NVML: placement not checked");
     };
@@ -150,6 +151,11 @@ mod tests {
     use crate::facts::gpu::LibraryState;
     use crate::finding::Status;
     use crate::test_facts::{healthy, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     /// The pod sees GPU 0 of a 2-GPU NVSwitch node.
     fn one_gpu_pod() -> Facts {

@@ -10,6 +10,7 @@ use crate::facts::rdma::{RdmaDevice, UverbsNode};
 use crate::facts::{Facts, Observed};
 use crate::finding::{Blame, Severity};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "rdma-devices";
 
@@ -548,7 +549,7 @@ fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem
     }
 }
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let scope = Scope::of(facts);
     let required = policy.require.any_rdma();
     let expected_efa = crate::platform::of(facts).and_then(|p| p.efa_devices);
@@ -648,6 +649,11 @@ mod tests {
     use crate::finding::Status;
     use crate::policy;
     use crate::test_facts::{healthy, rdma_device, with_rdma};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn efa_node(n: usize) -> Facts {
         let mut f = crate::test_facts::with_env(healthy(), &[("PET_NNODES", "4")]);

@@ -7,12 +7,13 @@ use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::remediation;
 use crate::units::format_bytes;
 
 pub const ID: &str = "rdma-memreg";
 
-pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let verbs = match &facts.rdma.verbs.state {
         LibraryState::Loaded(v) => v,
         // In nccl-preflight's own image the registration needs the trainer's libibverbs:
@@ -68,6 +69,11 @@ mod tests {
     use crate::facts::FactError;
     use crate::finding::Status;
     use crate::test_facts::{healthy, with_ib};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     #[test]
     fn enomem_is_the_memlock_failure() {

@@ -9,6 +9,7 @@
 use super::Finding;
 use crate::facts::{Facts, Limit, Observed};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 use crate::remediation;
 use crate::units::format_limit;
 
@@ -16,7 +17,7 @@ pub const ID: &str = "stack-limit";
 /// NCCL's SAFE_STACK_SIZE: the Linux default, 8 MiB.
 const SAFE_STACK: u64 = 8 << 20;
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Finding {
     match &facts.stack_limit {
         Observed::Error(e) => Finding::warn(
             ID,
@@ -56,6 +57,11 @@ mod tests {
     use crate::facts::Rlimit;
     use crate::finding::Status;
     use crate::test_facts::healthy;
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn with_stack(soft: Limit) -> Facts {
         let mut f = healthy();

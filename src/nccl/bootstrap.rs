@@ -4,8 +4,16 @@
 //! tests/integration/nccl_oracle.rs (ncclGetUniqueId in network namespaces).
 //!
 //! NCCL's code, per tag of NVIDIA/nccl:
-//! - src/bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, the interface in the
-//!   same subnet as its address (ncclFindInterfaceMatchSubnet); else
+//! - src/bootstrap.cc bootstrapNetInit: with NCCL_COMM_ID set, the first getifaddrs
+//!   address of the same family and subnet as its address (src/misc/socket.cc
+//!   ncclFindInterfaceMatchSubnet, matchSubnet: NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY,
+//!   loopback and link state play no part; an IPv6 address also needs the same scope,
+//!   so a link-local one matches only `[fe80::...%IF]`), none being
+//!   `WARN("NET/Socket : No usable listening interface found")` and ncclSystemError, and
+//!   a value ncclSocketGetAddrFromString cannot read `Invalid NCCL_COMM_ID` and
+//!   ncclInvalidArgument. NCCL 2.29 (src/os/linux.cc matchSubnet, v2.29.2-1 to
+//!   v2.29.7-1; fixed in v2.30.3-1) inverts the IPv4 test: it binds the first IPv4
+//!   address *outside* NCCL_COMM_ID's subnet (found by the oracle test); else
 //!   ncclFindInterfaces(..., maxIfs = 1), and none found is
 //!   `WARN("Bootstrap : no socket interface found")`, returning ncclInternalError (3)
 //!   up to v2.23.4-1 and ncclInvalidUsage (5) from v2.24.3-1.
@@ -21,8 +29,9 @@
 //! - src/misc/utils.cc parseStringList: at most MAX_IFS (16) list entries are read.
 
 use crate::facts::{Family, IfAddress, Interface};
-use crate::nccl::catalog::Version;
+use crate::nccl::Version;
 use crate::nccl::socket_ifname::{self, IfnameFilter, MAX_IFS};
+use crate::nccl::version::{BOOTSTRAP_INVALID_USAGE, RUNNING_INTERFACES};
 
 /// The variables NCCL's interface selection reads, as NCCL would see them (the
 /// process environment with the config files applied: ncclGetEnv).
@@ -61,8 +70,8 @@ pub enum Bootstrap {
     Uses(Endpoint),
     /// Fails init: no interface passes the selection.
     NoInterface(BootstrapFailure),
-    /// NCCL_COMM_ID is set: NCCL takes the interface in the same subnet as its address
-    /// (ncclFindInterfaceMatchSubnet), which this function does not predict.
+    /// NCCL_COMM_ID names a host: NCCL resolves it (getaddrinfo) and takes the interface
+    /// in its subnet, which this function does not predict.
     ByCommId,
 }
 
@@ -78,10 +87,110 @@ pub struct BootstrapFailure {
 /// The WARN NCCL prints when no interface is left (src/bootstrap.cc, every release).
 pub const NO_INTERFACE: &str = "Bootstrap : no socket interface found";
 
+/// The WARN when no address shares NCCL_COMM_ID's subnet (src/bootstrap.cc).
+const NO_LISTENING: &str = "NET/Socket : No usable listening interface found";
+/// The WARN for an NCCL_COMM_ID ncclSocketGetAddrFromString cannot read.
+pub(crate) const INVALID_COMM_ID: &str = "Invalid NCCL_COMM_ID";
+
+/// NCCL_COMM_ID's address as ncclSocketGetAddrFromString reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CommId {
+    V4(std::net::Ipv4Addr),
+    /// `[addr]:port`, or `[addr%IF]:port` (link scope, on interface IF).
+    V6(std::net::Ipv6Addr, Option<String>),
+    /// A host name: resolved by getaddrinfo, not predicted.
+    Host,
+    Invalid,
+}
+
+fn comm_id(value: &str) -> CommId {
+    if value.len() <= 1 {
+        return CommId::Invalid;
+    }
+    if let Some(rest) = value.strip_prefix('[') {
+        let Some((inside, _port)) = rest.split_once(']') else {
+            return CommId::Invalid;
+        };
+        let (addr, scope) = match inside.split_once('%') {
+            Some((a, s)) => (a, Some(s.to_string())),
+            None => (inside, None),
+        };
+        return addr
+            .parse()
+            .map_or(CommId::Invalid, |a| CommId::V6(a, scope));
+    }
+    // parseStringList: `<host>:<port>`, the part before the first ':'.
+    let host = value.split(':').next().unwrap_or("");
+    if host.is_empty() {
+        return CommId::Invalid;
+    }
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(a) => CommId::V4(a),
+        Err(_) => CommId::Host,
+    }
+}
+
+/// matchSubnet (src/misc/socket.cc): same family, and the same bits under the local
+/// address's netmask; for IPv6 the same scope too (a link-local local address carries
+/// its interface's index, a global one 0).
+fn same_subnet(id: &CommId, local: &IfAddress, inverted_v4: bool) -> bool {
+    let bits = |len: u32| local.prefix_len.map_or(len, |p| u32::from(p).min(len));
+    let text = local.address.split('%').next().unwrap_or(&local.address);
+    match (id, local.family) {
+        (CommId::V4(remote), Family::Inet) => {
+            let Ok(here) = text.parse::<std::net::Ipv4Addr>() else {
+                return false;
+            };
+            let mask = u32::MAX.checked_shl(32 - bits(32)).unwrap_or(0);
+            (u32::from(here) & mask == u32::from(*remote) & mask) != inverted_v4
+        }
+        (CommId::V6(remote, scope), Family::Inet6) => {
+            let Ok(here) = text.parse::<std::net::Ipv6Addr>() else {
+                return false;
+            };
+            let mask = u128::MAX.checked_shl(128 - bits(128)).unwrap_or(0);
+            let link_local = here.segments()[0] & 0xffc0 == 0xfe80;
+            let scoped = match scope {
+                Some(iface) => link_local && *iface == local.interface,
+                None => !link_local,
+            };
+            scoped && u128::from(here) & mask == u128::from(*remote) & mask
+        }
+        _ => false,
+    }
+}
+
+/// The releases whose matchSubnet inverts the IPv4 comparison (v2.29.2-1 to v2.29.7-1).
+fn inverts_ipv4_subnet(version: Option<Version>) -> bool {
+    version.is_some_and(|v| v.series() == crate::nccl::version::COMM_ID_SUBNET_INVERTED)
+}
+
+/// What bootstrapNetInit does with NCCL_COMM_ID set.
+fn by_comm_id(version: Option<Version>, value: &str, addresses: &[IfAddress]) -> Bootstrap {
+    let id = comm_id(value);
+    let fail = |warning, result| Bootstrap::NoInterface(BootstrapFailure { warning, result });
+    match id {
+        CommId::Host => Bootstrap::ByCommId,
+        // ncclInvalidArgument
+        CommId::Invalid => fail(INVALID_COMM_ID, 4),
+        _ => match addresses
+            .iter()
+            .find(|a| same_subnet(&id, a, inverts_ipv4_subnet(version)))
+        {
+            Some(a) => Bootstrap::Uses(Endpoint {
+                interface: a.interface.clone(),
+                address: a.clone(),
+            }),
+            // ncclSystemError
+            None => fail(NO_LISTENING, 2),
+        },
+    }
+}
+
 /// Whether `version` (None: the newest) skips interfaces without IFF_RUNNING
 /// (findInterfaces, from v2.28.3-1).
 pub(crate) fn running_only(version: Option<Version>) -> bool {
-    version.is_none_or(|v| v >= (2, 28, 0))
+    version.is_none_or(|v| v >= RUNNING_INTERFACES)
 }
 
 /// Whether `version`'s findInterfaces counts `link` at all (given an address): before
@@ -107,7 +216,7 @@ pub(crate) fn matching_names(
 /// The automatic selection's steps (ncclFindInterfaces with NCCL_SOCKET_IFNAME unset):
 /// `virbr` joined the avoided names in v2.28.3-1.
 fn automatic_steps(version: Option<Version>) -> &'static [&'static str] {
-    if version.is_none_or(|v| v >= (2, 28, 0)) {
+    if version.is_none_or(|v| v >= RUNNING_INTERFACES) {
         &["ib", "^docker,lo,virbr", "docker", "lo", "virbr"]
     } else {
         &["ib", "^docker,lo", "docker", "lo"]
@@ -209,14 +318,14 @@ pub fn bootstrap(
     interfaces: &[Interface],
     addresses: &[IfAddress],
 ) -> Bootstrap {
-    if env.comm_id.is_some() {
-        return Bootstrap::ByCommId;
+    if let Some(id) = env.comm_id {
+        return by_comm_id(version, id, addresses);
     }
     match find_interfaces(version, env, interfaces, addresses, 1).pop() {
         Some(endpoint) => Bootstrap::Uses(endpoint),
         None => Bootstrap::NoInterface(BootstrapFailure {
             warning: NO_INTERFACE,
-            result: if version.is_some_and(|v| v < (2, 24, 0)) {
+            result: if version.is_some_and(|v| v < BOOTSTRAP_INVALID_USAGE) {
                 3
             } else {
                 5
@@ -290,12 +399,12 @@ mod tests {
         let env = SocketEnv::default();
         // 2.27: eth0 is down but has an address, and NCCL took it.
         assert_eq!(
-            uses(bootstrap(Some((2, 27, 7)), env, &l, &a)),
+            uses(bootstrap(Some(Version::new(2, 27, 7)), env, &l, &a)),
             "eth0:10.0.0.5"
         );
         // 2.28: eth0 is skipped; virbr0 is avoided; docker0 comes before lo.
         assert_eq!(
-            uses(bootstrap(Some((2, 28, 9)), env, &l, &a)),
+            uses(bootstrap(Some(Version::new(2, 28, 9)), env, &l, &a)),
             "docker0:172.17.0.1"
         );
         let no_docker: Vec<IfAddress> = a
@@ -323,19 +432,66 @@ mod tests {
             Bootstrap::NoInterface(f) => (f.warning, f.result),
             other => panic!("{other:?}"),
         };
-        assert_eq!(failure((2, 21, 5)), (NO_INTERFACE, 3));
-        assert_eq!(failure((2, 24, 3)), (NO_INTERFACE, 5));
+        assert_eq!(failure(Version::new(2, 21, 5)), (NO_INTERFACE, 3));
+        assert_eq!(failure(Version::new(2, 24, 3)), (NO_INTERFACE, 5));
         let comm = SocketEnv {
             comm_id: Some("10.0.0.1:1234"),
             ..env
         };
-        assert_eq!(bootstrap(None, comm, &l, &a), Bootstrap::ByCommId);
+        assert_eq!(
+            bootstrap(None, comm, &l, &a),
+            Bootstrap::NoInterface(BootstrapFailure {
+                warning: NO_LISTENING,
+                result: 2
+            }),
+            "no mask known: the whole address must match"
+        );
         // One byte is no filter at all: automatic selection.
         let one = SocketEnv {
             ifname: Some("x"),
             ..SocketEnv::default()
         };
         assert_eq!(uses(bootstrap(None, one, &l, &a)), "docker0:172.17.0.1");
+    }
+
+    #[test]
+    fn nccl_comm_id_takes_the_first_address_in_its_subnet_whatever_the_filters() {
+        // Written from src/misc/socket.cc matchSubnet (v2.28.9-1) before the tool ran.
+        let (l, mut a) = node();
+        for x in &mut a {
+            x.prefix_len = Some(if x.family == Family::Inet { 24 } else { 64 });
+        }
+        let with = |id: &'static str| SocketEnv {
+            ifname: Some("=nonexist0"),
+            family: Some("AF_INET6"),
+            comm_id: Some(id),
+        };
+        // The down eth0 and the filters do not matter.
+        assert_eq!(
+            uses(bootstrap(None, with("10.0.0.77:29500"), &l, &a)),
+            "eth0:10.0.0.5"
+        );
+        assert_eq!(
+            uses(bootstrap(None, with("127.0.0.9:1"), &l, &a)),
+            "lo:127.0.0.1"
+        );
+        let failed = |id| match bootstrap(None, with(id), &l, &a) {
+            Bootstrap::NoInterface(f) => (f.warning, f.result),
+            other => panic!("{id}: {other:?}"),
+        };
+        assert_eq!(failed("203.0.113.9:29500"), (NO_LISTENING, 2));
+        // A link-local IPv6 address matches only with its interface's scope.
+        assert_eq!(failed("[fe80::2]:29500"), (NO_LISTENING, 2));
+        assert_eq!(
+            uses(bootstrap(None, with("[fe80::2%virbr0]:29500"), &l, &a)),
+            "virbr0:fe80::1"
+        );
+        assert_eq!(failed("[fe80::2:29500"), (INVALID_COMM_ID, 4));
+        assert_eq!(failed(":29500"), (INVALID_COMM_ID, 4));
+        assert_eq!(
+            bootstrap(None, with("master-0:29500"), &l, &a),
+            Bootstrap::ByCommId
+        );
     }
 
     fn names(
@@ -374,12 +530,12 @@ mod tests {
             addr("net1", Family::Inet6, "fd00::5"),
             addr("lo", Family::Inet6, "::1"),
         ];
-        let new = Some((2, 28, 9));
+        let new = Some(Version::new(2, 28, 9));
         let pick = |v: &str| names(new, filtered(v), &l, &a);
         assert_eq!(pick("eth"), ["eth0"]); // eth10 is not running
         // Before 2.28 a down interface with an address counts.
         assert_eq!(
-            names(Some((2, 27, 7)), filtered("eth"), &l, &a),
+            names(Some(Version::new(2, 27, 7)), filtered("eth"), &l, &a),
             ["eth0", "eth10"]
         );
         assert_eq!(pick("=eth"), Vec::<String>::new());

@@ -4,17 +4,10 @@
 //! value sets ncclAlgoStr, ncclProtoStr, topoPathTypeStr, levelsOldToNew). The
 //! file's header names the tags it was built from; regenerate it, never edit it.
 
+use crate::nccl::Version;
 use std::fmt;
 
 const TABLE: &str = include_str!("variables.tsv");
-
-/// An NCCL version as (major, minor, patch).
-pub type Version = (u32, u32, u32);
-
-/// Shows a version the way NCCL prints it: `2.28.9`.
-pub(crate) fn show(v: Version) -> String {
-    format!("{}.{}.{}", v.0, v.1, v.2)
-}
 
 /// How NCCL parses a variable's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +20,10 @@ pub enum Kind {
     AlgoList,
     /// parseList over ncclProtoStr.
     ProtoList,
+    /// The parameter registry's bool (2.30 and later, src/include/param/parser_default.h
+    /// `ncclParamParserDefault<bool>`): 1, T, TRUE, 0, F or FALSE, any case; anything
+    /// else leaves the default.
+    Bool,
     /// Read as text; its own parser, if any, is not in the table.
     Text,
 }
@@ -91,15 +88,69 @@ pub enum Lookup<'a> {
     Unknown,
 }
 
-fn parse_version(s: &str) -> Option<Version> {
-    let mut p = s.split('.').map(|x| x.parse::<u32>().ok());
-    let v = (p.next()??, p.next()??, p.next()??);
-    p.next().is_none().then_some(v)
+/// How strtoll(value, NULL, 0) reads a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntRead {
+    /// The whole value is a number.
+    Whole(i64),
+    /// A number followed by text strtoll stops at.
+    Prefix(i64),
+    /// No digits: strtoll returns 0.
+    NoDigits,
+    /// Out of int64: ERANGE, and NCCL keeps its default.
+    Overflow,
 }
 
-/// Parses a version as NCCL and the facts write it (`2.28.9`, `2.28.9+cuda12.9`).
-pub(crate) fn parse_nccl_version(s: &str) -> Option<Version> {
-    parse_version(s.split(['+', '-']).next()?.trim())
+impl IntRead {
+    /// The number NCCL ends up with where it takes strtoll's result as it is (a prefix
+    /// counts, no digits is 0); `None` on overflow, where NCCL keeps its default.
+    pub fn value(self) -> Option<i64> {
+        match self {
+            IntRead::Whole(n) | IntRead::Prefix(n) => Some(n),
+            IntRead::NoDigits => Some(0),
+            IntRead::Overflow => None,
+        }
+    }
+}
+
+/// strtoll with base 0: leading blanks, a sign, `0x` for hex, a leading `0` for octal.
+pub(crate) fn strtoll(value: &str) -> IntRead {
+    let s = value.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, s) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let bytes = s.as_bytes();
+    let (radix, digits) = if (s.starts_with("0x") || s.starts_with("0X"))
+        && bytes.get(2).is_some_and(u8::is_ascii_hexdigit)
+    {
+        (16, &s[2..])
+    } else if s.starts_with('0') {
+        (8, s)
+    } else {
+        (10, s)
+    };
+    let len = digits
+        .bytes()
+        .take_while(|b| (*b as char).is_digit(radix))
+        .count();
+    if len == 0 {
+        return IntRead::NoDigits;
+    }
+    let magnitude = match i128::from_str_radix(&digits[..len], radix) {
+        Ok(m) => m,
+        Err(_) => return IntRead::Overflow,
+    };
+    let signed = if negative { -magnitude } else { magnitude };
+    let Ok(n) = i64::try_from(signed) else {
+        return IntRead::Overflow;
+    };
+    if len == digits.len() {
+        IntRead::Whole(n)
+    } else {
+        IntRead::Prefix(n)
+    }
 }
 
 impl Catalog {
@@ -124,7 +175,7 @@ impl Catalog {
                     let v = t
                         .strip_prefix('v')
                         .and_then(|t| t.split('-').next())
-                        .and_then(parse_version)
+                        .and_then(Version::parse)
                         .ok_or_else(|| err("bad tag"))?;
                     cat.tags.push(v);
                 }
@@ -136,7 +187,7 @@ impl Catalog {
             let f: Vec<&str> = line.split('\t').collect();
             let version = |k: usize| {
                 f.get(k)
-                    .and_then(|s| parse_version(s))
+                    .and_then(|s| Version::parse(s))
                     .ok_or_else(|| err("bad version"))
             };
             match f.first() {
@@ -153,6 +204,7 @@ impl Catalog {
                         "algo-list" => Kind::AlgoList,
                         "proto-list" => Kind::ProtoList,
                         "string" => Kind::Text,
+                        "bool" => Kind::Bool,
                         _ => return Err(err("bad kind")),
                     },
                     first: version(4)?,
@@ -180,7 +232,7 @@ impl Catalog {
     /// The newest release the table was built from.
     pub fn latest(&self) -> Version {
         // parse() refuses a table without tags, so there is a last one.
-        self.tags.last().copied().unwrap_or((0, 0, 0))
+        self.tags.last().copied().unwrap_or_default()
     }
 
     /// Whether a row's range covers `v`. A version newer than every tag read
@@ -192,8 +244,7 @@ impl Catalog {
         if self.tags.contains(&v) {
             return first <= v && v <= last;
         }
-        let series = |x: Version| (x.0, x.1);
-        series(first) <= series(v) && series(v) <= series(last)
+        first.series() <= v.series() && v.series() <= last.series()
     }
 
     /// What NCCL `version` (None: not known, so every version) makes of `name`.
@@ -308,14 +359,14 @@ mod tests {
     fn embedded_table_parses_and_names_its_tags() {
         let c = cat();
         assert!(c.tags.len() > 50, "{} tags", c.tags.len());
-        assert!(c.latest() >= (2, 28, 9));
+        assert!(c.latest() >= Version::new(2, 28, 9));
         assert!(c.vars.len() > 200);
     }
 
     #[test]
     fn well_known_variables_are_typed() {
         let c = cat();
-        let v = Some((2, 28, 9));
+        let v = Some(Version::new(2, 28, 9));
         let kind = |n: &str| match c.lookup(n, v) {
             Lookup::Reads(r) => Some(r.kind),
             _ => None,
@@ -336,21 +387,21 @@ mod tests {
         let c = cat();
         // NCCL_NET arrived in 2.10 (net.cc), NCCL_NET_PLUGIN in 2.11.
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 9, 9))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 9, 9))),
             Lookup::OtherVersions(_)
         ));
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 10, 3))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 10, 3))),
             Lookup::Reads(_)
         ));
         // A patch release between two tags counts with its series.
         assert!(matches!(
-            c.lookup("NCCL_NET", Some((2, 10, 9))),
+            c.lookup("NCCL_NET", Some(Version::new(2, 10, 9))),
             Lookup::Reads(_)
         ));
         // Newer than every tag: judged as the newest.
         assert!(matches!(
-            c.lookup("NCCL_IB_HCA", Some((3, 0, 0))),
+            c.lookup("NCCL_IB_HCA", Some(Version::new(3, 0, 0))),
             Lookup::Reads(_)
         ));
         assert_eq!(c.lookup("NCCL_IB_HBA", None), Lookup::Unknown);
@@ -369,10 +420,12 @@ mod tests {
     #[test]
     fn value_sets_follow_the_version() {
         let c = cat();
-        let algos = c.values("algo", Some((2, 12, 12))).expect("2.12 algos");
+        let algos = c
+            .values("algo", Some(Version::new(2, 12, 12)))
+            .expect("2.12 algos");
         assert_eq!(algos, ["Tree", "Ring", "CollNet"]);
         assert!(
-            c.values("algo", Some((2, 23, 4)))
+            c.values("algo", Some(Version::new(2, 23, 4)))
                 .expect("2.23 algos")
                 .contains(&"PAT".to_string())
         );

@@ -7,12 +7,16 @@ pub(crate) mod conf_file;
 pub(crate) mod ib_hca;
 pub(crate) mod interface;
 pub mod net_plugin;
+pub(crate) mod ofi_params;
+pub(crate) mod params;
 pub(crate) mod ras_diagnostics;
 pub(crate) mod socket_ifname;
+pub(crate) mod topo_xml;
+pub(crate) mod version;
 
-/// The version of the libnccl the trainer will load, as (major, minor, patch).
-pub(crate) fn version(facts: &crate::facts::Facts) -> Option<(u32, u32, u32)> {
-    let v = facts.rdma.nccl.library.loaded()?.version.value()?;
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
+pub use version::Version;
+
+/// The version of the libnccl the trainer will load.
+pub(crate) fn version(facts: &crate::facts::Facts) -> Option<Version> {
+    Version::parse(facts.rdma.nccl.library.loaded()?.version.value()?)
 }

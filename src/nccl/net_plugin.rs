@@ -18,7 +18,8 @@
 //! [`accepted_apis`] holds those versions per release; [`ofi_nccl_min_libfabric`] the
 //! libfabric that aws-ofi-nccl refuses to use EFA without.
 
-use crate::nccl::catalog::Version;
+use crate::nccl::Version;
+use crate::nccl::version::{PLUGIN_BARE_NAME, PLUGIN_LIST, PLUGIN_NONE, PLUGIN_PATH};
 
 /// The names NCCL tries for NCCL_NET_PLUGIN=`value`, in order; `None` version:
 /// the newest rules.
@@ -38,8 +39,8 @@ pub fn plugin_names(prefix: &str, value: Option<&str>, version: Option<Version>)
     };
     let prefixed = format!("{prefix}-{value}.so");
     match version {
-        Some(v) if v < (2, 21, 0) => vec![prefixed],
-        Some(v) if v < (2, 26, 0) => vec![value.to_string(), prefixed],
+        Some(v) if v < PLUGIN_BARE_NAME => vec![prefixed],
+        Some(v) if v < PLUGIN_PATH => vec![value.to_string(), prefixed],
         _ => {
             let is_library = value.starts_with("lib") && value.ends_with(".so");
             if value.contains('/') || is_library {
@@ -65,10 +66,10 @@ pub(crate) fn net_plugin_entries(
     let Some(value) = value else {
         return vec![plugin_names("libnccl-net", None, version)];
     };
-    if version.is_some_and(|v| v < (2, 27, 0)) {
+    if version.is_some_and(|v| v < PLUGIN_LIST) {
         return vec![plugin_names("libnccl-net", Some(value), version)];
     }
-    if version.is_none_or(|v| v >= (2, 28, 0)) && value.eq_ignore_ascii_case("none") {
+    if version.is_none_or(|v| v >= PLUGIN_NONE) && value.eq_ignore_ascii_case("none") {
         return Vec::new();
     }
     value
@@ -128,7 +129,7 @@ pub fn plugin_load(
 /// `None` before 2.12 (not read); a release newer than 2.30 is taken as 2.30, whose
 /// oldest accepted version it is unlikely to raise silently but whose newest it may.
 pub fn accepted_apis(version: Version) -> Option<(u32, u32)> {
-    let (major, minor, _) = version;
+    let Version { major, minor, .. } = version;
     if major != 2 || minor < 12 {
         return None;
     }
@@ -147,7 +148,7 @@ pub fn accepted_apis(version: Version) -> Option<(u32, u32)> {
 /// True when `version` is newer than the releases [`accepted_apis`] was read from: NCCL
 /// may then accept API versions newer than the table's.
 pub(crate) fn newer_than_known(version: Version) -> bool {
-    version > (2, 30, u32::MAX)
+    version > Version::new(2, 30, u32::MAX)
 }
 
 /// The oldest libfabric (major, minor) aws-ofi-nccl `plugin_version` accepts for the efa
@@ -188,16 +189,16 @@ mod tests {
 
     #[test]
     fn api_versions_per_release() {
-        assert_eq!(accepted_apis((2, 11, 4)), None);
-        assert_eq!(accepted_apis((2, 18, 5)), Some((4, 6)));
-        assert_eq!(accepted_apis((2, 19, 4)), Some((5, 7)));
-        assert_eq!(accepted_apis((2, 23, 4)), Some((5, 8)));
-        assert_eq!(accepted_apis((2, 25, 1)), Some((5, 9)));
-        assert_eq!(accepted_apis((2, 26, 2)), Some((6, 10)));
-        assert_eq!(accepted_apis((2, 28, 9)), Some((6, 11)));
-        assert_eq!(accepted_apis((2, 30, 7)), Some((6, 12)));
-        assert!(newer_than_known((2, 31, 1)));
-        assert!(!newer_than_known((2, 30, 7)));
+        assert_eq!(accepted_apis(Version::new(2, 11, 4)), None);
+        assert_eq!(accepted_apis(Version::new(2, 18, 5)), Some((4, 6)));
+        assert_eq!(accepted_apis(Version::new(2, 19, 4)), Some((5, 7)));
+        assert_eq!(accepted_apis(Version::new(2, 23, 4)), Some((5, 8)));
+        assert_eq!(accepted_apis(Version::new(2, 25, 1)), Some((5, 9)));
+        assert_eq!(accepted_apis(Version::new(2, 26, 2)), Some((6, 10)));
+        assert_eq!(accepted_apis(Version::new(2, 28, 9)), Some((6, 11)));
+        assert_eq!(accepted_apis(Version::new(2, 30, 7)), Some((6, 12)));
+        assert!(newer_than_known(Version::new(2, 31, 1)));
+        assert!(!newer_than_known(Version::new(2, 30, 7)));
     }
 
     #[test]
@@ -214,12 +215,16 @@ mod tests {
 
     #[test]
     fn unset_and_empty_mean_the_default_library_and_values_are_not_trimmed() {
-        for v in [Some((2, 18, 3)), Some((2, 21, 5)), None] {
+        for v in [
+            Some(Version::new(2, 18, 3)),
+            Some(Version::new(2, 21, 5)),
+            None,
+        ] {
             assert_eq!(plugin_names("libnccl-net", None, v), ["libnccl-net.so"]);
             assert_eq!(plugin_names("libnccl-net", Some(""), v), ["libnccl-net.so"]);
         }
         assert_eq!(
-            plugin_names("libnccl-net", Some(" ofi"), Some((2, 18, 3))),
+            plugin_names("libnccl-net", Some(" ofi"), Some(Version::new(2, 18, 3))),
             ["libnccl-net- ofi.so"]
         );
         let exports = |n: &str| match n {
@@ -228,27 +233,27 @@ mod tests {
             _ => None,
         };
         assert_eq!(
-            plugin_load(None, (2, 18, 3), exports),
+            plugin_load(None, Version::new(2, 18, 3), exports),
             PluginLoad::Loaded {
                 library: "libnccl-net.so".into(),
                 api: 6
             }
         );
         assert_eq!(
-            plugin_load(None, (2, 21, 5), exports),
+            plugin_load(None, Version::new(2, 21, 5), exports),
             PluginLoad::Loaded {
                 library: "libnccl-net.so".into(),
                 api: 8
             }
         );
         assert_eq!(
-            plugin_load(Some("fake"), (2, 21, 5), exports),
+            plugin_load(Some("fake"), Version::new(2, 21, 5), exports),
             PluginLoad::NoSymbol {
                 library: "fake".into()
             }
         );
         assert_eq!(
-            plugin_load(Some("fake"), (2, 18, 3), exports),
+            plugin_load(Some("fake"), Version::new(2, 18, 3), exports),
             PluginLoad::Internal {
                 tried: vec!["libnccl-net-fake.so".into()]
             }
@@ -259,19 +264,19 @@ mod tests {
     fn lists_from_2_27_and_none_from_2_28() {
         let one = |v| net_plugin_entries(Some("ofi,,/x/libp.so"), Some(v));
         // 2.26: one name, and a name holding a `/` is a path, used as is.
-        assert_eq!(one((2, 26, 5)), [["ofi,,/x/libp.so"]]);
+        assert_eq!(one(Version::new(2, 26, 5)), [["ofi,,/x/libp.so"]]);
         assert_eq!(
-            one((2, 27, 7)),
+            one(Version::new(2, 27, 7)),
             [vec!["ofi", "libnccl-net-ofi.so"], vec!["/x/libp.so"]]
         );
         assert_eq!(
-            net_plugin_entries(Some(""), Some((2, 21, 5))),
+            net_plugin_entries(Some(""), Some(Version::new(2, 21, 5))),
             [["libnccl-net.so"]]
         );
-        assert!(net_plugin_entries(Some(""), Some((2, 28, 9))).is_empty());
-        assert!(net_plugin_entries(Some("None"), Some((2, 28, 9))).is_empty());
+        assert!(net_plugin_entries(Some(""), Some(Version::new(2, 28, 9))).is_empty());
+        assert!(net_plugin_entries(Some("None"), Some(Version::new(2, 28, 9))).is_empty());
         assert_eq!(
-            net_plugin_entries(Some("none"), Some((2, 27, 7))),
+            net_plugin_entries(Some("none"), Some(Version::new(2, 27, 7))),
             [["none", "libnccl-net-none.so"]]
         );
         assert_eq!(net_plugin_entries(None, None), [["libnccl-net.so"]]);
@@ -280,11 +285,11 @@ mod tests {
     #[test]
     fn names_follow_the_version() {
         assert_eq!(
-            library_names("ofi", Some((2, 18, 5))),
+            library_names("ofi", Some(Version::new(2, 18, 5))),
             ["libnccl-net-ofi.so"]
         );
         assert_eq!(
-            library_names("ofi", Some((2, 23, 4))),
+            library_names("ofi", Some(Version::new(2, 23, 4))),
             ["ofi", "libnccl-net-ofi.so"]
         );
         assert_eq!(

@@ -18,9 +18,6 @@
 
 use crate::finding::Finding;
 
-/// The first release with RAS diagnostics (NVIDIA's diagnostics guide: "As of v2.31").
-pub const FIRST: (u32, u32, u32) = (2, 31, 0);
-
 /// What this tool makes of one line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -2,15 +2,12 @@
 //! fail init, per version.
 
 use super::intra::PairTransport;
-use super::{Decision, Version, env, int_param, since};
+use super::{Decision, env, int_param};
 use crate::facts::Facts;
 use crate::facts::gpu::FabricState;
+use crate::nccl::Version;
+use crate::nccl::version::{self, since};
 use serde::{Deserialize, Serialize};
-
-/// SHM buffers in cuMem host memory by default since 2.24 on CUDA 12.6 drivers
-/// (src/misc/cudawrap.cc ncclCuMemHostEnable: NCCL_CUMEM_HOST_ENABLE -1 means
-/// `cudaDriverVersion >= 12060`; 2.23 had the variable, default 0).
-const CUMEM_HOST_SINCE: Version = (2, 24, 0);
 
 /// src/include/device.h: LL = NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
 /// NCCL_STEPS (8) x 16 bytes; LL128 = 120 x 640 x 8 x 8 bytes; Simple = NCCL_BUFFSIZE.
@@ -54,8 +51,12 @@ pub(super) fn shm(
         .loaded()
         .and_then(|n| n.cuda_driver_version.value().copied());
     let cumem_host = match int_param(facts, "NCCL_CUMEM_HOST_ENABLE") {
-        Some(v) => since(version, (2, 23, 0)) && v != 0 && driver.is_none_or(|d| d >= 12020),
-        None => since(version, CUMEM_HOST_SINCE) && driver.is_none_or(|d| d >= 12060),
+        Some(v) => {
+            since(version, version::CUMEM_HOST_VARIABLE)
+                && v != 0
+                && driver.is_none_or(|d| d >= 12020)
+        }
+        None => since(version, version::CUMEM_HOST) && driver.is_none_or(|d| d >= 12060),
     };
     let simple = int_param(facts, "NCCL_BUFFSIZE")
         .and_then(|b| u64::try_from(b).ok())
@@ -97,7 +98,7 @@ pub(super) fn nvls(facts: &Facts, version: Option<Version>) -> Decision<Feature>
         _ if gpus < 2 => (Feature::Disabled, "fewer than two GPUs".to_string()),
         _ if !switches => (Feature::Disabled, "no NVSwitch: the NVLS graph has no channel".to_string()),
         Some(1) => (Feature::Unknown, "forced: init fails if NVSwitch multicast does not bind (fabric manager, /dev/nvidia-caps)".to_string()),
-        _ if !since(version, (2, 27, 3)) => (Feature::Unknown, "on NVSwitches where multicast does not bind, NCCL before 2.27.3 fails init".to_string()),
+        _ if !since(version, version::NVLS_FALLBACK) => (Feature::Unknown, "on NVSwitches where multicast does not bind, NCCL before 2.27.3 fails init".to_string()),
         _ => (Feature::Unknown, "used when CUDA reports multicast support, dropped otherwise".to_string()),
     };
     Decision::new(value, why, SOURCE)
@@ -150,9 +151,9 @@ pub(super) fn mnnvl(facts: &Facts, version: Option<Version>) -> Decision<Feature
     let forced_off = env(facts, "NCCL_MNNVL_ENABLE").is_some_and(|v| v.trim() == "0");
     let cumem_off = int_param(facts, "NCCL_CUMEM_ENABLE") == Some(0);
     let p2p_off = int_param(facts, "NCCL_P2P_DISABLE").is_some_and(|v| v != 0);
-    let trial = since(version, (2, 27, 0));
+    let trial = since(version, version::MNNVL_TRIAL);
     let off = |why: &str| (Feature::Disabled, why.to_string());
-    let (value, why) = if !since(version, (2, 20, 0)) {
+    let (value, why) = if !since(version, version::MNNVL) {
         off("this NCCL predates multi-node NVLink (2.20)")
     } else if forced_off {
         off("NCCL_MNNVL_ENABLE=0")
@@ -199,35 +200,48 @@ mod tests {
     #[test]
     fn shm_lives_in_dev_shm_before_2_24() {
         let f = test_facts::with_env(test_facts::healthy(), &[("NCCL_P2P_DISABLE", "1")]);
-        let pairs = super::super::intra::predict(&f, Some((2, 23, 4)));
-        let old = shm(&f, Some((2, 23, 4)), &pairs).value;
+        let pairs = super::super::intra::predict(&f, Some(Version::new(2, 23, 4)));
+        let old = shm(&f, Some(Version::new(2, 23, 4)), &pairs).value;
         assert!(old.used && old.in_dev_shm);
         assert_eq!(old.bytes_per_connection, 524_288 + 4_915_200 + 4_194_304);
-        let new = shm(&f, Some((2, 28, 9)), &pairs).value;
+        let new = shm(&f, Some(Version::new(2, 28, 9)), &pairs).value;
         assert!(new.used && !new.in_dev_shm);
         let off = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_HOST_ENABLE", "0")]);
-        assert!(shm(&off, Some((2, 28, 9)), &pairs).value.in_dev_shm);
+        assert!(
+            shm(&off, Some(Version::new(2, 28, 9)), &pairs)
+                .value
+                .in_dev_shm
+        );
     }
 
     #[test]
     fn mnnvl_follows_the_version() {
         let f = test_facts::healthy();
         // The healthy node has no clique: off whatever the version.
-        assert_eq!(mnnvl(&f, Some((2, 28, 9))).value, Feature::Disabled);
+        assert_eq!(
+            mnnvl(&f, Some(Version::new(2, 28, 9))).value,
+            Feature::Disabled
+        );
         let two = test_facts::with_env(f.clone(), &[("PET_NNODES", "2")]);
         assert_eq!(
-            mnnvl(&two, Some((2, 19, 3))).why,
+            mnnvl(&two, Some(Version::new(2, 19, 3))).why,
             "this NCCL predates multi-node NVLink (2.20)"
         );
         assert!(
-            mnnvl(&two, Some((2, 20, 5)))
+            mnnvl(&two, Some(Version::new(2, 20, 5)))
                 .why
                 .contains("no GPU is registered")
         );
         // Forced without a clique: 2.20-2.26 fail init, 2.27+ go on without it.
         let forced = test_facts::with_env(two, &[("NCCL_MNNVL_ENABLE", "1")]);
-        assert_eq!(mnnvl(&forced, Some((2, 21, 5))).value, Feature::FailsInit);
-        assert_eq!(mnnvl(&forced, Some((2, 28, 9))).value, Feature::Disabled);
+        assert_eq!(
+            mnnvl(&forced, Some(Version::new(2, 21, 5))).value,
+            Feature::FailsInit
+        );
+        assert_eq!(
+            mnnvl(&forced, Some(Version::new(2, 28, 9))).value,
+            Feature::Disabled
+        );
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! distance must be at most NCCL_NET_GDR_LEVEL (default PXB); a GPU that reaches the
 //! NIC through an NVLink peer (PXN, since 2.12) counts the peer's distance.
 
-use super::{Version, env, since};
+use super::env;
 use crate::facts::Facts;
 use crate::facts::rdma::kernel_version;
+use crate::nccl::Version;
+use crate::nccl::version::{self, since};
 use crate::topology::affinity;
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,13 @@ pub struct GdrPair {
     pub via: Option<String>,
     /// Something lets the NIC reach GPU memory (nvidia-peermem, dma-buf, EFA's driver).
     pub supported: bool,
+    /// What does: the peer-memory module, `EFA's driver (...)` or `dma-buf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The distance is within NCCL_NET_GDR_LEVEL: NCCL uses GPUDirect RDMA here when
+    /// something provides it.
+    #[serde(default)]
+    pub in_reach: bool,
     pub used: bool,
     pub why: String,
 }
@@ -89,7 +98,7 @@ pub(crate) fn provider(facts: &Facts, version: Option<Version>) -> Option<String
     // (the open kernel modules); NCCL reads them since 2.13.
     let kernel = g.kernel_release.value().and_then(|k| kernel_version(k));
     let open = g.nvidia_open_modules.value().cloned().flatten() == Some(true);
-    (kernel.is_some_and(|k| k >= (5, 12)) && open && since(version, (2, 13, 0)))
+    (kernel.is_some_and(|k| k >= (5, 12)) && open && since(version, version::DMABUF))
         .then(|| "dma-buf".to_string())
 }
 
@@ -101,7 +110,8 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
     let used: Vec<_> = devices.iter().filter(|d| nics.contains(&d.name)).collect();
     let (level, _) = net_gdr_level(facts);
     let provider = provider(facts, version);
-    let pxn = env(facts, "NCCL_PXN_DISABLE").is_none_or(|v| v.trim() != "1");
+    let pxn = since(version, version::PXN)
+        && env(facts, "NCCL_PXN_DISABLE").is_none_or(|v| v.trim() != "1");
     let distance = |g: &crate::facts::gpu::PciGpu, n: &crate::facts::rdma::RdmaDevice| match (
         &g.sysfs_path,
         &n.sysfs_path,
@@ -145,6 +155,8 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>, nics: &[String]) 
                 distance: dist.to_string(),
                 via,
                 supported: provider.is_some(),
+                provider: provider.clone(),
+                in_reach: ok,
                 used: provider.is_some() && ok,
                 why,
             })
@@ -184,7 +196,7 @@ fn sends(facts: &Facts, version: Option<Version>, gpu: &crate::facts::gpu::PciGp
                 })
             })
     });
-    if (since(version, (2, 19, 0)) && ampere_or_newer) || alone_or_nvlink {
+    if (since(version, version::GDR_READ_SM80) && ampere_or_newer) || alone_or_nvlink {
         "sends too (GDR read)"
     } else {
         "receives only: sends staged through host memory (GDR read needs an NVLink peer before NCCL 2.19, or compute capability 8.0+ from 2.19)"
@@ -238,7 +250,10 @@ mod tests {
         let mut f = crate::test_facts::healthy();
         let gpu = f.gpus.pci_gpus.value().unwrap()[0].clone();
         // H200 pair over NVLink: sends use GDR in every release.
-        assert_eq!(sends(&f, Some((2, 18, 3)), &gpu), "sends too (GDR read)");
+        assert_eq!(
+            sends(&f, Some(Version::new(2, 18, 3)), &gpu),
+            "sends too (GDR read)"
+        );
         // A PCIe-only L40S pair (sm_89): receives only before 2.19, sends too from 2.19.
         if let crate::facts::gpu::LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
             for g in &mut n.gpus {
@@ -246,10 +261,13 @@ mod tests {
                 g.compute_capability = crate::facts::Observed::Value("8.9".into());
             }
         }
-        assert!(sends(&f, Some((2, 18, 3)), &gpu).starts_with("receives only"));
-        assert_eq!(sends(&f, Some((2, 19, 3)), &gpu), "sends too (GDR read)");
+        assert!(sends(&f, Some(Version::new(2, 18, 3)), &gpu).starts_with("receives only"));
+        assert_eq!(
+            sends(&f, Some(Version::new(2, 19, 3)), &gpu),
+            "sends too (GDR read)"
+        );
         let off = crate::test_facts::with_env(f, &[("NCCL_NET_GDR_READ", "0")]);
-        assert!(sends(&off, Some((2, 28, 9)), &gpu).contains("NCCL_NET_GDR_READ=0"));
+        assert!(sends(&off, Some(Version::new(2, 28, 9)), &gpu).contains("NCCL_NET_GDR_READ=0"));
     }
 
     #[test]

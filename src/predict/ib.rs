@@ -1,17 +1,16 @@
 //! The IB/RoCE devices and ports NCCL's IB transport uses, and the GID of each RoCE
 //! port, from src/transport/net_ib.cc (ncclIbInitDevices, ncclIbGetGidIndex).
 
-use super::{Decision, Version, env, int_param, since};
+use super::{Decision, env, int_param};
 use crate::facts::rdma::{Gid, RdmaDevice, RdmaPort};
 use crate::facts::{Facts, ImageRole};
+use crate::nccl::Version;
 use crate::nccl::ib_hca::HcaFilter;
+use crate::nccl::version::{DYNAMIC_GID, since};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
 const SOURCE: &str = "src/transport/net_ib.cc ncclIbInitDevices (v2.18-v2.28: NCCL_IB_DISABLE, ibv_open_device, IBV_PORT_ACTIVE, link layer IB or Ethernet, matchIfList of NCCL_IB_HCA) and ncclIbGetGidIndex (v2.21+; NCCL_IB_GID_INDEX, default 0, before)";
-
-/// Dynamic GID selection (NCCL_IB_ADDR_FAMILY, NCCL_IB_ROCE_VERSION_NUM) since 2.21.
-const DYNAMIC_GID_SINCE: Version = (2, 21, 0);
 
 /// One port NCCL uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,7 +189,7 @@ fn roce_gid_index(facts: &Facts, version: Option<Version>, gids: &[Gid]) -> (u32
         let i = u32::try_from(i).unwrap_or(0);
         return (i, format!("NCCL_IB_GID_INDEX={i}"));
     }
-    if !since(version, DYNAMIC_GID_SINCE) {
+    if !since(version, DYNAMIC_GID) {
         return (
             0,
             "NCCL_IB_GID_INDEX unset: index 0 (dynamic selection came in 2.21)".into(),
@@ -303,13 +302,13 @@ mod tests {
     #[test]
     fn ports_filters_and_versions() {
         let f = test_facts::roce_two_nics("DOWN");
-        let p = predict(&f, Some((2, 23, 4)), true).value;
+        let p = predict(&f, Some(Version::new(2, 23, 4)), true).value;
         assert_eq!(p.used.len(), 1, "{p:?}");
         assert!(p.skipped.iter().any(|s| s.why.contains("not ACTIVE")));
-        let old = predict(&f, Some((2, 18, 5)), true).value;
+        let old = predict(&f, Some(Version::new(2, 18, 5)), true).value;
         assert_eq!(old.used[0].gid_index, 0);
         let excluded = test_facts::with_env(f.clone(), &[("NCCL_IB_HCA", "^mlx5")]);
-        let p = predict(&excluded, Some((2, 23, 4)), true).value;
+        let p = predict(&excluded, Some(Version::new(2, 23, 4)), true).value;
         assert!(p.used.is_empty() && p.skipped.iter().any(|s| s.by_filter));
         let off = test_facts::with_env(f.clone(), &[("NCCL_IB_DISABLE", "1")]);
         assert!(predict(&off, None, true).value.off.is_some());

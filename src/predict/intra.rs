@@ -6,17 +6,16 @@
 //! All GPUs of this pod share one host hash and /dev/shm, so NCCL pairs them locally.
 
 use super::gdr::{rank, user_level};
-use super::{Version, env, int_param, since};
+use super::{env, int_param};
 use crate::facts::Facts;
 use crate::facts::gpu::{NvmlFacts, P2pStatus};
+use crate::nccl::Version;
+use crate::nccl::version::{CUMEM, since};
 use crate::topology::matrix;
 use serde::{Deserialize, Serialize};
 
 /// GPUs whose pairs are predicted (8128 pairs at most).
 const MAX_GPUS: usize = 128;
-
-/// cuMem handles (NCCL_CUMEM_ENABLE's default) since 2.19: P2P prints P2P/CUMEM.
-const CUMEM_SINCE: Version = (2, 19, 0);
 
 /// One GPU pair (NVML indexes) and NCCL's transport between them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +78,10 @@ fn one(facts: &Facts, nvml: &NvmlFacts, version: Option<Version>, a: u32, b: u32
             Some(v) => v != 0,
             None => path == "NVL" && ampere(nvml, a) && ampere(nvml, b),
         };
-        let kind = if since(version, CUMEM_SINCE) {
+        // src/misc/cudawrap.cc ncclCuMemEnable (v2.19.3-1 to v2.28.9-1): a set
+        // NCCL_CUMEM_ENABLE wins over the default, so 0 means legacy CUDA IPC.
+        let cumem_off = int_param(facts, "NCCL_CUMEM_ENABLE") == Some(0);
+        let kind = if since(version, CUMEM) && !cumem_off {
             "P2P/CUMEM"
         } else {
             "P2P/IPC"
@@ -151,18 +153,23 @@ mod tests {
     #[test]
     fn h200_pairs_use_p2p_write_and_the_levels_move_them() {
         let f = test_facts::healthy();
-        let p = predict(&f, Some((2, 28, 9)));
+        let p = predict(&f, Some(Version::new(2, 28, 9)));
         assert_eq!(p[0].transport, "P2P/CUMEM", "{p:?}");
         assert_eq!(p[0].path, "NVL");
         let off = test_facts::with_env(f.clone(), &[("NCCL_P2P_DISABLE", "1")]);
         assert_eq!(predict(&off, None)[0].transport, "SHM");
         let net = test_facts::with_env(off, &[("NCCL_SHM_DISABLE", "1")]);
         assert_eq!(predict(&net, None)[0].transport, "NET");
+        let ipc = test_facts::with_env(f.clone(), &[("NCCL_CUMEM_ENABLE", "0")]);
+        assert_eq!(
+            predict(&ipc, Some(Version::new(2, 28, 9)))[0].transport,
+            "P2P/IPC"
+        );
         let pix = test_facts::with_env(f.clone(), &[("NCCL_P2P_LEVEL", "PIX")]);
         assert_eq!(predict(&pix, None)[0].transport, "P2P/CUMEM");
         let read = test_facts::with_env(f.clone(), &[("NCCL_P2P_READ_ENABLE", "1")]);
         assert_eq!(
-            predict(&read, Some((2, 18, 5)))[0].transport,
+            predict(&read, Some(Version::new(2, 18, 5)))[0].transport,
             "P2P/IPC/read"
         );
     }

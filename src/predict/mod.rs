@@ -26,13 +26,11 @@ pub use network::{InterNode, NetKind};
 pub use socket::SocketInterfaces;
 
 use crate::facts::Facts;
+use crate::nccl::Version;
 use serde::{Deserialize, Serialize};
 
 /// The schema string of the `nccl` object; bumped when a field changes meaning.
 const PREDICTION_SCHEMA: &str = "nccl-preflight/nccl-prediction/v1";
-
-/// (major, minor, patch) of an NCCL release.
-pub type Version = (u32, u32, u32);
 
 /// One decision NCCL makes, why, and the source it follows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,7 +59,7 @@ pub struct Prediction {
     pub schema: String,
     /// The libnccl version predicted for (`2.28.9`); `None`: none found, the newest
     /// behaviour is assumed.
-    pub nccl_version: Option<String>,
+    pub nccl_version: Option<Version>,
     /// The interface bootstrap binds and the interfaces NET/Socket drives.
     pub sockets: Decision<SocketInterfaces>,
     /// The IB/RoCE devices and ports NCCL's IB transport uses, with their GID, and
@@ -104,11 +102,6 @@ pub(crate) fn int_param(facts: &Facts, name: &str) -> Option<i64> {
     raw.parse().ok()
 }
 
-/// Whether NCCL is at least `at`; an unknown version is taken as the newest.
-pub(crate) fn since(version: Option<Version>, at: Version) -> bool {
-    version.is_none_or(|v| v >= at)
-}
-
 /// The whole prediction.
 pub fn predict(facts: &Facts) -> Prediction {
     let version = crate::nccl::version(facts);
@@ -122,7 +115,7 @@ pub fn predict(facts: &Facts) -> Prediction {
     let shm = features::shm(facts, version, &intra_node);
     Prediction {
         schema: PREDICTION_SCHEMA.to_string(),
-        nccl_version: version.map(|(a, b, c)| format!("{a}.{b}.{c}")),
+        nccl_version: version,
         sockets,
         ib,
         net_plugin,
@@ -141,10 +134,7 @@ mod tests {
     use crate::test_facts;
 
     #[test]
-    fn versions_and_parameters() {
-        assert!(since(None, (2, 21, 0)));
-        assert!(since(Some((2, 21, 5)), (2, 21, 0)));
-        assert!(!since(Some((2, 18, 5)), (2, 21, 0)));
+    fn parameters() {
         let f = test_facts::with_env(
             test_facts::healthy(),
             &[("NCCL_IB_DISABLE", " 1"), ("NCCL_NET_GDR_LEVEL", "0x2")],
@@ -152,6 +142,26 @@ mod tests {
         assert_eq!(int_param(&f, "NCCL_IB_DISABLE"), Some(1));
         assert_eq!(int_param(&f, "NCCL_NET_GDR_LEVEL"), Some(2));
         assert_eq!(int_param(&f, "NCCL_P2P_LEVEL"), None);
+    }
+
+    /// Issue 36: a version written with its build (`2.18.5+cuda12.2`, as libnccl's banner
+    /// and some facts write it) is that release, not "unknown, so the newest".
+    #[test]
+    fn a_version_with_its_build_predicts_that_release() {
+        let mut f = test_facts::healthy();
+        if let crate::facts::gpu::LibraryState::Loaded(l) = &mut f.rdma.nccl.library.state {
+            l.version = crate::facts::Observed::Value("2.18.5+cuda12.2".into());
+        }
+        let p = predict(&f);
+        assert_eq!(p.nccl_version, Some(Version::new(2, 18, 5)));
+        // Before cuMem (2.19) P2P between processes is legacy CUDA IPC.
+        assert!(
+            p.intra_node
+                .iter()
+                .all(|t| t.transport.starts_with("P2P/IPC")),
+            "{:?}",
+            p.intra_node
+        );
     }
 
     #[test]

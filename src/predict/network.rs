@@ -60,7 +60,10 @@ pub(super) fn plugin(facts: &Facts) -> Decision<Option<String>> {
                 PLUGIN_SOURCE,
             )
         }
-        Some(None) => Decision::new(None, "no plugin library answers", PLUGIN_SOURCE),
+        Some(None) => match &nccl.net_plugin_skipped {
+            Some(reason) => Decision::new(None, format!("not looked for: {reason}"), PLUGIN_SOURCE),
+            None => Decision::new(None, "no plugin library answers", PLUGIN_SOURCE),
+        },
         None => Decision::new(None, "the plugin probe failed", PLUGIN_SOURCE),
     }
 }
@@ -164,6 +167,13 @@ fn socket_cause(facts: &Facts, ib: &IbPrediction) -> Cause {
             ib_hca_fix(ib),
         );
     }
+    if efa {
+        return cause(
+            None,
+            "no NCCL net plugin loads, and NCCL's IB transport cannot drive EFA",
+            "Install aws-ofi-nccl in the image (nccl-net-plugin says how).",
+        );
+    }
     let text = match (&ib.off, ib.skipped.first()) {
         (Some(off), _) => off.clone(),
         (None, Some(s)) => format!("{}: {}", s.device, s.why),
@@ -237,20 +247,28 @@ pub(super) fn inter_node(facts: &Facts, ib: &IbPrediction, _plugin: bool) -> Dec
 }
 
 /// The NICs inter-node traffic uses (for GPUDirect RDMA): the IB ports' devices, or the
-/// EFA devices under aws-ofi-nccl.
+/// EFA devices under aws-ofi-nccl. In nccl-preflight's own image the trainer's libraries
+/// (verbs, the net plugin) are not here to say which transport it takes: every RDMA
+/// device counts, so GPUDirect RDMA, the node's part, is still judged.
 pub(super) fn nics_in_use(facts: &Facts, net: &InterNode, ib: &IbPrediction) -> Vec<String> {
+    let all = || {
+        facts
+            .rdma
+            .devices
+            .value()
+            .map(|d| d.iter().map(|d| d.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    if facts.image == crate::facts::ImageRole::Own {
+        return all();
+    }
     match net.kind {
         NetKind::Ib => {
             let mut names: Vec<String> = ib.used.iter().map(|p| p.device.clone()).collect();
             names.dedup();
             names
         }
-        NetKind::Plugin if !net.tcp => facts
-            .rdma
-            .devices
-            .value()
-            .map(|d| d.iter().map(|d| d.name.clone()).collect())
-            .unwrap_or_default(),
+        NetKind::Plugin if !net.tcp => all(),
         _ => Vec::new(),
     }
 }

@@ -2,8 +2,9 @@
 //! from `crate::nccl::bootstrap` (proven against real libnccl 2.13-2.32 in
 //! tests/integration/nccl_oracle.rs).
 
-use super::{Decision, Version, env};
+use super::{Decision, env};
 use crate::facts::Facts;
+use crate::nccl::Version;
 use crate::nccl::bootstrap::{self, Bootstrap, SocketEnv};
 use serde::{Deserialize, Serialize};
 
@@ -19,15 +20,18 @@ pub struct Endpoint {
 /// The socket interfaces NCCL uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketInterfaces {
-    /// The first one: bootstrap's; `None`: NCCL fails at init ("Bootstrap : no socket
-    /// interface found"), or NCCL_COMM_ID decides (`comm_id`).
+    /// The first one: bootstrap's (with NCCL_COMM_ID, the first address in its subnet);
+    /// `None`: NCCL fails at init ("Bootstrap : no socket interface found", or with
+    /// NCCL_COMM_ID "No usable listening interface found"), or NCCL_COMM_ID names a host
+    /// (`comm_id`).
     pub bootstrap: Option<Endpoint>,
     /// Every interface NET/Socket drives, in NCCL's order (at most 16).
     pub interfaces: Vec<Endpoint>,
     /// True when NCCL chose by itself (NCCL_SOCKET_IFNAME unset, or a value of one
     /// character or less, which NCCL ignores).
     pub automatic: bool,
-    /// NCCL_COMM_ID is set: bootstrap binds the interface in its address's subnet.
+    /// NCCL_COMM_ID names a host: bootstrap binds the interface in the subnet of the
+    /// address it resolves to, which is not predicted.
     pub comm_id: bool,
 }
 
@@ -65,7 +69,7 @@ pub(super) fn predict(facts: &Facts, version: Option<Version>) -> Decision<Socke
     let value = socket_env.ifname;
     let automatic = value.is_none_or(|v| v.len() <= 1);
     let why = match value {
-        _ if comm_id => "NCCL_COMM_ID is set: bootstrap takes the interface in its address's subnet (not predicted here)".to_string(),
+        _ if comm_id => "NCCL_COMM_ID names a host: bootstrap takes the interface in the subnet of its address (resolved at run time, not predicted here)".to_string(),
         Some(v) if !automatic => format!("NCCL_SOCKET_IFNAME={v:?} selects them"),
         Some(v) => format!(
             "NCCL_SOCKET_IFNAME={v:?} is one character or less, which NCCL ignores: automatic selection (ib*, then anything but docker*, lo, virbr*)"
@@ -101,17 +105,28 @@ mod tests {
         let with = |k: &str, v: &str| test_facts::with_env(f.clone(), &[(k, v)]);
         let lo = predict(&with("NCCL_SOCKET_IFNAME", "lo"), None).value;
         assert_eq!(lo.bootstrap.unwrap().address, "127.0.0.1");
-        let none = predict(&with("NCCL_SOCKET_IFNAME", "x0"), Some((2, 28, 9)));
+        let none = predict(
+            &with("NCCL_SOCKET_IFNAME", "x0"),
+            Some(Version::new(2, 28, 9)),
+        );
         assert_eq!(none.value.bootstrap, None);
         let ignored = predict(
             &test_facts::with_env(f.clone(), &[("NCCL_SOCKET_IFNAME", "")]),
             None,
         );
         assert!(ignored.value.automatic && ignored.why.contains("ignores"));
+        // NCCL_COMM_ID: the address in its subnet (crate::nccl::bootstrap); a host name is
+        // resolved at run time and not predicted.
         let id = predict(
-            &test_facts::with_env(f, &[("NCCL_COMM_ID", "10.0.0.5:1234")]),
+            &test_facts::with_env(f.clone(), &[("NCCL_COMM_ID", "10.0.0.5:1234")]),
             None,
         );
-        assert!(id.value.comm_id && id.value.bootstrap.is_none());
+        assert!(!id.value.comm_id);
+        assert_eq!(id.value.bootstrap.map(|b| b.interface), Some("eth0".into()));
+        let host = predict(
+            &test_facts::with_env(f, &[("NCCL_COMM_ID", "master-0:1234")]),
+            None,
+        );
+        assert!(host.value.comm_id && host.value.bootstrap.is_none());
     }
 }

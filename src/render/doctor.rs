@@ -418,7 +418,8 @@ mod tests {
     fn h200_report() -> Report {
         let mut facts = test_facts::healthy();
         facts.gpus = test_facts::h200x2_gpus();
-        Report::new(facts, Vec::new(), Vec::new())
+        let prediction = crate::predict::predict(&facts);
+        Report::new(facts, prediction, Vec::new(), Vec::new())
     }
 
     #[test]

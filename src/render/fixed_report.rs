@@ -36,5 +36,7 @@ pub fn report() -> Report {
             source: Source::Tuned,
         },
     ];
-    Report::new(test_facts::healthy(), checks, settings)
+    let facts = test_facts::healthy();
+    let prediction = crate::predict::predict(&facts);
+    Report::new(facts, prediction, checks, settings)
 }

@@ -6,8 +6,15 @@
 //! keeps at most 1023 bytes of name and of value, does no unquoting, and applies
 //! each with setenv(..., overwrite=0): the environment always wins. A value with a
 //! newline, carriage return or NUL cannot be written; it is left out with a comment.
+//!
+//! Pointing NCCL_CONF_FILE here makes NCCL skip the file it read first until then (the
+//! user's own NCCL_CONF_FILE or ~/.nccl.conf; src/misc/param.cc initEnvFunc, 2.23 and
+//! later), so its values are carried over into this file: none is lost. /etc/nccl.conf
+//! is still read after this file; the tune stage proposes nothing it or the environment
+//! sets, so this file never contradicts them.
 
 use super::{comment_text, is_env_name};
+use crate::nccl::conf_file::ETC_CONF;
 use crate::report::Report;
 use crate::tune::Source;
 
@@ -38,6 +45,18 @@ pub fn render(report: &Report) -> String {
         report.hostname()
     ));
     out.push('\n');
+    for (name, v) in &report.facts.nccl_env {
+        let Some(from) = v.from.as_ref().filter(|f| f.path != ETC_CONF) else {
+            continue;
+        };
+        if unrepresentable(name, &v.value).is_none() {
+            out.push_str(&format!(
+                "# carried over from {}: NCCL reads that file no longer once NCCL_CONF_FILE points here\n{name}={}\n",
+                conf_comment(&from.to_string()),
+                v.value
+            ));
+        }
+    }
     for s in report.settings.iter().filter(|s| s.source == Source::Tuned) {
         if let Some(why) = unrepresentable(&s.name, &s.value) {
             out.push_str(&format!("# {} left out: {why}\n", conf_comment(&s.name)));
@@ -90,5 +109,30 @@ mod tests {
         assert!(text.contains("# NCCL_X left out: the value contains a line break"));
         assert!(!text.contains("NCCL_P2P_DISABLE"));
         assert!(unrepresentable("NCCL_Y", &"x".repeat(2000)).is_some());
+    }
+
+    #[test]
+    fn the_file_it_replaces_is_carried_over_and_etc_left_to_nccl() {
+        use crate::facts::{EnvValue, FileLine};
+        let mut r = report();
+        let from = |path: &str| EnvValue {
+            from: Some(FileLine {
+                path: path.into(),
+                line: 2,
+            }),
+            ..EnvValue::text("Ring")
+        };
+        r.facts
+            .nccl_env
+            .insert("NCCL_ALGO".into(), from("/root/.nccl.conf"));
+        r.facts
+            .nccl_env
+            .insert("NCCL_PROTO".into(), from("/etc/nccl.conf"));
+        let text = render(&r);
+        assert!(
+            text.contains("# carried over from /root/.nccl.conf line 2: NCCL reads that file no longer once NCCL_CONF_FILE points here\nNCCL_ALGO=Ring\n"),
+            "{text}"
+        );
+        assert!(!text.contains("NCCL_PROTO"), "{text}");
     }
 }

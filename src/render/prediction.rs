@@ -114,7 +114,7 @@ fn node(out: &mut String, p: &Prediction) {
 
 /// The section, after the RDMA devices and before the checks.
 pub fn section(out: &mut String, p: &Prediction) {
-    let version = p.nccl_version.as_deref().map_or(
+    let version = p.nccl_version.map_or(
         "no libnccl found: the newest NCCL's behaviour".to_string(),
         |v| format!("NCCL {v}"),
     );

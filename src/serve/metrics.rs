@@ -433,7 +433,12 @@ mod tests {
             .insert("symbol_error\"\n".into(), 3);
         let facts = test_facts::with_rdma(test_facts::healthy(), vec![device]);
         let snapshot = super::super::Snapshot {
-            report: Some(Report::new(facts, Vec::new(), Vec::new())),
+            report: Some(Report::new(
+                facts.clone(),
+                crate::predict::predict(&facts),
+                Vec::new(),
+                Vec::new(),
+            )),
             ..Default::default()
         };
         let xid = Finding::pass("gpu-xid", "none");
@@ -461,7 +466,12 @@ mod tests {
         }
         let snapshot = super::super::Snapshot {
             runs: 7,
-            report: Some(Report::new(facts, Vec::new(), Vec::new())),
+            report: Some(Report::new(
+                facts.clone(),
+                crate::predict::predict(&facts),
+                Vec::new(),
+                Vec::new(),
+            )),
             ..Default::default()
         };
         let xids = super::super::xid::Xids {
@@ -511,7 +521,12 @@ mod tests {
         use super::super::ras::judge::{Outcome, Watch};
         let snapshot = super::super::Snapshot {
             runs: 1,
-            report: Some(Report::new(test_facts::healthy(), Vec::new(), Vec::new())),
+            report: Some(Report::new(
+                test_facts::healthy(),
+                crate::predict::predict(&test_facts::healthy()),
+                Vec::new(),
+                Vec::new(),
+            )),
             ..Default::default()
         };
         let xids = super::super::xid::Xids {

@@ -467,7 +467,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         let shared = weak.upgrade()?;
         let state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
         let library = state.report.as_ref()?.facts.rdma.nccl.library.loaded()?;
-        ras::version::Version::parse(library.version.value()?)
+        crate::nccl::Version::parse(library.version.value()?)
     });
     let log = Arc::new(|line: String| crate::diagnostic::line(format_args!("{line}")));
     let (watching, _thread) =
@@ -554,7 +554,9 @@ mod tests {
     use super::*;
 
     fn report(checks: Vec<Finding>) -> Report {
-        Report::new(crate::test_facts::healthy(), checks, Vec::new())
+        let facts = crate::test_facts::healthy();
+        let prediction = crate::predict::predict(&facts);
+        Report::new(facts, prediction, checks, Vec::new())
     }
 
     #[test]

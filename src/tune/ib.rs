@@ -114,7 +114,8 @@ fn gid_index(facts: &Facts, ib: &[&RdmaDevice], chosen: &[(String, u32)]) -> Opt
                     .any(|p| p.link_layer.as_deref() == Some("Ethernet"))
         })
     });
-    let v = crate::nccl::version(facts).filter(|v| roce && *v < (2, 21, 0))?;
+    let v =
+        crate::nccl::version(facts).filter(|v| roce && *v < crate::nccl::version::DYNAMIC_GID)?;
     let index = chosen.iter().find_map(|(n, port)| {
         let d = ib.iter().find(|d| &d.name == n)?;
         let p = d.ports.iter().find(|p| p.port == *port)?;
@@ -129,8 +130,7 @@ fn gid_index(facts: &Facts, ib: &[&RdmaDevice], chosen: &[(String, u32)]) -> Opt
         "NCCL_IB_GID_INDEX",
         index.to_string(),
         format!(
-            "NCCL {}.{}.{} predates dynamic GID selection (2.21): RoCE v2 GID with an IPv4-mapped address",
-            v.0, v.1, v.2
+            "NCCL {v} predates dynamic GID selection (2.21): RoCE v2 GID with an IPv4-mapped address"
         ),
     ))
 }

@@ -109,10 +109,14 @@ fn user_setting(facts: &Facts, name: &str) -> Option<Setting> {
     facts.nccl_env.get(name).map(|v| Setting {
         name: name.to_string(),
         value: v.value.clone(),
-        reason: if v.not_utf8 {
-            "set by the user (not valid UTF-8; shown with replacement characters); kept".into()
-        } else {
-            "set by the user; kept as is and checked by nccl-env".into()
+        reason: match &v.from {
+            _ if v.not_utf8 => {
+                "set by the user (not valid UTF-8; shown with replacement characters); kept".into()
+            }
+            // NCCL applies the files without overwriting: a tuned value in the environment
+            // or in NCCL_CONF_FILE would replace the file's.
+            Some(from) => format!("set in {from}; kept as is and checked by nccl-env"),
+            None => "set by the user; kept as is and checked by nccl-env".into(),
         },
         source: Source::User,
     })
@@ -219,6 +223,39 @@ mod tests {
             s.reason,
             "set by the user; kept as is and checked by nccl-env"
         );
+    }
+
+    #[test]
+    fn a_value_a_settings_file_gives_is_kept_and_named() {
+        // NCCL applies /etc/nccl.conf without overwriting (src/misc/param.cc setEnvFile):
+        // a tuned value in the environment would replace the file's.
+        for facts in tuned_nodes() {
+            let Some(name) = tune(&facts)
+                .into_iter()
+                .map(|s| s.name)
+                .find(|n| crate::nccl::catalog::is_setting(n))
+            else {
+                continue;
+            };
+            let mut f = facts.clone();
+            f.nccl_env.insert(
+                name.clone(),
+                crate::facts::EnvValue {
+                    from: Some(crate::facts::FileLine {
+                        path: "/etc/nccl.conf".into(),
+                        line: 4,
+                    }),
+                    ..crate::facts::EnvValue::text("from-file")
+                },
+            );
+            let s = tune(&f).into_iter().find(|s| s.name == name).unwrap();
+            assert_eq!((s.value.as_str(), s.source), ("from-file", Source::User));
+            assert!(
+                s.reason.starts_with("set in /etc/nccl.conf line 4; kept"),
+                "{}",
+                s.reason
+            );
+        }
     }
 
     #[test]

@@ -613,46 +613,6 @@ impl Nccl<'_, Ranked> {
 /// ncclSend's and ncclRecv's shared signature.
 type P2pCall = Symbol<unsafe extern "C" fn(Ptr, usize, c_int, c_int, RawComm, Stream) -> Code>;
 
-/// An NCCL version, read from ncclGetVersion's code: since 2.9 the code is
-/// major*10000 + minor*100 + patch (22809 is 2.28.9), before it major*1000 +
-/// minor*100 + patch (2803 is 2.8.3) (NVIDIA/nccl v2.28.9-1 src/nccl.h.in
-/// `NCCL_VERSION(X,Y,Z)`). No code of the old form reaches 10000.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    pub major: i32,
-    pub minor: i32,
-    pub patch: i32,
-}
-
-impl Version {
-    fn from_code(code: i32) -> Version {
-        if code >= 10000 {
-            Version {
-                major: code / 10000,
-                minor: code % 10000 / 100,
-                patch: code % 100,
-            }
-        } else {
-            Version {
-                major: code / 1000,
-                minor: code % 1000 / 100,
-                patch: code % 100,
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// The text of ncclGetVersion's `code` ("2.28.9").
-pub fn version_text(code: i32) -> String {
-    Version::from_code(code).to_string()
-}
-
 /// What gather reads of a libnccl without initialising it: its version code (or why
 /// ncclGetVersion gave none) and the file the loader mapped.
 pub struct Probe {
@@ -691,6 +651,120 @@ pub fn probe(watch: &Watch, name: &str) -> Result<Probe, LoadError> {
         version,
         path: path_of(api.get.get() as *const c_void),
     })
+}
+
+crate::vendor::dl::symbols! {
+    /// NCCL's parameter API, 2.30 and later (NVIDIA/nccl src/nccl.h.in v2.30.7-1,
+    /// "Parameter access"; the 2.31.2 and 2.32.3 wheels export the same).
+    struct ParamApi {
+        keys: "ncclParamGetAllParameterKeys" => fn(*mut *const *const c_char, *mut c_int) -> Code;
+        get: "ncclParamGetParameter" => fn(*const c_char, *mut *const c_char, *mut c_int) -> Code;
+        dump: "ncclParamDumpAll" => fn() -> ();
+    }
+}
+
+/// What NCCL's parameter API answered: each registered key with the value NCCL holds
+/// (ncclParamGetParameter's text, or its error code), and ncclParamDumpAll's text
+/// (types, flags, where each value came from), which NCCL prints to standard output.
+pub struct ParamAnswer {
+    pub values: Vec<(String, Result<String, Code>)>,
+    pub dump: String,
+}
+
+/// Loads `name` and asks its parameter API; `Ok(None)`: it has none (NCCL before 2.30).
+/// Only for a child process of its own: the first call makes NCCL apply its settings
+/// files to the process environment and load its env plugin, as it would in the trainer
+/// (src/param/c_api.cc ncclParamGetAllParameterKeys reads NCCL_PARAM_DUMP_ALL through
+/// the env plugin, which runs initEnv). No GPU is needed.
+pub fn params(watch: &Watch, name: &str) -> Result<Option<ParamAnswer>, FactError> {
+    let lib = watch.call(format!("dlopen({name})"), || Library::open(name))?;
+    let Ok(api) = ParamApi::load(&lib) else {
+        return Ok(None);
+    };
+    let mut table: *const *const c_char = std::ptr::null();
+    let mut len: c_int = 0;
+    // SAFETY: `ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* len)`:
+    // it writes a pointer to a thread-local array of `len` NUL-terminated strings.
+    let rc = watch.call("ncclParamGetAllParameterKeys", || unsafe {
+        (api.keys.get())(&mut table, &mut len)
+    });
+    if rc != SUCCESS || table.is_null() {
+        return Err(FactError::new(
+            "ncclParamGetAllParameterKeys",
+            format!("ncclResult {rc}"),
+        ));
+    }
+    let count = usize::try_from(len).unwrap_or(0);
+    // SAFETY: NCCL's table holds `len` entries and stays valid until the next call of
+    // ncclParamGetAllParameterKeys on this thread; they are copied out before any.
+    let keys: Vec<String> = (0..count)
+        .filter_map(|i| text(unsafe { *table.add(i) }))
+        .collect();
+    let mut values = Vec::new();
+    for key in keys {
+        let Ok(c_key) = std::ffi::CString::new(key.clone()) else {
+            continue;
+        };
+        let mut value: *const c_char = std::ptr::null();
+        let mut value_len: c_int = 0;
+        // SAFETY: `ncclParamGetParameter(const char* key, const char** value, int* len)`:
+        // it writes a thread-local string, copied out before the next call.
+        let rc = watch.call("ncclParamGetParameter", || unsafe {
+            (api.get.get())(c_key.as_ptr(), &mut value, &mut value_len)
+        });
+        let answer = if rc == SUCCESS && !value.is_null() {
+            // SAFETY: a NUL-terminated string NCCL owns, copied at once (not trimmed:
+            // a value's blanks are its own).
+            Ok(unsafe { CStr::from_ptr(value) }
+                .to_string_lossy()
+                .into_owned())
+        } else {
+            Err(rc)
+        };
+        values.push((key, answer));
+    }
+    // SAFETY: `void ncclParamDumpAll(void)` prints with printf.
+    let dump = capture_stdout(|| watch.call("ncclParamDumpAll", || unsafe { (api.dump.get())() }))?;
+    Ok(Some(ParamAnswer { values, dump }))
+}
+
+/// What `f` prints to file descriptor 1 (C stdio included), through a memfd put in its
+/// place for the call.
+fn capture_stdout(f: impl FnOnce()) -> Result<String, FactError> {
+    use std::io::{Read, Seek};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let err = |what: &str| FactError::new(what, std::io::Error::last_os_error());
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd.
+    let raw = unsafe { libc::memfd_create(c"nccl-param-dump".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(err("memfd_create"));
+    }
+    // SAFETY: `raw` is a descriptor this function just opened and owns.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    // SAFETY: dup(1) returns a new descriptor for standard output, or -1.
+    let saved = unsafe { libc::dup(1) };
+    if saved < 0 {
+        return Err(err("dup(1)"));
+    }
+    // SAFETY: `saved` was just returned by dup and is owned here.
+    let saved = unsafe { OwnedFd::from_raw_fd(saved) };
+    // SAFETY: fflush(NULL) flushes every C stream; dup2 replaces fd 1 by the memfd and,
+    // after the call, by the saved descriptor again.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::dup2(file.as_raw_fd(), 1);
+    }
+    f();
+    // SAFETY: as above.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::dup2(saved.as_raw_fd(), 1);
+    }
+    let mut bytes = Vec::new();
+    file.rewind()
+        .and_then(|_| file.take(1 << 20).read_to_end(&mut bytes))
+        .map_err(|e| FactError::new("ncclParamDumpAll output", e))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The newest NCCL net plugin API version a plugin may export (`ncclNetPlugin_vN`).
@@ -742,18 +816,6 @@ pub fn open_net_plugin(watch: &Watch, name: &str) -> Result<NetPluginTables, Fac
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn version_codes_of_both_forms() {
-        assert_eq!(version_text(22809), "2.28.9");
-        assert_eq!(version_text(21805), "2.18.5");
-        assert_eq!(version_text(20900), "2.9.0");
-        // Before 2.9: major*1000 + minor*100 + patch.
-        assert_eq!(version_text(2803), "2.8.3");
-        assert_eq!(version_text(2708), "2.7.8");
-        assert_eq!(version_text(30001), "3.0.1");
-        assert!(Version::from_code(22809) > Version::from_code(2803));
-    }
 
     #[test]
     fn unique_id_takes_exactly_128_bytes() {

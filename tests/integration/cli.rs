@@ -359,10 +359,23 @@ fn relative_nccl_topo_file_is_found_in_the_working_directory() {
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        facts["named_files"],
-        serde_json::json!({"missing.conf": false, "topo.xml": true})
+    let files = &facts["nccl_files"];
+    let topo = &files["named"][0];
+    assert_eq!(topo["variable"], "NCCL_TOPO_FILE", "{files}");
+    assert_eq!(topo["value"], "topo.xml");
+    assert!(
+        topo["file"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/topo.xml")
     );
+    assert_eq!(topo["file"]["text"]["value"], "<system/>");
+    let conf = &files["conf"][0];
+    assert!(
+        conf["path"].as_str().unwrap().ends_with("/missing.conf"),
+        "{files}"
+    );
+    assert_eq!(conf["text"], serde_json::json!({ "value": null }));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1428,3 +1428,37 @@ fn exit_codes_follow_the_blame_node_3_job_1_mixed_1() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// Issue 36: the `gdr` check is judged from the report's own prediction (`nccl.gdr`),
+/// so on every fixture they say the same: a pass where NCCL uses GPUDirect RDMA on some
+/// GPU, a warning or failure where a GPU is within NCCL_NET_GDR_LEVEL of its NIC but
+/// nothing provides it (or ACS redirects the traffic of pairs that use it), a skip where
+/// no GPU is within reach of the NIC NCCL uses.
+#[test]
+fn gdr_check_and_prediction_agree_on_every_fixture() {
+    let mut judged = 0;
+    for entry in fs::read_dir(repo().join("tests/fixtures")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("root").is_dir() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let r = scenario_report_only(&name);
+        let gdr = finding(&r, "gdr");
+        let pairs = r["nccl"]["gdr"].as_array().unwrap();
+        let used = pairs.iter().any(|p| p["used"] == true);
+        let in_reach = pairs.iter().any(|p| p["in_reach"] == true);
+        let summary = gdr["summary"].as_str().unwrap();
+        let agrees = match gdr["status"].as_str().unwrap() {
+            "skip" => !in_reach,
+            "pass" => used,
+            _ if summary.starts_with("could not determine") => pairs.is_empty(),
+            _ if summary.contains("ACS redirects") => used,
+            _ => in_reach && !used,
+        };
+        assert!(agrees, "{name}: gdr {gdr:#} against nccl.gdr {pairs:#?}");
+        judged += usize::from(in_reach);
+    }
+    // Some fixtures have GPUs within reach of a NIC, or the comparison proves little.
+    assert!(judged >= 3, "{judged}");
+}

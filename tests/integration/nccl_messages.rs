@@ -6,6 +6,7 @@
 
 use super::support::*;
 use nccl_preflight::explain::catalog::{Catalog, Severity};
+use nccl_preflight::nccl::Version;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -87,13 +88,13 @@ fn generator_extracts_formats_severities_and_ranges_the_catalog_reads() {
         assert!(!text.contains(absent), "{absent:?} in:\n{text}");
     }
     let catalog = Catalog::parse(&text).unwrap();
-    assert_eq!(catalog.newest, (2, 22, 3));
+    assert_eq!(catalog.newest, Version::new(2, 22, 3));
     let m = catalog
         .find(
             true,
             "Call to ibv_reg_mr failed : 4096 bytes",
             Some("transport/net_ib.cc:7"),
-            &[(2, 21, 5)],
+            &[Version::new(2, 21, 5)],
         )
         .unwrap();
     assert_eq!(

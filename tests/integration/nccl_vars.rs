@@ -3,6 +3,7 @@
 //! and that the catalog the binary embeds parses what it writes.
 
 use super::support::*;
+use nccl_preflight::nccl::Version;
 use nccl_preflight::nccl::catalog::{Catalog, Kind, Lookup};
 use std::fs;
 use std::path::Path;
@@ -119,9 +120,9 @@ fn generator_merges_tags_into_version_ranges_the_catalog_reads() {
         "log messages are not reads"
     );
     let catalog = Catalog::parse(&text).unwrap();
-    assert_eq!(catalog.latest(), (2, 23, 4));
+    assert_eq!(catalog.latest(), Version::new(2, 23, 4));
     assert!(matches!(
-        catalog.lookup("NCCL_BAR", Some((2, 21, 5))),
+        catalog.lookup("NCCL_BAR", Some(Version::new(2, 21, 5))),
         Lookup::OtherVersions(_)
     ));
     match catalog.lookup("NCCL_P2P_LEVEL", None) {
@@ -207,7 +208,7 @@ fn generator_reads_releases_past_the_tags_from_their_binaries() {
     }
     assert!(!text.contains("NCCL_LOG_WARN"), "{text}");
     let catalog = Catalog::parse(&text).unwrap();
-    assert_eq!(catalog.latest(), (2, 24, 3));
+    assert_eq!(catalog.latest(), Version::new(2, 24, 3));
     // Without the baseline the generator refuses rather than guess.
     let out = Command::new("python3")
         .arg(repo().join("scripts/gen-nccl-vars.py"))
@@ -227,15 +228,21 @@ fn generator_reads_releases_past_the_tags_from_their_binaries() {
 #[test]
 fn the_embedded_table_knows_the_variables_of_2_31_and_2_32() {
     let catalog = Catalog::parse(include_str!("../../src/nccl/variables.tsv")).unwrap();
-    assert_eq!(catalog.latest(), (2, 32, 3));
+    assert_eq!(catalog.latest(), Version::new(2, 32, 3));
     for (name, first) in [
-        ("NCCL_RUN_DIAGNOSTICS", (2, 31, 2)),
-        ("NCCL_RUN_RAS_DIAGNOSTICS", (2, 31, 2)),
-        ("NCCL_PROGRESS_COUNTERS", (2, 32, 3)),
-        ("NCCL_PROGRESS_COUNTER_MONITOR_POLL_MS", (2, 32, 3)),
+        ("NCCL_RUN_DIAGNOSTICS", Version::new(2, 31, 2)),
+        ("NCCL_RUN_RAS_DIAGNOSTICS", Version::new(2, 31, 2)),
+        ("NCCL_PROGRESS_COUNTERS", Version::new(2, 32, 3)),
+        (
+            "NCCL_PROGRESS_COUNTER_MONITOR_POLL_MS",
+            Version::new(2, 32, 3),
+        ),
     ] {
         assert!(
-            matches!(catalog.lookup(name, Some((2, 32, 3))), Lookup::Reads(_)),
+            matches!(
+                catalog.lookup(name, Some(Version::new(2, 32, 3))),
+                Lookup::Reads(_)
+            ),
             "{name}"
         );
         assert!(
@@ -244,14 +251,14 @@ fn the_embedded_table_knows_the_variables_of_2_31_and_2_32() {
         );
         assert!(
             matches!(
-                catalog.lookup(name, Some((2, 30, 7))),
+                catalog.lookup(name, Some(Version::new(2, 30, 7))),
                 Lookup::OtherVersions(_)
             ),
             "{name}"
         );
     }
     // Still read by the newest releases, with the type the source gave it.
-    match catalog.lookup("NCCL_SOCKET_NTHREADS", Some((2, 32, 3))) {
+    match catalog.lookup("NCCL_SOCKET_NTHREADS", Some(Version::new(2, 32, 3))) {
         Lookup::Reads(row) => assert_eq!(row.kind, Kind::Int),
         other => panic!("{other:?}"),
     }

@@ -15,7 +15,6 @@ use crate::gather::host::Host;
 use crate::gather::trainer_path::{self, Candidate};
 use crate::vendor::deadline::Watch;
 use crate::vendor::dl::{LoadError, is_missing};
-use crate::vendor::nccl::version_text;
 use std::ffi::OsString;
 
 use crate::platform::OFI_NCCL_DIRS;
@@ -26,7 +25,7 @@ use crate::vendor::nccl::NetPluginTables;
 /// ([`crate::nccl::net_plugin::net_plugin_entries`], proven against real NCCL).
 fn plugin_candidates(
     env_value: Option<&str>,
-    version: Option<crate::nccl::catalog::Version>,
+    version: Option<crate::nccl::Version>,
 ) -> Option<Vec<String>> {
     let names: Vec<String> = crate::nccl::net_plugin::net_plugin_entries(env_value, version)
         .into_iter()
@@ -36,10 +35,8 @@ fn plugin_candidates(
 }
 
 /// The (major, minor, patch) of a loaded libnccl, when its version was read.
-fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::catalog::Version> {
-    let text = library.loaded()?.version.value()?;
-    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
+fn loaded_version(library: &LibraryFact<NcclLibrary>) -> Option<crate::nccl::Version> {
+    crate::nccl::Version::parse(library.loaded()?.version.value()?)
 }
 
 /// The soname NCCL's library carries, and the name a bare dlopen resolves.
@@ -135,7 +132,7 @@ fn probe(watch: &Watch, name: &str) -> Probe {
         Ok(p) => Probe::Loaded {
             path: p.path.unwrap_or_else(|| name.to_string()),
             version: match p.version {
-                Ok(code) => Observed::Value(version_text(code)),
+                Ok(code) => Observed::Value(crate::nccl::Version::code_text(code.into())),
                 Err(e) => Observed::Error(e),
             },
         },
@@ -363,11 +360,11 @@ mod tests {
         assert_eq!(plugin_candidates(Some("none"), None), None);
         // Before 2.27 the value is one name, and NCCL does not trim it.
         assert_eq!(
-            plugin_candidates(Some(" ofi,x"), Some((2, 18, 3))),
+            plugin_candidates(Some(" ofi,x"), Some(crate::nccl::Version::new(2, 18, 3))),
             Some(vec!["libnccl-net- ofi,x.so".into()])
         );
         assert_eq!(
-            plugin_candidates(Some(""), Some((2, 21, 5))),
+            plugin_candidates(Some(""), Some(crate::nccl::Version::new(2, 21, 5))),
             Some(vec!["libnccl-net.so".into()])
         );
     }

@@ -163,7 +163,7 @@ pub(super) fn lint_ib_hca(facts: &Facts, p: &Prediction) -> Vec<Problem> {
 pub(super) fn lint_gid_index(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     if facts.nccl_env.contains_key("NCCL_IB_GID_INDEX")
-        && crate::nccl::version(facts).is_some_and(|v| v >= (2, 21, 0))
+        && crate::nccl::version(facts).is_some_and(|v| v >= crate::nccl::version::DYNAMIC_GID)
     {
         out.push(Problem::new(
             Severity::Warn,

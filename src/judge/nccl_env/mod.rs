@@ -9,22 +9,41 @@
 //! - socket_ifname: NCCL_SOCKET_IFNAME matching nothing (NCCL 2.28.9 measured:
 //!   every rank fails at init with "Bootstrap : no socket interface found"),
 //!   a missing Multus interface, lo/docker/virbr bootstrap across nodes, veth,
-//!   a prefix matching several interfaces; NCCL_SOCKET_FAMILY;
+//!   a prefix matching several interfaces; NCCL_SOCKET_FAMILY; NCCL_COMM_ID with no
+//!   address in its subnet or that NCCL cannot read;
 //! - ib_hca: NCCL_IB_HCA prefixes, absent devices and DOWN ports;
 //!   NCCL_IB_GID_INDEX with NCCL >= 2.21;
+//! - ranges: the rules NCCL applies to values at init (thread counts, channel and CTA
+//!   limits, a P2P chunk times NCCL_STEPS against NCCL_BUFFSIZE, IB queue pairs against
+//!   NCCL's array), clamps NCCL makes with only an INFO line, or an overrun;
 //! - transports: P2P/SHM off where NVLink is, LL128 without NVLink, NCCL_ALGO
 //!   and NCCL_PROTO names this version lacks, algorithms this node cannot run;
-//! - topo_file: NCCL_TOPO_FILE missing or another platform's;
-//! - network: RDMA turned off or mis-chosen where usable devices exist, and
+//! - conf_files: the settings files NCCL reads (NCCL_CONF_FILE, ~/.nccl.conf,
+//!   /etc/nccl.conf) as the loaded NCCL parses them: lines it misreads, and an
+//!   NCCL_CONF_FILE it does not read or that names no file;
+//! - params: what the trainer's NCCL itself reports through its parameter API (2.30
+//!   and later): values its parser refused, unused or deprecated ones, values from an
+//!   env plugin;
+//! - topo_file: the files NCCL parses (NCCL_TOPO_FILE or its default topology,
+//!   NCCL_GRAPH_FILE) missing, malformed as NCCL reads them, describing devices this
+//!   node lacks, or another platform's;
+//! - network: aws-ofi-nccl variables with values its parser refuses (the plugin
+//!   does not initialize); RDMA turned off or mis-chosen where usable devices exist, and
 //!   RDMA asked for where the container has no usable device.
+//!
+//! Every variable is read where NCCL reads it: the environment, then the settings
+//! files (`facts.nccl_env` carries both, each file value with its file and line).
 //!
 //! Variables that are image metadata (NCCL_VERSION from NVIDIA's images) are
 //! neither listed nor linted (crate::nccl::catalog::is_nccl_setting).
 
+mod conf_files;
 mod ib_hca;
 mod names;
 pub(super) mod network;
+mod params;
 mod prediction;
+mod ranges;
 mod socket_ifname;
 mod topo_file;
 mod transports;
@@ -35,6 +54,7 @@ use crate::facts::Facts;
 use crate::finding::Severity;
 use crate::nccl::catalog::{self, Catalog};
 use crate::policy::Policy;
+use crate::predict::Prediction;
 
 pub const ID: &str = "nccl-env";
 
@@ -42,36 +62,52 @@ fn get<'a>(facts: &'a Facts, name: &str) -> Option<&'a str> {
     facts.nccl_env.get(name).map(|v| v.value.as_str())
 }
 
-pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
+/// The bootstrap and socket variables: the interface list, the address family and
+/// NCCL_COMM_ID, each judged against this node's interfaces.
+fn socket_lints(facts: &Facts, predicted: &Prediction) -> Vec<Problem> {
     let env = &facts.nccl_env;
     let mut lints = Vec::new();
-    let mut evidence = Vec::new();
     if let Some(v) = env.get("NCCL_SOCKET_IFNAME") {
         lints.extend(socket_ifname::lint_socket_ifname(facts, v));
     }
     if let Some(v) = env.get("NCCL_SOCKET_FAMILY") {
-        lints.extend(socket_ifname::lint_socket_family(facts, v));
+        lints.extend(socket_ifname::lint_socket_family(facts, predicted, v));
     }
+    if let Some(v) = env.get("NCCL_COMM_ID") {
+        lints.extend(socket_ifname::lint_comm_id(facts, v));
+    }
+    lints
+}
+
+pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
+    let env = &facts.nccl_env;
+    let mut lints = socket_lints(facts, predicted);
+    let mut evidence = Vec::new();
     for lint in [
         ib_hca::lint_gid_index,
         transports::lint_p2p_shm,
-        topo_file::lint_topo_file,
+        conf_files::lint_conf_files,
+        params::lint_params,
+        topo_file::lint_named_files,
         network::lint_rdma_requested,
         network::lint_net_plugin_name,
+        network::lint_ofi_values,
         values::lint_buffsize,
+        ranges::lint_ranges,
         values::lint_debug_and_text,
     ] {
         lints.extend(lint(facts));
     }
     // After the text lints, so a variable's own problem (a misspelled plugin name) leads
     // and the prediction adds what it does to this job.
-    lints.extend(prediction::lints(facts));
+    lints.extend(prediction::lints(facts, predicted));
     let version = crate::nccl::version(facts);
     let settings: Vec<(&String, &crate::facts::EnvValue)> = match Catalog::embedded() {
         Ok(cat) => {
             for lint in [
                 names::lint_names,
                 values::lint_ints,
+                values::lint_bools,
                 values::lint_levels,
                 transports::lint_algo,
                 transports::lint_proto_names,
@@ -80,11 +116,11 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             }
             if env.keys().any(|k| k.starts_with("NCCL_")) {
                 evidence.push(match version {
-                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", catalog::show(v)),
+                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", v),
                     None => format!(
                         "NCCL version unknown (no libnccl loaded here): names and values checked against every release from {} to {}",
-                        catalog::show(cat.tags.first().copied().unwrap_or_default()),
-                        catalog::show(cat.latest())
+                        cat.tags.first().copied().unwrap_or_default(),
+                        cat.latest()
                     ),
                 });
             }
@@ -111,9 +147,13 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
     };
     let mut listed: Vec<String> = settings
         .iter()
-        .map(|(k, v)| format!("{k}={:?}", v.value))
+        .map(|(k, v)| match &v.from {
+            Some(from) => format!("{k}={:?} (from {from})", v.value),
+            None => format!("{k}={:?}", v.value),
+        })
         .collect();
     listed.extend(evidence);
+    listed.extend(params::evidence(facts));
     super::combine(ID, summary, listed, lints)
 }
 
@@ -123,6 +163,11 @@ mod tests {
     use crate::facts::Observed;
     use crate::finding::Status;
     use crate::test_facts::{healthy, iface, v4, with_env};
+
+    /// The judge as the run calls it, with the prediction made from the same facts.
+    fn judge(facts: &Facts, policy: &Policy) -> Finding {
+        crate::test_facts::judged(super::judge, facts, policy)
+    }
 
     fn docker_node() -> Facts {
         let mut f = healthy();
@@ -298,6 +343,59 @@ mod tests {
     }
 
     #[test]
+    fn comm_id_outside_every_subnet_fails_at_init() {
+        // Written from src/bootstrap.cc bootstrapNetInit (v2.28.9-1) before the tool ran:
+        // docker_node's addresses have no prefix length, so only the exact address matches.
+        let f = lint(&[("NCCL_COMM_ID", "10.0.0.5:29500")]);
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
+        let f = lint(&[("NCCL_COMM_ID", "192.0.2.1:29500")]);
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert!(
+            f.summary.contains("No usable listening interface found"),
+            "{}",
+            f.summary
+        );
+        let f = lint(&[("NCCL_COMM_ID", "[fd00::1:29500")]);
+        assert!(f.summary.contains("Invalid NCCL_COMM_ID"), "{}", f.summary);
+        let f = lint(&[("NCCL_COMM_ID", "master:29500")]);
+        assert_eq!(
+            f.status(),
+            Status::Pass,
+            "a host name is resolved at run time"
+        );
+    }
+
+    #[test]
+    fn aws_ofi_nccl_values_its_parser_refuses() {
+        // Written from aws-ofi-nccl include/nccl_ofi_param_impl.h (v1.19.2) before the tool
+        // ran: the plugin's init fails with -EINVAL on a value outside the set.
+        let efa = || crate::test_facts::with_efa(healthy());
+        assert_eq!(
+            lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "rdma")]).status(),
+            Status::Pass
+        );
+        let f = lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "RDMA_WRITE")]);
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
+        assert!(f.summary.contains("set to invalid value"), "{}", f.summary);
+        let forced = lint_on(
+            efa(),
+            &[
+                ("OFI_NCCL_PROTOCOL", "RDMA_WRITE"),
+                ("NCCL_NET", "AWS Libfabric"),
+            ],
+        );
+        assert_eq!(forced.status(), Status::Fail, "{forced:?}");
+        let f = lint_on(
+            efa(),
+            &[
+                ("OFI_NCCL_DISABLE_GDR_REQUIRED_CHECK", "yes"),
+                ("PET_NNODES", "2"),
+            ],
+        );
+        assert_eq!(f.status(), Status::Fail, "{f:?}");
+    }
+
+    #[test]
     fn several_problems_are_all_reported() {
         let f = lint(&[
             ("NCCL_SOCKET_IFNAME", "nonexist0"),
@@ -428,31 +526,132 @@ mod tests {
         );
     }
 
+    fn with_named(mut f: Facts, variable: &str, value: &str, text: Option<&str>) -> Facts {
+        f.nccl_env
+            .insert(variable.into(), crate::facts::EnvValue::text(value));
+        f.nccl_files.named.push(crate::facts::NamedFile {
+            variable: Some(variable.into()),
+            value: value.into(),
+            file: crate::facts::ReadFile {
+                path: value.into(),
+                text: Observed::Value(text.map(str::to_string)),
+                not_utf8: false,
+            },
+        });
+        f
+    }
+
     #[test]
     fn topo_file_missing_or_foreign() {
-        let mut f = with_env(
-            healthy(),
-            &[(
-                "NCCL_TOPO_FILE",
-                "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml",
-            )],
+        let p4d = "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml";
+        let finding = judge(
+            &with_named(healthy(), "NCCL_TOPO_FILE", p4d, None),
+            &Policy::default(),
         );
-        f.named_files.insert(
-            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
-            false,
-        );
-        let finding = judge(&f, &Policy::default());
         assert!(
             finding.summary.starts_with("2 problems"),
             "{}",
             finding.summary
         );
-        f.named_files.insert(
-            "/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml".into(),
-            true,
+        let mut f = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            p4d,
+            Some("<system version=\"1\"/>"),
         );
         f.platform.product_name = crate::facts::Observed::Value(Some("p4d.24xlarge".into()));
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
+    }
+
+    #[test]
+    fn topo_file_parsed_as_nccl_parses_it() {
+        // Written from src/graph/xml.cc (v2.28.9-1) before the tool ran: a declaration
+        // line is "expected >, got '?'" and init fails; a GPU this node lacks is dropped
+        // (ncclTopoTrimXml), so the file is not used for it: a warning.
+        let f = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some("<?xml version=\"1.0\"?>\n<system version=\"1\"/>\n"),
+        );
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Fail, "{j:?}");
+        assert!(j.summary.contains("expected >, got '?'"), "{}", j.summary);
+        // A bus id with hex letters, which NCCL writes in lower case.
+        let here = "0000:1a:00.0".to_string();
+        let healthy = || {
+            let mut f = healthy();
+            if let Observed::Value(g) = &mut f.gpus.pci_gpus {
+                g.truncate(1);
+                g[0].bus_id = here.clone();
+            }
+            f
+        };
+        let xml = |busid: &str| {
+            format!(
+                "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"{busid}\" class=\"0x030200\"/>\n</cpu>\n</system>\n"
+            )
+        };
+        let ok = with_named(healthy(), "NCCL_TOPO_FILE", "/t.xml", Some(&xml(&here)));
+        assert_eq!(judge(&ok, &Policy::default()).status(), Status::Pass);
+        let other = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some(&xml("0000:ee:00.0")),
+        );
+        let j = judge(&other, &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(j.summary.contains("0000:ee:00.0"), "{}", j.summary);
+        let upper = with_named(
+            healthy(),
+            "NCCL_TOPO_FILE",
+            "/t.xml",
+            Some(&xml(&here.to_uppercase())),
+        );
+        assert!(
+            judge(&upper, &Policy::default())
+                .summary
+                .contains("lower case"),
+            "NCCL's strcmp"
+        );
+        // NCCL_GRAPH_FILE that is not there: init fails (ncclSystemError).
+        let g = with_named(healthy(), "NCCL_GRAPH_FILE", "/g.xml", None);
+        assert_eq!(judge(&g, &Policy::default()).status(), Status::Fail);
+    }
+
+    #[test]
+    fn settings_files_lines_nccl_misreads() {
+        // Written from src/misc/param.cc setEnvFile (v2.28.9-1) before the tool ran.
+        let mut f = healthy();
+        f.nccl_files.conf = vec![crate::facts::ReadFile {
+            path: "/etc/nccl.conf".into(),
+            text: Observed::Value(Some(
+                "NCCL_DEBUG = INFO\nNCCL_SOCKET_IFNAME=\"eth0\"\nNCCL_ALGO=Ring\nNCCL_ALGO=Tree\n"
+                    .into(),
+            )),
+            not_utf8: false,
+        }];
+        let j = judge(&f, &Policy::default());
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(j.summary.starts_with("3 problems"), "{}", j.summary);
+        assert!(j.summary.contains("\"NCCL_DEBUG \""), "{}", j.summary);
+        // An NCCL_CONF_FILE that names no file is skipped without a word.
+        let mut f = with_env(healthy(), &[("NCCL_CONF_FILE", "/job/n.conf")]);
+        f.nccl_files.conf = vec![crate::facts::ReadFile {
+            path: "/job/n.conf".into(),
+            text: Observed::Value(None),
+            not_utf8: false,
+        }];
+        let j = judge(&f, &Policy::default());
+        assert!(j.summary.contains("names no file"), "{}", j.summary);
+        // NCCL 2.21 does not read it at all.
+        let old = judge(&with_version(f, "2.21.5"), &Policy::default());
+        assert!(
+            old.summary.contains("does not read NCCL_CONF_FILE"),
+            "{}",
+            old.summary
+        );
     }
 
     #[test]
@@ -657,7 +856,7 @@ mod tests {
 
     #[test]
     fn integers_are_read_the_way_strtoll_reads_them() {
-        use values::{IntRead, strtoll};
+        use crate::nccl::catalog::{IntRead, strtoll};
         assert_eq!(strtoll("8388608"), IntRead::Whole(8388608));
         assert_eq!(strtoll("0x10"), IntRead::Whole(16));
         assert_eq!(strtoll("010"), IntRead::Whole(8));
@@ -944,7 +1143,8 @@ mod tests {
                 .unwrap()
                 .starts_with("Fix NCCL_NET_PLUGIN")
         );
-        let plugin = crate::judge::nccl_net_plugin::judge(&f, &Policy::default());
+        let plugin =
+            crate::test_facts::judged(crate::judge::nccl_net_plugin::judge, &f, &Policy::default());
         let fix = plugin.remediation().unwrap();
         assert!(fix.contains("NCCL_NET_PLUGIN=\"aws_ofi\""), "{fix}");
         assert!(!fix.contains("Install aws-ofi-nccl"), "{fix}");

@@ -7,7 +7,8 @@
 use super::Problem;
 use crate::facts::Facts;
 use crate::finding::Severity;
-use crate::nccl::catalog::{self, Catalog, Lookup, Version};
+use crate::nccl::Version;
+use crate::nccl::catalog::{self, Catalog, Lookup};
 
 /// NCCL_* names PyTorch reads, not NCCL: ProcessGroupNCCL.hpp (torch 2.2 and
 /// later) reads each as the legacy spelling of its TORCH_NCCL_* variable.
@@ -27,9 +28,9 @@ fn range(rows: &[&catalog::VarRow]) -> String {
     rows.iter()
         .map(|r| {
             if r.first == r.last {
-                catalog::show(r.first)
+                r.first.to_string()
             } else {
-                format!("{} to {}", catalog::show(r.first), catalog::show(r.last))
+                format!("{} to {}", r.first, r.last)
             }
         })
         .collect::<Vec<_>>()
@@ -44,8 +45,8 @@ pub(super) fn lint_names(
     let mut out = Vec::new();
     let tags = format!(
         "{} to {}",
-        catalog::show(catalog.tags.first().copied().unwrap_or_default()),
-        catalog::show(catalog.latest())
+        catalog.tags.first().copied().unwrap_or_default(),
+        catalog.latest()
     );
     for (name, value) in &facts.nccl_env {
         if !name.starts_with("NCCL_")
@@ -59,7 +60,7 @@ pub(super) fn lint_names(
             Lookup::Reads(_) => {}
             Lookup::OtherVersions(rows) => {
                 // OtherVersions only comes with a known version.
-                let v = version.map(catalog::show).unwrap_or_default();
+                let v = version.map(|v| v.to_string()).unwrap_or_default();
                 let when = if rows.iter().all(|r| version.is_some_and(|v| r.last < v)) {
                     "no longer reads it"
                 } else if rows.iter().all(|r| version.is_some_and(|v| r.first > v)) {

@@ -153,3 +153,38 @@ pub(super) fn lint_net_plugin_name(facts: &Facts) -> Vec<Problem> {
         net_plugin_fix(value),
     )]
 }
+
+/// aws-ofi-nccl's typed variables with a value its parser refuses (`crate::nccl::ofi_params`):
+/// the plugin's initialization fails, so NCCL goes on without it: over its own transports
+/// (TCP between EFA nodes), or, where NCCL_NET names the plugin, not at all.
+pub(super) fn lint_ofi_values(facts: &Facts) -> Vec<Problem> {
+    use crate::nccl::ofi_params;
+    let forced = get(facts, "NCCL_NET").is_some_and(|n| {
+        n.to_ascii_lowercase().contains("libfabric") || n.eq_ignore_ascii_case("ofi")
+    });
+    facts
+        .nccl_env
+        .iter()
+        .filter_map(|(name, v)| {
+            let kind = ofi_params::kind(name)?;
+            if ofi_params::accepts(kind, &v.value) {
+                return None;
+            }
+            let (status, then) = if forced {
+                (Severity::Fail, "NCCL_NET names it, so NCCL fails at init")
+            } else if crate::layout::is_multi_node(facts) {
+                (Severity::Fail, "NCCL goes on without it, over TCP between the nodes")
+            } else {
+                (Severity::Warn, "NCCL goes on without it (over TCP between nodes)")
+            };
+            Some(Problem::new(
+                status,
+                format!("{name}={:?} is a value aws-ofi-nccl refuses (\"WARNING: {name} set to invalid value\"): the plugin does not initialize, and {then}", v.value),
+                match kind {
+                    ofi_params::OfiKind::OneOf(names) => format!("Set {name} to one of {}, or unset it.", names.join(", ")),
+                    _ => format!("Set {name} to a plain number (booleans: 0, 1, true or false), or unset it."),
+                },
+            ))
+        })
+        .collect()
+}

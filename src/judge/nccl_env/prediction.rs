@@ -14,8 +14,7 @@ use crate::layout::{self, Span};
 use crate::predict::{NetKind, Prediction, path_rank};
 
 /// Every lint that reads the prediction, NCCL_IB_HCA's included.
-pub(super) fn lints(facts: &Facts) -> Vec<Problem> {
-    let predicted = crate::predict::predict(facts);
+pub(super) fn lints(facts: &Facts, predicted: &Prediction) -> Vec<Problem> {
     [
         lint_inter_node,
         lint_gid,
@@ -24,7 +23,7 @@ pub(super) fn lints(facts: &Facts) -> Vec<Problem> {
         super::ib_hca::lint_ib_hca,
     ]
     .iter()
-    .flat_map(|lint| lint(facts, &predicted))
+    .flat_map(|lint| lint(facts, predicted))
     .collect()
 }
 

@@ -263,7 +263,7 @@ fn lint_prefix_matches(
 /// The interfaces this version counts (IFF_RUNNING only from 2.28) with an address, in
 /// NCCL's order, and the version whose rules chose them, as evidence lines.
 fn counted_evidence(
-    version: Option<crate::nccl::catalog::Version>,
+    version: Option<crate::nccl::Version>,
     interfaces: &[Interface],
     addresses: &[crate::facts::IfAddress],
 ) -> Vec<String> {
@@ -283,7 +283,7 @@ fn counted_evidence(
     if let Some(v) = version {
         evidence.push(format!(
             "selection rules of NCCL {}, the libnccl this image loads",
-            crate::nccl::catalog::show(v)
+            v
         ));
     }
     evidence
@@ -469,7 +469,11 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
     )
 }
 
-pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+pub(super) fn lint_socket_family(
+    facts: &Facts,
+    predicted: &crate::predict::Prediction,
+    value: &EnvValue,
+) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
         return Some(Problem {
             undetermined: false,
@@ -483,7 +487,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
             remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
         });
     };
-    family_without_address(facts, value, family)
+    family_without_address(facts, predicted, value, family)
 }
 
 /// NCCL_SOCKET_FAMILY naming a family the interface that routes between nodes has no
@@ -492,6 +496,7 @@ pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Prob
 /// addresses of the other family).
 fn family_without_address(
     facts: &Facts,
+    predicted: &crate::predict::Prediction,
     value: &EnvValue,
     family: crate::facts::Family,
 ) -> Option<Problem> {
@@ -508,7 +513,7 @@ fn family_without_address(
     } else {
         Severity::Warn
     };
-    let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
+    let predicted = predicted.sockets.value.bootstrap.as_ref();
     Some(Problem {
         undetermined: false,
         blame: None,
@@ -528,5 +533,56 @@ fn family_without_address(
             "Unset NCCL_SOCKET_FAMILY ({} has only the other family's addresses).",
             routed.name
         ),
+    })
+}
+
+/// NCCL_COMM_ID: bootstrap binds the first address in its subnet, whatever the
+/// interface variables say (`crate::nccl::bootstrap`, proven against real NCCL).
+/// None such, or a value NCCL cannot read, fails every rank at init; NCCL 2.29 binds
+/// an address outside the subnet (its matchSubnet inverts the IPv4 test).
+pub(super) fn lint_comm_id(facts: &Facts, value: &EnvValue) -> Option<Problem> {
+    let (Observed::Value(interfaces), Observed::Value(addresses)) =
+        (&facts.network.interfaces, &facts.network.addresses)
+    else {
+        return None;
+    };
+    let version = crate::nccl::version(facts);
+    let env = SocketEnv {
+        comm_id: Some(&value.value),
+        ..SocketEnv::default()
+    };
+    let shown = format!("NCCL_COMM_ID={:?}", value.value);
+    let (status, summary, fix) = match bootstrap::bootstrap(version, env, interfaces, addresses) {
+        bootstrap::Bootstrap::NoInterface(f) if f.warning == bootstrap::INVALID_COMM_ID => (
+            Severity::Fail,
+            format!("{shown} is not an address NCCL reads: every rank fails at init (\"{}\")", f.warning),
+            "Write NCCL_COMM_ID as <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port>.".to_string(),
+        ),
+        bootstrap::Bootstrap::NoInterface(f) => (
+            Severity::Fail,
+            format!("{shown}: no address of this container is in its subnet (or of its family), so every rank fails at init (\"{}\")", f.warning),
+            "Point NCCL_COMM_ID at rank 0's address on a network this pod has (its pod IP), or unset it.".to_string(),
+        ),
+        bootstrap::Bootstrap::Uses(e)
+            if version.is_some_and(|v| v.series() == crate::nccl::version::COMM_ID_SUBNET_INVERTED) =>
+        (
+            Severity::Warn,
+            format!(
+                "{shown}: NCCL {} binds bootstrap to {} ({}), outside NCCL_COMM_ID's subnet: this release inverts its IPv4 subnet test (src/os/linux.cc matchSubnet, fixed in 2.30.3)",
+                version.unwrap_or_default(),
+                e.interface,
+                e.address.address
+            ),
+            "Use NCCL 2.30 or later (or 2.28), or drop NCCL_COMM_ID and let the launcher hand the unique id to every rank.".to_string(),
+        ),
+        _ => return None,
+    };
+    Some(Problem {
+        blame: None,
+        status,
+        summary,
+        evidence: vec![],
+        remediation: fix,
+        undetermined: false,
     })
 }

@@ -15,7 +15,9 @@
 use super::{Problem, get};
 use crate::facts::Facts;
 use crate::finding::Severity;
-use crate::nccl::catalog::{self, Catalog, Version};
+use crate::nccl::Version;
+use crate::nccl::catalog::Catalog;
+use crate::nccl::version::{ALGO_NO_FALLBACK, STRICT_LIST};
 
 pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
     let nvlink = facts
@@ -90,9 +92,6 @@ fn parse_list(value: &str) -> Vec<Entry> {
         .collect()
 }
 
-/// NCCL 2.24 made unknown names an init error (tuning.cc parseList).
-const STRICT_LIST_SINCE: Version = (2, 24, 0);
-
 /// Names in `var`'s value that this NCCL does not know.
 fn unknown_names(
     var: &str,
@@ -110,12 +109,9 @@ fn unknown_names(
     if unknown.is_empty() {
         return None;
     }
-    let which = version.map_or_else(
-        || "the newest NCCL".to_string(),
-        |v| format!("NCCL {}", catalog::show(v)),
-    );
+    let which = version.map_or_else(|| "the newest NCCL".to_string(), |v| format!("NCCL {}", v));
     let (status, effect) = match version {
-        Some(v) if v >= STRICT_LIST_SINCE => (
+        Some(v) if v >= STRICT_LIST => (
             Severity::Fail,
             "NCCL fails at init with \"Unrecognized element token\"",
         ),
@@ -230,15 +226,15 @@ pub(super) fn lint_algo(
     // (tuning.cc: "ignoring NCCL_ALGO=COLLNET"); 2.24 and later fail the
     // collective; 2.21 to 2.23 were not verified, so they only warn.
     let (status, effect) = match version {
-        Some(v) if v >= STRICT_LIST_SINCE => (
+        Some(v) if v >= STRICT_LIST => (
             Severity::Fail,
             "every collective fails with \"no algorithm/protocol available\"".to_string(),
         ),
-        Some(v) if v < (2, 21, 0) => (
+        Some(v) if v < ALGO_NO_FALLBACK => (
             Severity::Warn,
             format!(
                 "NCCL {} ignores the setting and falls back to Ring and Tree",
-                catalog::show(v)
+                v
             ),
         ),
         _ => (

@@ -8,60 +8,8 @@
 use super::{Problem, get};
 use crate::facts::Facts;
 use crate::finding::Severity;
-use crate::nccl::catalog::{self, Catalog, Kind, Lookup, Version};
-
-/// How strtoll(value, NULL, 0) reads a value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum IntRead {
-    /// The whole value is a number.
-    Whole(i64),
-    /// A number followed by text strtoll stops at.
-    Prefix(i64),
-    /// No digits: strtoll returns 0.
-    NoDigits,
-    /// Out of int64: ERANGE, and NCCL keeps its default.
-    Overflow,
-}
-
-/// strtoll with base 0: leading blanks, a sign, `0x` for hex, a leading `0` for octal.
-pub(super) fn strtoll(value: &str) -> IntRead {
-    let s = value.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (negative, s) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let bytes = s.as_bytes();
-    let (radix, digits) = if (s.starts_with("0x") || s.starts_with("0X"))
-        && bytes.get(2).is_some_and(u8::is_ascii_hexdigit)
-    {
-        (16, &s[2..])
-    } else if s.starts_with('0') {
-        (8, s)
-    } else {
-        (10, s)
-    };
-    let len = digits
-        .bytes()
-        .take_while(|b| (*b as char).is_digit(radix))
-        .count();
-    if len == 0 {
-        return IntRead::NoDigits;
-    }
-    let magnitude = match i128::from_str_radix(&digits[..len], radix) {
-        Ok(m) => m,
-        Err(_) => return IntRead::Overflow,
-    };
-    let signed = if negative { -magnitude } else { magnitude };
-    let Ok(n) = i64::try_from(signed) else {
-        return IntRead::Overflow;
-    };
-    if len == digits.len() {
-        IntRead::Whole(n)
-    } else {
-        IntRead::Prefix(n)
-    }
-}
+use crate::nccl::Version;
+use crate::nccl::catalog::{Catalog, IntRead, Kind, Lookup, strtoll};
 
 pub(super) fn lint_ints(
     facts: &Facts,
@@ -108,6 +56,34 @@ pub(super) fn lint_ints(
         out.push(Problem::new(Severity::Warn, summary, fix));
     }
     out
+}
+
+/// The registry's booleans (2.30 and later): a value its parser refuses leaves the
+/// default, with no word in the log (src/include/param/param.h ncclParam::loadValue).
+pub(super) fn lint_bools(
+    facts: &Facts,
+    catalog: &Catalog,
+    version: Option<Version>,
+) -> Vec<Problem> {
+    let accepted = ["1", "T", "TRUE", "0", "F", "FALSE"];
+    facts
+        .nccl_env
+        .iter()
+        .filter(|(name, _)| {
+            matches!(catalog.lookup(name, version), Lookup::Reads(r) if r.kind == Kind::Bool)
+        })
+        .filter(|(_, v)| !accepted.iter().any(|a| a.eq_ignore_ascii_case(&v.value)))
+        .map(|(name, v)| {
+            Problem::new(
+                Severity::Warn,
+                format!(
+                    "{name}={:?} is not a boolean NCCL reads: it keeps its default",
+                    v.value
+                ),
+                format!("Set {name} to 1 or 0 (T/TRUE or F/FALSE also do), or unset it."),
+            )
+        })
+        .collect()
 }
 
 /// What a path level allows, from NCCL's topo.h comments and its docs.
@@ -168,7 +144,7 @@ pub(super) fn lint_levels(
                 Severity::Warn,
                 format!(
                     "{name}={value} is a legacy number: NCCL {} reads it as {level}, which allows {what} {}; is that what you want?",
-                    version.map_or_else(|| "(any version since 2.6)".to_string(), catalog::show),
+                    version.map_or_else(|| "(any version since 2.6)".to_string(), |v| v.to_string()),
                     level_meaning(level)
                 ),
                 format!(

@@ -84,9 +84,8 @@ pub fn respond(
     run: &dyn Fn(&str) -> Result<Diagnostics, String>,
 ) -> super::super::http::Response {
     use super::super::http::Response;
-    let (a, b, c) = ras_diagnostics::FIRST;
-    let first = super::version::Version::new(a, b, c);
-    if let Some(v) = nccl_version.and_then(super::version::Version::parse)
+    let first = crate::nccl::version::RAS_DIAGNOSTICS;
+    if let Some(v) = nccl_version.and_then(crate::nccl::Version::parse)
         && v < first
     {
         return Response::text(

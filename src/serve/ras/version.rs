@@ -2,44 +2,7 @@
 //! NVIDIA/nccl's src/ras/client_support.cc (`rasClientEventLoop`, the command parser)
 //! and docs/.../troubleshooting/ras.rst at each tag, and from NCCL's issue tracker.
 
-use std::fmt;
-
-/// An NCCL release, `2.28.9`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-impl Version {
-    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
-        Version {
-            major,
-            minor,
-            patch,
-        }
-    }
-
-    /// `2.28.9`, `2.28.9+cuda12.9` (ncclGetVersion's rendering in facts) or the
-    /// `NCCL version 2.28.9 compiled with CUDA 13.0` line of a text reply.
-    pub fn parse(text: &str) -> Option<Version> {
-        let text = text.trim();
-        let text = text.strip_prefix("NCCL version ").unwrap_or(text);
-        let end = text
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let mut parts = text[..end].split('.').map(|p| p.parse::<u32>().ok());
-        let (major, minor, patch) = (parts.next()??, parts.next()??, parts.next()??);
-        Some(Version::new(major, minor, patch))
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
+pub use crate::nccl::Version;
 
 /// RAS first shipped in 2.24 (docs troubleshooting/ras.rst: "Since NCCL 2.24").
 const FIRST_RAS: Version = Version::new(2, 24, 0);
@@ -129,21 +92,6 @@ pub fn plan(version: Option<Version>) -> Result<Plan, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_parse_from_facts_and_replies() {
-        assert_eq!(Version::parse("2.28.9"), Some(Version::new(2, 28, 9)));
-        assert_eq!(
-            Version::parse("2.21.5+cuda12.4"),
-            Some(Version::new(2, 21, 5))
-        );
-        assert_eq!(
-            Version::parse("NCCL version 2.28.9 compiled with CUDA 13.0"),
-            Some(Version::new(2, 28, 9))
-        );
-        assert_eq!(Version::parse("2.28"), None);
-        assert_eq!(Version::parse("x"), None);
-    }
 
     #[test]
     fn each_version_gets_the_commands_it_parses_and_none_that_crash_it() {
