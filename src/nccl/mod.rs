@@ -8,6 +8,7 @@ pub(crate) mod ib_hca;
 pub(crate) mod interface;
 pub mod net_plugin;
 pub(crate) mod ras_diagnostics;
+pub(crate) mod roles;
 pub(crate) mod socket_ifname;
 
 /// The version of the libnccl the trainer will load, as (major, minor, patch).
