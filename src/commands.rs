@@ -130,7 +130,11 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let policy = build_policy(&args.check)?;
     // A bad gang identity is refused before anything is gathered.
     let gang = if args.gang {
-        Some(crate::gang::command::prepare(&args.check, &args.gang_opts, env)?)
+        Some(crate::gang::command::prepare(
+            &args.check,
+            &args.gang_opts,
+            env,
+        )?)
     } else {
         None
     };

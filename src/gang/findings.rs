@@ -337,7 +337,8 @@ pub fn after_nccl(
             Status::Fail => join.summary.clone(),
             _ => result.error.clone().unwrap_or_else(|| "no result".into()),
         };
-        let stop = format!("the bandwidth phase stopped early ({why}): what it measured is judged above");
+        let stop =
+            format!("the bandwidth phase stopped early ({why}): what it measured is judged above");
         f = unfinished(f, stop);
     }
     (join, f)

@@ -300,7 +300,12 @@ pub(crate) fn run(report: &Report, identity: &GangIdentity, settings: &Settings<
         run.findings = vec![join, consistency, Finding::skip(ids::GANG_BANDWIDTH, why)];
         return run;
     }
-    let (ran, ended) = measure(&mut session, identity, settings, SocketAddr::new(root_ip, table.nccl_port));
+    let (ran, ended) = measure(
+        &mut session,
+        identity,
+        settings,
+        SocketAddr::new(root_ip, table.nccl_port),
+    );
     run.transports = ran.transports;
     run.ended = ended;
     let (join, bandwidth) = findings::after_nccl(&mut run, &ran.result, join, opts);

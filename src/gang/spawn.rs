@@ -59,12 +59,7 @@ pub struct Ran {
 
 /// Runs the worker (NCCL's root at `root`) and reads its result, NCCL's transports
 /// and its `NCCL DIAG` lines from its log; tells `live` its stages and how it ended.
-pub fn run(
-    identity: &GangIdentity,
-    settings: &Settings<'_>,
-    root: SocketAddr,
-    live: &Live,
-) -> Ran {
+pub fn run(identity: &GangIdentity, settings: &Settings<'_>, root: SocketAddr, live: &Live) -> Ran {
     let started = Instant::now();
     let (result, died, log) = match NcclLog::create() {
         Ok(log) => {

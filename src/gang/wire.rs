@@ -57,11 +57,15 @@ pub fn limit(kind: Kind, nodes: u64) -> usize {
     let n = nodes as usize;
     match kind {
         Kind::Hello => FINGERPRINT_BYTES,
-        Kind::Table => n.saturating_mul(FINGERPRINT_BYTES + 4).saturating_add(64 << 10),
+        Kind::Table => n
+            .saturating_mul(FINGERPRINT_BYTES + 4)
+            .saturating_add(64 << 10),
         Kind::Refused => MAX_REASON + 1,
         Kind::Beat => n.saturating_mul(BEAT_BYTES).saturating_add(BEAT_BYTES),
         Kind::Outcome => OUTCOME_BYTES,
-        Kind::Outcomes => n.saturating_mul(OUTCOME_BYTES + BEAT_BYTES).saturating_add(64 << 10),
+        Kind::Outcomes => n
+            .saturating_mul(OUTCOME_BYTES + BEAT_BYTES)
+            .saturating_add(64 << 10),
     }
 }
 
@@ -161,7 +165,10 @@ impl Conn {
 
     /// The next whole frame, if one is there; Err when its header is not ours or its
     /// body is over `limit` for its kind (nothing of the body is kept).
-    pub fn frame(&mut self, limit: impl Fn(Kind) -> usize) -> Result<Option<(Head, Vec<u8>)>, String> {
+    pub fn frame(
+        &mut self,
+        limit: impl Fn(Kind) -> usize,
+    ) -> Result<Option<(Head, Vec<u8>)>, String> {
         let head = match self.head() {
             None => return Ok(None),
             Some(h) => h?,
@@ -376,7 +383,11 @@ mod tests {
                 len: 10
             }
         );
-        assert!(parse_head(b"GET / HTTP/1.0\r\n\r\n......").unwrap_err().contains("not a gang peer"));
+        assert!(
+            parse_head(b"GET / HTTP/1.0\r\n\r\n......")
+                .unwrap_err()
+                .contains("not a gang peer")
+        );
         let mut old = h;
         old[4] = 1;
         assert!(parse_head(&old).unwrap_err().contains("protocol 1"));

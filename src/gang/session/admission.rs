@@ -61,7 +61,11 @@ impl Door {
     /// The listener's and the pending connections' descriptors, for `wait`.
     pub fn fds(&self) -> Vec<(std::os::fd::BorrowedFd<'_>, bool)> {
         let mut fds = vec![(self.listener.as_fd(), false)];
-        fds.extend(self.pending.iter().map(|p| (p.conn.stream().as_fd(), false)));
+        fds.extend(
+            self.pending
+                .iter()
+                .map(|p| (p.conn.stream().as_fd(), false)),
+        );
         fds
     }
 
@@ -141,7 +145,10 @@ impl Door {
     /// A pending connection's hello: Some(Ok) once whole, Some(Err) when it is refused
     /// (with what to tell it), None while more is to come.
     #[allow(clippy::type_complexity)]
-    fn check(&mut self, i: usize) -> Option<Result<(u64, Vec<u8>), (String, Option<(Blame, String)>)>> {
+    fn check(
+        &mut self,
+        i: usize,
+    ) -> Option<Result<(u64, Vec<u8>), (String, Option<(Blame, String)>)>> {
         let (job, nodes) = (self.job, self.nodes);
         let conn = &mut self.pending[i].conn;
         let head = match conn.head()? {

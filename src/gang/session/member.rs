@@ -72,15 +72,16 @@ impl Member {
         let cap = wire::HEADER + wire::limit(Kind::Table, m.nodes);
         while Instant::now() < by {
             wait(&[(conn.stream().as_fd(), conn.sending())]);
-            if let Err(e) = conn.pull(cap).and_then(|_| conn.flush().map(|_| ())) {
-                return match conn.received {
-                    0 => Attempt::Again(e),
-                    _ => Attempt::Failed(Failure::NoTable(e)),
-                };
-            }
+            // A frame that came before the connection closed is read first: a
+            // refusal is followed by rank 0 closing.
+            let broken = conn.pull(cap).and_then(|_| conn.flush().map(|_| ())).err();
             let frame = match conn.frame(|k| wire::limit(k, m.nodes)) {
                 Ok(Some(f)) => f,
-                Ok(None) => continue,
+                Ok(None) => match broken {
+                    None => continue,
+                    Some(e) if conn.received == 0 => return Attempt::Again(e),
+                    Some(e) => return Attempt::Failed(Failure::NoTable(e)),
+                },
                 Err(e) => return Attempt::Failed(Failure::NoTable(e)),
             };
             return match frame {
@@ -155,12 +156,14 @@ impl Member {
             let (beat, urgent) = live.beat();
             if urgent || Instant::now() >= beat_at {
                 let body = serde_json::to_vec(&beat).unwrap_or_default();
-                self.conn.push(Kind::Beat, self.job, self.rank as u32, &body);
+                self.conn
+                    .push(Kind::Beat, self.job, self.rank as u32, &body);
                 beat_at = Instant::now() + BEAT_EVERY;
             }
             if let (false, Some(mine)) = (sent, live.outcome()) {
                 let body = serde_json::to_vec(&mine).unwrap_or_default();
-                self.conn.push(Kind::Outcome, self.job, self.rank as u32, &body);
+                self.conn
+                    .push(Kind::Outcome, self.job, self.rank as u32, &body);
                 sent = true;
             }
         }

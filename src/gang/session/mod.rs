@@ -199,7 +199,10 @@ impl Live {
     }
 
     fn outcome(&self) -> Option<Outcome> {
-        self.outcome.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -265,3 +268,6 @@ fn wait(fds: &[(std::os::fd::BorrowedFd<'_>, bool)]) -> Vec<bool> {
         .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

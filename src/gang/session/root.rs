@@ -31,8 +31,8 @@ pub struct Root {
     /// Every rank's record as it came (rank 0's own included).
     records: Vec<Option<Vec<u8>>>,
     table: Table,
-    /// The port NCCL's root gets, held until NCCL takes it.
-    nccl_port: Option<TcpListener>,
+    /// The port NCCL's root gets, held (bound, not listening) until its worker starts.
+    nccl_port: Option<std::os::fd::OwnedFd>,
     /// Pods that came after the gang went on: duplicates of a taken rank, latecomers.
     late_duplicates: Vec<Duplicate>,
     late: Vec<String>,
@@ -123,9 +123,8 @@ impl Root {
             return;
         }
         if started {
-            let why = format!(
-                "the gang went on without rank {rank}: this pod came after --gang-timeout"
-            );
+            let why =
+                format!("the gang went on without rank {rank}: this pod came after --gang-timeout");
             // The other pods name this rank as never reached (its node's, as theirs).
             refuse(&mut conn, self.job, Blame::Node, &why);
             self.late.push(format!("{}: rank {rank}", conn.from));
@@ -145,13 +144,11 @@ impl Root {
     /// within SEND_WITHIN, all at once), and returns with the table kept.
     fn send_table(mut self, at: SocketAddr) -> Root {
         // NCCL's root listens on a port of its own (the session keeps the gang port):
-        // one the kernel picks now and this process holds until NCCL's worker starts.
-        self.nccl_port = TcpListener::bind(SocketAddr::new(at.ip(), 0)).ok();
-        self.table.nccl_port = self
-            .nccl_port
-            .as_ref()
-            .and_then(|l| l.local_addr().ok())
-            .map_or(0, |a| a.port());
+        // one the kernel picks now, held until NCCL's worker starts.
+        if let Some((fd, port)) = reserve_port(at) {
+            self.nccl_port = Some(fd);
+            self.table.nccl_port = port;
+        }
         let body = self.table.encode();
         let job = self.job;
         for (rank, m) in self.members.iter_mut().enumerate() {
@@ -186,6 +183,32 @@ impl Root {
     pub fn release_nccl_port(&mut self) {
         self.nccl_port = None;
     }
+}
+
+/// A port on `at`'s address that the kernel picks, held by a socket bound to it but
+/// not listening: a peer whose NCCL connects early is refused and retries
+/// (NCCL_SOCKET_RETRY_CNT, src/misc/socket.cc `socketConnectCheck`) instead of
+/// landing in a backlog nobody serves. The port is in the ephemeral range NCCL's
+/// other listeners use (port 0), so it needs no more of the network than NCCL does.
+fn reserve_port(at: SocketAddr) -> Option<(std::os::fd::OwnedFd, u16)> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, bind, getsockname, socket,
+    };
+    use std::os::fd::AsRawFd;
+    let family = if at.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).ok()?;
+    let addr = SockaddrStorage::from(SocketAddr::new(at.ip(), 0));
+    bind(fd.as_raw_fd(), &addr).ok()?;
+    let bound: SockaddrStorage = getsockname(fd.as_raw_fd()).ok()?;
+    let port = bound
+        .as_sockaddr_in()
+        .map(|a| a.port())
+        .or_else(|| bound.as_sockaddr_in6().map(|a| a.port()))?;
+    Some((fd, port))
 }
 
 impl Root {

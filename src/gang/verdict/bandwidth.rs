@@ -388,7 +388,11 @@ mod tests {
             transports: &sockets,
             matrix: &m,
             straggler: None,
-            nonsense: &nonsense_nodes(&[vec![Some(0.1)], vec![None]], &[vec![Some(0.1), Some(-1.0)]], 10.0),
+            nonsense: &nonsense_nodes(
+                &[vec![Some(0.1)], vec![None]],
+                &[vec![Some(0.1), Some(-1.0)]],
+                10.0,
+            ),
             skipped: &[],
         });
         assert_eq!(zero.status(), Status::Fail);

@@ -137,9 +137,9 @@ fn not_compared(catalog: Option<&Catalog>, name: &str, version: Option<Version>)
         Role::Observe { reader } => Some(format!(
             "only logging or tracing reads it ({shown}: {reader})"
         )),
-        Role::PerPod { reader } => Some(format!(
-            "it describes each pod itself ({shown}: {reader})"
-        )),
+        Role::PerPod { reader } => {
+            Some(format!("it describes each pod itself ({shown}: {reader})"))
+        }
         Role::Unread => Some(format!("{shown} does not read it")),
         Role::Decision | Role::Unknown => None,
     }
@@ -192,7 +192,10 @@ pub fn consistency(input: &TableInput<'_>) -> Finding {
             .filter(|r| r.field.starts_with("check "))
             .map(|r| format!("{}: {}", r.field, r.values.join(" | "))),
     );
-    let notes: Vec<&Row> = rows.iter().filter(|r| !r.compared() && r.differs()).collect();
+    let notes: Vec<&Row> = rows
+        .iter()
+        .filter(|r| !r.compared() && r.differs())
+        .collect();
     evidence.extend(notes.iter().map(|r| note_text(r, names)));
     let pass = if agree == compared.len() {
         format!("{nodes} node(s) agree on all {} fields", compared.len())
@@ -378,7 +381,11 @@ fn device_blame(r: &Row, input: &TableInput<'_>) -> Blame {
             .and_then(|f| f.checks.get(check))
             .is_some_and(|s| *s != Status::Pass)
     });
-    if node_says_so { Blame::Node } else { Blame::Job }
+    if node_says_so {
+        Blame::Node
+    } else {
+        Blame::Job
+    }
 }
 
 /// What one differing compared row means.
@@ -500,7 +507,10 @@ mod tests {
         ];
         let r = rows(&fps, V);
         let v = r.iter().find(|r| r.field == "nccl version").unwrap();
-        assert_eq!((v.majority.as_deref(), v.odd.clone()), (Some("2.28.9"), vec![2]));
+        assert_eq!(
+            (v.majority.as_deref(), v.odd.clone()),
+            (Some("2.28.9"), vec![2])
+        );
         let f = judge(&fps);
         assert_eq!(f.status(), Status::Fail);
         let text = format!("{} {}", f.summary, f.evidence.join("\n"));
@@ -598,7 +608,8 @@ mod tests {
         let f = judge(&fps);
         assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(
-            f.summary.ends_with("(3 variable(s) NCCL does not act on differ)"),
+            f.summary
+                .ends_with("(3 variable(s) NCCL does not act on differ)"),
             "{}",
             f.summary
         );

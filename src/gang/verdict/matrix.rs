@@ -187,5 +187,4 @@ mod tests {
         assert_eq!(links(&g).len(), 4);
         assert!(median(&matrix(&[vec![]], 1)).is_none());
     }
-
 }

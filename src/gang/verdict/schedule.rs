@@ -79,5 +79,4 @@ mod tests {
         }
         assert!(schedule(4).get(3).is_none());
     }
-
 }

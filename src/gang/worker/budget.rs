@@ -100,7 +100,10 @@ mod tests {
     fn the_probe_gives_the_slowest_link_and_a_latency_floor() {
         // 1 MiB each way in 10 ms: about 105 MB/s.
         let b = Budget::from_probe(&probe(4, Some(0.01)), 1 << 20, 20.0);
-        assert!((b.slowest - (1u64 << 20) as f64 / 0.01).abs() < 1.0, "{b:?}");
+        assert!(
+            (b.slowest - (1u64 << 20) as f64 / 0.01).abs() < 1.0,
+            "{b:?}"
+        );
         assert_eq!(b.latency, 0.01);
         // A tiny exchange costs at least the latency; a large one its bytes at the rate.
         assert_eq!(b.each(8.0), 0.01);

@@ -93,7 +93,12 @@ impl Gang<'_> {
         self.wait(what, true)
     }
 
-    pub(super) fn upload(&self, gpu: &Gpu, dst: &DeviceBuffer<'_, '_>, bytes: &[u8]) -> Result<(), Stop> {
+    pub(super) fn upload(
+        &self,
+        gpu: &Gpu,
+        dst: &DeviceBuffer<'_, '_>,
+        bytes: &[u8],
+    ) -> Result<(), Stop> {
         self.driver
             .upload(gpu, dst.all(), bytes)
             .map_err(|e| Stop::Error(e.to_string()))
@@ -140,20 +145,31 @@ pub(super) fn join(gang: &mut Gang<'_>, plan: &Plan, id: UniqueId) -> Result<(),
     gang.wait("joining", false)
 }
 
-pub(super) fn alloc<'d>(gang: &Gang<'d>, gpu: &Gpu, bytes: usize) -> Result<DeviceBuffer<'d, 'd>, Stop> {
+pub(super) fn alloc<'d>(
+    gang: &Gang<'d>,
+    gpu: &Gpu,
+    bytes: usize,
+) -> Result<DeviceBuffer<'d, 'd>, Stop> {
     gang.driver
         .alloc(gpu, bytes.max(8))
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
-pub(super) fn read(gang: &Gang<'_>, src: &DeviceBuffer<'_, '_>, out: &mut [u8]) -> Result<(), Stop> {
+pub(super) fn read(
+    gang: &Gang<'_>,
+    src: &DeviceBuffer<'_, '_>,
+    out: &mut [u8],
+) -> Result<(), Stop> {
     gang.driver
         .read_back(src.all(), out)
         .map_err(|e| Stop::Error(e.to_string()))
 }
 
 /// One buffer per local GPU holding `bytes`.
-pub(super) fn upload_all<'d>(gang: &Gang<'d>, bytes: &[u8]) -> Result<Vec<DeviceBuffer<'d, 'd>>, Stop> {
+pub(super) fn upload_all<'d>(
+    gang: &Gang<'d>,
+    bytes: &[u8],
+) -> Result<Vec<DeviceBuffer<'d, 'd>>, Stop> {
     gang.gpus
         .iter()
         .map(|gpu| {
@@ -207,7 +223,11 @@ pub(super) fn gather_per_node(
 }
 
 /// Element-wise max over every rank of `values` (f64).
-pub(super) fn max_over_ranks(gang: &Gang<'_>, values: &[f64], what: &str) -> Result<Vec<f64>, Stop> {
+pub(super) fn max_over_ranks(
+    gang: &Gang<'_>,
+    values: &[f64],
+    what: &str,
+) -> Result<Vec<f64>, Stop> {
     let bytes = to_bytes(values);
     let bufs = upload_all(gang, &bytes)?;
     gang.group(what, |g| {
@@ -244,4 +264,3 @@ pub(super) fn timed(
     }
     Ok(t0.elapsed().as_secs_f64() / f64::from(iterations))
 }
-

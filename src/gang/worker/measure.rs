@@ -44,7 +44,14 @@ pub(super) fn measure(gang: &Gang<'_>, plan: &Plan, shared: &Shared) -> Result<(
     for gpu in gang.gpus {
         bufs.push((alloc(gang, gpu, largest)?, alloc(gang, gpu, largest)?));
     }
-    let probe = pairwise_rounds(gang, plan, shared, &bufs, plan.probe_bytes, PROBE_ITERATIONS)?;
+    let probe = pairwise_rounds(
+        gang,
+        plan,
+        shared,
+        &bufs,
+        plan.probe_bytes,
+        PROBE_ITERATIONS,
+    )?;
     let per_node = share_rounds(gang, plan, &probe, plan.probe_bytes, shared)?;
     // Kept back for the exchanges after the last measurement and the final barrier.
     let reserve = 1.0 + plan.timeout_ms as f64 / 1e3 * 0.1;
@@ -136,8 +143,15 @@ fn all_reduce_sizes(
             gang.nccl
                 .all_reduce(send, recv, count, DataType::F32, RedOp::Sum, comm, gpu)
         };
-        let t = timed(gang, plan.iterations.max(1), "a warm-up all-reduce", "an all-reduce", op)?;
-        let per_node = gather_per_node(gang, &to_bytes(&[t]), nodes, "the all-reduce time exchange")?;
+        let t = timed(
+            gang,
+            plan.iterations.max(1),
+            "a warm-up all-reduce",
+            "an all-reduce",
+            op,
+        )?;
+        let per_node =
+            gather_per_node(gang, &to_bytes(&[t]), nodes, "the all-reduce time exchange")?;
         let times: Vec<Option<f64>> = per_node
             .iter()
             .map(|b| from_bytes(b).first().copied().and_then(finite))

@@ -30,10 +30,10 @@ mod measure;
 
 use super::handle;
 use super::verdict::bandwidth::SizeRow;
-use comms::{Gang, Stop, barrier, join};
 use crate::vendor::cuda::{Driver, Gpu, Opened};
 use crate::vendor::deadline::Watch;
 use crate::vendor::nccl::{self as libnccl, LoadFailure, Nccl, Ranked, SUCCESS, UniqueId};
+use comms::{Gang, Stop, barrier, join};
 use serde::{Deserialize, Serialize};
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
@@ -374,4 +374,3 @@ fn join_and_measure(
     });
     Ok(())
 }
-
