@@ -1,5 +1,5 @@
 # Sourced by scripts/gang-gpu.sh for --pods N (N > 2): N "pods" on a Linux bridge,
-# the gang's legs of issue 24 (see gang-gpu.sh's header). Uses the caller's $bin,
+# the gang's legs of issues 24 and 37 (see gang-gpu.sh's header). Uses the caller's $bin,
 # $work, $dry, $fakes, $node_env, $wait_s, $timeout_s, $sizes, $iters, $rate,
 # $tools, $pids, IP, TC, note and has_leg.
 
@@ -67,8 +67,25 @@ pick_libraries() {
     note "libnccl: the PyTorch wheel's ${lib_main:-none}, the system's ${lib_other:-none}"
 }
 
+# Kills pod $kill_pod (its nccl-preflight, with SIGKILL: the worker dies with it)
+# $kill_after seconds after its NCCL worker started, once it is measuring.
+kill_when_measuring() {
+    local i=$kill_pod pidfile=$d/rank$kill_pod.pid pid= w _
+    for _ in $(seq 600); do [ -s "$pidfile" ] && break; sleep 0.1; done
+    pid=$(cat "$pidfile" 2>/dev/null) || return 0
+    for _ in $(seq 1200); do
+        w=$(pgrep -P "$pid" -f gang-worker 2>/dev/null | head -1) && [ -n "$w" ] && break
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.05
+    done
+    sleep "$kill_after"
+    echo "$(p_now) killing pod $i (pid $pid, worker ${w:-none})" > "$d/killed.txt"
+    kill -9 "$pid" 2>/dev/null || true
+}
+
 # Starts the gang on pods RANKS... (others never start); leg directory $d; extra
-# environment for pod i in POD_ENV_<i>="K=V ...", extra flags in $leg_flags.
+# environment for pod i in POD_ENV_<i>="K=V ...", extra flags in $leg_flags; with
+# $kill_pod set, that pod is killed mid-measurement (kill_when_measuring).
 pods_leg() {
     local leg=$1; shift
     d=$work/$leg; mkdir -p "$d"
@@ -86,11 +103,13 @@ pods_leg() {
           pod_ns "$i" env "${node_env[@]}" CUDA_VISIBLE_DEVICES="$g" \
               MASTER_ADDR=job-master-0 MASTER_PORT=29500 PET_NNODES="$n" PET_NODE_RANK="$i" \
               NCCL_PREFLIGHT_NCCL_LIB="$lib_main" ${extra[@]+"${extra[@]}"} \
-              timeout -k 5 "$limit" "$bin" gang --format json --gang-wait "$wait_s" $leg_flags \
+              timeout -k 5 "$limit" sh -c 'echo $$ > "$0"; exec "$@"' "$d/rank$i.pid" \
+              "$bin" gang --format json --gang-wait "$wait_s" $leg_flags \
               > "$d/rank$i.out" 2> "$d/rank$i.err"
           echo $? > "$d/rank$i.rc" ) &
         waits+=($!)
     done
+    [ -n "${kill_pod:-}" ] && kill_when_measuring
     wait "${waits[@]}" || true
     p_elapsed "$t0" "$(p_now)" > "$d/wall_s"
 }
@@ -169,6 +188,41 @@ run_pods() {
         else
             note "SKIP P: neither tc nor iptables can drop here: $(tr '\n' ' ' < "$work/P-tc.err")"
         fi
+    fi
+    if has_leg D; then
+        # Logging on one pod only: NCCL reads these in src/debug.cc alone (nccl::roles).
+        POD_ENV_1="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL" leg_flags=$tuned pods_leg D $all
+        pods_judge D 0 "all pass" $all
+        note "D: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print([e for c in r["checks"] if c["id"]=="gang-consistency" for e in c.get("evidence",[]) if e.startswith("not compared")])' "$d/rank0.out" 2>&1)"
+    fi
+    if has_leg G; then
+        # Pod 1 sees two GPUs where the others see one: the one is named, the job's.
+        # (The fake libcuda applies CUDA_VISIBLE_DEVICES to its eight GPUs as CUDA does.)
+        POD_ENV_1="CUDA_VISIBLE_DEVICES=$((ngpu > 1 ? 1 : 0)),$((ngpu > 2 ? 2 : 1))" leg_flags=$tuned pods_leg G $all
+        pods_judge G 1 "job-worker-0) has 2 GPU(s) where the other $((n - 1)) pod(s) have 1 GPU(s)" $all
+    fi
+    if has_leg K; then
+        # Pod 2 killed once its NCCL worker is measuring: every other pod names it gone.
+        local others
+        others=$(seq 0 $((n - 1)) | grep -vx 2 | tr '\n' ' ')
+        kill_pod=2 kill_after=$([ "$dry" = 1 ] && echo 0.5 || echo 3) leg_flags=$tuned pods_leg K $all
+        pods_judge K 3 "job-worker-1) is gone" $others
+        note "K: $(cat "$d/killed.txt" 2>/dev/null || echo 'pod 2 was not killed'); its exit: $(cat "$d/rank2.rc")"
+    fi
+    if has_leg I; then
+        # 256 idle connections on the gang port from the switch namespace, before the pods.
+        pod_net "$n" python3 -c '
+import socket,sys,time
+conns=[]; end=time.time()+60
+while len(conns)<256 and time.time()<end:
+    try: conns.append(socket.create_connection(("10.10.0.1",29501),timeout=1))
+    except OSError: time.sleep(0.05)
+time.sleep(120)' > "$work/I-flood.txt" 2>&1 &
+        local flood=$!
+        pids+=($flood)
+        leg_flags=$tuned pods_leg I $all
+        kill "$flood" 2>/dev/null || true
+        pods_judge I 0 "all pass" $all
     fi
     if has_leg S; then
         pod_tc 2 qdisc add dev eth0 root tbf rate "$rate" burst 128kb latency 50ms

@@ -36,6 +36,15 @@
 #   P  pod 2 takes TCP connections on the gang port only (tc u32 drops other SYNs):
 #      the rendezvous works, NCCL's ephemeral ports do not
 #   S  pod 2's link at 1 Gbit/s (tbf both ends), the gang's default settings
+#   D  pod 1 sets NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL: a note, every pod passes
+#   G  pod 1 sees two GPUs (CUDA_VISIBLE_DEVICES=1,2) where the others see one: pod 1
+#      is named, exit 1 on every pod
+#   K  pod 2's nccl-preflight is killed (SIGKILL) 3 s after its NCCL worker started
+#      (--dry: 0.5 s): every other pod names it gone, with the stage and the time, exit 3
+#   I  256 idle connections on the gang port (python3 in the switch namespace) before
+#      the pods arrive: every pod passes
+# Wall time on 4x H200 (--pods 4, every leg): about 3 minutes (M and P wait out
+# --gang-timeout 30 s each; A, D, I and S measure 64 and 256 MiB).
 #
 # Usage:
 #   scripts/gang-gpu.sh [--dry] [--legs LIST] [--tools DIR] [--gpus I,J] [BINARY] [OUTDIR]
@@ -130,8 +139,8 @@ if [ "$pods" = 2 ]; then
     legs=${legs:-p,a,b,c,d,e}
     case ,$legs, in *[!,pabcde]*) die "--legs takes letters of p,a,b,c,d,e: $legs" ;; esac
 else
-    legs=${legs:-A,V,L,M,P,S}
-    case ,$legs, in *[!,AVLMPS]*) die "--legs with --pods takes letters of A,V,L,M,P,S: $legs" ;; esac
+    legs=${legs:-A,V,L,M,P,S,D,G,K,I}
+    case ,$legs, in *[!,AVLMPSDGKI]*) die "--legs with --pods takes letters of A,V,L,M,P,S,D,G,K,I: $legs" ;; esac
 fi
 [[ $gpus =~ ^[0-9]+,[0-9]+$ ]] || die "--gpus takes two GPU indices, I,J: $gpus"
 gpu=("${gpus%,*}" "${gpus#*,}")

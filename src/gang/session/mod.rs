@@ -173,11 +173,13 @@ impl Live {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    /// This pod's stage, for its next beat.
+    /// This pod's stage, said in a beat at once: when the pod goes away, the stage it
+    /// was at is what names it.
     pub fn stage(&self, stage: &str) {
         let mut b = self.beat.lock().unwrap_or_else(|p| p.into_inner());
         if b.0.stage != stage {
             b.0.stage = stage.chars().take(200).collect();
+            b.1 = true;
         }
     }
 

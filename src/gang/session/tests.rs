@@ -383,3 +383,73 @@ fn regression_a_rank_claimed_first_is_a_duplicate_for_every_pod() {
         assert_eq!(o.duplicates[0].rank, 1);
     }
 }
+
+/// Open descriptors and peak resident memory of this process.
+fn fds_and_peak_kib() -> (usize, u64) {
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let peak = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0);
+    (fds, peak)
+}
+
+/// Not a timed test (scripts/gang-bench.sh --rendezvous runs it): a rendezvous of
+/// NCCL_PREFLIGHT_GANG_BENCH_NODES pods (default 256) on loopback, each sending a
+/// record of the largest size a record may have, rank 0 and the pods as threads of
+/// this process. Prints the wall time from the first hello to the last table, and
+/// the descriptors and peak memory of the whole process (every pod's side in it).
+#[test]
+#[ignore = "a measurement, run by scripts/gang-bench.sh --rendezvous"]
+fn bench_a_rendezvous_of_many_pods() {
+    let n: u64 = std::env::var("NCCL_PREFLIGHT_GANG_BENCH_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let at = port();
+    let (fds0, peak0) = fds_and_peak_kib();
+    let record = vec![b'r'; crate::gang::fingerprint::FINGERPRINT_BYTES];
+    let started = Instant::now();
+    let sampler_stop = std::sync::Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = std::sync::Arc::clone(&sampler_stop);
+        thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(Ordering::SeqCst) {
+                most = most.max(fds_and_peak_kib().0);
+                thread::sleep(Duration::from_millis(5));
+            }
+            most
+        })
+    };
+    let members: Vec<_> = (1..n)
+        .map(|r| {
+            let record = record.clone();
+            thread::spawn(move || {
+                Session::meet(&meeting(at, 42, r, n, &record, 30)).map(|(_, t)| t.records.len())
+            })
+        })
+        .collect();
+    let (_root, table) = Session::meet(&meeting(at, 42, 0, n, &record, 30)).unwrap();
+    for m in members {
+        assert_eq!(m.join().unwrap().unwrap(), n as usize);
+    }
+    let wall = started.elapsed();
+    sampler_stop.store(true, Ordering::SeqCst);
+    let most = sampler.join().unwrap();
+    let (_, peak) = fds_and_peak_kib();
+    assert!(table.missing().is_empty());
+    println!(
+        "gang-rendezvous pods {n} record_bytes {} wall_s {:.3} fds_peak {} (before {fds0}; {} of them the pods' own sockets) rss_peak_mib {:.1} (+{:.1})",
+        record.len(),
+        wall.as_secs_f64(),
+        most,
+        n - 1,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(peak0) as f64 / 1024.0
+    );
+}
