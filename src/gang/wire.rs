@@ -10,8 +10,10 @@
 //! most one frame of the largest kind it takes.
 
 use super::fingerprint::FINGERPRINT_BYTES;
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 
 const WIRE: &[u8; 4] = b"NPGR";
 /// The protocol's version; a peer speaking another is refused by name. 2: the
@@ -111,12 +113,14 @@ pub fn parse_head(h: &[u8]) -> Result<Head, String> {
 }
 
 /// A TCP connection read and written without blocking: what arrives is kept until
-/// a whole frame is there, what is sent waits in an outbox until the socket takes it.
+/// a whole frame is there, what is sent waits in an outbox until the socket takes it
+/// (pieces, each with how much of it is written; a body sent to every pod is one
+/// piece they all share, so rank 0 holds the table once, not once per pod).
 pub struct Conn {
     stream: TcpStream,
     pub from: SocketAddr,
     inbox: Vec<u8>,
-    outbox: Vec<u8>,
+    outbox: VecDeque<(Arc<[u8]>, usize)>,
     /// Bytes received so far (0: the peer has said nothing yet).
     pub received: usize,
 }
@@ -129,7 +133,7 @@ impl Conn {
             stream,
             from,
             inbox: Vec::new(),
-            outbox: Vec::new(),
+            outbox: VecDeque::new(),
             received: 0,
         })
     }
@@ -184,26 +188,35 @@ impl Conn {
         if self.inbox.len() < HEADER + head.len {
             return Ok(None);
         }
-        let body = self.inbox[HEADER..HEADER + head.len].to_vec();
-        self.inbox.drain(..HEADER + head.len);
+        // The frame leaves the inbox without a copy of its body (a table is megabytes).
+        let rest = self.inbox.split_off(HEADER + head.len);
+        let mut body = std::mem::replace(&mut self.inbox, rest);
+        body.drain(..HEADER);
         Ok(Some((head, body)))
     }
 
     /// Queues a frame.
     pub fn push(&mut self, kind: Kind, job: u64, rank: u32, body: &[u8]) {
-        self.outbox
-            .extend_from_slice(&header(kind, job, rank, body.len()));
-        self.outbox.extend_from_slice(body);
+        self.push_shared(kind, job, rank, Arc::from(body));
+    }
+
+    /// Queues a frame whose body other connections share.
+    pub fn push_shared(&mut self, kind: Kind, job: u64, rank: u32, body: Arc<[u8]>) {
+        let head: Arc<[u8]> = Arc::from(&header(kind, job, rank, body.len())[..]);
+        self.outbox.push_back((head, 0));
+        self.outbox.push_back((body, 0));
     }
 
     /// Writes what the socket takes now; Ok(true) once the outbox is empty.
     pub fn flush(&mut self) -> Result<bool, String> {
-        while !self.outbox.is_empty() {
-            match self.stream.write(&self.outbox) {
+        while let Some((piece, done)) = self.outbox.front_mut() {
+            if *done >= piece.len() {
+                self.outbox.pop_front();
+                continue;
+            }
+            match self.stream.write(&piece[*done..]) {
                 Ok(0) => return Err("the connection closed".into()),
-                Ok(n) => {
-                    self.outbox.drain(..n);
-                }
+                Ok(n) => *done += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.to_string()),

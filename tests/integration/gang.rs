@@ -512,7 +512,8 @@ fn a_different_nccl_algo_fails_consistency_on_every_rank_without_hanging() {
             // Nodes are named by their host names where the launcher names none.
             // The odd one by majority: two pods hold Ring.
             text(c).contains("node 2 (")
-                && text(c).contains(") has NCCL_ALGO=Tree where the other 2 pod(s) have NCCL_ALGO=Ring"),
+                && text(c)
+                    .contains(") has NCCL_ALGO=Tree where the other 2 pod(s) have NCCL_ALGO=Ring"),
             "{c:#}"
         );
         let row = r["gang"]["rows"]

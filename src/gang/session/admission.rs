@@ -1,9 +1,11 @@
 //! Rank 0's door: the gang port's listener and the connections that have not yet
 //! shown they belong to this job. A connection counts for nothing until its header
 //! (the job key) and its hello are read; until then it is one of at most
-//! `PENDING_CAP`, and when a new one comes with every place taken the one that sent
-//! the least for the longest is closed (a pod sends its whole hello at once, so an
-//! idle or trickling stranger goes first). A connection that says nothing within
+//! `PENDING_CAP`. With every place taken, a new connection takes the place of the
+//! one that sent the least for the longest, once that one has had `YOUNG` to speak
+//! (a pod sends its whole hello at once, so an idle or trickling stranger goes
+//! first); while every pending connection is younger, the new ones wait in the
+//! kernel's accept queue. A connection that says nothing within
 //! `HELLO_WITHIN`, speaks another protocol or carries another job's key is refused
 //! and counted, never waited on.
 
@@ -15,7 +17,10 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 
 /// Connections read at once before their job key is known.
-pub const PENDING_CAP: usize = 64;
+pub const PENDING_CAP: usize = 128;
+/// A pending connection is never dropped for another before this: a pod's hello
+/// arrives within a round trip, but 256 pods connect within moments.
+const YOUNG: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A connection whose hello is not read yet.
 struct Pending {
@@ -42,10 +47,13 @@ pub struct Door {
     nodes: u64,
 }
 
-/// Which pending connection gives way: the one that sent the fewest bytes, the
-/// oldest among those (`(bytes received, since)` per connection).
-fn victim(pending: &[(usize, Instant)]) -> Option<usize> {
-    (0..pending.len()).min_by_key(|&i| pending[i])
+/// Which pending connection gives way: among those older than YOUNG at `now`, the
+/// one that sent the fewest bytes, the oldest among those (`(bytes received, since)`
+/// per connection); None when all are young.
+fn victim(pending: &[(usize, Instant)], now: Instant) -> Option<usize> {
+    (0..pending.len())
+        .filter(|&i| now.saturating_duration_since(pending[i].1) >= YOUNG)
+        .min_by_key(|&i| pending[i])
 }
 
 impl Door {
@@ -73,7 +81,26 @@ impl Door {
     /// returns what each connection that is done turned out to be.
     pub fn admit(&mut self) -> Vec<Arrival> {
         let mut out = Vec::new();
-        while let Ok((stream, from)) = self.listener.accept() {
+        loop {
+            if self.pending.len() >= PENDING_CAP {
+                let keys: Vec<(usize, Instant)> = self
+                    .pending
+                    .iter()
+                    .map(|p| (p.conn.received, p.since))
+                    .collect();
+                // Every place is young: the rest wait in the accept queue.
+                let Some(i) = victim(&keys, Instant::now()) else {
+                    break;
+                };
+                let p = self.pending.swap_remove(i);
+                out.push(Arrival::Refused(format!(
+                    "{}: dropped unread ({PENDING_CAP} connections were waiting)",
+                    p.conn.from
+                )));
+            }
+            let Ok((stream, from)) = self.listener.accept() else {
+                break;
+            };
             let Ok(conn) = Conn::new(stream, from) else {
                 continue;
             };
@@ -81,23 +108,9 @@ impl Door {
                 conn,
                 since: Instant::now(),
             });
-            // A pod's hello is usually there already: read it before choosing whom to drop.
+            // A pod's hello is usually there already.
             if let Some(a) = self.read(self.pending.len() - 1) {
                 out.push(a);
-            }
-            if self.pending.len() > PENDING_CAP {
-                let keys: Vec<(usize, Instant)> = self
-                    .pending
-                    .iter()
-                    .map(|p| (p.conn.received, p.since))
-                    .collect();
-                if let Some(i) = victim(&keys) {
-                    let p = self.pending.swap_remove(i);
-                    out.push(Arrival::Refused(format!(
-                        "{}: dropped unread ({PENDING_CAP} connections were waiting)",
-                        p.conn.from
-                    )));
-                }
             }
         }
         let mut i = 0;
@@ -201,14 +214,18 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_quietest_oldest_connection_gives_way() {
+    fn the_quietest_oldest_connection_gives_way_never_a_young_one() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_millis(5);
+        let now = t0 + Duration::from_secs(1);
         // A pod's whole hello against two strangers that sent nothing: the older stranger.
-        assert_eq!(victim(&[(0, later), (4000, t0), (0, t0)]), Some(2));
-        // A trickler that sent a few bytes goes before... nobody quieter.
-        assert_eq!(victim(&[(3, t0), (4000, t0)]), Some(0));
-        assert_eq!(victim(&[]), None);
+        assert_eq!(victim(&[(0, later), (4000, t0), (0, t0)], now), Some(2));
+        // A trickler that sent a few bytes goes before a whole hello.
+        assert_eq!(victim(&[(3, t0), (4000, t0)], now), Some(0));
+        // Connections younger than YOUNG keep their place, however quiet.
+        assert_eq!(victim(&[(0, now), (0, later)], now), Some(1));
+        assert_eq!(victim(&[(0, now)], now), None);
+        assert_eq!(victim(&[], now), None);
     }
 
     #[test]

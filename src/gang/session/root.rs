@@ -42,11 +42,7 @@ impl Root {
     /// Listens at the root address, collects every rank's record until all came (a
     /// duplicate stands for a missing one) or the deadline, and sends the table.
     pub fn meet(m: &Meeting<'_>) -> Result<(Root, Table), Failure> {
-        let listener =
-            TcpListener::bind(m.root).map_err(|e| Failure::Listen(format!("{}: {e}", m.root)))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Failure::Listen(e.to_string()))?;
+        let listener = listen(m.root).map_err(|e| Failure::Listen(format!("{}: {e}", m.root)))?;
         let mut root = Root {
             door: Door::new(listener, m.job, m.nodes),
             job: m.job,
@@ -149,11 +145,12 @@ impl Root {
             self.nccl_port = Some(fd);
             self.table.nccl_port = port;
         }
-        let body = self.table.encode();
+        let body: std::sync::Arc<[u8]> = std::sync::Arc::from(self.table.encode());
         let job = self.job;
         for (rank, m) in self.members.iter_mut().enumerate() {
             if let Some(m) = m {
-                m.conn.push(Kind::Table, job, rank as u32, &body);
+                m.conn
+                    .push_shared(Kind::Table, job, rank as u32, std::sync::Arc::clone(&body));
             }
         }
         let by = Instant::now() + SEND_WITHIN;
@@ -183,6 +180,30 @@ impl Root {
     pub fn release_nccl_port(&mut self) {
         self.nccl_port = None;
     }
+}
+
+/// The gang port's listener: non-blocking, SO_REUSEADDR (as std's: a gang of an
+/// earlier attempt leaves TIME_WAIT connections), and the longest accept queue the
+/// kernel allows (net.core.somaxconn, 4096 by default since Linux 5.4): a gang's pods
+/// all connect within moments, and a queue of 128 (std's) made the rest resend SYNs
+/// a second later.
+fn listen(at: SocketAddr) -> std::io::Result<TcpListener> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, bind, listen, setsockopt,
+        socket, sockopt,
+    };
+    use std::os::fd::AsRawFd;
+    let family = if at.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket(family, SockType::Stream, flags, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(at))?;
+    listen(&fd, Backlog::MAXALLOWABLE)?;
+    Ok(TcpListener::from(fd))
 }
 
 /// A port on `at`'s address that the kernel picks, held by a socket bound to it but
@@ -338,11 +359,13 @@ impl Root {
             stop: stop.clone(),
             gone: gone.to_vec(),
         };
-        let body = serde_json::to_vec(&beat).unwrap_or_default();
+        let body: std::sync::Arc<[u8]> =
+            std::sync::Arc::from(serde_json::to_vec(&beat).unwrap_or_default());
         let job = self.job;
         for (rank, m) in self.members.iter_mut().enumerate() {
             if let Some(m) = m {
-                m.conn.push(Kind::Beat, job, rank as u32, &body);
+                m.conn
+                    .push_shared(Kind::Beat, job, rank as u32, std::sync::Arc::clone(&body));
                 let _ = m.conn.flush();
             }
         }
@@ -362,11 +385,17 @@ impl Root {
             duplicates: self.late_duplicates.clone(),
             late: self.late.clone(),
         };
-        let body = serde_json::to_vec(&all).unwrap_or_default();
+        let body: std::sync::Arc<[u8]> =
+            std::sync::Arc::from(serde_json::to_vec(&all).unwrap_or_default());
         let job = self.job;
         for (rank, m) in self.members.iter_mut().enumerate() {
             if let Some(m) = m {
-                m.conn.push(Kind::Outcomes, job, rank as u32, &body);
+                m.conn.push_shared(
+                    Kind::Outcomes,
+                    job,
+                    rank as u32,
+                    std::sync::Arc::clone(&body),
+                );
             }
         }
         let by = Instant::now() + SEND_WITHIN;

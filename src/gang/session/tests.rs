@@ -400,9 +400,10 @@ fn fds_and_peak_kib() -> (usize, u64) {
 
 /// Not a timed test (scripts/gang-bench.sh --rendezvous runs it): a rendezvous of
 /// NCCL_PREFLIGHT_GANG_BENCH_NODES pods (default 256) on loopback, each sending a
-/// record of the largest size a record may have, rank 0 and the pods as threads of
-/// this process. Prints the wall time from the first hello to the last table, and
-/// the descriptors and peak memory of the whole process (every pod's side in it).
+/// record of the largest size a record may have, no NCCL: rank 0 in a process of
+/// its own (`bench_rank_0_alone`, started from this test binary), the other pods as
+/// threads here, all connecting before rank 0 listens. Prints rank 0's line: from
+/// listening to the table sent to every pod, its peak descriptors and memory.
 #[test]
 #[ignore = "a measurement, run by scripts/gang-bench.sh --rendezvous"]
 fn bench_a_rendezvous_of_many_pods() {
@@ -411,45 +412,77 @@ fn bench_a_rendezvous_of_many_pods() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
     let at = port();
-    let (fds0, peak0) = fds_and_peak_kib();
     let record = vec![b'r'; crate::gang::fingerprint::FINGERPRINT_BYTES];
-    let started = Instant::now();
-    let sampler_stop = std::sync::Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = std::sync::Arc::clone(&sampler_stop);
-        thread::spawn(move || {
-            let mut most = 0;
-            while !stop.load(Ordering::SeqCst) {
-                most = most.max(fds_and_peak_kib().0);
-                thread::sleep(Duration::from_millis(5));
-            }
-            most
-        })
-    };
     let members: Vec<_> = (1..n)
         .map(|r| {
             let record = record.clone();
             thread::spawn(move || {
-                Session::meet(&meeting(at, 42, r, n, &record, 30)).map(|(_, t)| t.records.len())
+                Session::meet(&meeting(at, 42, r, n, &record, 60)).map(|(_, t)| t.records.len())
             })
         })
         .collect();
-    let (_root, table) = Session::meet(&meeting(at, 42, 0, n, &record, 30)).unwrap();
+    // Every pod is trying to connect before rank 0 listens.
+    thread::sleep(Duration::from_secs(1));
+    let root = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "gang::session::tests::bench_rank_0_alone",
+            "--ignored",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("NCCL_PREFLIGHT_GANG_BENCH_AT", at.to_string())
+        .env("NCCL_PREFLIGHT_GANG_BENCH_NODES", n.to_string())
+        .output()
+        .unwrap();
     for m in members {
         assert_eq!(m.join().unwrap().unwrap(), n as usize);
     }
+    let text = String::from_utf8_lossy(&root.stdout);
+    let line = text.lines().find(|l| l.starts_with("gang-rendezvous "));
+    println!("{}", line.unwrap_or("rank 0 printed no line"));
+    assert!(root.status.success(), "{text}");
+}
+
+/// Rank 0 of `bench_a_rendezvous_of_many_pods`, in its own process; does nothing
+/// when run by itself.
+#[test]
+#[ignore = "rank 0 of bench_a_rendezvous_of_many_pods"]
+fn bench_rank_0_alone() {
+    let (Ok(at), Ok(n)) = (
+        std::env::var("NCCL_PREFLIGHT_GANG_BENCH_AT"),
+        std::env::var("NCCL_PREFLIGHT_GANG_BENCH_NODES"),
+    ) else {
+        return;
+    };
+    let (at, n): (SocketAddr, u64) = (at.parse().unwrap(), n.parse().unwrap());
+    let record = vec![b'r'; crate::gang::fingerprint::FINGERPRINT_BYTES];
+    let (fds0, peak0) = fds_and_peak_kib();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = std::sync::Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(Ordering::SeqCst) {
+                most = most.max(fds_and_peak_kib().0);
+                thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    let started = Instant::now();
+    let (root, table) = Session::meet(&meeting(at, 42, 0, n, &record, 60)).unwrap();
     let wall = started.elapsed();
-    sampler_stop.store(true, Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
     let most = sampler.join().unwrap();
     let (_, peak) = fds_and_peak_kib();
-    assert!(table.missing().is_empty());
+    assert!(table.missing().is_empty(), "{:?}", table.missing());
+    drop(root);
     println!(
-        "gang-rendezvous pods {n} record_bytes {} wall_s {:.3} fds_peak {} (before {fds0}; {} of them the pods' own sockets) rss_peak_mib {:.1} (+{:.1})",
+        "gang-rendezvous pods {n} record_bytes {} rank0_wall_s {:.3} rank0_fds_peak {most} (at start {fds0}) rank0_rss_peak_mib {:.1} (at start {:.1}) refused {}",
         record.len(),
         wall.as_secs_f64(),
-        most,
-        n - 1,
         peak as f64 / 1024.0,
-        peak.saturating_sub(peak0) as f64 / 1024.0
+        peak0 as f64 / 1024.0,
+        table.refused_count
     );
 }
