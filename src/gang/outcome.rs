@@ -69,6 +69,10 @@ impl Outcome {
             (Some(d), _, _) => d.clone(),
             (None, Some(e), _) => e.clone(),
             (None, None, Some(u)) => u.clone(),
+            // Its watchdog wrote the result at the deadline.
+            (None, None, None) if self.timed_out => {
+                format!("not done within --gang-timeout, at {}", self.stage)
+            }
             (None, None, None) => format!("stopped at {}", self.stage),
         })
     }

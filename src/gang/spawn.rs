@@ -169,10 +169,10 @@ fn read(
                 None,
             ),
         },
-        Ended::Killed { .. } if live.stop_flag().load(std::sync::atomic::Ordering::SeqCst) => (
-            partial("stopped: another pod left the gang or its NCCL run ended early".into()),
-            None,
-        ),
+        Ended::Killed { .. } if live.stop_flag().load(std::sync::atomic::Ordering::SeqCst) => {
+            let why = live.why().unwrap_or_else(|| "a pod left the gang".into());
+            (partial(format!("stopped: {why}")), None)
+        }
         Ended::Killed { .. } => {
             let why = format!(
                 "the NCCL process did not finish within {:.1} s and was killed",

@@ -135,8 +135,8 @@ impl Member {
                     Kind::Outcomes => return self.outcomes(&body, live),
                     Kind::Beat => {
                         if let Ok(b) = serde_json::from_slice::<Beat>(&body) {
-                            if b.stop.is_some() {
-                                live.stop();
+                            if let Some(why) = &b.stop {
+                                live.stop(why);
                             }
                             root_beat = b;
                         }
@@ -150,7 +150,7 @@ impl Member {
                 _ => None,
             };
             if let Some(how) = how {
-                live.stop();
+                live.stop("rank 0 left the gang");
                 return self.root_gone(live, root_beat, how, started);
             }
             let (beat, urgent) = live.beat();

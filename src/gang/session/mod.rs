@@ -150,6 +150,8 @@ impl Outcomes {
 pub struct Live {
     /// Set by the session: a pod left, every pod stops its NCCL run.
     stop: AtomicBool,
+    /// Why, as rank 0 said it (or as this pod saw rank 0 go).
+    why: Mutex<Option<String>>,
     beat: Mutex<(Beat, bool)>,
     outcome: Mutex<Option<Outcome>>,
 }
@@ -158,6 +160,7 @@ impl Default for Live {
     fn default() -> Self {
         Live {
             stop: AtomicBool::new(false),
+            why: Mutex::new(None),
             beat: Mutex::new((Beat::default(), false)),
             outcome: Mutex::new(None),
         }
@@ -169,8 +172,15 @@ impl Live {
         &self.stop
     }
 
-    fn stop(&self) {
+    fn stop(&self, why: &str) {
+        let mut slot = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| crate::render::visible(why).into_owned());
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Why the session stopped this pod's run, once it did.
+    pub fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// This pod's stage, said in a beat at once: when the pod goes away, the stage it

@@ -246,8 +246,8 @@ impl Root {
             self.missed(started, silence, &mut gone);
             if stop.is_none() {
                 stop = self.stop_reason(live, &gone);
-                if stop.is_some() {
-                    live.stop();
+                if let Some(why) = &stop {
+                    live.stop(why);
                     beat_at = Instant::now();
                 }
             }
