@@ -1047,14 +1047,16 @@ fn frozen_mid_measurement(n: usize) -> String {
         return String::new();
     };
     let mut pods: Vec<Pod> = (0..n).map(pod).collect();
+    // Stopped for longer than the silence bound (3 s at 10 s, 10 s at 30 s).
+    let freeze = if n > 8 { "15000" } else { "6000" };
     pods[2] = pod(2)
         .env("FAKE_NCCL_FREEZE_POD_AFTER", "3")
-        .env("FAKE_NCCL_FREEZE_MS", "6000");
+        .env("FAKE_NCCL_FREEZE_MS", freeze);
     let (ended, wall) = timed_gang(&net, n, &test, &[], pods, vec![]);
     let join = same_join(&test, &ended, 3);
     assert!(
         join.starts_with("\"node 2 (train-worker-1) is gone ")
-            && join.ends_with(": nothing came from it for 3 s\""),
+            && join.ends_with(&format!(": nothing came from it for {}\"", silence_text(n))),
         "{join}"
     );
     leg_line("frozen-mid-measurement", n, wall, &ended)
