@@ -67,6 +67,18 @@ pick_libraries() {
     note "libnccl: the PyTorch wheel's ${lib_main:-none}, the system's ${lib_other:-none}"
 }
 
+# The pid of process PID's child running gang-worker, from /proc (no procps needed).
+worker_of() {
+    local c ppid _
+    for c in /proc/[0-9]*; do
+        # pid (comm) state ppid ...: our processes' comm has no space.
+        read -r _ _ _ ppid _ < "$c/stat" 2>/dev/null || continue
+        [ "$ppid" = "$1" ] || continue
+        tr '\0' ' ' < "$c/cmdline" 2>/dev/null | grep -q gang-worker && { basename "$c"; return 0; }
+    done
+    return 1
+}
+
 # Kills pod $kill_pod (its nccl-preflight, with SIGKILL: the worker dies with it)
 # $kill_after seconds after its NCCL worker started, once it is measuring.
 kill_when_measuring() {
@@ -74,7 +86,7 @@ kill_when_measuring() {
     for _ in $(seq 600); do [ -s "$pidfile" ] && break; sleep 0.1; done
     pid=$(cat "$pidfile" 2>/dev/null) || return 0
     for _ in $(seq 1200); do
-        w=$(pgrep -P "$pid" -f gang-worker 2>/dev/null | head -1) && [ -n "$w" ] && break
+        w=$(worker_of "$pid") && break
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.05
     done

@@ -62,9 +62,12 @@
 # repository root here:
 #   scripts/release.sh                                  # dist/nccl-preflight, glibc 2.17
 #   d=target/gang-gpu; mkdir -p $d && cp dist/nccl-preflight scripts/gang-gpu.sh \
-#     scripts/gang_allreduce.py scripts/gang_gpu_judge.py $d && scripts/gang-gpu.sh --pack-tools $d/tools
+#     scripts/gang-gpu-pods.sh scripts/gang_pods_judge.py scripts/gang_allreduce.py \
+#     scripts/gang_gpu_judge.py $d && scripts/gang-gpu.sh --pack-tools $d/tools
 # then run there (kind nvidia-h200-x2, carry target/gang-gpu):
 #   bash target/gang-gpu/gang-gpu.sh --tools target/gang-gpu/tools target/gang-gpu/nccl-preflight "$OUT"
+# or with four pods (kind nvidia-h200-x4, carry target/gang-gpu, about 3 minutes):
+#   bash target/gang-gpu/gang-gpu.sh --pods 4 --tools target/gang-gpu/tools target/gang-gpu/nccl-preflight "$OUT"
 # Results: OUTDIR/summary.txt (one line per leg: PASS/FAIL and the numbers) and
 # OUTDIR/gang-gpu.tar.gz (every rank's report, stderr, NCCL log). Exit 0 when every
 # leg run passed, 1 otherwise, 2 on a setup error.
