@@ -335,7 +335,9 @@ def main():
         names = binary_names(path)
         per_tag_vars.append(binary_variables(names, per_tag_vars[-1], noise))
         per_tag_sets.append(dict(per_tag_sets[-1]))
-        kept = {k[0] for k in per_tag_vars[-1]}
+        # The names the binary holds (DEFINE_NCCL_PARAM ones included), and the example
+        # plugins' variables, which carry over.
+        kept = names | {k[0] for k in per_tag_vars[-1]}
         per_tag_readers.append({n: r for n, r in per_tag_readers[-1].items() if n in kept})
         versions.append(".".join(map(str, v)))
         read_binaries.append(f"v{versions[-1]}-binary")
