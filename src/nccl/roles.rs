@@ -10,7 +10,6 @@
 //! strictest reader, so one decision reader makes it a decision.
 
 use super::catalog::{Catalog, Version};
-use std::sync::OnceLock;
 
 const TABLE: &str = include_str!("readers.tsv");
 
@@ -71,9 +70,13 @@ struct ReadRow {
     readers: Vec<String>,
 }
 
-fn rows() -> &'static [ReadRow] {
-    static ROWS: OnceLock<Vec<ReadRow>> = OnceLock::new();
-    ROWS.get_or_init(|| parse(TABLE))
+/// The readers of every variable, as the table compiled in says.
+pub struct Readers(Vec<ReadRow>);
+
+impl Readers {
+    pub fn embedded() -> Readers {
+        Readers(parse(TABLE))
+    }
 }
 
 /// The table's rows; a malformed line is skipped (a test holds that there are none).
@@ -138,7 +141,7 @@ fn of_readers(readers: &[String]) -> Role {
 /// What a difference in `name` between pods can do under NCCL `version` (None:
 /// not known, read as the newest release). Names outside NCCL's (FI_*, OFI_NCCL_*:
 /// libfabric's and the net plugin's) are unknown here.
-pub fn role(catalog: &Catalog, name: &str, version: Option<Version>) -> Role {
+pub fn role(readers: &Readers, catalog: &Catalog, name: &str, version: Option<Version>) -> Role {
     let v = match version {
         Some(v) if v > catalog.latest() => return Role::Unknown,
         Some(v) => v,
@@ -148,7 +151,8 @@ pub fn role(catalog: &Catalog, name: &str, version: Option<Version>) -> Role {
         catalog.lookup(name, Some(v)),
         super::catalog::Lookup::Unknown
     );
-    match rows()
+    match readers
+        .0
         .iter()
         .find(|r| r.name == name && catalog.covers(r.first, r.last, v))
     {
@@ -175,11 +179,16 @@ mod tests {
         Catalog::embedded().unwrap()
     }
 
+    fn role(c: &Catalog, name: &str, v: Option<Version>) -> Role {
+        super::role(&Readers::embedded(), c, name, v)
+    }
+
     #[test]
     fn every_line_of_the_table_parses() {
         let lines = TABLE.lines().filter(|l| !l.starts_with('#')).count();
-        assert_eq!(rows().len(), lines);
-        assert!(rows().len() > 400, "{}", rows().len());
+        let rows = Readers::embedded().0;
+        assert_eq!(rows.len(), lines);
+        assert!(rows.len() > 400, "{}", rows.len());
     }
 
     /// Expected roles written from NCCL's source (v2.28.9-1) before the table was

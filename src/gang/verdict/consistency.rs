@@ -78,6 +78,7 @@ pub fn rows(fps: &[Option<Fingerprint>], version: Option<Version>) -> Vec<Row> {
         }
     }
     let catalog = Catalog::embedded().ok();
+    let readers = crate::nccl::roles::Readers::embedded();
     names
         .into_iter()
         .map(|field| {
@@ -93,7 +94,7 @@ pub fn rows(fps: &[Option<Fingerprint>], version: Option<Version>) -> Vec<Row> {
                 .collect();
             let note = field
                 .strip_prefix("env ")
-                .and_then(|name| not_compared(catalog.as_ref(), name, version));
+                .and_then(|name| not_compared(&readers, catalog.as_ref(), name, version));
             row(field, values, note)
         })
         .collect()
@@ -128,12 +129,17 @@ fn row(field: String, values: Vec<String>, note: Option<String>) -> Row {
 
 /// Why a difference in NCCL variable `name` is not judged, or None when it is
 /// (a decision, or a name nccl-preflight cannot place: judged, as a warning).
-fn not_compared(catalog: Option<&Catalog>, name: &str, version: Option<Version>) -> Option<String> {
+fn not_compared(
+    readers: &crate::nccl::roles::Readers,
+    catalog: Option<&Catalog>,
+    name: &str,
+    version: Option<Version>,
+) -> Option<String> {
     let catalog = catalog?;
     let shown = version.map_or("NCCL".to_string(), |v| {
         format!("NCCL {}", crate::nccl::catalog::show(v))
     });
-    match crate::nccl::roles::role(catalog, name, version) {
+    match crate::nccl::roles::role(readers, catalog, name, version) {
         Role::Observe { reader } => Some(format!(
             "only logging or tracing reads it ({shown}: {reader})"
         )),
