@@ -12,6 +12,12 @@ pub fn finite(t: f64) -> Option<f64> {
     (t.is_finite() && t >= 0.0).then_some(t)
 }
 
+/// A negated time from the wire (the budget exchange's), kept only when its
+/// negation is a time.
+pub fn finite_neg(t: f64) -> Option<f64> {
+    finite(-t).map(|x| -x)
+}
+
 pub fn to_bytes(values: &[f64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
@@ -145,6 +151,12 @@ mod tests {
             assert_eq!(finite(bad), None, "{bad}");
         }
         assert_eq!(finite(0.0), Some(0.0));
+        // The budget exchange all-reduces the negated seconds left (a max): a peer's
+        // NaN or infinity, or a negative time left, is no figure (0 s left).
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0] {
+            assert_eq!(finite_neg(bad), None, "{bad}");
+        }
+        assert_eq!(finite_neg(-2.5), Some(-2.5));
         assert_eq!(from_bytes(&to_bytes(&[1.5, -2.0])), [1.5, -2.0]);
         // Every time nonsense: no rate is known, so an estimate is the latency floor
         // (none either: 0) and the plan runs under the deadline; still no NaN anywhere.

@@ -3,7 +3,7 @@
 //! slowest link (`budget`), the all-reduce sizes and a larger pairwise size that fit
 //! what is left. What was measured before a stop is kept in the shared result.
 
-use super::budget::{Budget, SAFETY, finite, from_bytes, to_bytes};
+use super::budget::{Budget, SAFETY, finite, finite_neg, from_bytes, to_bytes};
 use super::comms::{Gang, Pairs, Stop, alloc, gather_per_node, max_over_ranks, timed};
 use super::{Plan, Shared};
 use crate::gang::verdict::bandwidth::size_row;
@@ -23,11 +23,6 @@ fn least_left(gang: &Gang<'_>) -> Result<f64, Stop> {
         .as_secs_f64();
     let worst = max_over_ranks(gang, &[-left], "the budget exchange")?;
     Ok(-worst.first().copied().and_then(finite_neg).unwrap_or(0.0))
-}
-
-/// A negated time from the wire, kept only when its negation is a time.
-fn finite_neg(t: f64) -> Option<f64> {
-    finite(-t).map(|x| -x)
 }
 
 /// The pairwise probe, then the all-reduce sizes and the larger pairwise size
