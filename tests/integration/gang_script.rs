@@ -25,6 +25,10 @@ fn gang_gpu_script_refuses_bad_arguments_naming_them() {
             "--legs takes letters of p,a,b,c,d,e: a,x",
         ),
         (&["--gpus", "0"][..], "--gpus takes two GPU indices, I,J: 0"),
+        (
+            &["--within", "5"][..],
+            "--within takes seconds, 30 or more: 5",
+        ),
         (&["--frobnicate"][..], "unknown option --frobnicate"),
     ] {
         let out = script(args);
