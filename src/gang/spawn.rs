@@ -100,17 +100,17 @@ fn work(
         Ok(exe) => exe,
         Err(e) => return (failed(format!("current_exe: {e}")), None),
     };
-    let mut started = match crate::child::start(&exe, &["gang-worker"], env) {
+    let plan = plan(identity, settings, root);
+    let mut started = match crate::child::start(&exe, "gang-worker", &plan, env) {
         Ok(s) => s,
         Err(e) => return (failed(e), None),
     };
-    let request = serde_json::to_vec(&plan(identity, settings, root)).unwrap_or_default();
     let latest = Mutex::new(WorkerResult::default());
     let ended = std::thread::scope(|s| {
         if let Some(frames) = started.frames() {
             s.spawn(|| follow(frames, &latest, live));
         }
-        started.finish_unless(&request, limit, live.stop_flag())
+        started.finish_unless(limit, live.stop_flag())
     });
     let latest = latest.into_inner().unwrap_or_else(|p| p.into_inner());
     read(ended, latest, limit, live)
