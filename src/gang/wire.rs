@@ -50,7 +50,7 @@ impl Kind {
 /// A refusal's reason, bytes.
 pub const MAX_REASON: usize = 512;
 /// A beat's body, bytes, per pod it may name (rank 0's lists the pods it lost).
-pub const BEAT_BYTES: usize = 1024;
+const BEAT_BYTES: usize = 1024;
 /// A pod's outcome, bytes.
 pub const OUTCOME_BYTES: usize = 4096;
 

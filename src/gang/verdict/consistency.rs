@@ -22,7 +22,7 @@ pub struct Row {
     /// Each node's value, in node-rank order ("missing" where a record was unreadable).
     pub values: Vec<String>,
     /// The value more nodes hold than any other (None: a split, or no record).
-    pub majority: Option<String>,
+    majority: Option<String>,
     /// Nodes whose value is not the majority's (empty on a split: every side is named).
     pub odd: Vec<usize>,
     /// Why a differing value is not compared (an NCCL variable only logging reads, or

@@ -37,7 +37,7 @@ pub struct Budget {
     /// The slowest link the probe saw, bytes per second.
     pub slowest: f64,
     /// The probe's slowest exchange, seconds: a floor for any exchange's time.
-    pub latency: f64,
+    latency: f64,
 }
 
 impl Budget {
