@@ -1,13 +1,29 @@
 # Sourced by scripts/gang-gpu.sh for --pods N (N > 2): N "pods" on a Linux bridge,
-# the gang's legs of issue 24 (see gang-gpu.sh's header). Uses the caller's $bin,
+# the gang's legs of issues 24 and 37 (see gang-gpu.sh's header). Uses the caller's $bin,
 # $work, $dry, $fakes, $node_env, $wait_s, $timeout_s, $sizes, $iters, $rate,
-# $tools, $pids, IP, TC, note and has_leg.
+# $tools, $pids, $within, IP, TC, note and has_leg.
 
 pod_name() { if [ "$1" = 0 ]; then echo job-master-0; else echo "job-worker-$(($1 - 1))"; fi; }
 p_now() { date +%s.%N; }
 p_elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", b-a}'; }
 result=0
+skipped=
 declare -a pod_holder
+
+# Seconds left of --within.
+p_left() { echo $((deadline - $(date +%s))); }
+
+# Leg LEG was asked for and fits what is left of --within (--gang-wait +
+# --gang-timeout at least); a leg left out is a SKIP row in the summary.
+runs_leg() {
+    has_leg "$1" || return 1
+    local left
+    left=$(p_left)
+    [ "$left" -ge $((wait_s + timeout_s)) ] && return 0
+    note "$1	SKIP	$left s left of --within $within"
+    skipped="$skipped $1"
+    return 1
+}
 
 # Runs a command in pod I's namespaces (mount, UTS, net), or only its network one.
 pod_ns() { local i=$1; shift; nsenter -t "${pod_holder[$i]}" -m -u -n -- "$@"; }
@@ -67,13 +83,44 @@ pick_libraries() {
     note "libnccl: the PyTorch wheel's ${lib_main:-none}, the system's ${lib_other:-none}"
 }
 
+# The pid of process PID's child running gang-worker, from /proc (no procps needed).
+worker_of() {
+    local c ppid _
+    for c in /proc/[0-9]*; do
+        # pid (comm) state ppid ...: our processes' comm has no space.
+        read -r _ _ _ ppid _ < "$c/stat" 2>/dev/null || continue
+        [ "$ppid" = "$1" ] || continue
+        tr '\0' ' ' < "$c/cmdline" 2>/dev/null | grep -q gang-worker && { basename "$c"; return 0; }
+    done
+    return 1
+}
+
+# Kills pod $kill_pod (its nccl-preflight, with SIGKILL: the worker dies with it)
+# $kill_after seconds after its NCCL worker started, once it is measuring.
+kill_when_measuring() {
+    local i=$kill_pod pidfile=$d/rank$kill_pod.pid pid= w _
+    for _ in $(seq 600); do [ -s "$pidfile" ] && break; sleep 0.1; done
+    pid=$(cat "$pidfile" 2>/dev/null) || return 0
+    for _ in $(seq 1200); do
+        w=$(worker_of "$pid") && break
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.05
+    done
+    sleep "$kill_after"
+    echo "$(p_now) killing pod $i (pid $pid, worker ${w:-none})" > "$d/killed.txt"
+    kill -9 "$pid" 2>/dev/null || true
+}
+
 # Starts the gang on pods RANKS... (others never start); leg directory $d; extra
-# environment for pod i in POD_ENV_<i>="K=V ...", extra flags in $leg_flags.
+# environment for pod i in POD_ENV_<i>="K=V ...", extra flags in $leg_flags; with
+# $kill_pod set, that pod is killed mid-measurement (kill_when_measuring).
 pods_leg() {
     local leg=$1; shift
     d=$work/$leg; mkdir -p "$d"
     local n=$pods t0 i g ngpu=${ngpu:-1}
-    local limit=$((wait_s + timeout_s * 3 + 60))
+    local limit=$((wait_s + timeout_s * 3 + 60)) left
+    left=$(($(p_left) - 5))
+    [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
     local waits=()
     t0=$(p_now)
     for i in "$@"; do
@@ -86,11 +133,13 @@ pods_leg() {
           pod_ns "$i" env "${node_env[@]}" CUDA_VISIBLE_DEVICES="$g" \
               MASTER_ADDR=job-master-0 MASTER_PORT=29500 PET_NNODES="$n" PET_NODE_RANK="$i" \
               NCCL_PREFLIGHT_NCCL_LIB="$lib_main" ${extra[@]+"${extra[@]}"} \
-              timeout -k 5 "$limit" "$bin" gang --format json --gang-wait "$wait_s" $leg_flags \
+              timeout -k 5 "$limit" sh -c 'echo $$ > "$0"; exec "$@"' "$d/rank$i.pid" \
+              "$bin" gang --format json --gang-wait "$wait_s" $leg_flags \
               > "$d/rank$i.out" 2> "$d/rank$i.err"
           echo $? > "$d/rank$i.rc" ) &
         waits+=($!)
     done
+    [ -n "${kill_pod:-}" ] && kill_when_measuring
     wait "${waits[@]}" || true
     p_elapsed "$t0" "$(p_now)" > "$d/wall_s"
 }
@@ -111,17 +160,18 @@ pods_judge() {
 run_pods() {
     local n=$pods all
     all=$(seq -s ' ' 0 $((n - 1)))
+    deadline=$(($(date +%s) + within))
     if [ "$dry" = 1 ]; then ngpu=1; else ngpu=$(nvidia-smi -L | grep -c '^GPU'); fi
     note "pods: $n on a bridge, $ngpu GPU(s): pod i on GPU i x $ngpu / $n"
     make_pods
     pick_libraries
     [ -n "$lib_main" ] || die "no PyTorch wheel libnccl here (python3 -c 'import nvidia.nccl')"
     local tuned="--gang-timeout $timeout_s --gang-sizes $sizes --gang-iterations $iters"
-    if has_leg A; then
+    if runs_leg A; then
         leg_flags=$tuned pods_leg A $all
         pods_judge A 0 "all pass" $all
     fi
-    if has_leg V; then
+    if runs_leg V; then
         if [ "$dry" = 1 ]; then
             POD_ENV_1="FAKE_NCCL_VERSION=22803 FAKE_NCCL_MISMATCH_HANG=1" leg_flags=$tuned pods_leg V $all
         else
@@ -129,17 +179,17 @@ run_pods() {
         fi
         pods_judge V 1 "loads NCCL" $all
     fi
-    if has_leg L; then
+    if runs_leg L; then
         POD_ENV_1="NCCL_SOCKET_IFNAME=eth9" leg_flags=$tuned pods_leg L $all
         pods_judge L 1 "failed its own checks: nccl-env" $all
     fi
-    if has_leg M; then
+    if runs_leg M; then
         local some
         some=$(seq -s ' ' 0 $((n - 2)))
         leg_flags=$tuned pods_leg M $some
         pods_judge M 3 "never reached the rendezvous" $some
     fi
-    if has_leg P; then
+    if runs_leg P; then
         # Ingress on pod 2: TCP to the gang port passes, every other SYN is dropped
         # (IPv4 without options: TCP flags at byte 33, SYN set and ACK clear).
         local how= ipt=()
@@ -170,7 +220,51 @@ run_pods() {
             note "SKIP P: neither tc nor iptables can drop here: $(tr '\n' ' ' < "$work/P-tc.err")"
         fi
     fi
-    if has_leg S; then
+    if runs_leg D; then
+        # Logging on one pod only: NCCL reads these in src/debug.cc alone (nccl::roles).
+        POD_ENV_1="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL" leg_flags=$tuned pods_leg D $all
+        pods_judge D 0 "all pass" $all
+        note "D: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print([e for c in r["checks"] if c["id"]=="gang-consistency" for e in c.get("evidence",[]) if e.startswith("not compared")])' "$d/rank0.out" 2>&1)"
+    fi
+    if runs_leg G; then
+        # Pod 1 sees two GPUs where the others see one: the one is named, the job's.
+        # (The fake libcuda applies CUDA_VISIBLE_DEVICES to its eight GPUs as CUDA does.)
+        POD_ENV_1="CUDA_VISIBLE_DEVICES=$((ngpu > 1 ? 1 : 0)),$((ngpu > 2 ? 2 : 1))" leg_flags=$tuned pods_leg G $all
+        pods_judge G 1 "job-worker-0) has 2 GPU(s) where the other $((n - 1)) pod(s) have 1 GPU(s)" $all
+    fi
+    if runs_leg K; then
+        # Pod 2 killed once its NCCL worker is measuring: every other pod names it gone.
+        local others
+        others=$(seq 0 $((n - 1)) | grep -vx 2 | tr '\n' ' ')
+        if [ "$dry" = 1 ]; then
+            # The fake's measurement is over in well under a second: its own hook kills
+            # the pod at its 11th communication call, in the pairwise probe.
+            POD_ENV_2="FAKE_NCCL_KILL_POD_AFTER=10" leg_flags=$tuned pods_leg K $all
+        else
+            # 50 iterations keep the measurement going well past the kill, 3 s after
+            # the worker started (NCCL's join took 0.65 s on 4x H100).
+            kill_pod=2 kill_after=3 leg_flags="--gang-timeout $timeout_s --gang-sizes $sizes --gang-iterations 50" \
+                pods_leg K $all
+        fi
+        pods_judge K 3 "job-worker-1) is gone" $others
+        note "K: $(cat "$d/killed.txt" 2>/dev/null || echo 'pod 2 killed by the fake libnccl'); its exit: $(cat "$d/rank2.rc")"
+    fi
+    if runs_leg I; then
+        # 256 idle connections on the gang port from the switch namespace, before the pods.
+        pod_net "$n" python3 -c '
+import socket,sys,time
+conns=[]; end=time.time()+60
+while len(conns)<256 and time.time()<end:
+    try: conns.append(socket.create_connection(("10.10.0.1",29501),timeout=1))
+    except OSError: time.sleep(0.05)
+time.sleep(120)' > "$work/I-flood.txt" 2>&1 &
+        local flood=$!
+        pids+=($flood)
+        leg_flags=$tuned pods_leg I $all
+        kill "$flood" 2>/dev/null || true
+        pods_judge I 0 "all pass" $all
+    fi
+    if runs_leg S; then
         pod_tc 2 qdisc add dev eth0 root tbf rate "$rate" burst 128kb latency 50ms
         pod_tc "$n" qdisc add dev gq2 root tbf rate "$rate" burst 128kb latency 50ms
         leg_flags= pods_leg S $all

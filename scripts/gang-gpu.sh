@@ -36,9 +36,23 @@
 #   P  pod 2 takes TCP connections on the gang port only (tc u32 drops other SYNs):
 #      the rendezvous works, NCCL's ephemeral ports do not
 #   S  pod 2's link at 1 Gbit/s (tbf both ends), the gang's default settings
+#   D  pod 1 sets NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL: a note, every pod passes
+#   G  pod 1 sees two GPUs (CUDA_VISIBLE_DEVICES=1,2) where the others see one: pod 1
+#      is named, exit 1 on every pod
+#   K  pod 2's nccl-preflight is killed (SIGKILL) 3 s after its NCCL worker started,
+#      50 iterations (--dry: by the fake libnccl at its 11th communication call): every
+#      other pod names it gone, with the stage and the time, exit 3
+#   I  256 idle connections on the gang port (python3 in the switch namespace) before
+#      the pods arrive: every pod passes
+# Wall time on 4x H200 (--pods 4, every leg): about 3 minutes (M and P wait out
+# --gang-timeout 30 s each; A, D, I and S measure 64 and 256 MiB). --within SECONDS
+# (default 420) bounds the --pods legs together: a leg starts only while
+# --gang-wait + --gang-timeout seconds are left, its ranks are killed when the
+# bound runs out, and a leg left out says so (SKIP) in the summary.
 #
 # Usage:
-#   scripts/gang-gpu.sh [--dry] [--legs LIST] [--tools DIR] [--gpus I,J] [BINARY] [OUTDIR]
+#   scripts/gang-gpu.sh [--dry] [--legs LIST] [--tools DIR] [--gpus I,J] [--pods N]
+#                       [--within SECONDS] [BINARY] [OUTDIR]
 #   scripts/gang-gpu.sh --pack-tools DIR
 # BINARY defaults to dist/nccl-preflight, OUTDIR to $OUT or ./gang-gpu-out.
 # --dry runs here without a GPU: the fake libcuda, NVML and gang libnccl
@@ -53,11 +67,14 @@
 # repository root here:
 #   scripts/release.sh                                  # dist/nccl-preflight, glibc 2.17
 #   d=target/gang-gpu; mkdir -p $d && cp dist/nccl-preflight scripts/gang-gpu.sh \
-#     scripts/gang_allreduce.py scripts/gang_gpu_judge.py $d && scripts/gang-gpu.sh --pack-tools $d/tools
+#     scripts/gang-gpu-pods.sh scripts/gang_pods_judge.py scripts/gang_allreduce.py \
+#     scripts/gang_gpu_judge.py $d && scripts/gang-gpu.sh --pack-tools $d/tools
 # then run there (kind nvidia-h200-x2, carry target/gang-gpu):
 #   bash target/gang-gpu/gang-gpu.sh --tools target/gang-gpu/tools target/gang-gpu/nccl-preflight "$OUT"
+# or with four pods (kind nvidia-h200-x4, carry target/gang-gpu, about 3 minutes):
+#   bash target/gang-gpu/gang-gpu.sh --pods 4 --tools target/gang-gpu/tools target/gang-gpu/nccl-preflight "$OUT"
 # Results: OUTDIR/summary.txt (one line per leg: PASS/FAIL and the numbers) and
-# OUTDIR/gang-gpu.tar.gz (every rank's report, stderr, NCCL log). Exit 0 when every
+# OUTDIR/gang-gpu.tar.gz (every rank's report, stderr, NCCL log, and summary.txt). Exit 0 when every
 # leg run passed, 1 otherwise, 2 on a setup error.
 set -euo pipefail
 
@@ -108,6 +125,7 @@ legs=
 tools=
 gpus=0,1
 pods=2
+within=420
 pos=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -116,8 +134,9 @@ while [ $# -gt 0 ]; do
         --tools) tools=${2:?--tools needs a directory}; shift ;;
         --gpus) gpus=${2:?--gpus needs I,J}; shift ;;
         --pods) pods=${2:?--pods needs a count}; shift ;;
+        --within) within=${2:?--within needs seconds}; shift ;;
         --pack-tools) pack_tools "${2:?--pack-tools needs a directory}"; exit 0 ;;
-        -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,78p' "$0"; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) pos+=("$1") ;;
     esac
@@ -130,9 +149,10 @@ if [ "$pods" = 2 ]; then
     legs=${legs:-p,a,b,c,d,e}
     case ,$legs, in *[!,pabcde]*) die "--legs takes letters of p,a,b,c,d,e: $legs" ;; esac
 else
-    legs=${legs:-A,V,L,M,P,S}
-    case ,$legs, in *[!,AVLMPS]*) die "--legs with --pods takes letters of A,V,L,M,P,S: $legs" ;; esac
+    legs=${legs:-A,V,L,M,P,S,D,G,K,I}
+    case ,$legs, in *[!,AVLMPSDGKI]*) die "--legs with --pods takes letters of A,V,L,M,P,S,D,G,K,I: $legs" ;; esac
 fi
+[[ $within =~ ^[0-9]+$ ]] && [ "$within" -ge 30 ] || die "--within takes seconds, 30 or more: $within"
 [[ $gpus =~ ^[0-9]+,[0-9]+$ ]] || die "--gpus takes two GPU indices, I,J: $gpus"
 gpu=("${gpus%,*}" "${gpus#*,}")
 has_leg() { case ,$legs, in *,$1,*) return 0 ;; esac; return 1; }
@@ -162,6 +182,7 @@ pids=()
 cleanup() {
     local p
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    cp "$summary" "$work/" 2>/dev/null || true
     tar -C "$work" -czf "$out/gang-gpu.tar.gz" . 2>/dev/null || true
     rm -rf "$work"
 }
@@ -208,7 +229,7 @@ if [ "$pods" -gt 2 ]; then
     # shellcheck source=scripts/gang-gpu-pods.sh
     . "$here/gang-gpu-pods.sh"
     run_pods
-    note "gang-gpu: $( [ $result = 0 ] && echo all legs passed || echo some legs failed )"
+    note "gang-gpu: $( [ $result = 0 ] && echo all legs run passed || echo some legs failed )${skipped:+; left out for time:$skipped}"
     exit $result
 fi
 

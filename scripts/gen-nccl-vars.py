@@ -42,6 +42,19 @@ example plugins NCCL ships (scope `plugin`). Python build scripts are skipped.
 Consecutive tags that agree are merged into one row with the first and last
 version seen, so the file stays small. The file is data for
 src/nccl/catalog.rs; regenerate it rather than editing it.
+
+Beside it the script writes src/nccl/readers.tsv: where each release reads each
+variable, as `path:function` (the function around the read, from `git grep -p`):
+for a string variable the function that calls ncclGetEnv/getenv with its name,
+for an NCCL_PARAM (and, from 2.30, DEFINE_NCCL_PARAM) every function that calls
+its ncclParam<Name>() accessor, and the file itself for DEFINE_NCCL_PARAM (whose
+value the file's own code reads). A read whose value is stored into a C variable
+named `*dump*` (NCCL_TOPO_DUMP_FILE in initTransportsRank) is marked
+`path:function:dump`. Test code (paths with /test/) is left out. A release read
+from its binary keeps the previous release's readers for the names it still
+holds; a name first seen in a binary has none (where it is read is unknown).
+src/nccl/roles.rs derives from these readers what a difference between pods can
+change (the gang's consistency check).
 """
 
 import re
@@ -56,6 +69,12 @@ REGISTRY = re.compile(r"DEFINE_NCCL_PARAM\(\s*\w+\s*,\s*([^,]+?)\s*,\s*(NCCL_[A-
 ENV_CALL = re.compile(r'\b(\w*(?:[Ee]nv|GetLevel)\w*)\s*\(([^;]*)')
 LITERAL = re.compile(r'"(NCCL_[A-Z0-9_]+)"')
 PATHSPECS = ["src", "ext-net", "ext-tuner", "ext-profiler", "plugins"]
+# NCCL 2.30's parameter API: DEFINE_NCCL_PARAM(name, type, key, default, flags, parser, desc)
+# (src/include/param/param.h), whose key is the variable's name, unquoted.
+DEFINE_PARAM = re.compile(r"DEFINE_NCCL_PARAM\(\s*(\w+)\s*,\s*[^,]+,\s*(NCCL_[A-Z0-9_]+)\s*,")
+PARAM_NAME = re.compile(r'NCCL_PARAM\(\s*(\w+)\s*,\s*"([A-Z0-9_]+)"')
+ACCESSOR = re.compile(r"\b(ncclParam[A-Z]\w*)\s*\(")
+DUMP_TARGET = re.compile(r'(\w*[Dd]ump\w*)\s*=\s*[^;]*"(NCCL_[A-Z0-9_]+)"')
 
 
 def git(gitdir, *args):
@@ -149,6 +168,57 @@ def variables(gitdir, tag):
         if key[0] == "NCCL_P2P_DISABLE" and out[key][0] == "level":
             out[key] = ("int", "-")
     return out
+
+
+def function_of(header):
+    """The function name in a `git grep -p` header line (`static int f(int a) {`)."""
+    words = header.split("(")[0].split()
+    return words[-1].lstrip("*&") if words else "-"
+
+
+def readers(gitdir, tag, names):
+    """{name: sorted readers} for one tag's variables `names` (see the docstring)."""
+    grep = git(gitdir, "grep", "-n", "-p", "-I", "-E",
+               r'NCCL_PARAM\(|"NCCL_[A-Z0-9_]+"|ncclParam[A-Z]\w*\(', tag, "--", *PATHSPECS)
+    around, accessors, hits = {}, {}, []
+    for line in grep.splitlines():
+        # <tag>:<path>:<line>:<text> for a hit, <tag>:<path>=<line>=<text> for its function.
+        m = re.match(r"^[^:]+:([^:=]+)([:=])\d+[:=](.*)$", line)
+        if not m:
+            continue
+        path, sep, text = m.groups()
+        if path.endswith((".py", ".md")) or "/test/" in path:
+            continue
+        if sep == "=":
+            around[path] = function_of(text)
+            continue
+        p = PARAM_NAME.search(text)
+        if p and "#define" not in text:
+            accessors["ncclParam" + p.group(1)] = "NCCL_" + p.group(2)
+            continue
+        d = DEFINE_PARAM.search(text)
+        if d and "#define" not in text:
+            accessors[d.group(1)] = d.group(2)
+            hits.append((path, "-", d.group(2)))
+            continue
+        hits.append((path, around.get(path, "-"), text))
+    out = {}
+    for path, func, text in hits:
+        if func == "-" and text.startswith("NCCL_"):
+            out.setdefault(text, set()).add(f"{path}:-")
+            continue
+        dumped = {m.group(2) for m in DUMP_TARGET.finditer(text)}
+        for call in ENV_CALL.finditer(text):
+            if call.group(1) in ("INFO", "WARN", "TRACE"):
+                continue
+            for lit in LITERAL.findall(call.group(2)):
+                out.setdefault(lit, set()).add(f"{path}:{func}" + (":dump" if lit in dumped else ""))
+        for acc in ACCESSOR.findall(text):
+            if acc in accessors:
+                out.setdefault(accessors[acc], set()).add(f"{path}:{func}")
+    # A variable with no reader here is defined but not read (an NCCL_PARAM whose
+    # accessor nobody calls): an empty reader list says so.
+    return {n: ",".join(sorted(out.get(n, ()))) for n in set(names) | set(out)}
 
 
 def c_string_array(source, name):
@@ -256,10 +326,11 @@ def main():
     output = Path(positional[1]) if len(positional) == 2 else Path(__file__).resolve().parent.parent / "src/nccl/variables.tsv"
     found = tags(gitdir)
     versions = [".".join(map(str, v)) for v, _ in found]
-    per_tag_vars, per_tag_sets = [], []
+    per_tag_vars, per_tag_sets, per_tag_readers = [], [], []
     for _, tag in found:
         per_tag_vars.append(variables(gitdir, tag))
         per_tag_sets.append(value_sets(gitdir, tag))
+        per_tag_readers.append(readers(gitdir, tag, {k[0] for k in per_tag_vars[-1]}))
     newest = found[-1][0]
     baseline = [p for v, p in binaries if v == newest]
     if not binaries:
@@ -276,6 +347,10 @@ def main():
         names = binary_names(path)
         per_tag_vars.append(binary_variables(names, per_tag_vars[-1], noise))
         per_tag_sets.append(dict(per_tag_sets[-1]))
+        # The names the binary holds (DEFINE_NCCL_PARAM ones included), and the example
+        # plugins' variables, which carry over.
+        kept = names | {k[0] for k in per_tag_vars[-1]}
+        per_tag_readers.append({n: r for n, r in per_tag_readers[-1].items() if n in kept})
         versions.append(".".join(map(str, v)))
         read_binaries.append(f"v{versions[-1]}-binary")
     lines = [
@@ -293,6 +368,22 @@ def main():
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(output)
     print(f"{output}: {len(lines) - 5} rows from {len(found)} tags ({versions[0]} to {versions[-1]})")
+    write_readers(output.with_name("readers.tsv"), lines[2], ranges(per_tag_readers, versions))
+
+
+def write_readers(path, tags_line, rows):
+    lines = [
+        "# Where each NCCL release reads each variable. Generated by scripts/gen-nccl-vars.py",
+        "# with variables.tsv (its docstring says how); do not edit by hand.",
+        tags_line,
+        "# read<TAB>name<TAB>first<TAB>last<TAB>comma-separated path:function[:dump] (empty: defined, never read)",
+    ]
+    for name, first, last, found in rows:
+        lines.append("\t".join(["read", name, first, last, found]))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    print(f"{path}: {len(lines) - 4} rows")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,13 @@ impl Started {
     /// (`hang_up`) is not waited for: it is killed with its group and reaped in the
     /// background, since a GPU process's exit (its contexts torn down) can take hundreds
     /// of milliseconds.
-    pub fn finish(mut self, limit: Duration) -> Ended {
+    pub fn finish(self, limit: Duration) -> Ended {
+        self.finish_unless(limit, &std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// `finish`, but once `stop` is set the child is killed with its group at once
+    /// (`Killed`): the gang stops its NCCL worker when a peer left.
+    pub fn finish_unless(mut self, limit: Duration, stop: &std::sync::atomic::AtomicBool) -> Ended {
         let Some(mut child) = self.child.take() else {
             return Ended::Failed(String::from("the child was already waited for"));
         };
@@ -218,6 +224,7 @@ impl Started {
                     early = Some((stdout, stderr));
                 }
                 Ok(None) if self.at.elapsed() > limit => break None,
+                Ok(None) if stop.load(std::sync::atomic::Ordering::SeqCst) => break None,
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => {
                     kill_group(&mut child);

@@ -133,12 +133,22 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         bail!("--bench cannot be used with --facts: a bench measures this host, not saved facts");
     }
     let policy = build_policy(&args.check)?;
+    // A bad gang identity is refused before anything is gathered.
+    let gang = if args.gang {
+        Some(crate::gang::command::prepare(
+            &args.check,
+            &args.gang_opts,
+            env,
+        )?)
+    } else {
+        None
+    };
     let (mut report, hung) = if args.bench {
         init_bench(args, env, &policy)?
     } else {
         evaluate(&args.check, env, Evaluation::under(&policy))?
     };
-    if args.gang {
+    if let Some(gang) = gang {
         if hung.0 {
             // The driver is the node's, as for `gang`; nothing is written.
             crate::diagnostic::line(format_args!(
@@ -146,15 +156,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             ));
             return Ok(Exit::new(EXIT_NODE_FAULT, hung));
         }
-        let identity = crate::gang::command::identity(&args.check, &args.gang_opts, env)?;
-        let run = crate::gang::command::attach(
-            &mut report,
-            &policy,
-            &args.check,
-            &identity,
-            &args.gang_opts,
-            env,
-        )?;
+        let run = gang.run(&mut report, &policy, env)?;
         if args.check.format == Format::Human {
             emit_err(&crate::gang::render::job(
                 &run,
@@ -338,8 +340,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     crate::gang::command::stop_on_signals();
     let policy = build_policy(&args.check)?;
     // A bad gang identity is refused before anything is gathered.
-    let identity = if args.gang {
-        Some(crate::gang::command::identity(
+    let gang = if args.gang {
+        Some(crate::gang::command::prepare(
             &args.check,
             &args.gang_opts,
             env,
@@ -348,8 +350,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         None
     };
     let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
-    if let Some(identity) = &identity
-        && let Some(exit) = exec_gang(args, env, &policy, identity, &mut report, hung)?
+    if let Some(gang) = &gang
+        && let Some(exit) = exec_gang(args, env, &policy, gang, &mut report, hung)?
     {
         return Ok(exit);
     }
@@ -415,7 +417,7 @@ fn exec_gang(
     args: &ExecArgs,
     env: &[(OsString, OsString)],
     policy: &crate::policy::Policy,
-    identity: &crate::layout::GangIdentity,
+    gang: &crate::gang::command::Prepared<'_>,
     report: &mut Report,
     hung: HungCall,
 ) -> Result<Option<Exit>> {
@@ -427,8 +429,7 @@ fn exec_gang(
         // The driver is the node's, as for `gang`.
         return Ok(Some(Exit::new(EXIT_NODE_FAULT, hung)));
     }
-    let run =
-        crate::gang::command::attach(report, policy, &args.check, identity, &args.gang_opts, env)?;
+    let run = gang.run(report, policy, env)?;
     match args.check.format {
         Format::Human => emit_err(&crate::gang::command::human(report, &run, false))?,
         Format::Json => emit_err(&crate::gang::render::json(report, &run))?,

@@ -33,7 +33,7 @@ fn trainer_nccl(
 }
 
 /// The gang identity from the flags and the launcher's variables; exit 2 when none.
-pub(crate) fn identity(
+fn identity(
     check: &CheckArgs,
     opts: &GangOpts,
     env: &[(OsString, OsString)],
@@ -127,21 +127,42 @@ fn read_hostfile(path: &str) -> Result<Option<String>> {
         .map_err(|_| anyhow!("gang: the MPI hostfile {shown} is not UTF-8 text"))
 }
 
-/// Runs the gang after the local checks in `report`, adds its findings (settled
-/// under `--ignore`) and recomputes the verdict. An error: the gang cannot run here.
-pub(crate) fn attach(
-    report: &mut Report,
-    policy: &Policy,
-    check: &CheckArgs,
-    identity: &GangIdentity,
-    opts: &GangOpts,
+/// Why the gang could not run here at all (exit 2).
+pub(crate) fn unavailable(report: &Report) -> Option<String> {
+    use crate::facts::gpu::LibraryState;
+    let facts = &report.facts;
+    if let LibraryState::NotFound { message } = &facts.rdma.nccl.library.state {
+        return Some(format!("no libnccl: {message}"));
+    }
+    match &facts.gpus.cuda.state {
+        LibraryState::NotFound { message } => {
+            Some(format!("no GPU: the CUDA driver is not here ({message})"))
+        }
+        LibraryState::Failed(e) => Some(format!("no GPU: the CUDA driver failed ({e})")),
+        LibraryState::Loaded(c) if c.devices.is_empty() => {
+            Some("no GPU: the CUDA driver sees no device".to_string())
+        }
+        _ => None,
+    }
+}
+
+/// The gang as the command line asks for it, resolved before anything is gathered
+/// (a bad identity or option costs nothing): `gang`, `exec --gang` and `init --gang`
+/// prepare it, run the pod's checks, then run it once.
+pub(crate) struct Prepared<'a> {
+    pub identity: GangIdentity,
+    check: &'a CheckArgs,
+    opts: &'a GangOpts,
+}
+
+/// The gang's identity and options, checked; an error: exit 2.
+pub(crate) fn prepare<'a>(
+    check: &'a CheckArgs,
+    opts: &'a GangOpts,
     env: &[(OsString, OsString)],
-) -> Result<GangRun> {
+) -> Result<Prepared<'a>> {
     if check.facts.is_some() {
         bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
-    }
-    if let Some(why) = super::unavailable(report) {
-        bail!("gang: cannot run here: {why}");
     }
     if opts.gang_sizes.is_empty()
         || opts
@@ -151,38 +172,59 @@ pub(crate) fn attach(
     {
         bail!("--gang-sizes: every size must be a multiple of 4 bytes (float32 elements)");
     }
-    let settings = super::Settings {
+    Ok(Prepared {
+        identity: identity(check, opts, env)?,
+        check,
         opts,
-        cuda_lib: check.gather.cuda_lib.clone(),
-        nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
-        host_root: check.gather.host_root.clone(),
-        trainer_env: crate::run::exec_environment(env, &report.settings),
-        ras_diagnostics: crate::nccl::version(&report.facts)
-            .is_some_and(|v| v >= crate::nccl::version::RAS_DIAGNOSTICS),
-    };
-    crate::diagnostic::progress(
-        check.gather.trace,
-        format_args!(
-            "nccl-preflight: gang: pod {} of {}: waiting up to {:.0} s for the pods' names, then up to {:.0} s for every pod to join at {}:{}",
-            identity.node_rank,
-            identity.nodes,
-            opts.gang_wait.as_secs_f64(),
-            opts.gang_timeout.as_secs_f64(),
-            crate::render::visible(&identity.root),
-            identity.port
-        ),
-    );
-    let mut run = super::run(report, identity, &settings);
-    // The gang's own list (its JSON's `gang.findings`) carries the blame the report does.
-    run.findings = std::mem::take(&mut run.findings)
-        .into_iter()
-        .map(crate::judge::blame)
-        .collect();
-    report
-        .checks
-        .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
-    report.rejudge();
-    Ok(run)
+    })
+}
+
+impl Prepared<'_> {
+    /// Runs the gang after the local checks in `report`, adds its findings (settled
+    /// under `--ignore`) and recomputes the verdict. An error: the gang cannot run here.
+    pub(crate) fn run(
+        &self,
+        report: &mut Report,
+        policy: &Policy,
+        env: &[(OsString, OsString)],
+    ) -> Result<GangRun> {
+        if let Some(why) = unavailable(report) {
+            bail!("gang: cannot run here: {why}");
+        }
+        let (check, opts, identity) = (self.check, self.opts, &self.identity);
+        let settings = super::Settings {
+            opts,
+            cuda_lib: check.gather.cuda_lib.clone(),
+            nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
+            host_root: check.gather.host_root.clone(),
+            trainer_env: crate::run::exec_environment(env, &report.settings),
+            ras_diagnostics: crate::nccl::version(&report.facts)
+                .is_some_and(|v| v >= crate::nccl::version::RAS_DIAGNOSTICS),
+        };
+        crate::diagnostic::progress(
+            check.gather.trace,
+            format_args!(
+                "nccl-preflight: gang: pod {} of {}: waiting up to {:.0} s for the pods' names, then up to {:.0} s for every pod to join at {}:{}",
+                identity.node_rank,
+                identity.nodes,
+                opts.gang_wait.as_secs_f64(),
+                opts.gang_timeout.as_secs_f64(),
+                crate::render::visible(&identity.root),
+                identity.port
+            ),
+        );
+        let mut run = super::run(report, identity, &settings);
+        // The gang's own list (its JSON's `gang.findings`) carries the blame the report does.
+        run.findings = std::mem::take(&mut run.findings)
+            .into_iter()
+            .map(crate::judge::blame)
+            .collect();
+        report
+            .checks
+            .extend(run.findings.iter().cloned().map(|f| policy.settle(f)));
+        report.rejudge();
+        Ok(run)
+    }
 }
 
 /// What this rank prints in human form: rank 0 the whole job, others their line.
@@ -232,10 +274,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     stop_on_signals();
     let policy = build_policy(&args.check)?;
     // A bad identity costs nothing: refused before anything is gathered.
-    let identity = identity(&args.check, &args.gang, env)?;
-    if args.check.facts.is_some() {
-        bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
-    }
+    let gang = prepare(&args.check, &args.gang, env)?;
     let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
     if hung.0 {
         eprintln!(
@@ -245,14 +284,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         // missing from the gang, blame it.
         return Ok(Exit::new(crate::run::EXIT_NODE_FAULT, hung));
     }
-    let run = attach(
-        &mut report,
-        &policy,
-        &args.check,
-        &identity,
-        &args.gang,
-        env,
-    )?;
+    let run = gang.run(&mut report, &policy, env)?;
     match args.check.format {
         Format::Human => emit(&human(&report, &run, use_color(env)))?,
         Format::Json => emit(&super::render::json(&report, &run))?,

@@ -4,7 +4,6 @@
 //! connect retry that fits the timeout).
 
 use std::ffi::OsString;
-use std::path::Path;
 use std::time::Duration;
 
 /// NCCL_SOCKET_RETRY_CNT so that NCCL's connect retries (sleep n x 100 ms before
@@ -23,7 +22,7 @@ fn retry_count(timeout: Duration) -> u64 {
 pub fn worker_env(
     trainer: &[(OsString, OsString)],
     comm_id: Option<&str>,
-    log: &Path,
+    log: &str,
     timeout: Duration,
     ras_diagnostics: bool,
 ) -> Vec<(OsString, OsString)> {
@@ -44,7 +43,7 @@ pub fn worker_env(
     }
     env.push(("NCCL_DEBUG".into(), "INFO".into()));
     env.push(("NCCL_DEBUG_SUBSYS".into(), "INIT,ENV".into()));
-    env.push(("NCCL_DEBUG_FILE".into(), log.as_os_str().to_owned()));
+    env.push(("NCCL_DEBUG_FILE".into(), log.into()));
     // NCCL 2.31+: its RAS diagnostics at init, informational only to NCCL (they never
     // fail its init); the gang judges the lines (nccl::ras_diagnostics). The user's own
     // setting, 0 included, wins.
@@ -89,7 +88,7 @@ mod tests {
         .iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         .collect();
-        let log = Path::new("/tmp/x/nccl.log");
+        let log = "/proc/self/fd/7";
         let get = |env: &[(OsString, OsString)], k: &str| {
             env.iter()
                 .filter(|(n, _)| n == k)
@@ -104,7 +103,7 @@ mod tests {
         assert_eq!(get(&other, "NCCL_SOCKET_IFNAME"), ["eth0"]);
         // A non-root rank never gets NCCL_COMM_ID, not even the user's.
         assert!(get(&other, "NCCL_COMM_ID").is_empty());
-        assert_eq!(get(&other, "NCCL_DEBUG_FILE"), ["/tmp/x/nccl.log"]);
+        assert_eq!(get(&other, "NCCL_DEBUG_FILE"), ["/proc/self/fd/7"]);
         let root = worker_env(
             &trainer,
             Some("10.0.0.1:29501"),

@@ -5,11 +5,13 @@
 use super::GangRun;
 use super::Peer;
 use super::outcome::Outcome;
-use super::rendezvous::Failure;
-use super::verdict::{self, node_name};
+use super::session::Failure;
+use super::verdict::bandwidth::{BandwidthInput, bandwidth, nonsense_nodes};
+use super::verdict::matrix::{matrix, straggler};
+use super::verdict::{departures, node_name};
 use super::worker::WorkerResult;
 use crate::cli::GangOpts;
-use crate::finding::{Blame, Finding, Problem, Severity, combine, ids};
+use crate::finding::{Blame, Finding, Problem, Severity, Status, combine, ids};
 
 /// "node 3 (train-worker-2): no DNS record" for each name that never resolved.
 pub fn unresolved(peers: &[Peer]) -> Vec<String> {
@@ -86,7 +88,7 @@ pub fn no_table(
             ),
             format!("Check that the rank-0 pod is running the gang (kubectl get pods; its log) and that the pods reach each other on TCP port {port} (NetworkPolicy, security groups)"),
         ),
-        Failure::Refused(why) => (
+        Failure::Refused { why, .. } => (
             format!("rank 0 ({}) refused this pod: {why}", root_text(run)),
             "This pod is not one of the attempt rank 0 runs: let a stale pod end, and give every pod of one attempt the same root, port, pod count and --gang-attempt".to_string(),
         ),
@@ -96,9 +98,11 @@ pub fn no_table(
         ),
     };
     // A port held inside the pod or a pod of another attempt is the job's; a rank 0
-    // that cannot be reached or that ended is the node's (the check's default).
+    // that cannot be reached or that ended is the node's (the check's default); a
+    // refusal carries rank 0's blame, so this pod exits as the pods that went on.
     let blame = match failure {
-        Failure::Listen(_) | Failure::Refused(_) => Some(Blame::Job),
+        Failure::Listen(_) => Some(Blame::Job),
+        Failure::Refused { blame, .. } => Some(*blame),
         Failure::Unreachable(_) | Failure::NoTable(_) => None,
     };
     let mut f = Finding::fail(ids::GANG_JOIN, summary, fix);
@@ -167,10 +171,10 @@ pub fn table_join(run: &GangRun, opts: &GangOpts, unresolved: &[String]) -> Find
             "this pod had the table {s:.2} s after it started the rendezvous"
         ));
     }
-    if !run.refused.is_empty() {
+    if run.refused_count > 0 {
         evidence.push(format!(
             "rank 0 refused {} connection(s) from outside this attempt: {}",
-            run.refused.len(),
+            run.refused_count,
             run.refused.join("; ")
         ));
     }
@@ -196,18 +200,16 @@ fn ephemeral_range() -> String {
 /// although every pod met at the rendezvous.
 fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpts) -> Finding {
     let names = run.names();
-    let mut outcomes: Vec<(usize, Outcome)> = run
+    let outcomes: Vec<(usize, Outcome)> = run
+        .ended
         .outcomes
         .iter()
         .enumerate()
         .filter_map(|(i, o)| o.clone().map(|o| (i, o)))
         .collect();
-    if outcomes.is_empty() {
-        outcomes.push((run.identity.node_rank as usize, Outcome::of(result)));
-    }
     let failed: Vec<&(usize, Outcome)> = outcomes.iter().filter(|(_, o)| !o.joined).collect();
-    let unknown: Vec<usize> = (0..run.outcomes.len())
-        .filter(|&i| run.outcomes[i].is_none())
+    let unknown: Vec<usize> = (0..run.ended.outcomes.len())
+        .filter(|&i| run.ended.outcomes[i].is_none())
         .collect();
     if failed.is_empty() {
         let mut f = join;
@@ -240,7 +242,7 @@ fn nccl_join(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpt
         ),
     };
     let fix = format!(
-        "NCCL's bootstrap root uses the gang port {} but every other NCCL listener binds an ephemeral port (port 0: {} here, net.ipv4.ip_local_port_range): allow TCP between the job's pods on {} and on that range (NetworkPolicy ingress and egress, security groups), and check that NCCL_SOCKET_IFNAME picks an interface the pods reach each other on",
+        "The gang met on port {} but every NCCL listener, its root's included, binds an ephemeral port (port 0: {} here, net.ipv4.ip_local_port_range): allow TCP between the job's pods on {} and on that range (NetworkPolicy ingress and egress, security groups), and check that NCCL_SOCKET_IFNAME picks an interface the pods reach each other on",
         run.identity.port,
         ephemeral_range(),
         run.identity.port
@@ -272,31 +274,38 @@ fn image_lacks_nccl(o: &Outcome) -> bool {
         || o.error.as_deref().is_some_and(|e| e.contains(NCCL_TOO_OLD))
 }
 
+/// gang-join after NCCL: the pods that left while it ran (`departures`), else
+/// the pods NCCL did not join.
+fn join_after(run: &GangRun, result: &WorkerResult, join: Finding, opts: &GangOpts) -> Finding {
+    let names = run.names();
+    let left = departures::problems(&run.ended, &names, run.identity.node_rank);
+    if left.is_empty() {
+        return nccl_join(run, result, join, opts);
+    }
+    let pass = join.summary.clone();
+    combine(ids::GANG_JOIN, pass, join.evidence, left)
+}
+
 /// gang-join and gang-bandwidth after the worker; what was measured is judged
-/// even when the budget or a failure cut the phase short.
+/// even when the budget, a failure or a pod that left cut the phase short.
 pub fn after_nccl(
     run: &mut GangRun,
     result: &WorkerResult,
     join: Finding,
     opts: &GangOpts,
 ) -> (Finding, Finding) {
-    let join = nccl_join(run, result, join, opts);
-    if join.status() == crate::finding::Status::Fail {
-        return (
-            join,
-            Finding::skip(
-                ids::GANG_BANDWIDTH,
-                "not measured: NCCL did not join every pod",
-            ),
-        );
+    let join = join_after(run, result, join, opts);
+    let measured = !result.round_seconds.is_empty() || !result.allreduce.is_empty();
+    if join.status() == Status::Fail && !measured {
+        let why = format!("not measured: {}", join.summary);
+        return (join, Finding::skip(ids::GANG_BANDWIDTH, why));
     }
-    let nonsense = verdict::nonsense_nodes(&result.round_seconds, &result.allreduce_seconds);
     run.p2p_bytes = result.p2p_bytes;
     if !result.round_seconds.is_empty() {
-        run.matrix = verdict::matrix(&result.round_seconds, result.p2p_bytes);
-        run.straggler = verdict::straggler(&run.matrix);
+        run.matrix = matrix(&result.round_seconds, result.p2p_bytes);
+        run.straggler = straggler(&run.matrix);
     }
-    if result.round_seconds.is_empty() && result.allreduce.is_empty() {
+    if !measured {
         let mut f = Finding::fail(
             ids::GANG_BANDWIDTH,
             format!(
@@ -309,7 +318,10 @@ pub fn after_nccl(
         return (join, f);
     }
     let names = run.names();
-    let mut f = verdict::bandwidth(&verdict::BandwidthInput {
+    // The whole run may not take longer than its timeout and the worker's grace.
+    let limit = (opts.gang_timeout + super::worker::GRACE).as_secs_f64();
+    let nonsense = nonsense_nodes(&result.round_seconds, &result.allreduce_seconds, limit);
+    let mut f = bandwidth(&BandwidthInput {
         sizes: &result.allreduce,
         fps: &run.fingerprints,
         names: &names,
@@ -319,14 +331,38 @@ pub fn after_nccl(
         nonsense: &nonsense,
         skipped: &result.skipped,
     });
+    f.evidence.extend(unmeasured_links(&run.matrix, &names));
     if !result.done {
-        let stop = format!(
-            "the bandwidth phase stopped early ({}): what it measured is judged above",
-            result.error.as_deref().unwrap_or("no result")
-        );
+        let why = match join.status() {
+            Status::Fail => join.summary.clone(),
+            _ => result.error.clone().unwrap_or_else(|| "no result".into()),
+        };
+        let stop =
+            format!("the bandwidth phase stopped early ({why}): what it measured is judged above");
         f = unfinished(f, stop);
     }
     (join, f)
+}
+
+/// Links left out of the matrix: every link's outcome is said, measured or not.
+fn unmeasured_links(m: &[Vec<Option<f64>>], names: &[String]) -> Option<String> {
+    let n = m.len();
+    let missing: Vec<String> = (0..n)
+        .flat_map(|a| ((a + 1)..n).map(move |b| (a, b)))
+        .filter(|&(a, b)| m[a][b].is_none())
+        .map(|(a, b)| format!("{}-{}", node_name(a, names), node_name(b, names)))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let total = n * n.saturating_sub(1) / 2;
+    let shown: Vec<&str> = missing.iter().take(16).map(String::as_str).collect();
+    Some(format!(
+        "links measured: {} of {total}; not measured: {}{}",
+        total - missing.len(),
+        shown.join(", "),
+        if missing.len() > 16 { ", ..." } else { "" }
+    ))
 }
 
 /// A bandwidth finding whose phase did not finish: it fails, keeping its own
@@ -336,7 +372,7 @@ fn unfinished(f: Finding, stop: String) -> Finding {
         .remediation()
         .unwrap_or("Check the network between the pods and rerun")
         .to_string();
-    let summary = if f.status() == crate::finding::Status::Fail {
+    let summary = if f.status() == Status::Fail {
         f.summary.clone()
     } else {
         stop.clone()

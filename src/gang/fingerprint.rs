@@ -9,8 +9,6 @@
 //! reaches a finding or a terminal.
 
 use crate::finding::Status;
-use crate::report::Report;
-use crate::tune::Source;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -22,12 +20,9 @@ pub const FINGERPRINT_BYTES: usize = 16384;
 /// options joined the record (it travels over the rendezvous, not NCCL).
 const FINGERPRINT_VERSION: u16 = 2;
 /// A check summary carried in the record is cut to this many characters.
-const SUMMARY_CHARS: usize = 240;
+pub(crate) const SUMMARY_CHARS: usize = 240;
 const MAGIC: &[u8; 4] = b"NPGF";
 const HEADER: usize = 10;
-
-/// Variables that differ between pods by design, left out of the comparison.
-const PER_POD_VARIABLES: &[&str] = &["NCCL_COMM_ID", "NCCL_DEBUG_FILE", "NCCL_HOSTID"];
 
 /// What one pod tells its peers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,121 +230,6 @@ impl Fingerprint {
     }
 }
 
-/// The effective NCCL_*, FI_*, OFI_NCCL_* environment the trainer gets: the user's
-/// values and every tuned setting the user did not set (user values win, as `exec`
-/// and NCCL's conf file apply them).
-fn effective_env(report: &Report) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = report
-        .facts
-        .nccl_env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.value.clone()))
-        .collect();
-    for s in report.settings.iter().filter(|s| s.source == Source::Tuned) {
-        env.entry(s.name.clone()).or_insert_with(|| s.value.clone());
-    }
-    env.retain(|k, _| !PER_POD_VARIABLES.contains(&k.as_str()));
-    env
-}
-
-/// RDMA devices with an ACTIVE port, and those ports' rates, sorted.
-fn active_rdma(facts: &crate::facts::Facts) -> (u32, Vec<String>) {
-    let mut devices = 0;
-    let mut rates = Vec::new();
-    for d in facts.rdma.devices.value().into_iter().flatten() {
-        let active: Vec<_> = d
-            .ports
-            .iter()
-            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
-            .collect();
-        if !active.is_empty() {
-            devices += 1;
-        }
-        rates.extend(active.iter().filter_map(|p| p.rate.clone()));
-    }
-    rates.sort();
-    (devices, rates)
-}
-
-/// The fingerprint of this pod from its local report. `gpus` is what the CUDA driver
-/// showed the gang; `socket` the interface NCCL's sockets use and its speed;
-/// `gang_options` the gang's own options as text.
-pub fn from_report(
-    report: &Report,
-    node_rank: u64,
-    gpus: u32,
-    socket: (Option<String>, Option<u64>),
-    gang_options: String,
-) -> Fingerprint {
-    let facts = &report.facts;
-    let nvml = facts.gpus.nvml.loaded();
-    let cuda_driver_version = facts
-        .gpus
-        .cuda
-        .loaded()
-        .and_then(|c| c.driver_version.value().copied())
-        .or_else(|| nvml.and_then(|n| n.cuda_driver_version.value().copied()))
-        .map(|v| format!("{}.{}", v / 1000, v % 1000 / 10));
-    let gpu_model = nvml
-        .and_then(|n| n.gpus.first())
-        .and_then(|g| g.name.value().cloned());
-    let net_plugin = facts
-        .rdma
-        .nccl
-        .net_plugin
-        .value()
-        .and_then(|p| p.as_ref())
-        .map(|p| {
-            let name = p.name.clone().unwrap_or_else(|| p.library.clone());
-            match &p.api {
-                Some(api) => format!("{name} ({api})"),
-                None => name,
-            }
-        });
-    let (rdma_devices, rdma_rates) = active_rdma(facts);
-    let nccl = facts.rdma.nccl.library.loaded();
-    Fingerprint {
-        node_rank,
-        host: facts
-            .namespaces
-            .hostname
-            .value()
-            .cloned()
-            .unwrap_or_default(),
-        nccl_version: nccl.and_then(|l| l.version.value().cloned()),
-        nccl_library: nccl.and_then(|l| l.path.clone()),
-        cuda_driver_version,
-        gpu_model,
-        gpus,
-        net_plugin,
-        libfabric_version: facts.rdma.libfabric.loaded().map(|f| f.version.clone()),
-        rdma_devices,
-        rdma_rates,
-        socket_interface: socket.0,
-        socket_speed_mbps: socket.1,
-        env: effective_env(report),
-        checks: report
-            .checks
-            .iter()
-            .map(|c| (c.id.clone(), c.status()))
-            .collect(),
-        local_verdict: report.verdict,
-        local_fault: report.fault,
-        summaries: report
-            .checks
-            .iter()
-            .filter(|c| matches!(c.status(), Status::Fail | Status::Warn))
-            .map(|c| {
-                (
-                    c.id.clone(),
-                    c.summary.chars().take(SUMMARY_CHARS).collect(),
-                )
-            })
-            .collect(),
-        gang_options,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,36 +320,5 @@ mod tests {
         assert!(fields.contains(&("env NCCL_ALGO".to_string(), "Ring".to_string())));
         assert!(fields.contains(&("check memlock".to_string(), "pass".to_string())));
         assert!(fields.contains(&("gpus".to_string(), "8".to_string())));
-    }
-
-    #[test]
-    fn effective_env_is_user_plus_tuned_without_per_pod_variables() {
-        let facts = crate::test_facts::with_env(
-            crate::test_facts::healthy(),
-            &[("NCCL_ALGO", "Ring"), ("NCCL_DEBUG_FILE", "/tmp/x.%h")],
-        );
-        let settings = vec![
-            crate::tune::Setting {
-                name: "NCCL_ALGO".into(),
-                value: "Tree".into(),
-                reason: String::new(),
-                source: Source::Tuned,
-            },
-            crate::tune::Setting {
-                name: "NCCL_BUFFSIZE".into(),
-                value: "8388608".into(),
-                reason: String::new(),
-                source: Source::Tuned,
-            },
-        ];
-        let prediction = crate::predict::predict(&facts);
-        let report = Report::new(facts, prediction, vec![], settings);
-        let env = effective_env(&report);
-        assert_eq!(env.get("NCCL_ALGO").map(String::as_str), Some("Ring"));
-        assert_eq!(
-            env.get("NCCL_BUFFSIZE").map(String::as_str),
-            Some("8388608")
-        );
-        assert!(!env.contains_key("NCCL_DEBUG_FILE"));
     }
 }

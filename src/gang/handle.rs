@@ -33,7 +33,7 @@ pub fn magic(identity: &GangIdentity) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let text = format!(
         "nccl-preflight gang|{}|{}|{}|{}|{}",
-        super::rendezvous::PROTOCOL,
+        super::wire::PROTOCOL,
         identity.root,
         identity.port,
         identity.nodes,

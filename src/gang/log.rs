@@ -1,12 +1,15 @@
-//! NCCL's log for the gang's worker: a file in a private directory (mode 0700,
-//! a random name, through tempfile as bench's), so nobody else can plant a
-//! symlink where NCCL opens it (NCCL's `fopen(path, "w")`, src/debug.cc
-//! `ncclDebugInit`, follows symlinks), read back with a size cap and a
-//! deadline, and removed with its directory.
+//! NCCL's log for the gang's worker: an anonymous in-memory file (memfd_create(2),
+//! Linux 3.17+) that the worker inherits and NCCL opens as `/proc/self/fd/N`
+//! (NCCL_DEBUG_FILE; src/debug.cc `ncclDebugInit` fopen()s it), read back with a
+//! size cap and a deadline. It has no name in any directory: nobody can plant a
+//! symlink where NCCL opens it (issue 31 row 10), and nothing is left behind in
+//! TMPDIR however this process ends, SIGTERM and SIGKILL included (issue 39 row 6:
+//! a private directory outlived a SIGTERM in the bandwidth phase).
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 /// The most of NCCL's log read back (INIT,ENV at INFO is a few KiB a rank).
@@ -14,108 +17,93 @@ const LOG_CAP: u64 = 8 << 20;
 /// The longest the read may take.
 const READ_WITHIN: Duration = Duration::from_secs(5);
 
-/// NCCL's log file and its private directory (removed on drop).
+/// NCCL's log file, open in this process and inherited by the worker.
 pub struct NcclLog {
-    dir: tempfile::TempDir,
+    file: File,
 }
 
 impl NcclLog {
     pub fn create() -> Result<NcclLog, String> {
-        use std::os::unix::fs::PermissionsExt;
-        // Created with mode 0700 (not umask's), so no window where others can enter.
-        let dir = tempfile::Builder::new()
-            .prefix("nccl-preflight-gang.")
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()
-            .map_err(|e| format!("creating a private directory for NCCL's log: {e}"))?;
-        Ok(NcclLog { dir })
-    }
-
-    /// Where NCCL writes (NCCL_DEBUG_FILE); NCCL creates the file.
-    pub fn path(&self) -> PathBuf {
-        self.dir.path().join("nccl.log")
-    }
-
-    /// The `NCCL DIAG` lines (NCCL_RUN_RAS_DIAGNOSTICS=1, 2.31+), from at most LOG_CAP
-    /// bytes read within READ_WITHIN.
-    pub fn diagnostics(&self) -> crate::nccl::ras_diagnostics::Diagnostics {
-        let mut text = String::new();
-        if let Some(mut r) = read_capped(&self.path(), LOG_CAP, Instant::now() + READ_WITHIN) {
-            let mut bytes = Vec::new();
-            let _ = r.read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
+        let name = c"nccl-preflight-gang-log";
+        // SAFETY: memfd_create(2) through syscall(2) (glibc 2.17 has no wrapper) with
+        // a NUL-terminated name and no flags: without MFD_CLOEXEC the descriptor
+        // stays open across the worker's exec, which is the point.
+        let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), 0) };
+        if fd < 0 {
+            return Err(format!(
+                "creating an in-memory file for NCCL's log: {}",
+                std::io::Error::last_os_error()
+            ));
         }
-        crate::nccl::ras_diagnostics::parse(&text)
+        // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+        let file = unsafe { File::from_raw_fd(fd as i32) };
+        Ok(NcclLog { file })
     }
 
-    /// Connections per transport, from at most LOG_CAP bytes read within READ_WITHIN.
+    /// What the worker's NCCL opens (NCCL_DEBUG_FILE): this descriptor, as the
+    /// worker inherits it.
+    pub fn path(&self) -> String {
+        format!("/proc/self/fd/{}", self.file.as_raw_fd())
+    }
+
+    /// At most LOG_CAP bytes of the log, read within READ_WITHIN.
+    fn text(&self) -> String {
+        let deadline = Instant::now() + READ_WITHIN;
+        let mut file = &self.file;
+        if file.seek(SeekFrom::Start(0)).is_err() {
+            return String::new();
+        }
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 64 << 10];
+        while (bytes.len() as u64) < LOG_CAP && Instant::now() < deadline {
+            match file.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            }
+        }
+        bytes.truncate(LOG_CAP as usize);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The `NCCL DIAG` lines (NCCL_RUN_RAS_DIAGNOSTICS=1, 2.31+).
+    pub fn diagnostics(&self) -> crate::nccl::ras_diagnostics::Diagnostics {
+        crate::nccl::ras_diagnostics::parse(&self.text())
+    }
+
+    /// Connections per transport.
     pub fn transports(&self) -> BTreeMap<String, u64> {
-        read_capped(&self.path(), LOG_CAP, Instant::now() + READ_WITHIN)
-            .and_then(|f| crate::explain::summarize(f).ok())
+        crate::explain::summarize(self.text().as_bytes())
             .map(|s| s.transport_counts)
             .unwrap_or_default()
     }
 }
 
-/// A reader that ends at `deadline`.
-struct Until<R> {
-    inner: R,
-    deadline: Instant,
-}
-
-impl<R: Read> Read for Until<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if Instant::now() >= self.deadline {
-            return Ok(0);
-        }
-        self.inner.read(buf)
-    }
-}
-
-/// A regular file (no symlink followed) as a reader of at most `cap` bytes that ends at `deadline`.
-fn read_capped(path: &Path, cap: u64, deadline: Instant) -> Option<impl Read> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    Some(Until {
-        inner: file.take(cap),
-        deadline,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
 
     #[test]
-    fn regression_the_log_lives_in_a_private_directory_and_is_read_capped() {
-        // Issue 31 row 10: a predictable name in a shared TMPDIR let another user
-        // plant a symlink that root's NCCL followed; one to /dev/zero made the read spin.
+    fn regression_the_log_has_no_name_and_a_child_writes_it_through_proc() {
+        // Issue 31 row 10 (a symlink planted in TMPDIR) and issue 39 row 6 (a private
+        // directory left behind after SIGTERM): the log is on no path at all.
         let log = NcclLog::create().unwrap();
-        let dir = log.path().parent().unwrap().to_path_buf();
-        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        assert!(dir.file_name().unwrap().to_string_lossy().len() > "nccl-preflight-gang.".len());
-        std::fs::write(log.path(), "x".repeat(100)).unwrap();
-        let mut text = String::new();
-        read_capped(&log.path(), 10, Instant::now() + READ_WITHIN)
-            .unwrap()
-            .read_to_string(&mut text)
+        let path = log.path();
+        assert!(path.starts_with("/proc/self/fd/"), "{path}");
+        let target = std::fs::read_link(&path).unwrap();
+        assert!(
+            target.to_string_lossy().starts_with("/memfd:"),
+            "{target:?}"
+        );
+        // A child writes it as the worker's NCCL does: opened by that path, truncated.
+        let status = std::process::Command::new("sh")
+            .args(["-c", &format!("printf 'NCCL INFO hello' > {path}")])
+            .status()
             .unwrap();
-        assert_eq!(text.len(), 10);
-        // A symlink is not followed; a device is not read.
-        let link = dir.join("link");
-        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
-        assert!(read_capped(&link, 10, Instant::now() + READ_WITHIN).is_none());
-        assert!(read_capped(Path::new("/dev/zero"), 10, Instant::now() + READ_WITHIN).is_none());
-        drop(log);
-        assert!(!dir.exists());
+        assert!(status.success());
+        assert_eq!(log.text(), "NCCL INFO hello");
+        // Written from this side too (the same file), read back from the start.
+        (&log.file).write_all(b" again").unwrap();
+        assert_eq!(log.text(), "NCCL INFO hello again");
     }
 }

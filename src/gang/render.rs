@@ -75,17 +75,18 @@ pub fn job(run: &GangRun, verdict: Status, fault: crate::finding::Fault) -> Stri
 
 /// The consistency rows that differ, with a count of those that agree.
 fn consistency(s: &mut String, run: &GangRun, names: &[String]) {
-    let differing: Vec<_> = run.rows.iter().filter(|r| r.differs()).collect();
     if run.rows.is_empty() {
         return;
     }
-    // The same count as gang-consistency's: the records that came.
+    // The same count as gang-consistency's: the records that came, the fields compared.
+    let compared = run.rows.iter().filter(|r| r.note.is_none()).count();
+    let differing: Vec<_> = run.rows.iter().filter(|r| r.differs()).collect();
     let _ = writeln!(
         s,
         "Consistency: {} node(s) agree on {} of {} fields",
         run.fingerprints.iter().filter(|f| f.is_some()).count(),
-        run.rows.len() - differing.len(),
-        run.rows.len()
+        compared - differing.iter().filter(|r| r.note.is_none()).count(),
+        compared
     );
     for r in &differing {
         let values: Vec<String> = r
@@ -94,7 +95,11 @@ fn consistency(s: &mut String, run: &GangRun, names: &[String]) {
             .enumerate()
             .map(|(i, v)| format!("{}={}", node_name(i, names), crate::render::visible(v)))
             .collect();
-        let _ = writeln!(s, "  {}: {}", r.field, values.join(", "));
+        let note = r
+            .note
+            .as_deref()
+            .map_or(String::new(), |n| format!(" (not compared: {n})"));
+        let _ = writeln!(s, "  {}: {}{note}", r.field, values.join(", "));
     }
 }
 
@@ -130,14 +135,14 @@ fn matrix(s: &mut String, run: &GangRun) {
             let _ = writeln!(s);
         }
     } else {
-        let all = super::verdict::links(&run.matrix);
+        let all = super::verdict::matrix::links(&run.matrix);
         let min = all.iter().copied().fold(f64::INFINITY, f64::min);
         let max = all.iter().copied().fold(0.0, f64::max);
         let _ = writeln!(
             s,
             "  {n} nodes, {} links: min {min:.2}, median {:.2}, max {max:.2} (--format json has every link)",
             all.len(),
-            super::verdict::median(&run.matrix).unwrap_or(0.0)
+            super::verdict::matrix::median(&run.matrix).unwrap_or(0.0)
         );
     }
 }

@@ -239,7 +239,7 @@ impl Catalog {
     /// counts as the newest tag (what it reads is the best guess); a version
     /// that is not a tag we read (a patch release between two tags) is judged by
     /// its minor series, so 2.27.9 counts as read where 2.27.7 reads it.
-    fn covers(&self, first: Version, last: Version, v: Version) -> bool {
+    pub(crate) fn covers(&self, first: Version, last: Version, v: Version) -> bool {
         let v = if v > self.latest() { self.latest() } else { v };
         if self.tags.contains(&v) {
             return first <= v && v <= last;

@@ -10,6 +10,7 @@ pub mod net_plugin;
 pub(crate) mod ofi_params;
 pub(crate) mod params;
 pub(crate) mod ras_diagnostics;
+pub(crate) mod roles;
 pub(crate) mod socket_ifname;
 pub(crate) mod topo_xml;
 pub(crate) mod version;

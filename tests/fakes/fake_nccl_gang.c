@@ -110,6 +110,16 @@
  *                              sockets left open (a rank stuck in a kernel: its
  *                              peers wait in theirs, as with NCCL, until aborted,
  *                              killed or FAKE_NCCL_OP_TIMEOUT_MS)
+ *   FAKE_NCCL_KILL_POD_AFTER=N at the (N+1)th communication call the process SIGKILLs its
+ *                              parent (the pod's nccl-preflight) and _exits (137): a pod
+ *                              killed mid-measurement, its connections closed at once
+ *   FAKE_NCCL_FREEZE_POD_AFTER=N  at the (N+1)th communication call a helper stops (SIGSTOP)
+ *                              this process and its parent for FAKE_NCCL_FREEZE_MS (default
+ *                              8000) ms, then continues them: a pod that stops answering,
+ *                              its sockets open (a node that hangs, a partitioned network)
+ *   FAKE_NCCL_POISON=V         what this rank contributes to every ncclAllGather whose
+ *                              data is doubles is replaced with V (nan, inf, -inf, -1): a
+ *                              peer that sends numbers no run gives
  *   FAKE_NCCL_HANG_INIT=1      init never contacts the root and never completes
  *                              (only ncclCommAbort ends it): a rank that never joins
  *   FAKE_NCCL_INIT_TIMEOUT_MS  bound on the whole init (default: none, as NCCL)
@@ -133,6 +143,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1294,6 +1306,31 @@ static void *ops_thread(void *arg) {
 
 static atomic_long comm_calls;
 
+/* FAKE_NCCL_FREEZE_POD_AFTER: a helper process stops this process and its parent,
+ * waits, and lets them go on. */
+static void freeze_pod(long ms) {
+    pid_t self = getpid(), parent = getppid();
+    pid_t helper = fork();
+    if (helper != 0) return;
+    kill(parent, SIGSTOP);
+    kill(self, SIGSTOP);
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+    kill(parent, SIGCONT);
+    kill(self, SIGCONT);
+    _exit(0);
+}
+
+/* FAKE_NCCL_POISON: this rank's doubles in an all-gather become the poison value. */
+static void poison(const void *sbuf, size_t count, int dtype) {
+    const char *v = getenv("FAKE_NCCL_POISON");
+    if (!v || !*v || !sbuf) return;
+    double p = strcmp(v, "nan") == 0 ? NAN : strcmp(v, "inf") == 0 ? INFINITY : strcmp(v, "-inf") == 0 ? -INFINITY : strtod(v, NULL);
+    size_t bytes = count * type_size(dtype);
+    if (bytes % sizeof(double)) return;
+    for (size_t i = 0; i < bytes / sizeof(double); i++) memcpy((char *)sbuf + i * sizeof(double), &p, sizeof p);
+}
+
 static ncclResult_t enqueue(struct ncclComm *c, enum opkind kind, const void *sbuf, void *rbuf, size_t count, int dtype, int redop, int peer) {
     long die_after = env_long("FAKE_NCCL_DIE_AFTER", -1), hang_after = env_long("FAKE_NCCL_HANG_AFTER", -1);
     long call = atomic_fetch_add(&comm_calls, 1);
@@ -1301,6 +1338,16 @@ static ncclResult_t enqueue(struct ncclComm *c, enum opkind kind, const void *sb
         INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_DIE_AFTER=%ld: exiting at %s", die_after, op_names[kind]);
         _exit(137);
     }
+    if (env_long("FAKE_NCCL_KILL_POD_AFTER", -1) == call) {
+        INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_KILL_POD_AFTER=%ld: killing the pod at %s", call, op_names[kind]);
+        kill(getppid(), SIGKILL);
+        _exit(137);
+    }
+    if (env_long("FAKE_NCCL_FREEZE_POD_AFTER", -1) == call) {
+        INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_FREEZE_POD_AFTER=%ld: freezing the pod at %s", call, op_names[kind]);
+        freeze_pod(env_long("FAKE_NCCL_FREEZE_MS", 8000));
+    }
+    if (kind == OP_ALLGATHER) poison(sbuf, count, dtype);
     if (hang_after >= 0 && call >= hang_after) {
         INFO(c ? c->dev : 0, "fake libnccl: FAKE_NCCL_HANG_AFTER=%ld: stuck in %s", hang_after, op_names[kind]);
         for (;;) pause();

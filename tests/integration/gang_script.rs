@@ -25,6 +25,10 @@ fn gang_gpu_script_refuses_bad_arguments_naming_them() {
             "--legs takes letters of p,a,b,c,d,e: a,x",
         ),
         (&["--gpus", "0"][..], "--gpus takes two GPU indices, I,J: 0"),
+        (
+            &["--within", "5"][..],
+            "--within takes seconds, 30 or more: 5",
+        ),
         (&["--frobnicate"][..], "unknown option --frobnicate"),
     ] {
         let out = script(args);
@@ -110,5 +114,43 @@ fn gang_gpu_script_dry_legs_join_catch_a_differing_nccl_algo_a_missing_pod_and_a
             .any(|l| l.starts_with("PASS b: ") && l.contains("NCCL_ALGO")),
         "{summary}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--pods 4` in its dry mode, the legs of issue 37: a debug variable on one pod is
+/// a note (every pod passes), a pod with two GPUs among one-GPU pods is the one
+/// named (exit 1), a pod killed mid-measurement is named gone by every other pod
+/// (exit 3), 256 idle connections on the gang port fail nobody; one tarball.
+#[test]
+fn gang_gpu_script_dry_pods_legs_of_issue_37() {
+    let test = "gang_gpu_script_dry_pods_legs_of_issue_37";
+    if !require_root(test) || !require_tools(test, &["python3", "nsenter"]) {
+        return;
+    }
+    let dir = scratch("gang-script-pods");
+    let out_dir = dir.join("out");
+    let out = script(&[
+        "--dry",
+        "--pods",
+        "4",
+        "--legs",
+        "D,G,K,I",
+        BIN,
+        out_dir.to_str().unwrap(),
+    ]);
+    let summary = std::fs::read_to_string(out_dir.join("summary.txt")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{summary}\n{}", stderr(&out));
+    for line in [
+        "D\tPASS\t",
+        "not compared: node 1 (job-worker-0) has NCCL_DEBUG=INFO where the other 3 pod(s) have NCCL_DEBUG unset",
+        "G\tPASS\t",
+        "rank 0: gang-consistency fail: node 1 (job-worker-0) has 2 GPU(s) where the other 3 pod(s) have 1 GPU(s)",
+        "K\tPASS\t",
+        "exit {'0': 3, '1': 3, '3': 3}\trank 0: gang-join fail: node 2 (job-worker-1) is gone ",
+        "I\tPASS\t",
+    ] {
+        assert!(summary.contains(line), "{line}\nnot in:\n{summary}");
+    }
+    assert!(out_dir.join("gang-gpu.tar.gz").is_file(), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
