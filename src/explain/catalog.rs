@@ -10,6 +10,7 @@
 //! Parsed per run from the embedded text: no global state.
 
 use crate::nccl::catalog::{Version, show};
+use std::borrow::Cow;
 
 const TABLE: &str = include_str!("nccl_messages.tsv");
 
@@ -26,78 +27,94 @@ pub enum Severity {
     Call,
 }
 
-/// One message of NCCL's (or a plugin's) source, for a range of versions.
+/// One message of NCCL's (or a plugin's) source, for a range of versions. Its
+/// text borrows from the table (an escape is the only copy): the table is read
+/// on every run of explain-log, and owned strings tripled its memory.
 #[derive(Debug, Clone)]
-pub struct Message {
+pub struct Message<'a> {
     pub warn: bool,
     /// Path in NVIDIA/nccl (`src/transport/net_ib.cc`), or `PLUGIN/src/...`.
-    pub file: String,
+    pub file: &'a str,
     pub first: Version,
     pub last: Version,
     /// Lowest and highest line number of the call in those versions.
     pub lines: (u32, u32),
     pub severity: Severity,
     /// The meaning's id in meanings.txt (`-`: none).
-    pub meaning: String,
+    pub meaning: &'a str,
     /// The function that prints it (`-`: unknown).
-    pub function: String,
+    pub function: Cow<'a, str>,
     /// The `if (...)` that leads to it, or the call a macro checks (`-`: none).
-    pub condition: String,
+    pub condition: Cow<'a, str>,
     /// The printf format, up to its first line break.
-    pub format: String,
+    pub format: Cow<'a, str>,
     /// The format's literal text between conversions; `open_start` / `open_end`
     /// when a conversion begins or ends it.
-    pieces: Vec<String>,
+    pieces: Vec<Cow<'a, str>>,
     open_start: bool,
     open_end: bool,
 }
 
-/// Splits a printf format into its literal pieces (conversions are wildcards).
-fn pieces(format: &str) -> (Vec<String>, bool, bool) {
-    let mut out = vec![String::new()];
-    let mut chars = format.chars().peekable();
+/// Splits a printf format into its literal pieces (conversions are wildcards);
+/// a piece borrows from the format unless it held a `%%`.
+fn pieces<'a>(format: &Cow<'a, str>) -> (Vec<Cow<'a, str>>, bool, bool) {
+    let text: &str = format;
+    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+    let (mut start, mut escaped) = (0usize, false);
     let mut open_start = false;
     let mut last_was_conv = false;
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            if let Some(p) = out.last_mut() {
-                p.push(c);
-            }
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
             last_was_conv = false;
+            i += 1;
             continue;
         }
-        if chars.peek() == Some(&'%') {
-            chars.next();
-            if let Some(p) = out.last_mut() {
-                p.push('%');
-            }
+        if bytes.get(i + 1) == Some(&b'%') {
+            escaped = true;
             last_was_conv = false;
+            i += 2;
             continue;
         }
+        if i == 0 {
+            open_start = true;
+        } else if i > start {
+            out.push((start, i, escaped));
+        }
+        escaped = false;
         // Flags, width, precision, length, then the conversion letter.
-        while let Some(&n) = chars.peek() {
-            chars.next();
-            if n.is_ascii_alphabetic() && !"hlLqjzt".contains(n) {
+        i += 1;
+        while i < bytes.len() {
+            let n = bytes[i];
+            i += 1;
+            if n.is_ascii_alphabetic() && !b"hlLqjzt".contains(&n) {
                 break;
             }
         }
-        if out.len() == 1 && out[0].is_empty() {
-            open_start = true;
-        } else if !out.last().is_some_and(String::is_empty) {
-            out.push(String::new());
-        }
+        start = i;
         last_was_conv = true;
     }
-    if out.last().is_some_and(String::is_empty) && out.len() > 1 {
-        out.pop();
+    if start < bytes.len() || out.is_empty() {
+        out.push((start, bytes.len(), escaped));
     }
-    (out, open_start, last_was_conv)
+    let piece = |(a, b, escaped): (usize, usize, bool)| -> Cow<'a, str> {
+        match format {
+            Cow::Borrowed(f) if !escaped => Cow::Borrowed(&f[a..b]),
+            _ => Cow::Owned(text[a..b].replace("%%", "%")),
+        }
+    };
+    (
+        out.into_iter().map(piece).collect(),
+        open_start,
+        last_was_conv,
+    )
 }
 
-impl Message {
+impl Message<'_> {
     /// Literal bytes: how specific the format is.
     fn literal_len(&self) -> usize {
-        self.pieces.iter().map(String::len).sum()
+        self.pieces.iter().map(|p| p.len()).sum()
     }
 
     /// True when `text` (a message as printed, trimmed) fits the format.
@@ -120,7 +137,7 @@ impl Message {
                 (_, true) if !self.open_end => {
                     return rest.trim_end().ends_with(piece.trim_end());
                 }
-                _ => piece.as_str(),
+                _ => piece.as_ref(),
             };
             match rest.find(piece) {
                 Some(at) => rest = &rest[at + piece.len()..],
@@ -158,7 +175,7 @@ impl Message {
         };
         let mut context = Vec::new();
         if self.function != "-" {
-            context.push(self.function.clone());
+            context.push(self.function.to_string());
         }
         if self.condition != "-" {
             context.push(format!("when {}", self.condition));
@@ -187,7 +204,11 @@ fn version(text: &str) -> Option<Version> {
     p.next().is_none().then_some(v)
 }
 
-fn unescape(text: &str) -> String {
+/// A field of the table with its C escapes undone, borrowed when it has none.
+fn unescape(text: &str) -> Cow<'_, str> {
+    if !text.contains('\\') {
+        return Cow::Borrowed(text);
+    }
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -203,13 +224,13 @@ fn unescape(text: &str) -> String {
             None => {}
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// NCCL's messages, from the table compiled in.
 #[derive(Debug, Clone)]
-pub struct Catalog {
-    messages: Vec<Message>,
+pub struct Catalog<'a> {
+    messages: Vec<Message<'a>>,
     /// The newest NCCL release read (a tag, or a newer build's strings).
     pub newest: Version,
 }
@@ -231,7 +252,7 @@ impl std::fmt::Display for CatalogError {
     }
 }
 
-fn row(line: &str) -> Result<Message, &'static str> {
+fn row(line: &str) -> Result<Message<'_>, &'static str> {
     let f: Vec<&str> = line.splitn(11, '\t').collect();
     let [
         kind,
@@ -262,34 +283,38 @@ fn row(line: &str) -> Result<Message, &'static str> {
     let (Ok(lo), Ok(hi)) = (lo.parse(), hi.parse()) else {
         return Err("a line number is not a number");
     };
-    let full = unescape(format);
-    let format = full.split('\n').next().unwrap_or("").trim().to_string();
-    let (pieces, open_start, mut open_end) = pieces(&format);
     // Text after a line break is not on the same log line.
-    open_end |= full.trim_end().contains('\n');
+    let (format, broken) = match unescape(format) {
+        Cow::Borrowed(f) => (Cow::Borrowed(f.trim()), false),
+        Cow::Owned(full) => {
+            let first = full.split('\n').next().unwrap_or("").trim().to_string();
+            (Cow::Owned(first), full.trim_end().contains('\n'))
+        }
+    };
+    let (pieces, open_start, open_end) = pieces(&format);
     Ok(Message {
         warn: kind == "warn",
-        file: file.to_string(),
+        file,
         first,
         last,
         lines: (lo, hi),
         severity,
-        meaning: meaning.to_string(),
+        meaning,
         function: unescape(function),
         condition: unescape(condition),
         format,
         pieces,
         open_start,
-        open_end,
+        open_end: open_end || broken,
     })
 }
 
-impl Catalog {
-    pub fn embedded() -> Result<Catalog, CatalogError> {
+impl<'a> Catalog<'a> {
+    pub fn embedded() -> Result<Catalog<'static>, CatalogError> {
         Catalog::parse(TABLE)
     }
 
-    pub fn parse(text: &str) -> Result<Catalog, CatalogError> {
+    pub fn parse(text: &'a str) -> Result<Catalog<'a>, CatalogError> {
         let mut messages = Vec::new();
         let mut newest = (0, 0, 0);
         for (i, line) in text.lines().enumerate() {
@@ -317,7 +342,7 @@ impl Catalog {
         text: &str,
         location: Option<&str>,
         versions: &[Version],
-    ) -> Option<&Message> {
+    ) -> Option<&Message<'a>> {
         let (file, line) = match location.and_then(|l| l.rsplit_once(':')) {
             Some((f, l)) => (Some(f), l.parse::<u32>().ok()),
             None => (None, None),
@@ -368,7 +393,7 @@ impl Catalog {
         file: &str,
         line: u32,
         versions: &[Version],
-    ) -> Option<&Message> {
+    ) -> Option<&Message<'a>> {
         let text = text.trim();
         self.messages
             .iter()
@@ -389,10 +414,10 @@ impl Catalog {
         let line: u32 = line.parse().ok()?;
         self.messages
             .iter()
-            .filter(|m| m.severity == Severity::Call && m.format == callee)
+            .filter(|m| m.severity == Severity::Call && m.format.as_ref() == callee)
             .filter(|m| m.file.ends_with(file.trim_start_matches("./")) && m.lines.0 == line)
             .find(|m| versions.is_empty() || versions.iter().any(|&v| m.in_versions(v)))
-            .map(|m| m.function.as_str())
+            .map(|m| m.function.as_ref())
     }
 
     /// The NCCL versions the table was read from: `2.4.2-2.32.3`.
@@ -408,14 +433,14 @@ impl Catalog {
     }
 
     /// NCCL's own rows printed by `version`.
-    pub fn at(&self, version: Version) -> impl Iterator<Item = &Message> {
+    pub fn at(&self, version: Version) -> impl Iterator<Item = &Message<'a>> {
         self.messages
             .iter()
             .filter(move |m| m.nccl() && m.in_versions(version))
     }
 
     /// Every row (NCCL's and the plugins').
-    pub fn rows(&self) -> impl Iterator<Item = &Message> {
+    pub fn rows(&self) -> impl Iterator<Item = &Message<'a>> {
         self.messages.iter()
     }
 }
@@ -424,7 +449,7 @@ impl Catalog {
 mod tests {
     use super::*;
 
-    fn cat() -> Catalog {
+    fn cat() -> Catalog<'static> {
         Catalog::embedded().unwrap()
     }
 

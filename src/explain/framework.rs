@@ -110,8 +110,15 @@ pub struct JobLines {
 /// The text after `key` up to the next `,` or `)`.
 fn value_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     let at = text.find(key)? + key.len();
-    let rest = &text[at..];
-    let end = rest.find([',', ')', ' ']).unwrap_or(rest.len());
+    // A value is short (a number, a host, an op name): search for its end in
+    // the first MAX_TEXT bytes only (issue 39: a 60 KB host name as a value made
+    // every such line a char-by-char scan of it).
+    let mut window = (text.len() - at).min(MAX_TEXT);
+    while !text.is_char_boundary(at + window) {
+        window -= 1;
+    }
+    let rest = &text[at..at + window];
+    let end = memchr::memchr3(b',', b')', b' ', rest.as_bytes()).unwrap_or(rest.len());
     Some(&rest[..end])
 }
 

@@ -32,7 +32,7 @@ lists the communicators with missing ranks, and `py-spy dump --pid` on each rank
 
 /// What the log lets a rule know about the job.
 struct Context {
-    catalog: Option<Catalog>,
+    catalog: Option<Catalog<'static>>,
     meanings: Option<Meanings>,
     versions: Vec<Version>,
     /// The log is NCCL_DEBUG=INFO or more: never ask for it again.
