@@ -45,7 +45,7 @@ pub struct Message<'a> {
     /// The function that prints it (`-`: unknown).
     pub function: Cow<'a, str>,
     /// The `if (...)` that leads to it, or the call a macro checks (`-`: none).
-    pub condition: Cow<'a, str>,
+    condition: Cow<'a, str>,
     /// The printf format, up to its first line break.
     pub format: Cow<'a, str>,
     /// The format's literal text between conversions; `open_start` / `open_end`

@@ -186,6 +186,8 @@ impl JobLines {
             // memory access was encountered`): that error is the failure.
             let reason = &text[at + "watchdog thread terminated with exception: ".len()..];
             self.nccl_error(line_no, &format!("NCCL error: {reason}"));
+            // The error is on this line: no `Last error:` block follows.
+            self.pending_last_error = false;
         } else if text.contains("Watchdog caught collective operation timeout") {
             // Also in its `watchdog thread terminated with exception: ...` form,
             // the only one some ranks print: a rank counts once per SeqNum.

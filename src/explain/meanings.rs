@@ -93,7 +93,17 @@ impl Meaning {
             "words" => self.words = alternatives(value),
             "decode" => self.decode = Some(value.to_string()),
             "cause" => self.cause = value.to_string(),
-            "fix" => self.fix = value.to_string(),
+            // The fixes the checks give too (src/remediation.rs), by name.
+            "fix" => {
+                self.fix = match value {
+                    "remediation::DEV_SHM" => crate::remediation::DEV_SHM.to_string(),
+                    "remediation::MEMLOCK" => crate::remediation::MEMLOCK.to_string(),
+                    v if v.starts_with("remediation::") => {
+                        return Err(format!("no shared fix {v}"));
+                    }
+                    v => v.to_string(),
+                }
+            }
             "source" => self.source = value.to_string(),
             _ => match key.strip_prefix("on ") {
                 Some(codes) => self.on.push((

@@ -203,8 +203,9 @@ fn explain(ctx: &Context, said: &Said<'_>) -> Draft {
         .and_then(|c| first.redirect(&c.names()))
         .and_then(|id| meanings.and_then(|m| m.get(id)));
     let meaning = redirected.unwrap_or(first);
-    let transition =
-        transition(ctx, said.text, said.trace).unwrap_or_else(|| "to its next state".to_string());
+    let transition = transition(ctx, said.text, said.trace)
+        .map(|t| format!(" ({t})"))
+        .unwrap_or_default();
     let mut summary = fill(&meaning.cause, said, row, &shown, &transition);
     if let (Some(c), None) = (&code, redirected) {
         summary.push_str(&format!(": {}", c.meaning));
@@ -231,10 +232,10 @@ fn explain(ctx: &Context, said: &Said<'_>) -> Draft {
         format!("{prefix}: {summary}"),
         fill(&meaning.fix, said, row, &shown, &transition),
     );
-    f.evidence = vec![format!(
-        "{} [{source}; meaning: {}]",
-        said.evidence, meaning.source
-    )];
+    f.evidence = vec![
+        format!("{} [{source}]", said.evidence),
+        format!("meaning from: {}", meaning.source),
+    ];
     Draft {
         first_line: said.first_line,
         lines: said.lines,
@@ -353,7 +354,11 @@ fn merge(drafts: Vec<Draft>) -> Vec<Draft> {
                     );
                     o.finding.evidence = evidence;
                 }
-                o.finding.evidence.extend(d.finding.evidence);
+                for e in d.finding.evidence {
+                    if !o.finding.evidence.contains(&e) {
+                        o.finding.evidence.push(e);
+                    }
+                }
                 o.first_line = o.first_line.min(d.first_line);
                 o.lines += d.lines;
             }
