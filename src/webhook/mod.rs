@@ -157,7 +157,9 @@ fn start_metrics(
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            if let Err(e) = crate::serve::http::serve(listener, stop, route) {
+            if let Err(e) =
+                crate::serve::http::serve(listener, stop, route, &["/healthz", "/readyz"])
+            {
                 crate::diagnostic::line(format_args!(
                     "nccl-preflight: webhook: the metrics server stopped: {e}"
                 ));
