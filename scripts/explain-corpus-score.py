@@ -11,7 +11,9 @@ Two label forms:
   finding, which is the verdict, one of `first`; none failing where the label
   says `pass`), cause right (every `cause` group in the first finding's summary),
   fix right (every `fix` group in its remediation), false findings. A group is
-  words separated by `|`, any of which may match, case-insensitive.
+  words separated by `|`, any of which may match, case-insensitive. Counted per
+  label `set` (`issue-38`: built against; `issue-38-held-out`: held out until
+  the tool was built).
 
 Not a test: the corpus test checks every label; this prints the figures for a
 before/after.
@@ -68,7 +70,7 @@ def main():
         ids = [f["id"] for f in got.get("findings", [])]
         if "verdict" in label:
             v, c, f, false = score_v3(label, code, got)
-            new.append((name, v, c, f, false, code, ids[:1]))
+            new.append((name, v, c, f, false, code, ids[:1], label.get("set", "")))
             continue
         transports = got.get("transport_counts", {}) == label.get("transport_counts", {})
         cause = label.get("cause", (label.get("findings") or [None])[0])
@@ -84,12 +86,18 @@ def main():
         print(f"\n{n} logs: transports right {sum(r[1] for r in old)}, causes right {sum(r[2] for r in old)}, "
               f"exit right {sum(r[4] for r in old)}, false findings {sum(len(r[3]) for r in old)} "
               f"(in {sum(1 for r in old if r[3])} logs)\n")
-    for name, v, c, f, false, code, first in new:
+    for name, v, c, f, false, code, first, _ in new:
         print(f"{name:55} verdict {ok(v)}  cause {ok(c)}  fix {ok(f)}  exit {code}  first {first}  false {false}")
     if new:
-        print(f"\n{len(new)} logs labelled with verdict/cause/fix: verdict right {sum(r[1] for r in new)}, "
-              f"cause right {sum(r[2] for r in new)}, fix right {sum(r[3] for r in new)}, "
-              f"false findings {sum(len(r[4]) for r in new)} (in {sum(1 for r in new if r[4])} logs)")
+        print()
+    # One line per label set: the threads the tool was built against apart from
+    # those held out until it was built (`set` in each label).
+    for group in sorted({r[7] for r in new}):
+        rows = [r for r in new if r[7] == group]
+        print(f"{group or '(no set)'}: {len(rows)} logs labelled with verdict/cause/fix: "
+              f"verdict right {sum(r[1] for r in rows)}, cause right {sum(r[2] for r in rows)}, "
+              f"fix right {sum(r[3] for r in rows)}, all three {sum(r[1] and r[2] and r[3] for r in rows)}, "
+              f"false findings {sum(len(r[4]) for r in rows)} (in {sum(1 for r in rows if r[4])} logs)")
 
 
 if __name__ == "__main__":

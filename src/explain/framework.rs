@@ -62,7 +62,7 @@ pub struct FrameworkError {
 /// A process the launcher saw fail.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LauncherFailure {
-    /// `torchrun` or `ray`.
+    /// `torchrun`, `DeepSpeed` or `ray`.
     pub launcher: &'static str,
     pub rank: Option<String>,
     pub host: Option<String>,
@@ -211,6 +211,23 @@ impl JobLines {
                 rank: value_after(text, "local_rank: ").map(|r| format!("local rank {r}")),
                 host: None,
                 exitcode: value_after(text, "exitcode: ").map(clip),
+                line: line_no,
+            });
+        } else if let Some(code) = value_after(text, "] exits with return code = ") {
+            // DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler:
+            // `{cmd} exits with return code = {code}`, after killing the other
+            // ranks): the command names the rank (`--local_rank=N`), a negative
+            // code is the signal that ended it (Popen.returncode).
+            self.launcher(LauncherFailure {
+                launcher: "DeepSpeed",
+                rank: text
+                    .split("'--local_rank=")
+                    .nth(1)
+                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|r| r.parse::<u32>().ok())
+                    .map(|r| format!("local rank {r}")),
+                host: None,
+                exitcode: Some(clip(code)),
                 line: line_no,
             });
         } else if text.contains("Root Cause (first observed failure)") {

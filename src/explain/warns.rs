@@ -672,7 +672,7 @@ fn launcher_findings(s: &LogSummary, drafts: &[Draft]) -> Vec<Draft> {
     let f = if failures.iter().any(|f| f.launcher == "ray") {
         ray_finding(failures)
     } else {
-        torchrun_finding(failures)
+        launcher_finding(failures)
     };
     let mut f = f;
     f.evidence = lines;
@@ -686,9 +686,32 @@ fn launcher_findings(s: &LogSummary, drafts: &[Draft]) -> Vec<Draft> {
     }]
 }
 
-fn torchrun_finding(failures: &[super::framework::LauncherFailure]) -> Finding {
+/// What a negative exit code (the signal that ended the process: Python's
+/// Popen.returncode, torchrun's `exitcode: -N`) usually means for a rank.
+fn signal_said(exitcode: &str) -> Option<&'static str> {
+    Some(match exitcode.split_whitespace().next()? {
+        // c10d's watchdog and NCCL's async error handling abort the process
+        // (ProcessGroupNCCL.cpp: std::abort on a timeout or an NCCL error).
+        "-6" => " (SIGABRT, exit -6: PyTorch's watchdog or NCCL aborts this way)",
+        "-9" => {
+            " (SIGKILL, exit -9: the kernel's OOM killer or the container's memory limit, or a kill from outside)"
+        }
+        // A bus error on a mapped file whose tmpfs is full: DataLoader workers'
+        // and NCCL's shared memory live in /dev/shm.
+        "-7" => " (SIGBUS, exit -7: often /dev/shm too small for what is mapped there)",
+        "-11" => {
+            " (SIGSEGV, exit -11: a crash in native code, such as a CUDA extension or a library built for another version)"
+        }
+        _ => return None,
+    })
+}
+
+/// torchrun's agent (torch/distributed/elastic/multiprocessing/errors) or
+/// DeepSpeed's launcher (deepspeed/launcher/launch.py) saw a rank fail and
+/// ended the others.
+fn launcher_finding(failures: &[super::framework::LauncherFailure]) -> Finding {
     // ChildFailedError's `Root Cause (first observed failure)` block names the
-    // first rank that failed (torch/distributed/elastic/multiprocessing/errors).
+    // first rank that failed.
     let root = failures
         .iter()
         .rev()
@@ -712,19 +735,31 @@ fn torchrun_finding(failures: &[super::framework::LauncherFailure]) -> Finding {
         .unwrap_or_else(|| "a rank".to_string());
     let signal = failures
         .iter()
-        .any(|f| f.exitcode.as_deref().is_some_and(|c| c.starts_with("-6")));
+        .find_map(|f| f.exitcode.as_deref().and_then(signal_said))
+        .unwrap_or("");
+    let deepspeed = first.is_some_and(|f| f.launcher == "DeepSpeed");
+    let (launcher, keep) = if deepspeed {
+        (
+            "DeepSpeed's launcher",
+            "deepspeed --enable_each_rank_log DIR",
+        )
+    } else {
+        ("torchrun's agent", "torchrun --tee 3 --log-dir DIR")
+    };
+    let oom = if signal.contains("SIGKILL") {
+        " For SIGKILL, look for the OOM killer: `dmesg | grep -i oom` on the node, `kubectl describe pod` (OOMKilled), and give the pod more memory or use less host memory (CPU offload, DataLoader workers)."
+    } else {
+        ""
+    };
     Finding::fail(
         "log-launcher-failure",
         format!(
-            "torchrun's agent saw {who} fail first{} and ended the others: the cause is in that rank's own output, which this log does not show",
-            if signal {
-                " (SIGABRT, exit -6: PyTorch's watchdog or NCCL aborts this way)"
-            } else {
-                ""
-            }
+            "{launcher} saw {who} fail first{signal} and ended the others: the cause is in that rank's own output, which this log does not show"
         ),
-        "Read the failed rank's own output from before the agent's lines (torchrun --tee 3 --log-dir DIR keeps every \
-         rank's output): its first NCCL, CUDA or watchdog error is the cause; run explain-log on it.",
+        format!(
+            "Read the failed rank's own output from before the launcher's lines ({keep} keeps every \
+             rank's output): its first NCCL, CUDA or watchdog error is the cause; run explain-log on it.{oom}"
+        ),
     )
 }
 
@@ -944,6 +979,52 @@ mod tests {
                 "E1106 api.py:869] failed (exitcode: -6) local_rank: 3 (pid: 26026) of binary: /bin/python\n"
             ),
             [("log-launcher-failure".to_string(), Status::Fail)]
+        );
+    }
+
+    /// DeepSpeed's launcher names the rank in its command and the signal in a
+    /// negative code; torchrun's exit codes read the same way. Written from
+    /// deepspeed/launcher/launch.py (sigkill_handler) before the code.
+    #[test]
+    fn launchers_name_the_rank_and_the_signal_that_ended_it() {
+        let said = |text: &str| {
+            let s = crate::explain::summarize(text.as_bytes()).unwrap();
+            let f = crate::explain::rules::diagnose(&s).0.remove(0);
+            (
+                f.id.clone(),
+                f.summary.clone(),
+                f.remediation().unwrap_or("").to_string(),
+            )
+        };
+        let (id, summary, fix) = said(
+            "[2024-01-01 00:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3', '--deepspeed'] exits with return code = -9\n",
+        );
+        assert_eq!(id, "log-launcher-failure");
+        assert!(
+            summary.starts_with(
+                "DeepSpeed's launcher saw local rank 3 with exit code -9 fail first (SIGKILL"
+            ),
+            "{summary}"
+        );
+        assert!(
+            fix.contains("--enable_each_rank_log") && fix.contains("OOMKilled"),
+            "{fix}"
+        );
+        let (_, summary, fix) = said(
+            "E1106 api.py:869] failed (exitcode: -7) local_rank: 0 (pid: 1) of binary: /bin/python\n",
+        );
+        assert!(
+            summary.contains("torchrun's agent saw local rank 0") && summary.contains("SIGBUS"),
+            "{summary}"
+        );
+        assert!(fix.contains("--tee 3") && !fix.contains("OOM"), "{fix}");
+        // A positive code is the program's own exit: no signal is named.
+        let (_, summary, _) = said(
+            "[ERROR] [launch.py:321:sigkill_handler] ['python', 'x.py', '--local_rank=1'] exits with return code = 1\n",
+        );
+        assert!(
+            summary.contains("local rank 1 with exit code 1 fail first and"),
+            "{summary}"
         );
     }
 }
