@@ -158,21 +158,7 @@ impl JobLines {
     /// Takes one line that is not NCCL's own (`line_no` is 1-based).
     pub fn line(&mut self, line_no: u64, text: &str) {
         if self.pending_last_error {
-            let t = unprefixed(text);
-            if let Some(rest) = t.strip_prefix("Last error:") {
-                let rest = rest.trim();
-                if !rest.is_empty() {
-                    self.last_error(rest);
-                }
-                return;
-            }
-            if t.starts_with("nccl") && t.contains("Error: ") {
-                return;
-            }
-            if !t.is_empty() {
-                self.last_error(t);
-            }
-            return;
+            return self.awaited_last_error(text);
         }
         if self.ray_fields > 0 {
             self.ray_fields -= 1;
@@ -214,22 +200,7 @@ impl JobLines {
                 line: line_no,
             });
         } else if let Some(code) = value_after(text, "] exits with return code = ") {
-            // DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler:
-            // `{cmd} exits with return code = {code}`, after killing the other
-            // ranks): the command names the rank (`--local_rank=N`), a negative
-            // code is the signal that ended it (Popen.returncode).
-            self.launcher(LauncherFailure {
-                launcher: "DeepSpeed",
-                rank: text
-                    .split("'--local_rank=")
-                    .nth(1)
-                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|r| r.parse::<u32>().ok())
-                    .map(|r| format!("local rank {r}")),
-                host: None,
-                exitcode: Some(clip(code)),
-                line: line_no,
-            });
+            self.deepspeed(line_no, text, code);
         } else if text.contains("Root Cause (first observed failure)") {
             self.in_root_cause = true;
             self.launcher(LauncherFailure {
@@ -246,6 +217,39 @@ impl JobLines {
         } else if text.contains("NCCL DIAG ") && !text.contains("NCCL DIAG [OK]") {
             self.ras_problem(text);
         }
+    }
+
+    /// The line after c10d's `NCCL error in: ...`: NCCL's last error, alone or
+    /// after `Last error:`.
+    fn awaited_last_error(&mut self, text: &str) {
+        let t = unprefixed(text);
+        if let Some(rest) = t.strip_prefix("Last error:") {
+            let rest = rest.trim();
+            if !rest.is_empty() {
+                self.last_error(rest);
+            }
+        } else if !t.is_empty() && !(t.starts_with("nccl") && t.contains("Error: ")) {
+            self.last_error(t);
+        }
+    }
+
+    /// DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler:
+    /// `{cmd} exits with return code = {code}`, after killing the other ranks):
+    /// the command names the rank (`--local_rank=N`), a negative code is the
+    /// signal that ended it (Popen.returncode).
+    fn deepspeed(&mut self, line_no: u64, text: &str, code: &str) {
+        self.launcher(LauncherFailure {
+            launcher: "DeepSpeed",
+            rank: text
+                .split("'--local_rank=")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|r| r.parse::<u32>().ok())
+                .map(|r| format!("local rank {r}")),
+            host: None,
+            exitcode: Some(clip(code)),
+            line: line_no,
+        });
     }
 
     fn timeout(&mut self, line_no: u64, text: &str) {
