@@ -228,7 +228,7 @@ impl JobLines {
             if !rest.is_empty() {
                 self.last_error(rest);
             }
-        } else if !t.is_empty() && !(t.starts_with("nccl") && t.contains("Error: ")) {
+        } else if !(t.is_empty() || t.starts_with("nccl") && t.contains("Error: ")) {
             self.last_error(t);
         }
     }

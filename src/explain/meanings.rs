@@ -217,7 +217,7 @@ impl Meanings {
         let Some(row) = row else {
             return self.blocks.iter().find(|b| b.covers(warn, None, text));
         };
-        let by_row = self.position(&row.meaning);
+        let by_row = self.position(row.meaning);
         let filled = self
             .blocks
             .iter()
@@ -270,7 +270,7 @@ mod tests {
             .filter(|r| r.severity != Severity::Call)
             .filter(|r| {
                 let expect = meanings
-                    .by_text(r.warn, Some(&r.file), &r.format)
+                    .by_text(r.warn, Some(r.file), &r.format)
                     .map_or("-", |b| b.id.as_str());
                 r.meaning != expect
             })

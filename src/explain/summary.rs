@@ -112,6 +112,9 @@ impl Communicator {
     }
 }
 
+/// The last WARN's host, pid, message and entry (when it has one).
+type LastWarn = (Option<String>, Option<u32>, String, Option<usize>);
+
 /// A WARN message and how often it was seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WarnEntry {
@@ -268,7 +271,7 @@ pub struct LogSummary {
     warn_index: BTreeMap<String, usize>,
     /// The last WARN: its host, pid, message and entry (when it has one).
     #[serde(skip)]
-    last_warn: Option<(Option<String>, Option<u32>, String, Option<usize>)>,
+    last_warn: Option<LastWarn>,
     #[serde(skip)]
     scratch: String,
 }
