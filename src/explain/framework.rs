@@ -3,8 +3,17 @@
 //! Formats from pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
 //! (`Watchdog caught collective operation timeout: WorkNCCL(SeqNum=.., OpType=..`,
 //! `Exception (either an error or timeout) detected by watchdog at work: N`,
-//! `... due to ProcessGroupNCCL watchdog hang`), NCCLUtils (`NCCL error in:
+//! `... due to ProcessGroupNCCL watchdog hang`, `watchdog got stuck for N seconds`,
+//! `Exception (either an error or timeout) detected by watchdog at work: N, last
+//! enqueued NCCL work: A, last completed NCCL work: B`, `Received a dump signal
+//! due to a collective timeout from rank N`: getNCCLWatchdogTimeoutErrorMsg at
+//! v2.5.0-v2.11.0), NCCLUtils (`NCCL error in:
 //! FILE:LINE, REASON, NCCL version X` then `ncclXError: ...` and `Last error:`),
+//! XLA's `NCCL operation X failed: REASON. Last NCCL warning(error) log entry
+//! (may be unrelated) 'TEXT'` (xla/service/gpu/nccl_utils.cc), Ray's worker
+//! failure summary (`A worker died or was killed while executing a task by an
+//! unexpected system error ... Worker IP address: X ... Worker PID: N ... Worker
+//! exit type: T`, python/ray/_private/worker.py and the raylet),
 //! torch/distributed/elastic/multiprocessing/api.py (`failed (exitcode: N)
 //! local_rank: N (pid: N) of binary`) and errors/__init__.py (ChildFailedError's
 //! `Root Cause (first observed failure)` block); NCCL's RAS (docs
@@ -53,18 +62,36 @@ pub struct FrameworkError {
 /// A process the launcher saw fail.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LauncherFailure {
+    /// `torchrun`, `DeepSpeed` or `ray`.
+    pub launcher: &'static str,
     pub rank: Option<String>,
     pub host: Option<String>,
     pub exitcode: Option<String>,
     pub line: u64,
 }
 
+/// Where one rank's process group stood when its watchdog fired: the last
+/// collective it enqueued and the last that completed (PyTorch's pgStatus).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WorkState {
+    pub rank: u32,
+    pub enqueued: i64,
+    pub completed: i64,
+}
+
 /// What the framework and launcher lines said.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct JobLines {
     pub collective_timeouts: Vec<CollectiveTimeout>,
-    /// `... due to ProcessGroupNCCL watchdog hang` (the heartbeat monitor killed the process).
+    /// `... due to ProcessGroupNCCL watchdog hang` or `watchdog got stuck` (the
+    /// heartbeat monitor found the watchdog thread itself stuck).
     pub watchdog_hangs: u64,
+    /// Per rank, the work numbers its watchdog printed (first `MAX_RANKS` ranks).
+    pub work: Vec<WorkState>,
+    /// `Received a dump signal due to a collective timeout from rank N`: the rank
+    /// whose watchdog fired first, as the others heard it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dump_signal_from: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watchdog_hang_line: Option<u64>,
     pub nccl_errors: Vec<FrameworkError>,
@@ -75,14 +102,38 @@ pub struct JobLines {
     pending_last_error: bool,
     #[serde(skip)]
     in_root_cause: bool,
+    /// Lines left in which a Ray failure's fields (wrapped by the terminal) may follow.
+    #[serde(skip)]
+    ray_fields: u8,
 }
 
 /// The text after `key` up to the next `,` or `)`.
 fn value_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     let at = text.find(key)? + key.len();
-    let rest = &text[at..];
-    let end = rest.find([',', ')', ' ']).unwrap_or(rest.len());
+    // A value is short (a number, a host, an op name): search for its end in
+    // the first MAX_TEXT bytes only (issue 39: a 60 KB host name as a value made
+    // every such line a char-by-char scan of it).
+    let mut window = (text.len() - at).min(MAX_TEXT);
+    while !text.is_char_boundary(at + window) {
+        window -= 1;
+    }
+    let rest = &text[at..at + window];
+    let end = memchr::memchr3(b',', b')', b' ', rest.as_bytes()).unwrap_or(rest.len());
     Some(&rest[..end])
+}
+
+/// The rank a watchdog line is about: `[Rank 3]`, `[PG 1 Rank 3]`, `[PG ID 0 PG
+/// GUID 0(default_pg) Rank 3]`, or torchrun's `[rank3]:` prefix.
+fn rank_of(text: &str) -> Option<u32> {
+    let digits = |s: &str| -> Option<u32> {
+        let n: String = s.chars().take_while(char::is_ascii_digit).collect();
+        n.parse().ok()
+    };
+    text.split(" Rank ")
+        .nth(1)
+        .or_else(|| text.split("[Rank ").nth(1))
+        .and_then(digits)
+        .or_else(|| text.split("[rank").nth(1).and_then(digits))
 }
 
 /// The line without launcher prefixes (`[rank3]: `, `(RayWorkerWrapper pid=1) `, `> `).
@@ -107,47 +158,60 @@ impl JobLines {
     /// Takes one line that is not NCCL's own (`line_no` is 1-based).
     pub fn line(&mut self, line_no: u64, text: &str) {
         if self.pending_last_error {
-            let t = unprefixed(text);
-            if let Some(rest) = t.strip_prefix("Last error:") {
-                let rest = rest.trim();
-                if !rest.is_empty() {
-                    self.last_error(rest);
-                }
-                return;
-            }
-            if t.starts_with("nccl") && t.contains("Error: ") {
-                return;
-            }
-            if !t.is_empty() {
-                self.last_error(t);
-            }
-            return;
+            return self.awaited_last_error(text);
         }
-        if let Some(at) = text.find("Watchdog caught collective operation timeout") {
-            if !text[..at].contains("terminated with exception") {
-                self.timeout(line_no, text);
-            }
-        } else if text.contains("watchdog hang") {
+        if self.ray_fields > 0 {
+            self.ray_fields -= 1;
+            self.ray_field(text);
+        }
+        if let Some(at) = text
+            .find("watchdog thread terminated with exception: ")
+            .filter(|_| !text.contains("Watchdog caught collective operation timeout"))
+        {
+            // The watchdog died on an error of its own (`CUDA error: an illegal
+            // memory access was encountered`): that error is the failure.
+            let reason = &text[at + "watchdog thread terminated with exception: ".len()..];
+            self.nccl_error(line_no, &format!("NCCL error: {reason}"));
+            // The error is on this line: no `Last error:` block follows.
+            self.pending_last_error = false;
+        } else if text.contains("Watchdog caught collective operation timeout") {
+            // Also in its `watchdog thread terminated with exception: ...` form,
+            // the only one some ranks print: a rank counts once per SeqNum.
+            self.timeout(line_no, text);
+        } else if text.contains("watchdog hang") || text.contains("watchdog got stuck") {
             self.watchdog_hangs += 1;
             self.watchdog_hang_line.get_or_insert(line_no);
+        } else if text.contains("last enqueued NCCL work: ")
+            || text.contains("Last enqueued NCCL work: ")
+        {
+            self.work_state(text);
         } else if let Some(at) = text
             .find("NCCL error in: ")
             .or_else(|| text.find("NCCL error: "))
+            .or_else(|| text.find("NCCL operation "))
         {
             self.nccl_error(line_no, &text[at..]);
         } else if text.contains("failed (exitcode: ") && text.contains("local_rank: ") {
             self.launcher(LauncherFailure {
+                launcher: "torchrun",
                 rank: value_after(text, "local_rank: ").map(|r| format!("local rank {r}")),
                 host: None,
                 exitcode: value_after(text, "exitcode: ").map(clip),
                 line: line_no,
             });
+        } else if let Some(code) = value_after(text, "] exits with return code = ") {
+            self.deepspeed(line_no, text, code);
         } else if text.contains("Root Cause (first observed failure)") {
             self.in_root_cause = true;
             self.launcher(LauncherFailure {
+                launcher: "torchrun",
                 line: line_no,
                 ..LauncherFailure::default()
             });
+        } else if text.contains("worker process has died")
+            || text.contains("A worker died or was killed")
+        {
+            self.ray_failure(line_no, text);
         } else if self.in_root_cause {
             self.root_cause_field(text);
         } else if text.contains("NCCL DIAG ") && !text.contains("NCCL DIAG [OK]") {
@@ -155,10 +219,43 @@ impl JobLines {
         }
     }
 
+    /// The line after c10d's `NCCL error in: ...`: NCCL's last error, alone or
+    /// after `Last error:`.
+    fn awaited_last_error(&mut self, text: &str) {
+        let t = unprefixed(text);
+        if let Some(rest) = t.strip_prefix("Last error:") {
+            let rest = rest.trim();
+            if !rest.is_empty() {
+                self.last_error(rest);
+            }
+        } else if !(t.is_empty() || t.starts_with("nccl") && t.contains("Error: ")) {
+            self.last_error(t);
+        }
+    }
+
+    /// DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler:
+    /// `{cmd} exits with return code = {code}`, after killing the other ranks):
+    /// the command names the rank (`--local_rank=N`), a negative code is the
+    /// signal that ended it (Popen.returncode).
+    fn deepspeed(&mut self, line_no: u64, text: &str, code: &str) {
+        self.launcher(LauncherFailure {
+            launcher: "DeepSpeed",
+            rank: text
+                .split("'--local_rank=")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|r| r.parse::<u32>().ok())
+                .map(|r| format!("local rank {r}")),
+            host: None,
+            exitcode: Some(clip(code)),
+            line: line_no,
+        });
+    }
+
     fn timeout(&mut self, line_no: u64, text: &str) {
         let seq = value_after(text, "SeqNum=").and_then(|s| s.parse().ok());
         let op = value_after(text, "OpType=").map(clip);
-        let rank = value_after(text, "[Rank ").and_then(|r| r.trim_end_matches(']').parse().ok());
+        let rank = rank_of(text);
         let i = match self.collective_timeouts.iter().position(|t| t.seq == seq) {
             Some(i) => i,
             None if self.collective_timeouts.len() < MAX_ENTRIES => {
@@ -181,16 +278,116 @@ impl JobLines {
         }
     }
 
-    /// `NCCL error in: FILE:LINE, REASON, NCCL version X` (or `NCCL error: REASON, NCCL version X`).
+    /// `Exception (either an error or timeout) detected by watchdog at work: N,
+    /// last enqueued NCCL work: A, last completed NCCL work: B.` and `Received a
+    /// dump signal due to a collective timeout from rank R ... Last enqueued NCCL
+    /// work: A, last completed NCCL work: B.`
+    fn work_state(&mut self, text: &str) {
+        if let Some(from) = text
+            .split("collective timeout from ")
+            .nth(1)
+            .and_then(|r| r.split(" and we will").next())
+        {
+            self.dump_signal_from
+                .get_or_insert_with(|| clip(from.trim()));
+        }
+        let number = |key: &str| -> Option<i64> {
+            let rest = text.split(key).nth(1)?;
+            let n: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            n.parse().ok()
+        };
+        let enqueued = number("ast enqueued NCCL work: ");
+        let completed = number("ast completed NCCL work: ");
+        let (Some(rank), Some(enqueued), Some(completed)) = (rank_of(text), enqueued, completed)
+        else {
+            return;
+        };
+        if self.work.len() < MAX_RANKS && !self.work.iter().any(|w| w.rank == rank) {
+            self.work.push(WorkState {
+                rank,
+                enqueued,
+                completed,
+            });
+            self.work.sort_by_key(|w| w.rank);
+        }
+    }
+
+    /// Ray's summary of a dead worker: its address, pid and exit type follow on
+    /// the same line or the next few (a terminal wraps them).
+    fn ray_failure(&mut self, line_no: u64, text: &str) {
+        if self.launcher_failures.iter().any(|f| f.launcher == "ray") {
+            self.ray_fields = 3;
+            self.ray_field(text);
+            return;
+        }
+        self.launcher(LauncherFailure {
+            launcher: "ray",
+            line: line_no,
+            ..LauncherFailure::default()
+        });
+        self.ray_fields = 3;
+        self.ray_field(text);
+    }
+
+    fn ray_field(&mut self, text: &str) {
+        let Some(f) = self
+            .launcher_failures
+            .iter_mut()
+            .rfind(|f| f.launcher == "ray")
+        else {
+            return;
+        };
+        if let Some(ip) = value_after(text, "Worker IP address: ") {
+            f.host.get_or_insert_with(|| clip(ip));
+        }
+        if let Some(pid) = value_after(text, "Worker PID: ") {
+            f.rank
+                .get_or_insert_with(|| format!("worker pid {}", clip(pid)));
+        }
+        if let Some(kind) = value_after(text, "Worker exit type: ") {
+            f.exitcode.get_or_insert_with(|| clip(kind));
+        }
+    }
+
+    /// `NCCL error in: FILE:LINE, REASON, NCCL version X` (or `NCCL error: REASON,
+    /// NCCL version X`), and XLA's `NCCL operation CALL failed: REASON. Last NCCL
+    /// warning(error) log entry (may be unrelated) 'TEXT'.`
     fn nccl_error(&mut self, line_no: u64, text: &str) {
         let body = text
             .strip_prefix("NCCL error in: ")
             .map(|t| t.split_once(", ").map_or("", |(_, r)| r))
             .or_else(|| text.strip_prefix("NCCL error: "))
+            .or_else(|| {
+                text.strip_prefix("NCCL operation ")
+                    .and_then(|t| t.split_once(" failed: "))
+                    .map(|(_, r)| r)
+            })
             .unwrap_or("");
-        let reason = body.split(", NCCL version").next().unwrap_or(body).trim();
-        // Older PyTorch prints it all on one line: `... ncclRemoteError: ... Last error: TEXT`.
-        let inline = text.find("Last error:").map(|at| text[at + 11..].trim());
+        if body.is_empty() {
+            return;
+        }
+        let reason = body
+            .split(", NCCL version")
+            .next()
+            .and_then(|r| r.split(". Last NCCL warning").next())
+            .and_then(|r| r.split("; current tracing scope").next())
+            .unwrap_or(body)
+            .trim();
+        // Older PyTorch prints it all on one line: `... ncclRemoteError: ... Last error: TEXT`;
+        // XLA quotes NCCL's last WARN.
+        let inline = text
+            .find("Last error:")
+            .map(|at| text[at + 11..].trim())
+            .or_else(|| {
+                text.split("log entry (may be unrelated) '")
+                    .nth(1)
+                    .and_then(|r| r.rsplit_once('\''))
+                    .map(|(quoted, _)| quoted)
+            });
         let room = self.nccl_errors.len() < MAX_ENTRIES;
         match self.nccl_errors.iter_mut().find(|e| e.reason == reason) {
             Some(e) => e.count += 1,
@@ -202,7 +399,8 @@ impl JobLines {
             }),
             None => return,
         }
-        self.pending_last_error = inline.is_none();
+        // XLA prints no `Last error:` block of its own.
+        self.pending_last_error = inline.is_none() && !text.starts_with("NCCL operation ");
     }
 
     fn last_error(&mut self, text: &str) {
@@ -272,6 +470,7 @@ impl JobLines {
             || !self.nccl_errors.is_empty()
             || !self.launcher_failures.is_empty()
             || !self.ras_problems.is_empty()
+            || !self.work.is_empty()
     }
 }
 
@@ -299,7 +498,7 @@ mod tests {
         let t = &j.collective_timeouts[0];
         assert_eq!(
             (t.seq, t.op.as_deref(), t.timeout_ms, &t.ranks[..], t.count),
-            (Some(808), Some("ALLREDUCE"), Some(600000), &[0, 1][..], 2)
+            (Some(808), Some("ALLREDUCE"), Some(600000), &[0, 1][..], 3)
         );
     }
 
@@ -339,6 +538,64 @@ mod tests {
         assert_eq!(
             j.nccl_errors[0].last_error.as_deref(),
             Some("NET/IB : Got completion from peer x with error 12")
+        );
+    }
+
+    /// Issue 38: the lines that say which rank: each rank's work numbers, the
+    /// rank whose watchdog fired first; XLA's NCCL error with NCCL's last WARN;
+    /// Ray's dead worker (wrapped by a terminal); a watchdog killed by a CUDA error.
+    #[test]
+    fn work_numbers_dump_signal_xla_ray_and_watchdog_errors() {
+        let j = read(
+            "[rank0]:[E1206 18:44:12.7 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 7753, last enqueued NCCL work: 7755, last completed NCCL work: 7752.\n\
+             [rank6]:[E703 21:51:54.1 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID 0(default_pg) Rank 6] Received a dump signal due to a collective timeout from  rank 7 and we will try our best to dump the debug info. Last enqueued NCCL work: 56115, last completed NCCL work: 56115.This is most likely caused by incorrect usages of collectives\n\
+             INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:305: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled system error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'socketTryAccept: Accept failed: Bad file descriptor'.\n\
+             (raylet) A worker died or was killed while executing a task by an unexpected system error. Worker IP address: 10.0.1.75 Worker port: 10230 Worker PID: 207258 Worker exit type: SYSTEM_ERRO\n\
+             R Worker exit detail: Worker unexpectedly exits with a connection error code 2.\n\
+             [E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n",
+        );
+        assert_eq!(
+            j.work,
+            [
+                WorkState {
+                    rank: 0,
+                    enqueued: 7755,
+                    completed: 7752
+                },
+                WorkState {
+                    rank: 6,
+                    enqueued: 56115,
+                    completed: 56115
+                }
+            ]
+        );
+        assert_eq!(j.dump_signal_from.as_deref(), Some("rank 7"));
+        assert_eq!(
+            j.nccl_errors[0].reason,
+            "unhandled system error (run with NCCL_DEBUG=INFO for details)"
+        );
+        assert_eq!(
+            j.nccl_errors[0].last_error.as_deref(),
+            Some("socketTryAccept: Accept failed: Bad file descriptor")
+        );
+        assert_eq!(
+            j.nccl_errors[1].reason,
+            "CUDA error: an illegal memory access was encountered"
+        );
+        let ray = &j.launcher_failures[0];
+        assert_eq!(
+            (
+                ray.launcher,
+                ray.host.as_deref(),
+                ray.rank.as_deref(),
+                ray.exitcode.as_deref()
+            ),
+            (
+                "ray",
+                Some("10.0.1.75"),
+                Some("worker pid 207258"),
+                Some("SYSTEM_ERRO")
+            )
         );
     }
 

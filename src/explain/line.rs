@@ -2,7 +2,9 @@
 //! `host:pid:tid [dev] file.cc:123 (func) NCCL WARN msg`) behind whatever the
 //! launcher put in front of it: torchrun's `[default0]:`, mpirun's
 //! `[1,0]<stdout>:`, kubectl's `[pod/name/container] `, timestamps.
-//! Formats from NVIDIA/nccl src/debug.cc, 2.4 to 2.29.
+//! Formats from NVIDIA/nccl src/debug.cc, 2.4 to 2.30.7; 2.32 adds the `ATTN`
+//! level (`[%d] %s:%d (%s) NCCL ATTN %s`, the 2.32.3 build's strings) for
+//! fallbacks and plugin failures NCCL goes on after, printed like a WARN.
 
 use memchr::memmem;
 
@@ -10,6 +12,8 @@ use memchr::memmem;
 pub enum Level {
     Info,
     Warn,
+    /// NCCL 2.32's ATTN: something the user should know, after which NCCL goes on.
+    Attn,
 }
 
 /// The parts of an NCCL line that matter. The prefix is split into host, pid and
@@ -42,9 +46,9 @@ impl<'a> NcclLine<'a> {
         None
     }
 
-    /// `file.cc:line` of a WARN, when printed.
+    /// `file.cc:line` of a WARN (or ATTN), when printed.
     pub fn location(&self) -> Option<&'a str> {
-        if self.level != Level::Warn {
+        if self.level == Level::Info {
             return None;
         }
         self.prefix
@@ -52,8 +56,20 @@ impl<'a> NcclLine<'a> {
             .rev()
             .take(3)
             .take_while(|t| host_pid(t).is_none())
-            .find(|t| t.contains(".cc:") || t.contains(".c:"))
+            .find(|t| is_source_location(t))
     }
+}
+
+/// `misc/ibvwrap.cc:182`, `include/alloc.h:178`, `enqueue.cu:54`: a source file
+/// and a line (headers too: NCCL's macros and inline functions WARN from them).
+fn is_source_location(token: &str) -> bool {
+    let Some((file, line)) = token.rsplit_once(':') else {
+        return false;
+    };
+    let ext = file.rsplit_once('.').map_or("", |(_, e)| e);
+    ["c", "cc", "cpp", "cu", "h", "hpp"].contains(&ext)
+        && !line.is_empty()
+        && line.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Splits `host:pid:tid`, dropping launcher prefixes glued to the host (`[default0]:vm`).
@@ -146,7 +162,7 @@ pub fn for_each_record<'a>(
         let at = search_from + pos;
         search_from = at + 5;
         let rest = &bytes[at + 5..];
-        if !(rest.starts_with(b"INFO") || rest.starts_with(b"WARN")) {
+        if !(rest.starts_with(b"INFO") || rest.starts_with(b"WARN") || rest.starts_with(b"ATTN")) {
             continue;
         }
         if first {
@@ -173,6 +189,8 @@ pub fn parse<'a>(line: &'a str, finder: &memmem::Finder<'_>) -> Option<NcclLine<
             Level::Info
         } else if rest.starts_with("WARN ") || rest == "WARN" {
             Level::Warn
+        } else if rest.starts_with("ATTN ") || rest == "ATTN" {
+            Level::Attn
         } else {
             from = at + 5;
             continue;
@@ -244,6 +262,19 @@ mod tests {
         );
         let l = p("vm:1:2 [0] transport/shm.cc:590 NCCL WARN Error: failed to extend /dev/shm/nccl-x to 9 bytes").unwrap();
         assert_eq!(l.location(), Some("transport/shm.cc:590"));
+        // A header's macro or inline function (src/include/alloc.h ncclCudaCalloc).
+        let l = p("h:1:2 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'").unwrap();
+        assert_eq!(l.location(), Some("include/alloc.h:178"));
+        // NCCL 2.32's ATTN level, as its build formats it.
+        let l = p("vm:1:2 [0] plugin/net.cc:77 (ncclNetInit) NCCL ATTN Failed to initialize NET plugin IB").unwrap();
+        assert_eq!(
+            (l.level, l.location(), l.message),
+            (
+                Level::Attn,
+                Some("plugin/net.cc:77"),
+                "Failed to initialize NET plugin IB"
+            )
+        );
     }
 
     fn records(line: &str) -> Vec<&str> {

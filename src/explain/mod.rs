@@ -4,16 +4,17 @@
 //! buffer, capped summaries); lines longer than `MAX_LINE` are read in part.
 
 pub mod catalog;
+pub(crate) mod codes;
 pub(crate) mod encoding;
 pub(crate) mod framework;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod line;
+pub(crate) mod meanings;
 pub(crate) mod rules;
 pub(crate) mod settings;
 pub(crate) mod summary;
 pub(crate) mod transport;
-pub(crate) mod verbs;
 pub(crate) mod warns;
 
 use crate::finding::{Finding, Status};
@@ -36,7 +37,12 @@ pub(crate) struct Explanation {
     pub verdict: Status,
     #[serde(flatten)]
     pub summary: LogSummary,
+    /// The verdict first, then the other findings.
     pub findings: Vec<Finding>,
+    /// Lines that are context, not failures: echoes of the first failure
+    /// (teardown, wrappers, a proxy reporting its peer) and WARNs NCCL prints on
+    /// healthy runs.
+    pub context: Vec<String>,
 }
 
 fn feed(summary: &mut LogSummary, finder: &memmem::Finder<'_>, line_no: u64, bytes: &[u8]) {
@@ -135,13 +141,14 @@ pub(crate) fn explain(input: impl Read, name: &str) -> io::Result<Explanation> {
         }
         None => summarize(input)?,
     };
-    let findings = rules::diagnose(&summary);
+    let (findings, context) = rules::diagnose(&summary);
     Ok(Explanation {
         schema: SCHEMA,
         input: name.to_string(),
         verdict: crate::finding::verdict(&findings),
         summary,
         findings,
+        context,
     })
 }
 

@@ -112,6 +112,9 @@ impl Communicator {
     }
 }
 
+/// The last WARN's host, pid, message and entry (when it has one).
+type LastWarn = (Option<String>, Option<u32>, String, Option<usize>);
+
 /// A WARN message and how often it was seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WarnEntry {
@@ -124,6 +127,13 @@ pub struct WarnEntry {
     /// prints the specific error first and its generic wrappers after it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// The first error-return trace the same process printed after it
+    /// (`transport/net_ib.cc:395`): the caller that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// Printed at NCCL 2.32's ATTN level (NCCL goes on after it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub attn: bool,
 }
 
 impl WarnEntry {
@@ -259,9 +269,9 @@ pub struct LogSummary {
     comm_by_pointer: BTreeMap<(Option<String>, Option<u32>, String), String>,
     #[serde(skip)]
     warn_index: BTreeMap<String, usize>,
-    /// The last WARN: its host, pid and message.
+    /// The last WARN: its host, pid, message and entry (when it has one).
     #[serde(skip)]
-    last_warn: Option<(Option<String>, Option<u32>, String)>,
+    last_warn: Option<LastWarn>,
     #[serde(skip)]
     scratch: String,
 }
@@ -277,6 +287,10 @@ fn is_notable(m: &str) -> bool {
         Some(b'P') => m.starts_with("P2P is disabled") || m.starts_with("P2P not supported"),
         Some(b'c') => m.starts_with("cuMem host allocations do not appear"),
         Some(b'H') => m.starts_with("HINT"),
+        // Retries NCCL reports before giving up (`Call to connect returned
+        // Connection timed out, retrying`, src/misc/socket.cc; `Call to
+        // ibv_modify_qp failed with ..., retrying`, src/misc/ibvwrap.cc 2.24 on).
+        Some(b'C') => m.starts_with("Call to ") && m.ends_with("retrying"),
         _ => false,
     }
 }
@@ -332,7 +346,7 @@ impl LogSummary {
     pub fn nccl_line(&mut self, line_no: u64, line: &NcclLine<'_>) {
         self.nccl_lines += 1;
         let m = line.message;
-        if line.level == Level::Warn {
+        if line.level != Level::Info {
             self.warn(line_no, line);
             return;
         }
@@ -495,8 +509,30 @@ impl LogSummary {
             self.communicator(line, m);
         } else if is_error_return(m) {
             self.error_returns += 1;
+            self.trace(line, m);
         } else if is_notable(m) {
             self.notable(line_no, m);
+        }
+    }
+
+    /// An error-return trace: the caller of the last WARN of the same process,
+    /// kept on that WARN's entry (the first trace only).
+    fn trace(&mut self, line: &NcclLine<'_>, m: &str) {
+        let Some((host, pid, _, Some(index))) = &self.last_warn else {
+            return;
+        };
+        let same = match line.host_pid() {
+            Some((h, p)) => {
+                host.as_deref() == Some(clip_to(h, MAX_HOST).as_str()) && *pid == Some(p)
+            }
+            None => host.is_none() && pid.is_none(),
+        };
+        if let Some(w) = self
+            .warnings
+            .get_mut(*index)
+            .filter(|w| same && w.trace.is_none())
+        {
+            w.trace = m.split(' ').next().map(clip);
         }
     }
 
@@ -512,6 +548,8 @@ impl LogSummary {
                 count: 1,
                 first_line: line_no,
                 after: None,
+                trace: None,
+                attn: false,
             });
         } else {
             self.dropped += 1;
@@ -708,7 +746,7 @@ impl LogSummary {
             None => (None, None),
         };
         let after = match self.last_warn.take() {
-            Some((h, p, previous)) if h == host && p == pid => Some(previous),
+            Some((h, p, previous, _)) if h == host && p == pid => Some(previous),
             _ => None,
         };
         // aws-ofi-nccl's own failure line (src/nccl_ofi_net.cpp:418 at v1.21.1), the
@@ -721,10 +759,11 @@ impl LogSummary {
                 &mut self.kept,
             );
         }
-        if let Some(&i) = self.warn_index.get(&message) {
+        let index = if let Some(&i) = self.warn_index.get(&message) {
             self.warnings[i].count += 1;
+            Some(i)
         } else if self.warnings.len() < MAX_SET
-            && charge(&mut self.kept, 3 * message.len() + 2 * MAX_TEXT)
+            && charge(&mut self.kept, 4 * message.len() + 3 * MAX_TEXT)
         {
             self.warn_index.insert(message.clone(), self.warnings.len());
             self.warnings.push(WarnEntry {
@@ -733,11 +772,15 @@ impl LogSummary {
                 count: 1,
                 first_line: line_no,
                 after,
+                trace: None,
+                attn: line.level == Level::Attn,
             });
+            Some(self.warnings.len() - 1)
         } else {
             self.dropped += 1;
-        }
-        self.last_warn = Some((host, pid, message));
+            None
+        };
+        self.last_warn = Some((host, pid, message, index));
     }
 
     /// Connection lines whose transport family is `family` (`NET`, `SHM`, `P2P`).
@@ -777,6 +820,8 @@ mod tests {
             count: 2,
             first_line: 12,
             after: None,
+            trace: None,
+            attn: false,
         };
         assert_eq!(
             w.evidence_line(),

@@ -40,6 +40,9 @@ fn visible_finding(f: &Finding) -> Finding {
     })
 }
 
+/// Context lines shown in the text view.
+const CONTEXT_LINES: usize = 8;
+
 pub fn render(e: &Explanation, color: bool) -> String {
     let s = &e.summary;
     let mut out = String::new();
@@ -73,6 +76,20 @@ pub fn render(e: &Explanation, color: bool) -> String {
     } else {
         let shown: Vec<Finding> = e.findings.iter().map(visible_finding).collect();
         findings(&mut out, &shown, color);
+    }
+    if !e.context.is_empty() {
+        // Named as context: echoes of the first failure and WARNs of healthy runs.
+        let _ = writeln!(out, "\nContext (not failures):");
+        for c in e.context.iter().take(CONTEXT_LINES) {
+            let _ = writeln!(out, "  {}", visible(c));
+        }
+        if e.context.len() > CONTEXT_LINES {
+            let _ = writeln!(
+                out,
+                "  ... {} more (--format json lists them)",
+                e.context.len() - CONTEXT_LINES
+            );
+        }
     }
     let _ = writeln!(
         out,
