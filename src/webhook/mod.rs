@@ -157,7 +157,9 @@ fn start_metrics(
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            if let Err(e) = crate::serve::http::serve(listener, stop, route) {
+            // The kubelet's probes are answered on the accept loop (serve::http::serve).
+            let probes = &["/healthz", "/readyz"];
+            if let Err(e) = crate::serve::http::serve(listener, stop, route, probes) {
                 crate::diagnostic::line(format_args!(
                     "nccl-preflight: webhook: the metrics server stopped: {e}"
                 ));
