@@ -38,7 +38,7 @@ pub(crate) fn identity(
     opts: &GangOpts,
     env: &[(OsString, OsString)],
 ) -> Result<GangIdentity> {
-    let nodes = match (opts.gang_nodes, check.gather.nodes) {
+    let nodes = match (opts.gang_nodes, check.nodes) {
         (Some(a), Some(b)) if a != b => {
             bail!("gang: --gang-nodes {a} and --nodes {b} disagree (one is an alias of the other)")
         }
@@ -153,15 +153,15 @@ pub(crate) fn attach(
     }
     let settings = super::Settings {
         opts,
-        cuda_lib: check.gather.cuda_lib.clone(),
-        nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
-        host_root: check.gather.host_root.clone(),
+        cuda_lib: check.gather.libs.cuda_lib.clone(),
+        nccl_candidates: trainer_nccl(report, check.gather.libs.nccl_lib.as_deref(), env),
+        host_root: check.gather.libs.host_root.clone(),
         trainer_env: crate::run::exec_environment(env, &report.settings),
         ras_diagnostics: crate::nccl::version(&report.facts)
             .is_some_and(|v| v >= crate::nccl::ras_diagnostics::FIRST),
     };
     crate::diagnostic::progress(
-        check.gather.trace,
+        check.gather.libs.trace,
         format_args!(
             "nccl-preflight: gang: pod {} of {}: waiting up to {:.0} s for the pods' names, then up to {:.0} s for every pod to join at {}:{}",
             identity.node_rank,
@@ -236,7 +236,11 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.check.facts.is_some() {
         bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
     }
-    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
+    let (mut report, hung) = evaluate(
+        &args.check,
+        env,
+        Evaluation::under(&policy).cuda(&args.cuda),
+    )?;
     if hung.0 {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"
@@ -253,7 +257,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         &args.gang,
         env,
     )?;
-    match args.check.format {
+    match args.output.format {
         Format::Human => emit(&human(&report, &run, use_color(env)))?,
         Format::Json => emit(&super::render::json(&report, &run))?,
     }
