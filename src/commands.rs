@@ -187,7 +187,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     output::write_atomically(&outputs)?;
     if let Some(path) = termination {
         // Best effort: the kubelet only shows this message. Failing here would turn
-        // a verdict (a failed check's exit 1) into exit 2 after the other outputs
+        // a verdict (a failed check's exit 1 or 3) into exit 2 after the other outputs
         // were already replaced, and hide the report.
         if let Err(e) = output::write_in_place(
             "--termination-log",
