@@ -157,9 +157,9 @@ fn start_metrics(
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            // The kubelet's probes are answered on the accept loop (serve::http::serve).
-            let probes = &["/healthz", "/readyz"];
-            if let Err(e) = crate::serve::http::serve(listener, stop, route, probes) {
+            if let Err(e) =
+                crate::serve::http::serve(listener, stop, route, &["/healthz", "/readyz"])
+            {
                 crate::diagnostic::line(format_args!(
                     "nccl-preflight: webhook: the metrics server stopped: {e}"
                 ));
