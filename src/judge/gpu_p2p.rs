@@ -277,12 +277,6 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         // The problem pairs are listed; the full matrix is in `nccl-preflight doctor`.
         evidence.clear();
     }
-    let not_judged = match unknown {
-        0 => String::new(),
-        n => format!(
-            "; {n} pair(s) not judged: their link or P2P status could not be read (gpu-devices says why)"
-        ),
-    };
     if expected == 0 && problems.is_empty() && unknown == nvml.pairs.len() {
         let f = Finding::skip(
             ID,
@@ -292,7 +286,25 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         );
         return evidence.into_iter().take(8).fold(f, Finding::evidence);
     }
-    let summary = if expected == 0 {
+    let summary = summary(expected, unknown, labels, cuda.is_some());
+    super::combine(ID, summary, evidence, problems)
+}
+
+/// The summary of a judgement: the pairs checked and how (`unknown`: pairs whose link or
+/// P2P status could not be read).
+fn summary(
+    expected: usize,
+    unknown: usize,
+    labels: std::collections::BTreeSet<String>,
+    cuda: bool,
+) -> String {
+    let not_judged = match unknown {
+        0 => String::new(),
+        n => format!(
+            "; {n} pair(s) not judged: their link or P2P status could not be read (gpu-devices says why)"
+        ),
+    };
+    if expected == 0 {
         format!(
             "no {}GPU pair shares NVLink or a PCIe switch: NCCL uses SHM between them, as expected{not_judged}",
             if unknown > 0 { "judged " } else { "" }
@@ -301,14 +313,13 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         format!(
             "{expected} ordered pair(s) over {}: P2P read and write OK{}",
             labels.into_iter().collect::<Vec<_>>().join("/"),
-            if cuda.is_some() {
+            if cuda {
                 ", CUDA peer access granted"
             } else {
                 ""
             }
         ) + &not_judged
-    };
-    super::combine(ID, summary, evidence, problems)
+    }
 }
 
 #[cfg(test)]

@@ -57,6 +57,30 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
     (line, problem)
 }
 
+/// No GPU's link state could be read: NVLink is not judged (issue 39 row 2); with
+/// `--require nvlink` that fails, as undetermined, on the job where the container's NVML
+/// lacks the function.
+fn none_read(nvml: &crate::facts::gpu::NvmlFacts, policy: &Policy, unread: Vec<String>) -> Finding {
+    let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
+    // Unread for want of a function in the container's NVML: the job's library.
+    let absent = nvml.gpus.iter().any(|g| {
+        g.nvlinks_unread
+            .as_ref()
+            .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
+    });
+    let f = if policy.require.nvlink {
+        let f = Finding::fail(ID, summary, FIX).undetermined();
+        if absent {
+            f.blamed(crate::finding::Blame::Job)
+        } else {
+            f
+        }
+    } else {
+        Finding::skip(ID, summary)
+    };
+    unread.into_iter().fold(f, Finding::evidence)
+}
+
 pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return if policy.require.nvlink {
@@ -80,24 +104,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         .collect();
     let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
     if with_links.is_empty() && !unread.is_empty() {
-        let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
-        // Unread for want of a function in the container's NVML: the job's library.
-        let absent = nvml.gpus.iter().any(|g| {
-            g.nvlinks_unread
-                .as_ref()
-                .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
-        });
-        let f = if policy.require.nvlink {
-            let f = Finding::fail(ID, summary, FIX).undetermined();
-            if absent {
-                f.blamed(crate::finding::Blame::Job)
-            } else {
-                f
-            }
-        } else {
-            Finding::skip(ID, summary)
-        };
-        return unread.into_iter().fold(f, Finding::evidence);
+        return none_read(nvml, policy, unread);
     }
     let active_total: usize = with_links
         .iter()
