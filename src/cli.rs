@@ -11,8 +11,6 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-pub mod unread;
-
 /// `--version`: the release, the commit and the commit's date (build.rs).
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -36,31 +34,74 @@ const VARIABLES: &str = "Every flag also reads NCCL_PREFLIGHT_<FLAG> (--min-shm:
 NCCL_PREFLIGHT_MIN_SHM) for a manifest's env: list; --help names each.";
 const LIBRARIES: &str = "Where the host and its libraries are";
 
-/// The command line as the binary parses it: each mode's help leaves out the flags the
-/// mode never reads (`unread`), and `-h` gives each flag's first sentence (`--help` all).
+/// The command line as the binary reads its values: every flag with its variable (and
+/// the configuration file's defaults, config.rs); `-h` gives each flag's first sentence
+/// (`--help` all). It refuses no flag for another's sake: `parse` checks that on the
+/// command line alone.
 pub fn command() -> clap::Command {
+    use clap::builder::Resettable::Reset;
+    declared().mut_subcommands(|sub| {
+        let groups: Vec<String> = sub.get_groups().map(|g| g.get_id().to_string()).collect();
+        let sub = groups.iter().fold(sub, |sub, id| {
+            sub.mut_group(id, |g| g.requires(Reset).conflicts_with(Reset))
+        });
+        sub.mut_args(|arg| arg.requires(Reset).conflicts_with(Reset))
+    })
+}
+
+/// Parses `argv` (the program name first) as the binary does. Each mode has only the
+/// flags it reads (`--cuda` is not `probe`'s), so clap refuses any other; it refuses too
+/// a flag that a switch of the mode turns on given without it (`init --gang-timeout`
+/// without `--gang`) and one that only gathering reads given beside `--facts`. Those
+/// refusals hold for the command line alone: a variable (`NCCL_PREFLIGHT_*`) never makes
+/// a command line wrong, since one `env:` list often feeds several containers of a pod.
+/// So the values are parsed first (`command`), then the command line is checked with the
+/// variables of the flags that take a value left out (a switch's variable still counts).
+pub fn parse(argv: &[std::ffi::OsString]) -> Result<clap::ArgMatches, clap::Error> {
+    use clap::builder::Resettable::Reset;
+    let matches = command().try_get_matches_from(argv)?;
+    declared()
+        .mut_subcommands(|sub| {
+            sub.mut_args(|arg| match arg.get_action().takes_values() {
+                true => arg.env(Reset),
+                false => arg,
+            })
+        })
+        .try_get_matches_from(argv)?;
+    Ok(matches)
+}
+
+/// Every mode's flags as declared, with the mode's headings and short help, and the
+/// refusals between flags of one mode.
+fn declared() -> clap::Command {
     use clap::CommandFactory;
-    let command = Cli::command().mut_subcommands(|sub| {
+    Cli::command().mut_subcommands(|sub| {
         let mode = sub.get_name().to_string();
+        let has = |id: &str| sub.get_arguments().any(|a| a.get_id() == id);
+        // With saved facts nothing is gathered: CheckArgs refuses the gathering flags
+        // beside `--facts`; `--cuda` too, where the mode has it (`probe` and `serve` lack it).
+        let cuda_unread = has("facts") && has("cuda");
         let variables = sub.get_arguments().any(|a| a.get_env().is_some());
-        let sub = sub.mut_args(|arg| short_help(heading_in(&mode, arg)));
-        if variables {
-            sub.after_help(VARIABLES)
-        } else {
-            sub
+        let mut sub = sub.mut_args(|arg| short_help(heading_in(&mode, arg)));
+        if cuda_unread {
+            sub = sub.mut_arg("cuda", |arg| arg.conflicts_with("facts"));
         }
-    });
-    unread::hide_unread(command)
+        if variables {
+            sub = sub.after_help(VARIABLES);
+        }
+        sub
+    })
 }
 
 /// A heading as it reads in `mode`: where a switch turns a group on, the heading names
-/// it (`init`'s gang knobs need `--gang`); bench's call deadline bounds what it measures.
+/// it and clap refuses the group's flags without it (`init`'s gang knobs need `--gang`);
+/// bench's call deadline bounds what it measures.
 fn heading_in(mode: &str, arg: clap::Arg) -> clap::Arg {
     let heading = arg.get_help_heading().map(str::to_string);
     match (mode, heading.as_deref()) {
         ("bench", Some(CHECK)) => arg.help_heading(MEASURE),
-        ("init" | "exec", Some(GANG)) => arg.help_heading(GANG_SWITCHED),
-        ("init", Some(MEASURE)) => arg.help_heading(MEASURE_SWITCHED),
+        ("init" | "exec", Some(GANG)) => arg.help_heading(GANG_SWITCHED).requires("gang"),
+        ("init", Some(MEASURE)) => arg.help_heading(MEASURE_SWITCHED).requires("bench"),
         _ => arg,
     }
 }
@@ -131,7 +172,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check this node and print the report.
-    Check(CheckArgs),
+    Check(ReportArgs),
     /// One-shot check for Kubernetes exec probes: exit code and one line, CUDA left out for speed.
     Probe(ProbeArgs),
     /// Check, then write the tuned settings and the report where told (for initContainers).
@@ -140,9 +181,9 @@ pub enum Command {
     /// environment (your own variables win). Exits 1 (job fault) or 3 (node fault) with the report when a check fails.
     Exec(ExecArgs),
     /// Everything for a person debugging a node: GPU topology and P2P matrices, CUDA's view, and the checks.
-    Doctor(CheckArgs),
+    Doctor(ReportArgs),
     /// Print the gathered facts as JSON, for replay with --facts.
-    Facts(GatherArgs),
+    Facts(FactsArgs),
     /// Read an NCCL_DEBUG=INFO log and say which transports ran and what is wrong.
     ExplainLog(ExplainArgs),
     /// Measure GPU peer bandwidth and NCCL all-reduce, judged against what the links should give.
@@ -209,8 +250,9 @@ pub struct WebhookArgs {
 }
 
 /// `serve --taint-node`: the node DaemonSet keeps new pods off its own node while a node
-/// fault holds (docs/kubernetes.md, "Acting on a node fault").
+/// fault holds (docs/kubernetes.md, "Acting on a node fault"); its flags need the switch.
 #[derive(Debug, Clone, Args)]
+#[group(requires = "taint_node")]
 pub struct TaintArgs {
     /// Taint this node `nccl-preflight.io/node-fault:NoSchedule` once a node fault (exit 3:
     /// every failed check the node's) holds for --taint-after runs, and remove the taint
@@ -296,8 +338,9 @@ pub struct ServeArgs {
     pub check: CheckArgs,
 }
 
-/// `serve --watch-nccl`: the running job through NCCL's RAS.
+/// `serve --watch-nccl`: the running job through NCCL's RAS (its flags need the switch).
 #[derive(Debug, Clone, Args)]
+#[group(requires = "watch_nccl")]
 pub struct WatchArgs {
     /// Watch the running job through NCCL's RAS (the trainer's NCCL_RAS_ADDR): name a hung
     /// collective, a dead rank, an NCCL error on /job, /metrics and /report, and answer
@@ -342,6 +385,10 @@ pub struct GangArgs {
     pub gang: GangOpts,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub cuda: CudaArg,
+    #[command(flatten)]
+    pub output: FormatArg,
 }
 
 /// The gang's knobs (`gang`, `exec --gang`, `init --gang`).
@@ -444,11 +491,10 @@ pub struct BenchArgs {
     pub iterations: u32,
     #[command(flatten)]
     pub limits: BenchLimits,
-    /// Report format on standard output.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
-    pub format: Format,
     #[command(flatten)]
-    pub gather: GatherArgs,
+    pub output: FormatArg,
+    #[command(flatten)]
+    pub gather: LibraryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -464,6 +510,10 @@ pub struct ExecArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub cuda: CudaArg,
+    #[command(flatten)]
+    pub output: FormatArg,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -474,9 +524,8 @@ pub struct ExplainArgs {
     /// The log file; `-` or nothing reads standard input.
     #[arg(value_name = "FILE|-", default_value = "-")]
     pub input: PathBuf,
-    /// Output format.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: FormatArg,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -497,44 +546,19 @@ pub enum Format {
     Json,
 }
 
-// Serialized whole into the requests of `facts-child` and `bench-child` (`crate::child`);
-// a plain comment, since clap would take a doc comment for the `facts` help.
+/// Where NVML, the CUDA driver and NCCL are and how long their calls may take: what
+/// every mode that loads them reads (`bench` too).
+// Plain comments on the flag structs: clap would take a doc comment for a mode's help.
 #[derive(Debug, Clone, Args, Serialize, Deserialize)]
-pub struct GatherArgs {
+pub struct LibraryArgs {
     /// Deadline for each NVML and CUDA call (e.g. 500ms, 10s): a hung driver fails the check instead of the pod.
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
           value_parser = crate::units::parse_duration,
           help_heading = CHECK,)]
     pub timeout: std::time::Duration,
-    /// Memory registered with ibv_reg_mr on each RDMA device to prove memlock and pinning
-    /// (default 128MiB: above containerd's 8 MiB and Docker's 64 MiB memlock defaults).
-    #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",
-          value_parser = crate::units::parse_bytes,
-          help_heading = CHECK,)]
-    pub memreg_size: u64,
-    /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.4 s (a stopped
-    /// fabric manager still shows through NVML). `probe` and `serve` never load it.
-    #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On, help_heading = CHECK)]
-    pub cuda: Switch,
     /// Print each NVML and CUDA call with its duration to standard error.
     #[arg(long, env = "NCCL_PREFLIGHT_TRACE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = REPORT)]
     pub trace: bool,
-    /// Read the facts no check judges: NVLink CRC data counters, NUMA affinity (not a
-    /// flag: `doctor`, `facts` and `serve` read them; the gates leave them out for speed).
-    #[arg(skip = false)]
-    pub unjudged: bool,
-    /// The image this runs in: `trainer` judges the RDMA and NCCL libraries found here as the
-    /// ones training will load; `own` (set by nccl-preflight's own image) skips those checks,
-    /// since the trainer's image has its own libraries.
-    #[arg(long, env = "NCCL_PREFLIGHT_IMAGE", value_enum, default_value_t = ImageArg::Trainer, help_heading = CHECK)]
-    pub image: ImageArg,
-    /// How many nodes the job spans, where the launcher's variables (PET_NNODES,
-    /// WORLD_SIZE/LOCAL_WORLD_SIZE) are not in this container's environment (an
-    /// initContainer): RDMA problems fail multi-node jobs and only warn single-node ones.
-    #[arg(long, env = "NCCL_PREFLIGHT_NODES", value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..),
-          help_heading = CHECK,)]
-    pub nodes: Option<u64>,
 
     /// The directory that stands for / when reading /proc, /sys, /dev and /etc.
     #[arg(
@@ -563,6 +587,20 @@ pub struct GatherArgs {
         help_heading = LIBRARIES,
     )]
     pub cuda_lib: String,
+    /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
+    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH", help_heading = LIBRARIES)]
+    pub nccl_lib: Option<String>,
+}
+
+// What gathering the host reads beyond the GPU libraries (not `bench`).
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+pub struct HostArgs {
+    /// Memory registered with ibv_reg_mr on each RDMA device to prove memlock and pinning
+    /// (default 128MiB: above containerd's 8 MiB and Docker's 64 MiB memlock defaults).
+    #[arg(long, env = "NCCL_PREFLIGHT_MEMREG_SIZE", default_value = "128MiB", value_name = "SIZE",
+          value_parser = crate::units::parse_bytes,
+          help_heading = CHECK,)]
+    pub memreg_size: u64,
     /// The libibverbs library to load.
     #[arg(
         long,
@@ -575,19 +613,62 @@ pub struct GatherArgs {
     /// The libfabric library to load [default: /opt/amazon/efa/lib{,64}/libfabric.so.1, then libfabric.so.1].
     #[arg(long, env = "NCCL_PREFLIGHT_FABRIC_LIB", value_name = "PATH", help_heading = LIBRARIES)]
     pub fabric_lib: Option<String>,
-    /// The NCCL library to load [default: libnccl.so.2, then the nvidia-nccl Python wheels' copy].
-    #[arg(long, env = "NCCL_PREFLIGHT_NCCL_LIB", value_name = "PATH", help_heading = LIBRARIES)]
-    pub nccl_lib: Option<String>,
     /// The CUDA runtime to date against the driver [default: libcudart.so.13/.12/.11.0
     /// through the loader, then the nvidia-cuda-runtime wheel under PYTHONPATH, the
     /// virtualenv or conda environment, and the system's Python].
     #[arg(long, env = "NCCL_PREFLIGHT_CUDART_LIB", value_name = "PATH", help_heading = LIBRARIES)]
     pub cudart_lib: Option<String>,
+}
+
+// Every gathering flag: `facts` and the modes that judge this node; serialized whole
+// into the request of `facts-child` (`crate::child`).
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+pub struct GatherArgs {
+    #[command(flatten)]
+    pub libs: LibraryArgs,
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// The image this runs in: `trainer` judges the RDMA and NCCL libraries found here as the
+    /// ones training will load; `own` (set by nccl-preflight's own image) skips those checks,
+    /// since the trainer's image has its own libraries.
+    #[arg(long, env = "NCCL_PREFLIGHT_IMAGE", value_enum, default_value_t = ImageArg::Trainer, help_heading = CHECK)]
+    pub image: ImageArg,
     /// Answer syscalls from a recording instead of the kernel (fixture host trees).
     #[arg(long, hide = true, value_name = "FILE")]
     pub replay_kernel: Option<PathBuf>,
+    /// Read the facts no check judges: NVLink CRC data counters, NUMA affinity (not a
+    /// flag: `doctor`, `facts` and `serve` read them; the gates leave them out for speed).
+    #[arg(skip = false)]
+    pub unjudged: bool,
 }
 
+// `--cuda`: the modes that may load the CUDA driver (`probe` and `serve` never do).
+#[derive(Debug, Clone, Args)]
+pub struct CudaArg {
+    /// Probe the CUDA driver too (cuInit, peer access); `off` saves ~0.4 s (a stopped
+    /// fabric manager still shows through NVML). `probe` and `serve` never load it.
+    #[arg(long, env = "NCCL_PREFLIGHT_CUDA", value_enum, default_value_t = Switch::On, help_heading = CHECK)]
+    pub cuda: Switch,
+}
+
+// `--format`: the modes that print a report.
+#[derive(Debug, Clone, Args)]
+pub struct FormatArg {
+    /// Report format on standard output.
+    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
+    pub format: Format,
+}
+
+/// `facts`: every gathering flag.
+#[derive(Debug, Clone, Args)]
+pub struct FactsArgs {
+    #[command(flatten)]
+    pub gather: GatherArgs,
+    #[command(flatten)]
+    pub cuda: CudaArg,
+}
+
+/// What every mode that judges this node reads.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
     /// Judge facts saved by `nccl-preflight facts` (or a JSON report) instead of this host.
@@ -595,7 +676,8 @@ pub struct CheckArgs {
         long,
         env = "NCCL_PREFLIGHT_FACTS",
         value_name = "FILE",
-        conflicts_with = "replay_kernel",
+        // With saved facts nothing is gathered (`--image` still says whose libraries they are).
+        conflicts_with_all = ["LibraryArgs", "HostArgs", "replay_kernel"],
         help_heading = CHECK,
     )]
     pub facts: Option<PathBuf>,
@@ -618,11 +700,26 @@ pub struct CheckArgs {
         help_heading = CHECK,
     )]
     pub min_memlock: Option<String>,
-    /// Report format on standard output.
-    #[arg(long, env = "NCCL_PREFLIGHT_FORMAT", value_enum, default_value_t = Format::Human, help_heading = REPORT)]
-    pub format: Format,
+    /// How many nodes the job spans, where the launcher's variables (PET_NNODES,
+    /// WORLD_SIZE/LOCAL_WORLD_SIZE) are not in this container's environment (an
+    /// initContainer): RDMA problems fail multi-node jobs and only warn single-node ones.
+    #[arg(long, env = "NCCL_PREFLIGHT_NODES", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..),
+          help_heading = CHECK,)]
+    pub nodes: Option<u64>,
     #[command(flatten)]
     pub gather: GatherArgs,
+}
+
+/// `check` and `doctor`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub check: CheckArgs,
+    #[command(flatten)]
+    pub cuda: CudaArg,
+    #[command(flatten)]
+    pub output: FormatArg,
 }
 
 #[derive(Debug, Args)]
@@ -637,7 +734,7 @@ pub struct InitArgs {
     pub bench: bool,
     /// With --bench: also run NCCL's all-reduce with the tuned settings in its environment
     /// and add nccl-allreduce (about 1 s more at 4 GPUs: NCCL's own set-up).
-    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_NCCL",
+    #[arg(long, env = "NCCL_PREFLIGHT_BENCH_NCCL", requires = "bench",
           action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(),
           help_heading = CHECK,)]
     pub bench_nccl: bool,
@@ -663,6 +760,10 @@ pub struct InitArgs {
     pub gang_opts: GangOpts,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub cuda: CudaArg,
+    #[command(flatten)]
+    pub output: FormatArg,
 }
 
 /// How long a bench may run and what it must reach (`bench`, `init --bench`).
@@ -679,4 +780,138 @@ pub struct BenchLimits {
           value_name = "FRACTION", value_parser = crate::units::parse_fraction,
           help_heading = MEASURE,)]
     pub min_bandwidth_fraction: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// The flags of the modes that judge this node, and of every gather.
+    const CHECKS: &str = "facts ignore require min_shm min_memlock nodes";
+    const GATHER: &str = "timeout trace host_root nvml_lib cuda_lib nccl_lib memreg_size \
+                          verbs_lib fabric_lib cudart_lib image replay_kernel";
+    const GANG: &str = "gang_timeout gang_wait gang_port gang_root gang_rank gang_nodes \
+                        gang_peers gang_attempt gang_sizes gang_iterations";
+
+    /// Each mode's flags, written out from the code that reads them (not from the
+    /// structs): `probe` and `serve` never load CUDA and print no report, `bench` loads
+    /// only NVML, CUDA and NCCL, `facts` judges nothing (`--nodes` is the judge's).
+    fn reads(mode: &str) -> String {
+        let printed = format!("{CHECKS} {GATHER} cuda format");
+        match mode {
+            "check" | "doctor" => printed,
+            "probe" => format!("{CHECKS} {GATHER} npd max_output"),
+            "init" => format!(
+                "{printed} {GANG} bench bench_nccl gang env_file nccl_conf report \
+                 termination_log bench_seconds min_bandwidth_fraction"
+            ),
+            "exec" => format!("{printed} {GANG} gang dry_run"),
+            "gang" => format!("{printed} {GANG}"),
+            "serve" => format!(
+                "{CHECKS} {GATHER} listen interval stale_after xid_not_ready xid_ignore \
+                 watch_nccl ras_addr watch_interval hang_after watch_init_grace taint_node \
+                 taint_after node_name service_account"
+            ),
+            "facts" => format!("{GATHER} cuda"),
+            "bench" => "size nccl_sizes iterations bench_seconds min_bandwidth_fraction format \
+                        timeout trace host_root nvml_lib cuda_lib nccl_lib"
+                .into(),
+            "explain-log" => "format".into(),
+            "install" => "name".into(),
+            "webhook" => "listen metrics_listen tls_cert tls_key inject_image inject_mode \
+                          service_account"
+                .into(),
+            other => panic!("mode {other} is not written out here"),
+        }
+    }
+
+    /// Every mode has exactly the flags it reads, so clap refuses any other.
+    #[test]
+    fn each_mode_has_the_flags_it_reads_and_no_other() {
+        let command = super::command();
+        for mode in command.get_subcommands().filter(|m| !m.is_hide_set()) {
+            let defined: BTreeSet<&str> = mode
+                .get_arguments()
+                .filter(|a| !a.is_positional() && a.get_long().is_some())
+                .map(|a| a.get_id().as_str())
+                .filter(|id| !["help", "version", "config"].contains(id))
+                .collect();
+            let expected = reads(mode.get_name());
+            let expected: BTreeSet<&str> = expected.split_whitespace().collect();
+            assert_eq!(defined, expected, "{}", mode.get_name());
+        }
+    }
+
+    fn parse(args: &[&str]) -> Result<(), String> {
+        let argv: Vec<std::ffi::OsString> = std::iter::once("nccl-preflight")
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect();
+        super::parse(&argv).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// A flag is refused where its mode lacks it, and where the mode reads it only under
+    /// a switch or without `--facts`; the error names the flag.
+    #[test]
+    fn a_flag_is_refused_where_its_mode_does_not_read_it() {
+        let cases: &[(&[&str], Option<&str>)] = &[
+            (&["probe", "--cuda", "on"], Some("--cuda")),
+            (&["serve", "--format", "json"], Some("--format")),
+            (&["bench", "--memreg-size", "1MiB"], Some("--memreg-size")),
+            (&["facts", "--nodes", "2"], Some("--nodes")),
+            (&["init", "--gang-timeout", "5s"], Some("--gang-timeout")),
+            (&["init", "--gang", "--gang-timeout", "5s"], None),
+            (
+                &["init", "--bench", "--gang-peers", "a"],
+                Some("--gang-peers"),
+            ),
+            (
+                &["exec", "--gang-peers", "a", "--", "true"],
+                Some("--gang-peers"),
+            ),
+            (&["exec", "--gang", "--gang-peers", "a", "--", "true"], None),
+            (&["gang", "--gang-peers", "a"], None),
+            (&["init", "--bench-seconds", "5s"], Some("--bench-seconds")),
+            (&["init", "--bench-nccl"], Some("--bench-nccl")),
+            (
+                &["init", "--bench", "--bench-nccl", "--bench-seconds", "5s"],
+                None,
+            ),
+            (&["serve", "--ras-addr", "h:1"], Some("--ras-addr")),
+            (&["serve", "--watch-nccl", "--hang-after", "1m"], None),
+            (&["serve", "--node-name", "n"], Some("--node-name")),
+            (&["serve", "--taint-node", "--node-name", "n"], None),
+            (&["probe", "--max-output", "80"], Some("--max-output")),
+            (
+                &["check", "--facts", "f", "--host-root", "/"],
+                Some("--host-root"),
+            ),
+            (&["check", "--facts", "f", "--cuda", "off"], Some("--cuda")),
+            (
+                &["doctor", "--facts", "f", "--nvml-lib", "x"],
+                Some("--nvml-lib"),
+            ),
+            (
+                &["init", "--facts", "f", "--verbs-lib", "x"],
+                Some("--verbs-lib"),
+            ),
+            (
+                &["serve", "--facts", "f", "--memreg-size", "1MiB"],
+                Some("--memreg-size"),
+            ),
+            (
+                &["check", "--facts", "f", "--nodes", "2", "--image", "own"],
+                None,
+            ),
+            (&["init", "--facts", "f", "--report", "r"], None),
+            (&["check", "--host-root", "/", "--cuda", "off"], None),
+        ];
+        for (args, refused) in cases {
+            match (parse(args), refused) {
+                (Ok(()), None) => {}
+                (Err(e), Some(flag)) => assert!(e.contains(flag), "{args:?}: {e}"),
+                (got, _) => panic!("{args:?}: {got:?}"),
+            }
+        }
+    }
 }

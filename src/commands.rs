@@ -2,10 +2,10 @@
 //! Returns the process exit code; errors that stop the tool become exit 2 in main.
 
 use crate::cli::{
-    CheckArgs, ExecArgs, ExplainArgs, Format, GatherArgs, InitArgs, ProbeArgs, Switch,
+    CheckArgs, ExecArgs, ExplainArgs, FactsArgs, Format, InitArgs, ProbeArgs, ReportArgs, Switch,
 };
 use crate::finding::Status;
-use crate::gather::gpu::HungCall;
+use crate::gather::gpu::{CudaProbe, HungCall};
 use crate::output::{self, Output};
 use crate::render;
 use crate::report::Report;
@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 /// Where the kubelet mounts the container's termination message file.
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
-pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(args, env, Evaluation::default())?;
-    print(&report, args.format, env)?;
+pub fn check(args: &ReportArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let how = Evaluation::default().cuda(&args.cuda);
+    let (report, hung) = evaluate(&args.check, env, how)?;
+    print(&report, args.output.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -33,17 +34,16 @@ pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 /// `ok: ...`, or `fail: ID: summary; ID: summary` naming every failed check. With
 /// `--npd`, node-problem-detector's plugin contract instead (render::npd).
 pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let mut gather = probe.check.gather.clone();
-    gather.cuda = Switch::Off;
-    let args = CheckArgs {
-        gather,
-        ..probe.check.clone()
+    let args = &probe.check;
+    let how = || Evaluation {
+        cuda: CudaProbe::Off,
+        ..Evaluation::default()
     };
     if probe.npd {
         let max = probe
             .max_output
             .map_or(render::npd::DEFAULT_MAX_OUTPUT, usize::from);
-        let (code, line, hung) = match evaluate(&args, env, Evaluation::default()) {
+        let (code, line, hung) = match evaluate(args, env, how()) {
             Ok((report, hung)) => {
                 let (code, line) = render::npd::answer(&report, max);
                 (code, line, hung)
@@ -56,22 +56,22 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         emit(&format!("{line}\n"))?;
         return Ok(Exit::new(code, hung));
     }
-    let (report, hung) = evaluate(&args, env, Evaluation::default())?;
+    let (report, hung) = evaluate(args, env, how())?;
     emit(&format!("{}\n", render::npd::probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
-pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let args = &CheckArgs {
-        gather: describing(&args.gather),
-        ..args.clone()
+pub fn doctor(args: &ReportArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    let check = &CheckArgs {
+        gather: describing(&args.check.gather),
+        ..args.check.clone()
     };
     let how = Evaluation {
         probe_all: true,
         ..Evaluation::default()
     };
-    let (report, hung) = evaluate(args, env, how)?;
-    match args.format {
+    let (report, hung) = evaluate(check, env, how.cuda(&args.cuda))?;
+    match args.output.format {
         Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&render::doctor::doctor(&report))
@@ -94,23 +94,27 @@ fn init_bench(
     policy: &crate::policy::Policy,
 ) -> Result<(Report, HungCall)> {
     crate::diagnostic::progress(
-        args.check.gather.trace,
+        args.check.gather.libs.trace,
         format_args!(
             "nccl-preflight: init: running the bench for up to {:.0} s (--bench-seconds)",
             args.bench_limits.bench_seconds.as_secs_f64()
         ),
     );
     let (mut report, hung, measured) = if args.bench_nccl {
-        let (report, hung) = evaluate(&args.check, env, Evaluation::under(policy))?;
+        let how = Evaluation::under(policy).cuda(&args.cuda);
+        let (report, hung) = evaluate(&args.check, env, how)?;
         // Measured with the settings the trainer will get.
         let bench = crate::bench::child::start_all(args, exec_environment(env, &report.settings));
         (report, hung, crate::bench::child::finish(bench))
     } else {
-        let cuda_facts = args.check.gather.cuda == Switch::On;
+        let cuda_facts = args.cuda.cuda == Switch::On;
         let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
-        let how = Evaluation {
-            cuda,
-            ..Evaluation::under(policy)
+        let how = match cuda {
+            Some(source) => Evaluation {
+                cuda: CudaProbe::Elsewhere(source),
+                ..Evaluation::under(policy)
+            },
+            None => Evaluation::under(policy).cuda(&args.cuda),
         };
         let (report, hung) = evaluate(&args.check, env, how)?;
         // Judged against this process's NVML link figures: the child reads none.
@@ -146,7 +150,11 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (mut report, hung) = if args.bench {
         init_bench(args, env, &policy)?
     } else {
-        evaluate(&args.check, env, Evaluation::under(&policy))?
+        evaluate(
+            &args.check,
+            env,
+            Evaluation::under(&policy).cuda(&args.cuda),
+        )?
     };
     if let Some(gang) = gang {
         if hung.0 {
@@ -157,7 +165,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             return Ok(Exit::new(EXIT_NODE_FAULT, hung));
         }
         let run = gang.run(&mut report, &policy, env)?;
-        if args.check.format == Format::Human {
+        if args.output.format == Format::Human {
             emit_err(&crate::gang::render::job(
                 &run,
                 report.verdict,
@@ -181,7 +189,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     output::write_atomically(&outputs)?;
     if let Some(path) = termination {
         // Best effort: the kubelet only shows this message. Failing here would turn
-        // a verdict (a failed check's exit 1) into exit 2 after the other outputs
+        // a verdict (a failed check's exit 1 or 3) into exit 2 after the other outputs
         // were already replaced, and hide the report.
         if let Err(e) = output::write_in_place(
             "--termination-log",
@@ -193,7 +201,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             ));
         }
     }
-    print(&report, args.check.format, env)?;
+    print(&report, args.output.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
 
@@ -250,9 +258,10 @@ fn output_dir_exists(path: &Path) -> bool {
     }
 }
 
-pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+pub fn facts(args: &FactsArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // The same probes as `check`, so `check --facts` judges what `check` would have.
-    let (facts, hung) = gather_facts(&describing(args), env, Evaluation::default())?;
+    let how = Evaluation::default().cuda(&args.cuda);
+    let (facts, hung) = gather_facts(&describing(&args.gather), env, how)?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     emit(&text)?;
@@ -266,9 +275,11 @@ pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 pub fn facts_child(env: &[(OsString, OsString)]) -> Result<Exit> {
     let request: crate::serve::probe::Request =
         crate::child::request().map_err(|e| anyhow::anyhow!("facts-child: {e}"))?;
+    // serve never loads the CUDA driver (NVML shows a stopped fabric manager).
     let how = Evaluation {
         probe_all: request.probe_all,
         probed: request.probed.as_ref(),
+        cuda: CudaProbe::Off,
         ..Evaluation::default()
     };
     let (facts, hung) = gather_facts(&describing(&request.gather), env, how)?;
@@ -315,7 +326,7 @@ pub fn explain_log(args: &ExplainArgs, env: &[(OsString, OsString)]) -> Result<E
             render::visible(&name)
         );
     }
-    match args.format {
+    match args.output.format {
         Format::Human => emit(&render::explain::render(&explanation, use_color(env)))?,
         Format::Json => {
             let mut text = serde_json::to_string_pretty(&explanation)
@@ -349,7 +360,8 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     } else {
         None
     };
-    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
+    let how = Evaluation::under(&policy).cuda(&args.cuda);
+    let (mut report, hung) = evaluate(&args.check, env, how)?;
     if let Some(gang) = &gang
         && let Some(exit) = exec_gang(args, env, &policy, gang, &mut report, hung)?
     {
@@ -364,7 +376,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // With --gang the report was shown with the gang's rendering above.
     // The command's standard output is its own: the report goes to standard error.
     if (args.dry_run || failed || hung.0) && !args.gang {
-        match args.check.format {
+        match args.output.format {
             Format::Human => emit_err(&render::human::render(&report, false))?,
             Format::Json => emit_err(&render::json::render(&report))?,
         }
@@ -391,7 +403,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
              (see the gpu checks above) and is still stuck in this process; exec would wait on it. \
              --ignore lets a failed check pass, not a hung driver: drain the node or fix the driver",
             args.command[0].to_string_lossy(),
-            args.check.gather.timeout.as_secs_f64()
+            args.check.gather.libs.timeout.as_secs_f64()
         ));
         // The driver is the node's: another node can run the command.
         return Ok(Exit::new(EXIT_NODE_FAULT, hung));
@@ -430,7 +442,7 @@ fn exec_gang(
         return Ok(Some(Exit::new(EXIT_NODE_FAULT, hung)));
     }
     let run = gang.run(report, policy, env)?;
-    match args.check.format {
+    match args.output.format {
         Format::Human => emit_err(&crate::gang::command::human(report, &run, false))?,
         Format::Json => emit_err(&crate::gang::render::json(report, &run))?,
     }
@@ -614,30 +626,46 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::GatherArgs;
     use serde_json::Value;
 
-    /// Every flag of `GatherArgs` travels in the requests of the children that gather
+    /// Every gathering flag travels in the requests of the children that gather
     /// (`crate::child`): the flags clap defines and the keys serde writes both come from
     /// the derives, so a flag added and left out of the encoding fails here, whatever
     /// its name. Each request reads back as it was written.
     #[test]
     fn every_gather_flag_travels_in_the_child_requests() {
         use clap::{Args, FromArgMatches};
-        let command = GatherArgs::augment_args(clap::Command::new("gather"));
-        let flags: std::collections::BTreeSet<String> = command
-            .get_arguments()
-            .map(|a| a.get_id().to_string())
-            .collect();
-        assert!(flags.len() > 10, "{flags:?}");
-        let gather = GatherArgs::from_arg_matches(&command.get_matches_from(["gather"])).unwrap();
+        /// The flags of `T` and `T` as clap gives it from its defaults.
+        fn parsed<T: Args + FromArgMatches>() -> (std::collections::BTreeSet<String>, T) {
+            let command = T::augment_args(clap::Command::new("gather"));
+            let flags = command
+                .get_arguments()
+                .map(|a| a.get_id().to_string())
+                .collect();
+            (
+                flags,
+                T::from_arg_matches(&command.get_matches_from(["gather"])).unwrap(),
+            )
+        }
+        /// Every key of a JSON object, nested objects' keys included.
+        fn keys(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+            for (k, v) in v.as_object().into_iter().flatten() {
+                out.insert(k.clone());
+                keys(v, out);
+            }
+        }
+        let (gather_flags, gather) = parsed::<GatherArgs>();
+        let (library_flags, libraries) = parsed::<crate::cli::LibraryArgs>();
+        assert!(gather_flags.len() > 10, "{gather_flags:?}");
         let facts = crate::serve::probe::Request {
-            gather: gather.clone(),
+            gather,
             probe_all: true,
             probed: None,
         };
         let bench = crate::bench::child::Request {
             part: crate::bench::child::Part::Links { cuda_facts: true },
-            gather,
+            libraries,
             limits: crate::cli::BenchLimits {
                 bench_seconds: std::time::Duration::from_millis(1500),
                 min_bandwidth_fraction: 0.25,
@@ -645,11 +673,14 @@ mod tests {
         };
         let facts_sent = crate::child::encode(&facts).unwrap();
         let bench_sent = crate::child::encode(&bench).unwrap();
-        for sent in [&facts_sent, &bench_sent] {
+        for (sent, flags, field) in [
+            (&facts_sent, &gather_flags, "gather"),
+            (&bench_sent, &library_flags, "libraries"),
+        ] {
             let doc: Value = serde_json::from_slice(sent).unwrap();
-            let keys: std::collections::BTreeSet<String> =
-                doc["gather"].as_object().unwrap().keys().cloned().collect();
-            let missing: Vec<_> = flags.difference(&keys).collect();
+            let mut sent_keys = std::collections::BTreeSet::new();
+            keys(&doc[field], &mut sent_keys);
+            let missing: Vec<_> = flags.difference(&sent_keys).collect();
             assert!(missing.is_empty(), "not in the request: {missing:?}");
         }
         let facts_read: crate::serve::probe::Request = crate::child::decode(&facts_sent).unwrap();

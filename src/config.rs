@@ -11,7 +11,7 @@
 //! variable, the file's section for the mode, the file's top, the built-in default.
 //! The file only supplies defaults (clap's own `default_value`), so clap's order of
 //! command line over variable over default is the order above, and a flag set by the
-//! file is never "given" for `cli::unread`.
+//! file is never "given" for the refusals between flags (`cli::parse`).
 //!
 //! A key no mode has, a section no mode is named, or a value the flag's own parser
 //! refuses is an error naming the file and line: a typo must not silently drop a

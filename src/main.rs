@@ -96,8 +96,10 @@ fn exit_2_on_abort() {
 
 fn main() -> ExitCode {
     exit_2_on_abort();
-    // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
-    let mut matches = cli::command().get_matches();
+    // clap exits 2 on bad flags (a flag the mode does not read among them, cli::parse)
+    // and 0 on --help/--version, matching the contract.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut matches = cli::parse(&argv).unwrap_or_else(|e| e.exit());
     // The configuration file's values are defaults under the flags and their variables
     // (config.rs): read it, then parse again with them.
     let config = match matches.get_one::<std::path::PathBuf>("config") {
@@ -106,7 +108,7 @@ fn main() -> ExitCode {
             Ok((c, command))
         }) {
             Ok((c, command)) => {
-                matches = command.get_matches();
+                matches = command.get_matches_from(&argv);
                 Some(c)
             }
             Err(e) => {
@@ -122,11 +124,6 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // A flag the mode does not read is a bad flag too (cli::unread).
-    if let Err(e) = cli::unread::refuse(&matches) {
-        nccl_preflight::diagnostic::line(format_args!("nccl-preflight: error: {e}"));
-        return ExitCode::from(EXIT_TOOL_ERROR);
-    }
     let env: Vec<_> = std::env::vars_os().collect();
     // A panic is a bug, but it still means "the tool could not do its job": exit 2,
     // not Rust's 101, so the contract holds even then.

@@ -3,10 +3,10 @@
 //! `doctor`, `serve` and `bench` all go through here, so no command re-implements a
 //! step and none depends on another.
 
-use crate::cli::{CheckArgs, Format, GatherArgs, Switch};
+use crate::cli::{CheckArgs, CudaArg, Format, GatherArgs, Switch};
 use crate::facts::{FACTS_SCHEMA, Facts};
 use crate::finding::Fault;
-use crate::gather::gpu::{CudaProbe, Elsewhere, GpuOptions, HungCall};
+use crate::gather::gpu::{CudaProbe, GpuOptions, HungCall};
 use crate::gather::rdma::RdmaOptions;
 use crate::gather::{self, host::Host, kernel::Kernel, kernel::LiveKernel, replay};
 use crate::judge;
@@ -53,9 +53,10 @@ pub(crate) struct Evaluation<'a> {
     /// The image's RDMA, NCCL and CUDA runtime facts of an earlier run, used instead of
     /// loading those libraries again (`serve`, see [`gather::Probed`]).
     pub probed: Option<&'a gather::Probed>,
-    /// The CUDA driver's facts read by another process that initialises CUDA anyway
-    /// (`init --bench`'s bench): one cuInit serves both.
-    pub cuda: Option<Elsewhere>,
+    /// Where the CUDA driver's facts come from: here, nowhere (`--cuda off`; `probe` and
+    /// `serve` never load it), or another process that initialises CUDA anyway (`init
+    /// --bench`'s bench): one cuInit serves both.
+    pub cuda: CudaProbe,
 }
 
 impl<'a> Evaluation<'a> {
@@ -64,6 +65,17 @@ impl<'a> Evaluation<'a> {
         Evaluation {
             policy: Some(policy),
             ..Evaluation::default()
+        }
+    }
+
+    /// These, reading CUDA's facts as `--cuda` says.
+    pub(crate) fn cuda(self, arg: &CudaArg) -> Evaluation<'a> {
+        match arg.cuda {
+            Switch::Off => Evaluation {
+                cuda: CudaProbe::Off,
+                ..self
+            },
+            Switch::On => self,
         }
     }
 }
@@ -77,11 +89,12 @@ pub(crate) fn gather_facts(
     let Evaluation {
         probe_all,
         probed,
-        cuda: cuda_elsewhere,
+        cuda,
         ..
     } = how;
+    let (libs, host) = (&args.libs, &args.host);
     // File reads get the vendor calls' deadline: a hung driver can block them too.
-    let host = Host::with_deadline(&args.host_root, args.timeout);
+    let root = Host::with_deadline(&libs.host_root, libs.timeout);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
         None => Box::new(LiveKernel),
         Some(path) => {
@@ -89,7 +102,7 @@ pub(crate) fn gather_facts(
             let recording: replay::Recording = serde_json::from_str(&text).with_context(|| {
                 format!("--replay-kernel {}: not a kernel recording", path.display())
             })?;
-            Box::new(replay::ReplayKernel::new(recording, &args.host_root))
+            Box::new(replay::ReplayKernel::new(recording, &libs.host_root))
         }
     };
     let env_var = |name: &str| {
@@ -100,49 +113,45 @@ pub(crate) fn gather_facts(
     };
     let vendor = gather::VendorOptions {
         gpu: GpuOptions {
-            nvml_library: args.nvml_lib.clone(),
-            cuda_library: args.cuda_lib.clone(),
-            call_timeout: args.timeout,
-            trace: args.trace,
-            cuda: match (args.cuda, cuda_elsewhere) {
-                (Switch::Off, _) => CudaProbe::Off,
-                (Switch::On, Some(source)) => CudaProbe::Elsewhere(source),
-                (Switch::On, None) => CudaProbe::Here,
-            },
+            nvml_library: libs.nvml_lib.clone(),
+            cuda_library: libs.cuda_lib.clone(),
+            call_timeout: libs.timeout,
+            trace: libs.trace,
+            cuda,
             unjudged: args.unjudged,
             cudart: if args.image == crate::cli::ImageArg::Own {
                 Err(crate::facts::ImageRole::OWN_REASON.to_string())
             } else {
                 Ok(gather::gpu::cudart::locations(
-                    args.cudart_lib.as_deref(),
+                    host.cudart_lib.as_deref(),
                     env,
                 ))
             },
             cudart_probed: probed.and_then(|p| p.cuda_runtime.clone()),
         },
         rdma: RdmaOptions {
-            verbs_library: args.verbs_lib.clone(),
-            fabric_libraries: match &args.fabric_lib {
+            verbs_library: host.verbs_lib.clone(),
+            fabric_libraries: match &host.fabric_lib {
                 Some(l) => vec![l.clone()],
                 None => gather::rdma::fabric::LOCATIONS
                     .iter()
                     .map(|s| s.to_string())
                     .collect(),
             },
-            nccl_libraries: gather::rdma::nccl::locations(args.nccl_lib.as_deref(), env),
+            nccl_libraries: gather::rdma::nccl::locations(libs.nccl_lib.as_deref(), env),
             net_plugin_env: env_var("NCCL_NET_PLUGIN"),
-            memreg_bytes: args.memreg_size,
-            call_timeout: args.timeout,
-            trace: args.trace,
+            memreg_bytes: host.memreg_size,
+            call_timeout: libs.timeout,
+            trace: libs.trace,
             probe_all,
             own_image: args.image == crate::cli::ImageArg::Own,
             probed: probed.map(|p| p.rdma.clone()),
         },
         image: image_role(args.image),
     };
-    let (mut facts, hung) = gather::gather(&host, kernel.as_ref(), env, &vendor);
+    let (mut facts, hung) = gather::gather(&root, kernel.as_ref(), env, &vendor);
     if !hung.0 {
-        facts.nccl_files.params = nccl_params(&facts, env, args.timeout);
+        facts.nccl_files.params = nccl_params(&facts, env, args.libs.timeout);
     }
     Ok((facts, hung))
 }
@@ -503,8 +512,8 @@ pub(crate) fn generated(env: &[(OsString, OsString)], facts: &Facts) -> crate::r
 /// Judges and tunes `facts` gathered (or saved) for `args`.
 pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy) -> Report {
     // What the command line says about the job wins over what was gathered or saved.
-    if args.gather.nodes.is_some() {
-        facts.nodes = args.gather.nodes;
+    if args.nodes.is_some() {
+        facts.nodes = args.nodes;
     }
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;

@@ -19,7 +19,7 @@
 //! for this order on 4x H100, tests/data/h100x4/scale/gate-run1.txt.)
 
 use crate::child::{Ended, Frames, Started};
-use crate::cli::{BenchArgs, BenchLimits, GatherArgs, InitArgs};
+use crate::cli::{BenchArgs, BenchLimits, InitArgs, LibraryArgs};
 use crate::facts::FactError;
 use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
 use crate::finding::Finding;
@@ -72,8 +72,8 @@ pub enum Part {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Request {
     pub part: Part,
-    /// init's gather flags, whole.
-    pub gather: GatherArgs,
+    /// init's flags for the GPU libraries, whole.
+    pub libraries: LibraryArgs,
     /// init's `--bench-seconds` and `--min-bandwidth-fraction`.
     pub limits: BenchLimits,
 }
@@ -96,18 +96,18 @@ impl Request {
         if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
             args.size = GATE_P2P_SIZE;
         }
-        args.gather = self.gather.clone();
+        args.gather = self.libraries.clone();
         args.limits = self.limits.clone();
         Ok(args)
     }
 }
 
 fn start(args: &InitArgs, env: Vec<(OsString, OsString)>, part: Part) -> Pending {
-    let g = &args.check.gather;
+    let g = &args.check.gather.libs;
     let limit = args.bench_limits.bench_seconds + 3 * g.timeout + Duration::from_secs(5);
     let request = Request {
         part,
-        gather: g.clone(),
+        libraries: g.clone(),
         limits: args.bench_limits.clone(),
     };
     let started = std::env::current_exe()
@@ -133,7 +133,7 @@ pub fn start_links(
         (Ok(started), true) => started.frames(),
         _ => None,
     };
-    let g = &args.check.gather;
+    let g = &args.check.gather.libs;
     let (library, timeout, trace) = (g.cuda_lib.clone(), g.timeout, g.trace);
     let source = cuda_facts.then(|| {
         Elsewhere::new(move || match frames {
@@ -390,8 +390,8 @@ mod tests {
     /// size; the part picks what it measures.
     #[test]
     fn the_request_gives_the_child_inits_flags_and_the_gate_size() {
-        let command = GatherArgs::augment_args(clap::Command::new("gather"));
-        let mut gather = GatherArgs::from_arg_matches(&command.get_matches_from(["g"])).unwrap();
+        let command = LibraryArgs::augment_args(clap::Command::new("gather"));
+        let mut gather = LibraryArgs::from_arg_matches(&command.get_matches_from(["g"])).unwrap();
         gather.host_root = "/host root".into();
         gather.cuda_lib = "/opt/libcuda.so.1".into();
         gather.timeout = Duration::from_millis(2500);
@@ -405,7 +405,7 @@ mod tests {
         ] {
             let request = Request {
                 part,
-                gather: gather.clone(),
+                libraries: gather.clone(),
                 limits: limits.clone(),
             };
             let args = request.bench_args(&[]).unwrap();

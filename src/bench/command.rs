@@ -337,7 +337,7 @@ fn reply_or_print(
         crate::child::hang_up();
         return Ok(());
     }
-    match args.format {
+    match args.output.format {
         Format::Human => {
             crate::run::emit(&super::render::human(report, crate::run::use_color(env)))
         }

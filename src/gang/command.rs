@@ -38,7 +38,7 @@ fn identity(
     opts: &GangOpts,
     env: &[(OsString, OsString)],
 ) -> Result<GangIdentity> {
-    let nodes = match (opts.gang_nodes, check.gather.nodes) {
+    let nodes = match (opts.gang_nodes, check.nodes) {
         (Some(a), Some(b)) if a != b => {
             bail!("gang: --gang-nodes {a} and --nodes {b} disagree (one is an alias of the other)")
         }
@@ -194,15 +194,15 @@ impl Prepared<'_> {
         let (check, opts, identity) = (self.check, self.opts, &self.identity);
         let settings = super::Settings {
             opts,
-            cuda_lib: check.gather.cuda_lib.clone(),
-            nccl_candidates: trainer_nccl(report, check.gather.nccl_lib.as_deref(), env),
-            host_root: check.gather.host_root.clone(),
+            cuda_lib: check.gather.libs.cuda_lib.clone(),
+            nccl_candidates: trainer_nccl(report, check.gather.libs.nccl_lib.as_deref(), env),
+            host_root: check.gather.libs.host_root.clone(),
             trainer_env: crate::run::exec_environment(env, &report.settings),
             ras_diagnostics: crate::nccl::version(&report.facts)
                 .is_some_and(|v| v >= crate::nccl::version::RAS_DIAGNOSTICS),
         };
         crate::diagnostic::progress(
-            check.gather.trace,
+            check.gather.libs.trace,
             format_args!(
                 "nccl-preflight: gang: pod {} of {}: waiting up to {:.0} s for the pods' names, then up to {:.0} s for every pod to join at {}:{}",
                 identity.node_rank,
@@ -285,7 +285,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         return Ok(Exit::new(crate::run::EXIT_NODE_FAULT, hung));
     }
     let run = gang.run(&mut report, &policy, env)?;
-    match args.check.format {
+    match args.output.format {
         Format::Human => emit(&human(&report, &run, use_color(env)))?,
         Format::Json => emit(&super::render::json(&report, &run))?,
     }

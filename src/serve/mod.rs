@@ -258,6 +258,7 @@ fn run_once(
         None => {
             let how = crate::run::Evaluation {
                 probed: probed.as_ref(),
+                cuda: crate::gather::gpu::CudaProbe::Off,
                 ..crate::run::Evaluation::under(&shared.policy)
             };
             crate::run::evaluate(&args.check, env, how)
@@ -299,7 +300,8 @@ fn run_once(
     !hung
 }
 
-/// The checks `serve` runs: those of `check`, without the CUDA driver. cuInit maps
+/// The checks `serve` runs: those of `check`, without the CUDA driver (each gather
+/// `serve` asks for, here or in `facts-child`, says `CudaProbe::Off`). cuInit maps
 /// libcuda for good (it cannot be unloaded once initialised) and starts its threads in
 /// a process that lives as long as the pod, for what NVML shows as well: a stopped
 /// fabric manager is NVML's fabric state on Hopper and later and every NVLink to the
@@ -315,10 +317,9 @@ fn run_once(
 /// memory registration (memlock cannot change inside a running container), the
 /// libfabric providers, the libnccl version and the net plugin (files of an image
 /// that does not change while the pod lives).
-fn without_cuda(args: &ServeArgs) -> ServeArgs {
+fn served(args: &ServeArgs) -> ServeArgs {
     let mut args = args.clone();
     args.check.gather = crate::run::describing(&args.check.gather);
-    args.check.gather.cuda = crate::cli::Switch::Off;
     args
 }
 
@@ -486,13 +487,13 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             args.watch.watch_interval
         );
     }
-    let args = &without_cuda(args);
+    let args = &served(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
     let policy = crate::run::build_policy(&args.check)?;
     let tainter = taint::Tainter::new(&args.taint, env).map_err(anyhow::Error::msg)?;
     let stale_after = args
         .stale_after
-        .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
+        .unwrap_or(args.interval * 3 + args.check.gather.libs.timeout * 2);
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("serve --listen {}", args.listen))?;
     let stop = stop_on_signals()?;
@@ -521,8 +522,11 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     });
     start_watching(args, &shared, stop)?;
     let watcher = {
-        let (xids, library) = (Arc::clone(&shared.xids), args.check.gather.nvml_lib.clone());
-        let deadline = args.check.gather.timeout;
+        let (xids, library) = (
+            Arc::clone(&shared.xids),
+            args.check.gather.libs.nvml_lib.clone(),
+        );
+        let deadline = args.check.gather.libs.timeout;
         std::thread::Builder::new()
             .name("xid".into())
             .spawn(move || xid::watch(&library, deadline, &xids, stop))

@@ -27,7 +27,7 @@ use std::time::Duration;
 /// How long the child may take: its gather bounds every vendor call and file read by
 /// `--timeout`, on a GPU thread and an RDMA thread side by side, each a chain of calls.
 fn limit(args: &GatherArgs) -> Duration {
-    args.timeout.saturating_mul(4) + Duration::from_secs(30)
+    args.libs.timeout.saturating_mul(4) + Duration::from_secs(30)
 }
 
 /// What the gathering child is asked (the child protocol's request, `crate::child`).
@@ -62,7 +62,7 @@ pub fn in_child(env: &[(OsString, OsString)], request: &Request) -> Result<Gathe
             stderr,
             status,
         } => {
-            if args.trace {
+            if args.libs.trace {
                 for line in stderr.trim_end().lines() {
                     crate::diagnostic::line(format_args!("{}", crate::render::visible(line)));
                 }

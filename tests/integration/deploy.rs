@@ -142,14 +142,16 @@ fn validate(
     )
 }
 
-/// Parses a command line with the current CLI, as the binary would: a flag the mode
-/// does not read is refused too.
+/// Parses a command line with the current CLI, as the binary does (`cli::parse`): a
+/// flag the mode does not read is refused too.
 fn parses(argv: &[String]) -> Result<(), String> {
-    let full = std::iter::once("nccl-preflight".to_string()).chain(argv.iter().cloned());
-    let matches = nccl_preflight::cli::command()
-        .try_get_matches_from(full)
-        .map_err(|e| e.to_string())?;
-    nccl_preflight::cli::unread::refuse(&matches)
+    let full: Vec<std::ffi::OsString> = std::iter::once("nccl-preflight".to_string())
+        .chain(argv.iter().cloned())
+        .map(Into::into)
+        .collect();
+    nccl_preflight::cli::parse(&full)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! statements the code makes about itself: only `vendor` loads a library or declares a
 //! vendor symbol, and `lib.rs`'s list of the modules that touch the host is the list
 //! of those whose non-test code reaches the file system, processes, sockets, the
-//! environment, raw syscalls or vendor libraries.
+//! environment, standard input, raw syscalls or vendor libraries, itself or by calling
+//! a module that does (a pure module calling `vendor`, `child` or `output`, which sit
+//! on lower layers, touches the host as much as they do).
 
 use super::support::{repo, rust_files};
 use proc_macro2::{TokenStream, TokenTree};
@@ -94,6 +96,7 @@ const HOST_PATHS: &[&str] = &[
     "std::os::unix::net",
     "std::os::unix::fs",
     "std::env",
+    "std::io::stdin",
     "libc",
     "nix",
     "tempfile",
@@ -102,8 +105,21 @@ const HOST_PATHS: &[&str] = &[
     "nvml_wrapper_sys",
 ];
 
-/// Methods that touch the host whatever their receiver's path (a DNS lookup).
-const HOST_METHODS: &[&str] = &["to_socket_addrs"];
+/// Methods that touch the host whatever their receiver's path: a DNS lookup, and
+/// `std::path::Path`'s questions to the file system.
+const HOST_METHODS: &[&str] = &[
+    "to_socket_addrs",
+    "exists",
+    "try_exists",
+    "is_file",
+    "is_dir",
+    "is_symlink",
+    "metadata",
+    "symlink_metadata",
+    "read_dir",
+    "read_link",
+    "canonicalize",
+];
 
 /// Paths only `vendor` may use: the loaders.
 const VENDOR_PATHS: &[&str] = &["libloading", "nvml_wrapper", "nvml_wrapper_sys", "libc::dl"];
@@ -122,6 +138,9 @@ pub(super) struct Seen {
     uses: BTreeSet<String>,
     /// Paths that reach the host outside `#[cfg(test)]` code.
     host: BTreeSet<String>,
+    /// Top-level modules, other than its own, whose functions its non-test code calls
+    /// or passes on (`crate::output::write_atomically(..)`, through a `use` too).
+    calls: BTreeMap<String, String>,
     /// Loader paths, extern blocks and C function-pointer types.
     vendor: BTreeSet<String>,
     /// Glob imports of the crate root, which would hide the edges behind them.
@@ -160,20 +179,7 @@ impl Walker<'_> {
         if VENDOR_PATHS.iter().any(|v| full.starts_with(v)) {
             self.seen.vendor.insert(full.clone());
         }
-        let target = match first.as_str() {
-            "crate" => segments.get(1).cloned(),
-            "super" => {
-                let ups = segments.iter().take_while(|s| *s == "super").count();
-                if ups >= self.module.len() {
-                    // Climbed to the crate root: the next segment is a top-level module.
-                    segments.get(ups).cloned()
-                } else {
-                    None
-                }
-            }
-            _ => None,
-        };
-        match target {
+        match self.target(segments) {
             Some(t) => {
                 if self.module.first() != Some(&t) {
                     self.seen.uses.insert(t);
@@ -187,6 +193,19 @@ impl Walker<'_> {
                     self.seen.root_globs += 1;
                 }
             }
+        }
+    }
+
+    /// The top-level module a path names, where it climbs to the crate root.
+    fn target(&self, segments: &[String]) -> Option<String> {
+        match segments.first()?.as_str() {
+            "crate" => segments.get(1).cloned(),
+            "super" => {
+                let ups = segments.iter().take_while(|s| *s == "super").count();
+                // Climbed to the crate root: the next segment is a top-level module.
+                (ups >= self.module.len()).then(|| segments.get(ups).cloned())?
+            }
+            _ => None,
         }
     }
 
@@ -235,8 +254,16 @@ impl Walker<'_> {
             .chars()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
         let full = segments.join("::");
-        if self.in_test == 0 && !constant && HOST_PATHS.iter().any(|h| starts_with_path(&full, h)) {
-            self.seen.host.insert(full);
+        if self.in_test > 0 || constant {
+            return;
+        }
+        if HOST_PATHS.iter().any(|h| starts_with_path(&full, h)) {
+            self.seen.host.insert(full.clone());
+        }
+        if let Some(target) = self.target(&segments)
+            && self.module.first() != Some(&target)
+        {
+            self.seen.calls.entry(target).or_insert(full);
         }
     }
 
@@ -449,16 +476,36 @@ fn back_edges(src: &Path) -> Vec<String> {
     bad
 }
 
-/// The top-level modules whose non-test code touches the host, each with one example path.
+/// The top-level modules whose non-test code touches the host, itself or through a
+/// module it calls, each with one example path (`via crate::x::f` where it calls one).
 fn host_modules(src: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
+    let mut calls: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     for (_, (module, seen)) in production(parse_tree(src)) {
         if let Some(first) = seen.host.iter().next() {
             out.entry(module[0].clone())
                 .or_insert_with(|| first.clone());
         }
+        calls
+            .entry(module[0].clone())
+            .or_default()
+            .extend(seen.calls);
     }
-    out
+    // Until nothing changes: a module calling one that touches the host touches it.
+    loop {
+        let reached: Vec<(String, String)> = calls
+            .iter()
+            .filter(|(module, _)| !out.contains_key(*module))
+            .filter_map(|(module, called)| {
+                let (_, path) = called.iter().find(|(m, _)| out.contains_key(*m))?;
+                Some((module.clone(), format!("via {path}")))
+            })
+            .collect();
+        if reached.is_empty() {
+            return out;
+        }
+        out.extend(reached);
+    }
 }
 
 /// The modules lib.rs's doc names on its `Touch the host:` line.
@@ -576,5 +623,49 @@ fn host_paths_outside_tests_are_found_and_test_code_is_not() {
     assert_eq!(
         declared_host_modules("//! x\n//! Touch the host: `a`, `b`.\n"),
         BTreeSet::from(["a".to_string(), "b".to_string()])
+    );
+}
+
+#[test]
+fn a_module_calling_one_that_touches_the_host_touches_it() {
+    let dir = super::support::scratch("layering-transitive");
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // Through lower layers: policy calls output's function (by a `use`), which reads
+    // stdin; predict asks a path whether it exists; layout names only output's type
+    // and constant, and calls nothing that touches the host.
+    let files = [
+        (
+            "output.rs",
+            "pub struct W; pub const MAX: u32 = 1;\npub fn read() { let _ = std::io::stdin(); }\n",
+        ),
+        (
+            "policy.rs",
+            "use crate::output::read;\nfn f() { read(); }\n",
+        ),
+        ("report.rs", "fn f() { super::policy::f(); }\n"),
+        (
+            "predict.rs",
+            "fn f(p: &std::path::Path) -> bool { p.exists() }\n",
+        ),
+        (
+            "layout.rs",
+            "fn f(_: crate::output::W) -> u32 { crate::output::MAX + crate::units::f() }\n",
+        ),
+    ];
+    for (path, text) in files {
+        std::fs::write(src.join(path), text).unwrap();
+    }
+    let found = host_modules(&src);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        [
+            ("output", "std::io::stdin"),
+            ("policy", "via crate::output::read"),
+            ("predict", ".exists()"),
+            ("report", "via super::policy::f"),
+        ]
+        .map(|(m, p)| (m.to_string(), p.to_string()))
     );
 }

@@ -43,11 +43,12 @@ pub struct GpuOptions {
 }
 
 /// Where the CUDA driver's facts come from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub enum CudaProbe {
     /// Not asked (`--cuda off`).
     Off,
     /// This process loads libcuda and calls cuInit.
+    #[default]
     Here,
     /// Another process that will use CUDA anyway reads them (`init --bench`'s bench,
     /// so that one cuInit serves both: two at once cost twice, `bench::child`).
