@@ -465,7 +465,11 @@ pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy
         facts.image = crate::facts::ImageRole::Own;
     }
     let findings = judge::judge(&facts, policy);
-    let settings = tune::tune(&facts);
+    let mut settings = tune::tune(&facts);
+    if let Some(dir) = &args.flight_recorder {
+        settings.extend(tune::flight_recorder::settings(dir));
+        settings.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     Report::new(facts, findings, settings)
 }
 

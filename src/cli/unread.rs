@@ -87,7 +87,7 @@ const UNREAD: &[Unread] = &[
     },
     Unread {
         modes: &["probe"],
-        flags: &["format"],
+        flags: &["format", "flight_recorder"],
         when: When::Always,
         why: "probe answers with one line and its exit code",
     },
@@ -307,6 +307,7 @@ mod tests {
         "min_shm",
         "min_memlock",
         "format",
+        "flight_recorder",
     ];
     const GANG: &[&str] = GANG_OPTS;
     const WATCH: &[&str] = &[
@@ -336,11 +337,11 @@ mod tests {
             (
                 "probe",
                 [
-                    without(checks(), &["cuda", "format"]),
+                    without(checks(), &["cuda", "format", "flight_recorder"]),
                     vec!["npd", "max_output"],
                 ]
                 .concat(),
-                vec!["cuda", "format"],
+                vec!["cuda", "format", "flight_recorder"],
             ),
             (
                 "init",
