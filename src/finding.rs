@@ -146,6 +146,11 @@ pub struct Finding {
     /// table's default is stamped on when the report is built ([`Finding::blamed_by_default`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     blame: Option<Blame>,
+    /// True on a warning or failure that says the check could not determine what it
+    /// judges (what it reads could not be read): no statement about the node. `probe
+    /// --npd` answers Unknown when every finding that judged something is one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    undetermined: bool,
 }
 
 /// A finding as JSON holds it, checked against the contract before it becomes one.
@@ -160,6 +165,8 @@ struct FindingRecord {
     ignored: bool,
     #[serde(default)]
     blame: Option<Blame>,
+    #[serde(default)]
+    undetermined: bool,
 }
 
 impl TryFrom<FindingRecord> for Finding {
@@ -196,6 +203,7 @@ impl TryFrom<FindingRecord> for Finding {
             remediation: r.remediation,
             ignored: r.ignored,
             blame: r.blame,
+            undetermined: r.undetermined && needs_fix,
         })
     }
 }
@@ -210,6 +218,7 @@ impl Finding {
             remediation,
             ignored: false,
             blame: None,
+            undetermined: false,
         }
     }
 
@@ -277,6 +286,18 @@ impl Finding {
         self
     }
 
+    /// Marks a warning or failure as "could not determine" (see the field); a pass or a
+    /// skip stays as it is.
+    pub fn undetermined(mut self) -> Self {
+        self.undetermined = self.status >= Status::Warn;
+        self
+    }
+
+    /// True on a warning or failure that could not determine what the check judges.
+    pub fn is_undetermined(&self) -> bool {
+        self.undetermined
+    }
+
     /// The check's default blame, where the finding has none of its own.
     pub fn blamed_by_default(self, default: Blame) -> Self {
         match self.blame {
@@ -327,6 +348,8 @@ pub(crate) struct Problem {
     pub remediation: String,
     /// Where this problem's fault lies, where it differs from the check's default.
     pub blame: Option<Blame>,
+    /// "Could not determine" (see [`Finding::undetermined`]).
+    pub undetermined: bool,
 }
 
 impl Problem {
@@ -341,12 +364,19 @@ impl Problem {
             evidence: Vec::new(),
             remediation: remediation.into(),
             blame: None,
+            undetermined: false,
         }
     }
 
     /// This problem's own blame (see [`Finding::blamed`]).
     pub(crate) fn blamed(mut self, blame: Blame) -> Self {
         self.blame = Some(blame);
+        self
+    }
+
+    /// "Could not determine" (see [`Finding::undetermined`]).
+    pub(crate) fn undetermined(mut self) -> Self {
+        self.undetermined = true;
         self
     }
 }
@@ -408,6 +438,8 @@ pub(crate) fn combine(
     // The finding's status is the worst problems': so is its blame.
     let worst_ones: Vec<&Problem> = problems.iter().filter(|p| p.status == worst).collect();
     f.blame = combined_blame(&worst_ones);
+    // Undetermined only when nothing the check found was determined.
+    f.undetermined = problems.iter().all(|p| p.undetermined);
     f
 }
 

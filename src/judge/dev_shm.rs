@@ -179,6 +179,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                 "could not determine the size of /dev/shm",
                 remediation::DEV_SHM,
             )
+            .undetermined()
         }
     };
     f.evidence = evidence;

@@ -24,6 +24,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             "could not determine the IPC namespace",
             remediation::HOST_IPC,
         )
+        .undetermined()
         .evidence(e.to_string()),
         Observed::Value(inode) => {
             let evidence = format!("/proc/self/ns/ipc -> ipc:[{inode}]");

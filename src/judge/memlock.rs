@@ -188,7 +188,8 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         } else {
             undetermined(policy.min_memlock.explicit)
         };
-        let mut f = Finding::flagged(ID, status, "could not determine the memlock limit", fix);
+        let mut f = Finding::flagged(ID, status, "could not determine the memlock limit", fix)
+            .undetermined();
         f.evidence = evidence;
         return f;
     };

@@ -119,6 +119,17 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
         .iter()
         .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
     let parts = nvml.gpus.iter().any(is_mnnvl_part);
+    // A fabric state NVML could not be asked for is no "not MNNVL" (issue 39 row 2).
+    let unread = nvml
+        .gpus
+        .iter()
+        .any(|g| g.fabric_state.error().is_some_and(|e| e.is_unread()));
+    if unread && !in_cluster && !parts {
+        return Finding::skip(
+            ID,
+            "could not read the NVLink fabric state (gpu-devices says why): multi-node NVLink not checked",
+        );
+    }
     if !in_cluster && !parts {
         return Finding::skip(
             ID,

@@ -155,6 +155,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
                     ),
                     "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
                 )
+                .undetermined()
                 .evidence(format!("{e}; {}", evidence.join("; ")));
             }
             if devices.is_empty() && !needed {

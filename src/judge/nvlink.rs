@@ -65,13 +65,49 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
             Finding::skip(ID, "no NVML: NVLink not checked")
         };
     };
+    // GPUs whose link states could not be read say nothing of their links: not PCIe
+    // only, not down (issue 39 row 2).
+    let unread: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter(|g| g.nvlinks_unread.is_some())
+        .map(|g| {
+            format!(
+                "GPU {}: NVLink state not read (gpu-devices says why)",
+                g.index
+            )
+        })
+        .collect();
     let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
+    if with_links.is_empty() && !unread.is_empty() {
+        let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
+        // Unread for want of a function in the container's NVML: the job's library.
+        let absent = nvml.gpus.iter().any(|g| {
+            g.nvlinks_unread
+                .as_ref()
+                .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
+        });
+        let f = if policy.require.nvlink {
+            let f = Finding::fail(ID, summary, FIX).undetermined();
+            if absent {
+                f.blamed(crate::finding::Blame::Job)
+            } else {
+                f
+            }
+        } else {
+            Finding::skip(ID, summary)
+        };
+        return unread.into_iter().fold(f, Finding::evidence);
+    }
     let active_total: usize = with_links
         .iter()
         .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
         .sum();
     if with_links.is_empty()
-        || (active_total == 0 && !policy.require.nvlink && with_links.len() < nvml.gpus.len())
+        || (active_total == 0
+            && !policy.require.nvlink
+            && unread.is_empty()
+            && with_links.len() < nvml.gpus.len())
     {
         return if policy.require.nvlink {
             Finding::fail(
@@ -84,7 +120,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
         };
     }
     let mut problems = Vec::new();
-    let mut evidence = Vec::new();
+    let mut evidence = unread;
     for g in &nvml.gpus {
         let (line, problem) = gpu_links(g);
         evidence.push(line);
@@ -100,6 +136,7 @@ pub fn judge(facts: &Facts, policy: &Policy) -> Finding {
     let per_gpu: std::collections::BTreeSet<usize> = nvml
         .gpus
         .iter()
+        .filter(|g| g.nvlinks_unread.is_none())
         .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
         .collect();
     let summary = format!(

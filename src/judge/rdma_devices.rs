@@ -157,6 +157,7 @@ fn unreadable_class(scope: &Scope, policy: &Policy, expected_efa: Option<u32>) -
                 request_fix(expected_efa.is_some() || policy.require.efa, None)
             ),
         )
+        .undetermined()
         .evidence(e.to_string()),
     )
 }
@@ -257,7 +258,7 @@ fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) 
                 d.name, d.name
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
-        ))
+        ).undetermined())
     } else {
         None
     }
@@ -324,6 +325,7 @@ fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Probl
             ),
             "Make /sys/class/infiniband_verbs readable in the container (sysfs mounted read-only is enough).",
         )
+        .undetermined()
     })
 }
 
@@ -352,6 +354,7 @@ fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Proble
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
         )
+        .undetermined()
     })
 }
 
@@ -440,6 +443,7 @@ fn allocation_problem(
     }
     let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
     Some(Problem {
+        undetermined: false,
         status: scope.missing_status(efa_required),
         summary: format!(
             "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
@@ -508,6 +512,7 @@ fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem
     let usable = scope.usable.len();
     match &facts.rdma.verbs.state {
         LibraryState::NotFound { message } => vec![Problem {
+            undetermined: false,
             // The devices are there; the image lacks the library.
             blame: Some(Blame::Job),
             status,

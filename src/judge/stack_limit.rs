@@ -23,6 +23,7 @@ pub fn judge(facts: &Facts, _policy: &Policy) -> Finding {
             "could not determine the stack limit",
             remediation::STACK_LIMIT,
         )
+        .undetermined()
         .evidence(e.to_string()),
         Observed::Value(l) => {
             let evidence = format!(

@@ -41,6 +41,7 @@ fn unusable_value(facts: &Facts, value: &EnvValue, shown: &str) -> Option<Proble
         return None;
     };
     Some(Problem {
+        undetermined: false,
         blame: None,
         status: Severity::Warn,
         summary,
@@ -129,6 +130,7 @@ fn ignored_value(facts: &Facts, value: &EnvValue, shown: &str) -> Vec<Problem> {
 
 fn unreadable_interfaces(facts: &Facts, shown: &str) -> Problem {
     Problem {
+        undetermined: true,
         blame: None,
         status: Severity::Warn,
         summary: format!("could not check {shown}: the interface list is unreadable"),
@@ -180,6 +182,7 @@ fn lint_bootstrap_interface(
             suggestion(facts)
         };
         Some(Problem {
+            undetermined: false,
             blame: None,
             status,
             summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
@@ -200,6 +203,7 @@ fn lint_bootstrap_interface(
             (Severity::Warn, "this works on one node only")
         };
         Some(Problem {
+            undetermined: false,
             blame: None,
             status,
             summary: format!(
@@ -210,6 +214,7 @@ fn lint_bootstrap_interface(
         })
     } else if first.starts_with("veth") {
         Some(Problem {
+            undetermined: false,
             blame: None,
             status: Severity::Warn,
             summary: format!(
@@ -242,6 +247,7 @@ fn lint_prefix_matches(
         .filter(|n| selected.contains(n))
         .unwrap_or_else(|| first.clone());
     Some(Problem {
+        undetermined: false,
         blame: None,
         status: Severity::Warn,
         summary: format!(
@@ -319,6 +325,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
     }
     let Some(first) = selected.first() else {
         return vec![Problem {
+            undetermined: false,
             blame: None,
             status: Severity::Fail,
             summary: format!(
@@ -422,6 +429,7 @@ fn lint_link_local(
         suggestion(facts)
     };
     Some(Problem {
+        undetermined: false,
         blame: None,
         status,
         summary: format!(
@@ -464,6 +472,7 @@ that the Multus/SR-IOV CNI ran (kubectl describe pod: events), and on SR-IOV tha
 pub(super) fn lint_socket_family(facts: &Facts, value: &EnvValue) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
         return Some(Problem {
+            undetermined: false,
             blame: None,
             status: Severity::Warn,
             summary: format!(
@@ -501,6 +510,7 @@ fn family_without_address(
     };
     let predicted = crate::predict::predict(facts).sockets.value.bootstrap;
     Some(Problem {
+        undetermined: false,
         blame: None,
         status,
         summary: format!(

@@ -213,12 +213,10 @@ mod tests {
     /// job's own code; the RAS cause alone already says so for divergent ranks.
     #[test]
     fn a_local_rank_whose_collectives_all_completed_is_in_user_code() {
-        let last = Entry {
-            profiling_name: "nccl:all_reduce".into(),
-            collective_seq_id: 351,
-            state: "completed".into(),
-            ..Entry::default()
-        };
+        let mut last = Entry::default();
+        last.profiling_name = "nccl:all_reduce".into();
+        last.collective_seq_id = 351;
+        last.state = "completed".into();
         let flight = Flight {
             dir: Some("/fr".into()),
             asked_secs_ago: Some(2.0),
