@@ -62,7 +62,7 @@ pub struct Entry {
     pub profiling_name: String,
     /// `scheduled` (enqueued, not started on the GPU), `started`, `completed`.
     pub state: String,
-    pub input_sizes: Vec<Vec<i64>>,
+    input_sizes: Vec<Vec<i64>>,
     /// The caller's frames: PyTorch's own (torch/distributed/...) left out.
     pub frames: Vec<Frame>,
 }

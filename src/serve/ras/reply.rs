@@ -80,7 +80,7 @@ pub struct RankState {
     pub init_state: i64,
     /// What ncclCommGetAsyncError would return (ncclResult_t).
     pub async_error: i64,
-    pub abort_flag: bool,
+    abort_flag: bool,
     /// ncclCommFinalize was called, or ncclCommDestroy/Abort began (`destroy_flag`).
     pub finalized: bool,
     /// Index into the communicator's `groups`.
