@@ -822,11 +822,12 @@ fn a_flood_of_monitor_events_while_status_hangs_stays_bounded() {
             .map(|pid| format!("[2026-11-26 07:28:04] PEER_DEAD: Process {pid} on node 10.0.{}.{} managing GPU 0", pid / 250, pid % 250))
             .collect();
     });
-    // Events wait for the next poll 64 at most (the newest kept): while every STATUS
-    // hangs for its 12 s, each poll takes 64 dead peers.
+    // NCCL sends PEER_DEAD once per peer (src/ras/peers.cc at v2.29.2-1,
+    // rasPeerDeclareDead): every one is a death, counted while STATUS hangs, up to a
+    // job's size (16,384); the lines kept stay few.
     let body = wait_for(&server, "/job", |_, body| {
         serde_json::from_str::<serde_json::Value>(body)
-            .is_ok_and(|v| v["ranks_dead"].as_u64() >= Some(128))
+            .is_ok_and(|v| v["ranks_dead"].as_u64() == Some(16_384))
     });
     assert!(body.len() < 64 * 1024, "/job is {} bytes", body.len());
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -836,6 +837,14 @@ fn a_flood_of_monitor_events_while_status_hangs_stays_bounded() {
         "{}",
         v["headline"]
     );
+    // The stream is still read while STATUS hangs: a later event reaches /job.
+    let later =
+        "[2026-11-26 07:29:00] PEER_UNRESPONSIVE: Process 1 on node 10.9.9.9 managing GPU 0";
+    fake.set(|s| s.events = vec![later.into()]);
+    wait_for(&server, "/job", |_, body| {
+        serde_json::from_str::<serde_json::Value>(body)
+            .is_ok_and(|v| v["events"].as_array().and_then(|e| e.last()) == Some(&later.into()))
+    });
 }
 
 /// A reply of 16,384 ranks (one communicator, the world) is read whole and judged, and

@@ -146,10 +146,6 @@ impl EventLog {
         old.is_none()
     }
 
-    pub fn drain(&mut self) -> Vec<(String, u64)> {
-        self.entries.drain(..).collect()
-    }
-
     pub fn lines(&self) -> Vec<String> {
         self.entries
             .iter()
@@ -161,6 +157,57 @@ impl EventLog {
                 }
             })
             .collect()
+    }
+}
+
+/// What MONITOR's events said: the newest lines (`EventLog`) and the processes reported
+/// dead or disconnected, each once, `MAX_PEERS` at most. The peers are taken from each
+/// line as it comes, never from the capped log: NCCL sends PEER_DEAD once per peer
+/// (src/ras/peers.cc at v2.29.2-1, rasPeerDeclareDead and rasDeadPeersUpdate notify
+/// only a peer not yet dead), so a line the log drops is a death no later event repeats.
+#[derive(Clone, Debug, Default)]
+pub struct Events {
+    pub log: EventLog,
+    dead: Vec<Member>,
+    gone: Vec<Member>,
+}
+
+impl Events {
+    pub fn new(cap: usize) -> Events {
+        Events {
+            log: EventLog::new(cap),
+            ..Events::default()
+        }
+    }
+
+    /// A MONITOR event line (`[time] PEER_DEAD: Process P on node H managing GPU G`),
+    /// that came `times` times; true when its text was not in the log yet.
+    pub fn push(&mut self, line: &str, times: u64) -> bool {
+        let line = super::reply::safe(line.trim());
+        for (kind, list) in [
+            ("] PEER_DEAD: ", &mut self.dead),
+            ("] PEER_DISCONNECTED: ", &mut self.gone),
+        ] {
+            if let Some((_, rest)) = line.split_once(kind)
+                && let Some(m) = super::reply_text::process_of(rest)
+            {
+                add_peer(list, m);
+            }
+        }
+        self.log.push(line, times)
+    }
+
+    /// Moves `newer` in: its lines after these, its peers added.
+    pub fn absorb(&mut self, newer: Events) {
+        for (line, times) in newer.log.entries {
+            self.log.push(line, times);
+        }
+        for m in newer.dead {
+            add_peer(&mut self.dead, m);
+        }
+        for m in newer.gone {
+            add_peer(&mut self.gone, m);
+        }
     }
 }
 
@@ -183,11 +230,9 @@ pub struct Watch {
     queries: u64,
     failed: u64,
     last_error: Option<String>,
-    events: EventLog,
-    /// Peers MONITOR reported dead since the last reply (each once, `MAX_PEERS` at most).
-    dead_events: Vec<Member>,
-    /// Peers whose RAS connection MONITOR saw close (PEER_DISCONNECTED) since the last reply.
-    gone_events: Vec<Member>,
+    /// MONITOR's events: the peers reported dead since the last reply, those whose RAS
+    /// connection closed (PEER_DISCONNECTED) and have not answered since.
+    events: Events,
     pub warnings: Vec<String>,
 }
 
@@ -235,9 +280,7 @@ impl Watch {
             queries: 0,
             failed: 0,
             last_error: None,
-            events: EventLog::new(MAX_EVENTS),
-            dead_events: Vec::new(),
-            gone_events: Vec::new(),
+            events: Events::new(MAX_EVENTS),
             warnings: Vec::new(),
         }
     }
@@ -280,8 +323,8 @@ impl Watch {
         self.last_reply = Some(now);
         // The reply says who is dead; a closed connection is news until the process
         // answers again.
-        self.dead_events.clear();
-        self.gone_events.retain(|g| {
+        self.events.dead.clear();
+        self.events.gone.retain(|g| {
             !status
                 .comms
                 .iter()
@@ -312,21 +355,9 @@ impl Watch {
         self.last = Some(status);
     }
 
-    /// A MONITOR event line (`[time] PEER_DEAD: Process P on node H managing GPU G`),
-    /// that came `times` times.
-    pub fn event(&mut self, line: &str, times: u64) {
-        let line = super::reply::safe(line.trim());
-        for (kind, list) in [
-            ("] PEER_DEAD: ", &mut self.dead_events),
-            ("] PEER_DISCONNECTED: ", &mut self.gone_events),
-        ] {
-            if let Some((_, rest)) = line.split_once(kind)
-                && let Some(m) = super::reply_text::process_of(rest)
-            {
-                add_peer(list, m);
-            }
-        }
-        self.events.push(line, times);
+    /// MONITOR's events since the last call, oldest first.
+    pub fn events(&mut self, newer: Events) {
+        self.events.absorb(newer);
     }
 }
 
@@ -348,9 +379,9 @@ impl Watch {
             queries: self.queries,
             failed: self.failed,
             last_error: self.last_error.as_deref(),
-            events: self.events.lines(),
-            dead_events: &self.dead_events,
-            gone_events: &self.gone_events,
+            events: self.events.log.lines(),
+            dead_events: &self.events.dead,
+            gone_events: &self.events.gone,
             warnings: &self.warnings,
         }
     }

@@ -302,7 +302,7 @@ fn comm_summary(c: &Comm) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::judge::{Outcome, Watch};
+    use super::super::judge::{Events, Outcome, Watch};
     use super::super::reply::{parse_json, parse_text};
     use super::*;
 
@@ -310,6 +310,23 @@ mod tests {
     const UNRESPONSIVE: &str =
         include_str!("../../../tests/data/ras/2.28.9/stopped-unresponsive.json");
     const DEAD: &str = include_str!("../../../tests/data/ras/2.28.9/stopped-dead.json");
+
+    /// MONITOR's lines as the monitor thread keeps them between two queries.
+    fn events(lines: &[String]) -> Events {
+        let mut e = Events::new(64);
+        for l in lines {
+            e.push(l, 1);
+        }
+        e
+    }
+
+    fn dead_peer(pid: u32) -> String {
+        format!(
+            "[2026-11-26 07:28:04] PEER_DEAD: Process {pid} on node 10.0.{}.{} managing GPU 0",
+            pid / 250 % 250,
+            pid % 250
+        )
+    }
 
     fn reply(text: &str) -> Outcome {
         Outcome::Reply(Box::new(parse_json(text).unwrap()))
@@ -506,15 +523,14 @@ mod tests {
         // A MONITOR PEER_DEAD names the process before the next reply does.
         w.observe(t0, reply(HEALTHY));
         let event = "[2026-11-26 07:28:04] PEER_DEAD: Process 637 on node 192.0.2.2 managing GPU 1";
-        w.event(event, 1);
+        w.events(events(&[event.to_string()]));
         let v = view(&w, t0);
         assert_eq!(v.state, State::Dead);
         assert_eq!(v.events.len(), 1);
         // The same event again, at another time, a thousand times: one line, counted,
         // one dead rank.
-        for _ in 0..1000 {
-            w.event(&event.replace("07:28:04", "07:28:05"), 1);
-        }
+        let again = event.replace("07:28:04", "07:28:05");
+        w.events(events(&vec![again; 1000]));
         let v = view(&w, t0);
         assert_eq!(
             v.events,
@@ -530,11 +546,13 @@ mod tests {
         let mut w = Watch::new(Duration::from_secs(60));
         let t0 = Instant::now();
         w.observe(t0, reply(HEALTHY));
-        for pid in 0..100_000 {
-            w.event(
-                &format!("[2026-11-26 07:28:04] PEER_DEAD: Process {pid} on node 10.0.{}.{} managing GPU 0", pid / 250 % 250, pid % 250),
-                1,
-            );
+        // As the watcher takes them: the lines the monitor thread kept between two
+        // queries (64), with every peer they named.
+        let flood: Vec<String> = (0..100_000).map(dead_peer).collect();
+        for batch in flood.chunks(30_000) {
+            let pending = events(batch);
+            assert_eq!(pending.log.lines().len(), 64);
+            w.events(pending);
         }
         w.observe(t0, Outcome::Failed("no answer in time".into()));
         let v = view(&w, t0);

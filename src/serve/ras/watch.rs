@@ -11,7 +11,7 @@
 //! at --hang-after, the dumps are in. The node is read at the job's start (the first
 //! healthy reply) and compared at the moment of the report.
 
-use super::judge::{EventLog, JobView, Outcome, State, Watch};
+use super::judge::{Events, JobView, Outcome, State, Watch};
 use super::node::NodeNow;
 use super::reply::Member;
 use super::report::{self, Flight};
@@ -47,14 +47,19 @@ pub struct NodeHooks {
     pub rerun: Box<dyn Fn() + Send + Sync>,
 }
 
+/// The most MONITOR lines logged between two queries (the newest; every peer they name
+/// is judged).
+const PENDING: usize = 64;
+
 /// The least time between two flight recorder requests.
 const FLIGHT_GAP: Duration = Duration::from_secs(30);
 
 /// What the watcher and the request handlers share.
 pub struct Watching {
     view: Mutex<Option<JobView>>,
-    /// MONITOR events not yet judged, each once with how often it came.
-    events: Mutex<EventLog>,
+    /// MONITOR events not yet judged: every dead or disconnected peer, and the newest
+    /// `PENDING` lines (each once, counted) to log.
+    events: Mutex<Events>,
     /// A MONITOR event asks for a query now.
     wake: AtomicBool,
     /// Where the trainer's RAS listens, for `POST /job/diagnose`.
@@ -76,7 +81,7 @@ impl Watching {
     fn new(config: &Config, hooks: Option<NodeHooks>) -> Watching {
         Watching {
             view: Mutex::new(None),
-            events: Mutex::new(EventLog::new(64)),
+            events: Mutex::new(Events::new(PENDING)),
             wake: AtomicBool::new(false),
             addr: config.addr.clone(),
             gate: super::diagnose::Gate::default(),
@@ -158,19 +163,18 @@ impl Watching {
         *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     }
 
-    fn push_event(&self, line: String) {
-        // Bounded: the same event once, counted; a flood of distinct ones keeps the newest.
+    fn push_event(&self, line: &str) {
+        // Bounded: the same event once, counted; a flood of distinct ones keeps the newest
+        // lines and every peer they name (`MAX_PEERS` at most).
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if events.push(line, 1) {
             self.wake.store(true, Ordering::Relaxed);
         }
     }
 
-    fn take_events(&self) -> Vec<(String, u64)> {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
+    fn take_events(&self) -> Events {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut events, Events::new(PENDING))
     }
 
     /// The node at the job's start, read again when the job starts again.
@@ -310,18 +314,11 @@ impl Loop {
             _ => Some(self.config.interval),
         };
         self.watch.observe(now, outcome);
-        for (event, times) in self.shared.take_events() {
-            let again = if times > 1 {
-                format!(" (x{times})")
-            } else {
-                String::new()
-            };
-            (self.log)(format!(
-                "nccl-preflight: job: RAS event: {}{again}",
-                super::reply::safe(&event)
-            ));
-            self.watch.event(&event, times);
+        let events = self.shared.take_events();
+        for line in events.log.lines() {
+            (self.log)(format!("nccl-preflight: job: RAS event: {line}"));
         }
+        self.watch.events(events);
         self.publish(stop);
         // The first reply names the version: MONITOR from then on where it has it.
         let monitor = self
@@ -380,7 +377,7 @@ impl Loop {
         let (addr, shared) = (self.config.addr.clone(), Arc::clone(&self.shared));
         std::thread::Builder::new()
             .name("ras-monitor".into())
-            .spawn(move || monitor::run(&addr, stop, &mut |line| shared.push_event(line)))
+            .spawn(move || monitor::run(&addr, stop, &mut |line| shared.push_event(&line)))
             .ok()
     }
 }
