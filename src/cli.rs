@@ -707,6 +707,12 @@ pub struct CheckArgs {
           value_parser = clap::value_parser!(u64).range(1..),
           help_heading = CHECK,)]
     pub nodes: Option<u64>,
+    /// A directory the trainer and the sidecar share (an emptyDir) for PyTorch's flight
+    /// recorder: the tuned settings turn it on with its dump pipe and dumps there, and
+    /// `serve --watch-nccl` asks every rank of the pod for a dump on a hang and reports
+    /// each rank's collective and line of Python.
+    #[arg(long, env = "NCCL_PREFLIGHT_FLIGHT_RECORDER", value_name = "DIR", help_heading = REPORT)]
+    pub flight_recorder: Option<PathBuf>,
     #[command(flatten)]
     pub gather: GatherArgs,
 }

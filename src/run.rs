@@ -518,7 +518,12 @@ pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy
     if args.facts.is_some() && args.gather.image == crate::cli::ImageArg::Own {
         facts.image = crate::facts::ImageRole::Own;
     }
-    Report::judge(facts, policy)
+    let mut report = Report::judge(facts, policy);
+    if let Some(dir) = &args.flight_recorder {
+        report.settings.extend(tune::flight_recorder::settings(dir));
+        report.settings.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    report
 }
 
 /// The environment the trainer gets: this process's, plus every tuned setting whose

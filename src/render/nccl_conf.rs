@@ -29,6 +29,12 @@ fn conf_comment(text: &str) -> String {
 fn unrepresentable(name: &str, value: &str) -> Option<&'static str> {
     if !is_env_name(name) {
         Some("not a valid variable name")
+    } else if name.starts_with("TORCH_") {
+        // PyTorch reads these when it creates the process group, before ncclCommInit
+        // applies nccl.conf (misc/param.cc initEnv).
+        Some(
+            "PyTorch reads it before NCCL reads nccl.conf: set it in the trainer's environment (the env file)",
+        )
     } else if value.contains(['\n', '\r', '\0']) {
         Some("the value contains a line break or NUL, which nccl.conf cannot carry")
     } else if name.len() > MAX_FIELD || value.len() > MAX_FIELD {

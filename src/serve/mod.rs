@@ -180,6 +180,9 @@ struct Shared {
     xid_policy: xid::XidPolicy,
     /// With `--watch-nccl`: the job watcher's view.
     job: std::sync::OnceLock<Arc<ras::Watching>>,
+    /// Bumped by the job watcher when a hang starts: the checks run at once, so the
+    /// report's node state is that moment's.
+    rerun: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -363,7 +366,7 @@ fn start_checks(
             let mut probed = None;
             while !stop.load(Ordering::Relaxed) {
                 runs += 1;
-                let seen = shared.xid_events();
+                let seen = (shared.xid_events(), shared.rerun.load(Ordering::Relaxed));
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
                     return;
                 }
@@ -378,7 +381,7 @@ fn start_checks(
                 let next = Instant::now() + args.interval;
                 while !stop.load(Ordering::Relaxed)
                     && Instant::now() < next
-                    && shared.xid_events() == seen
+                    && (shared.xid_events(), shared.rerun.load(Ordering::Relaxed)) == seen
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -423,6 +426,46 @@ fn etc_hosts() -> String {
     text
 }
 
+/// This pod's addresses (the sidecar shares the pod's network namespace): where RAS
+/// places a rank of this pod.
+fn local_addresses() -> std::collections::BTreeSet<std::net::IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Default::default();
+    };
+    addrs
+        .filter_map(|a| {
+            let a = a.address?;
+            a.as_sockaddr_in()
+                .map(|v4| std::net::IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| std::net::IpAddr::V6(v6.ip())))
+        })
+        .collect()
+}
+
+/// The node as the hang report reads it (the last run's facts and failed checks, the
+/// XIDs so far), and a run of the checks now.
+fn node_hooks(shared: &Arc<Shared>) -> ras::NodeHooks {
+    let (reader, rerun) = (Arc::downgrade(shared), Arc::downgrade(shared));
+    ras::NodeHooks {
+        read: Box::new(move || {
+            let shared = reader.upgrade()?;
+            let xids = shared.xids().counts;
+            let state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let report = state.report.as_ref()?;
+            Some(ras::node::reading(
+                Some(&report.facts),
+                &report.checks,
+                &xids,
+            ))
+        }),
+        rerun: Box::new(move || {
+            if let Some(shared) = rerun.upgrade() {
+                shared.rerun.fetch_add(1, Ordering::Relaxed);
+            }
+        }),
+    }
+}
+
 /// What each request gets: POST /job/diagnose outside the state's lock, the rest from
 /// the last snapshot (`route`).
 fn routes(
@@ -437,15 +480,17 @@ fn routes(
             return diagnose(shared.job.get().map(|w| &**w), post);
         }
         let xids = shared.xids();
+        // A copy of the job's view only for the paths that show it: /healthz and
+        // /readyz never touch the watcher's lock. Taken before the state's lock: the
+        // hang report reads the last run's facts under it.
+        let job = matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
+            .then(|| shared.job.get().and_then(|w| w.view()))
+            .flatten();
         let live = Live {
             snapshot: &shared.state.lock().unwrap_or_else(|p| p.into_inner()),
             xid: shared.xid_finding(&xids),
             xids: &xids,
-            // A copy of the job's view only for the paths that show it: /healthz
-            // and /readyz never touch the watcher's lock.
-            job: matches!(path, "/job" | "/job/livez" | "/metrics" | "/report")
-                .then(|| shared.job.get().and_then(|w| w.view()))
-                .flatten(),
+            job,
         };
         route(&live, path, stale_after, started)
     })
@@ -462,6 +507,8 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         hang_after: w.hang_after,
         init_grace: w.watch_init_grace,
         pods: ras::pods::from_etc_hosts(&etc_hosts()),
+        local: local_addresses(),
+        flight_dir: args.check.flight_recorder.clone(),
     };
     let weak = Arc::downgrade(shared);
     let hint = Box::new(move || {
@@ -471,8 +518,8 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         crate::nccl::Version::parse(library.version.value()?)
     });
     let log = Arc::new(|line: String| crate::diagnostic::line(format_args!("{line}")));
-    let (watching, _thread) =
-        ras::watch::start(config, hint, log, stop).context("starting the RAS watcher")?;
+    let (watching, _thread) = ras::watch::start(config, hint, Some(node_hooks(shared)), log, stop)
+        .context("starting the RAS watcher")?;
     let _ = shared.job.set(watching);
     Ok(())
 }
@@ -519,6 +566,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         policy,
         xid_policy: xid::XidPolicy::new(&args.xid_not_ready, &args.xid_ignore),
         job: std::sync::OnceLock::new(),
+        rerun: std::sync::atomic::AtomicU64::new(0),
     });
     start_watching(args, &shared, stop)?;
     let watcher = {

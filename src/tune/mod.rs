@@ -9,6 +9,7 @@
 //! overwrite=0) anyway, FACTS.md section 3). No two rules set one variable.
 
 pub mod efa;
+pub mod flight_recorder;
 pub mod ib;
 pub mod socket_ifname;
 

@@ -1082,48 +1082,17 @@ fn the_daemonsets_serve_is_ready_and_every_metric_an_alert_names_is_in_its_metri
     // A healthy 8-GPU node is ready with the DaemonSet's flags (its own small /dev/shm
     // ignored), an XID that needs no reset counted, not judged.
     assert_eq!(crate::serve::get(&server, "/readyz").0, 200, "{metrics}");
-    let samples = |name: &str| -> Vec<&str> {
-        metrics
-            .lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-            })
-            .collect()
-    };
     let mut named = 0;
     for alert in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
         let expr = alert["expr"].as_str().unwrap();
-        let text = format!("{expr} {}", alert["annotations"]);
-        let names: std::collections::BTreeSet<&str> = expr
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|w| w.starts_with("nccl_preflight_"))
-            .collect();
-        let lines: Vec<&str> = names.iter().flat_map(|n| samples(n)).collect();
-        for name in &names {
-            named += 1;
-            assert!(!samples(name).is_empty(), "{name} not in\n{metrics}");
-        }
-        // Labels the alert reads ({{ $labels.x }}, x= and x=~ selectors), except those
-        // Prometheus adds to every series it scrapes.
-        for part in text
-            .split("$labels.")
-            .skip(1)
-            .chain(expr.split('{').skip(1))
-        {
-            let label: String = part
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if label.is_empty() || ["node", "pod", "instance", "job"].contains(&label.as_str()) {
-                continue;
-            }
-            assert!(
-                names.is_empty() || lines.iter().any(|l| l.contains(&format!("{label}=\""))),
-                "{}: label {label} on none of {names:?}",
-                alert["alert"]
-            );
-        }
+        named += expr.matches("nccl_preflight_").count();
+        let problems =
+            crate::serve::promql_problems(expr, &alert["annotations"].to_string(), &metrics);
+        assert!(
+            problems.is_empty(),
+            "{}: {problems:?}\n{metrics}",
+            alert["alert"]
+        );
     }
     assert!(named >= 6, "{named}");
     // Every alert says what it means and where its runbook is (docs/alerts.md).

@@ -260,7 +260,7 @@ fn a_stopped_rank_is_named_hung_then_dead_and_the_trainer_probe_fails_while_heal
     );
     let headline = v["headline"].as_str().unwrap();
     assert!(
-        headline.contains("hung at collective 241 (AllReduce 241): behind: rank 1 (pid 637 on 192.0.2.2, GPU 1) not answering"),
+        headline.starts_with("hung: stopped: rank 1 (pid 637 on 192.0.2.2, GPU 1) does not answer RAS while 1 rank(s) of communicator 0x74e4f22091e41071 (2 ranks) wait, which launched AllReduce 241"),
         "{headline}"
     );
     let (status, _, body) = get(&server, "/job/livez");
@@ -357,7 +357,7 @@ fn nccl_2_26_is_read_as_text_without_verbose_status_and_not_before_the_init_grac
     assert_eq!(v["format"], "text");
     let headline = v["headline"].as_str().unwrap();
     assert!(
-        headline.contains("communicator 0x27a079b828ff1a75 hung at collective 6650 (AllReduce 6650): behind: rank 6 (pid 483078 on 172.16.64.210, GPU 6) at AllReduce 6649; rank 7"),
+        headline.starts_with("hung: behind: rank 6 (pid 483078 on 172.16.64.210, GPU 6), rank 7 (pid 483079 on 172.16.64.210, GPU 7) (at AllReduce 6649) have not launched AllReduce 6650, which 30 rank(s) wait in (communicator 0x27a079b828ff1a75)"),
         "{headline}"
     );
     fake.set(|s| s.text_reply = data("2.26/dead.txt"));
@@ -677,4 +677,290 @@ fn nccl_2_32_3s_recorded_replies_and_monitor_event_name_the_killed_rank() {
         "{view:#}"
     );
     assert_eq!(get(&server, "/job/livez").0, 503);
+}
+
+/// A fake rank of a PyTorch job with a flight recorder: it makes `DIR/pipe_<rank>.pipe`,
+/// holds it open O_RDONLY|O_NONBLOCK and polls it as ProcessGroupNCCL's DumpPipe does,
+/// and on any byte writes `dump` (a recorded-format pickle) to `DIR/dump_<rank>`.
+struct FakeRank {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for FakeRank {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl FakeRank {
+    fn start(dir: &std::path::Path, rank: u32, dump: &'static [u8]) -> FakeRank {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let pipe = dir.join(format!("pipe_{rank}.pipe"));
+        let path = std::ffi::CString::new(pipe.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let mut fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&pipe)
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, out) = (Arc::clone(&stop), dir.join(format!("dump_{rank}")));
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 128];
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if matches!(fifo.read(&mut buf), Ok(n) if n > 0) {
+                    let tmp = out.with_extension("tmp");
+                    std::fs::write(&tmp, dump).unwrap();
+                    std::fs::rename(&tmp, &out).unwrap();
+                }
+            }
+        });
+        FakeRank { stop }
+    }
+}
+
+const DUMP_RANK0: &[u8] = include_bytes!("../data/flight-recorder/dump-2.10-rank0.pickle");
+const DUMP_RANK1: &[u8] = include_bytes!("../data/flight-recorder/dump-2.10.pickle");
+
+/// The divergent job of the GPU machine (rank 0 in AllReduce #692, rank 1 in AllGather
+/// #1, as RAS reported it there; tests/data/ras/derived-2.28.9/divergent.json), with both
+/// ranks' flight recorders on this pod: the report says divergent, blames the job, and
+/// gives each rank's collective and line of Python; the trainer's probe body says so.
+#[test]
+fn a_divergent_job_is_named_with_each_ranks_collective_and_line_of_python() {
+    let dir = crate::support::scratch("ras-flight");
+    let _ranks = [
+        FakeRank::start(&dir, 0, DUMP_RANK0),
+        FakeRank::start(&dir, 1, DUMP_RANK1),
+    ];
+    // A rank whose process is gone: its pipe stays, nobody reads it.
+    let gone = std::ffi::CString::new(dir.join("pipe_5.pipe").to_str().unwrap()).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mkfifo(gone.as_ptr(), 0o600) }, 0);
+    let fake = FakeRas::start(
+        true,
+        false,
+        data("derived-2.28.9/divergent.json"),
+        String::new(),
+    );
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let server = watch(
+        &fake,
+        "1s",
+        &["--hang-after", "2s", "--flight-recorder", &dir_arg],
+    );
+    let v = wait_for(&server, "/job", |_, body| {
+        serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| {
+            v["state"] == "hung"
+                && v["report"]["flight_recorder"].as_array().is_some_and(|l| {
+                    l.iter()
+                        .filter(|l| l.as_str().unwrap().contains(" in nccl:"))
+                        .count()
+                        == 2
+                })
+        })
+    });
+    let v: serde_json::Value = serde_json::from_str(&v).unwrap();
+    let headline = v["headline"].as_str().unwrap();
+    assert!(
+        headline.starts_with("hung: divergent: the ranks of communicator 0x74e4f22091e41071 (2 ranks) called different collectives: rank 0 (pid 636 on 192.0.2.2, GPU 0) launched AllReduce 692 but not AllGather 1; rank 1 (pid 637 on 192.0.2.2, GPU 1) launched AllGather 1 but not AllReduce 692"),
+        "{headline}"
+    );
+    let report = &v["report"];
+    assert_eq!(report["blame"], "job", "{report:#}");
+    let fr: Vec<&str> = report["flight_recorder"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fr,
+        [
+            "rank 0: in nccl:all_reduce #352 [1048576] of process group 0 (default_pg), enqueued but not started on the GPU, issued at /job/train3.py:12 in step < /job/train3.py:25 in <module>",
+            "rank 1: in nccl:_all_gather_base #352 [1048576] of process group 0 (default_pg), enqueued but not started on the GPU, issued at /job/train3.py:10 in step < /job/train3.py:25 in <module>",
+            "rank 5: no dump: no process has its pipe open (the rank exited)",
+        ]
+    );
+    let (status, _, body) = get(&server, "/job/livez");
+    assert_eq!(status, 503);
+    assert!(body.contains("blame: job: divergent"), "{body}");
+    assert!(
+        body.contains("flight recorder: rank 1: in nccl:_all_gather_base #352"),
+        "{body}"
+    );
+    let (_, _, metrics) = get(&server, "/metrics");
+    for needle in [
+        "nccl_preflight_job_blame{blame=\"job\"} 1",
+        "nccl_preflight_job_causes{kind=\"divergent\"} 1",
+        "nccl_preflight_job_state{state=\"hung\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A MONITOR stream of distinct dead-peer events while STATUS hangs (issue 39's row):
+/// /job stays small and names the dead without listing them all.
+#[test]
+fn a_flood_of_monitor_events_while_status_hangs_stays_bounded() {
+    let healthy = data("2.28.9/healthy.json").replace("\"2.28.9\"", "\"2.29.2\"");
+    let fake = FakeRas::start(true, true, healthy, String::new());
+    let server = watch(&fake, "1s", &["--hang-after", "60m"]);
+    wait_state(&server, "healthy");
+    wait_for(&server, "/job", |_, _| {
+        fake.commands()
+            .iter()
+            .any(|(_, c)| c.starts_with("monitor"))
+    });
+    fake.set(|s| {
+        s.mode = Mode::Silent;
+        s.events = (0..20_000)
+            .map(|pid| format!("[2026-11-26 07:28:04] PEER_DEAD: Process {pid} on node 10.0.{}.{} managing GPU 0", pid / 250, pid % 250))
+            .collect();
+    });
+    // NCCL sends PEER_DEAD once per peer (src/ras/peers.cc at v2.29.2-1,
+    // rasPeerDeclareDead): every one is a death, counted while STATUS hangs, up to a
+    // job's size (16,384); the lines kept stay few.
+    let body = wait_for(&server, "/job", |_, body| {
+        serde_json::from_str::<serde_json::Value>(body)
+            .is_ok_and(|v| v["ranks_dead"].as_u64() == Some(16_384))
+    });
+    assert!(body.len() < 64 * 1024, "/job is {} bytes", body.len());
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["events"].as_array().unwrap().len(), 16);
+    assert!(
+        v["headline"].as_str().unwrap().len() < 1024,
+        "{}",
+        v["headline"]
+    );
+    // The stream is still read while STATUS hangs: a later event reaches /job.
+    let later =
+        "[2026-11-26 07:29:00] PEER_UNRESPONSIVE: Process 1 on node 10.9.9.9 managing GPU 0";
+    fake.set(|s| s.events = vec![later.into()]);
+    wait_for(&server, "/job", |_, body| {
+        serde_json::from_str::<serde_json::Value>(body)
+            .is_ok_and(|v| v["events"].as_array().and_then(|e| e.last()) == Some(&later.into()))
+    });
+}
+
+/// A reply of 16,384 ranks (one communicator, the world) is read whole and judged, and
+/// /job stays a summary (scripts/bench-ras-scale.sh measures serve's memory and CPU).
+#[test]
+fn a_16384_rank_reply_is_judged_and_job_stays_small() {
+    let fake = FakeRas::start(true, false, synthesized_reply(16_384, None), String::new());
+    let server = watch(&fake, "1s", &["--hang-after", "2s"]);
+    let v = wait_state(&server, "healthy");
+    assert_eq!(v["ranks"], 16_384, "{}", v["headline"]);
+    let (_, _, body) = get(&server, "/job");
+    assert!(body.len() < 64 * 1024, "/job is {} bytes", body.len());
+    // One rank of the 16,384 behind: named, the others counted.
+    fake.set(|s| s.json_reply = synthesized_reply(16_384, Some(9_000)));
+    let v = wait_state(&server, "hung");
+    let headline = v["headline"].as_str().unwrap();
+    assert!(
+        headline.starts_with("hung: behind: rank 9000 (pid 1000 on 10.4.101.1, GPU 0) (at AllReduce 691) have not launched AllReduce 692, which rank 0 (pid 1000 on 10.0.0.1, GPU 0), rank 1 (pid 1001 on 10.0.0.1, GPU 1), rank 2 (pid 1002 on 10.0.0.1, GPU 2) and 16380 more rank(s) wait in"),
+        "{headline}"
+    );
+    let (_, _, body) = get(&server, "/job");
+    assert!(body.len() < 64 * 1024, "/job is {} bytes", body.len());
+}
+
+/// A RAS JSON reply of `ranks` ranks on 2,048 hosts in one communicator, in the layout
+/// of client_support.cc's jsonWriteRankData; `behind`: that rank one AllReduce behind.
+pub fn synthesized_reply(ranks: u32, behind: Option<u32>) -> String {
+    let mut out = String::from(
+        "{\n  \"nccl_version\": \"2.28.9\",\n  \"cuda_runtime_version\": 13000,\n  \"cuda_driver_version\": 13000,\n  \"timestamp\": \"2026-11-26 07:26:39\",\n  \"communicators_count\": 1,\n  \"communicators\": [\n    {\n      \"hash\": \"0x74e4f22091e41071\",\n      \"secondary_hash\": \"0x601beeb1fa8b2512:0x97e40a3b77a1ae4b\",\n",
+    );
+    out.push_str(&format!("      \"size\": {ranks},\n      \"ranks_count\": {ranks},\n      \"missing_ranks_count\": 0,\n      \"ranks\": [\n"));
+    for r in 0..ranks {
+        let count = if behind == Some(r) { 691 } else { 692 };
+        let sep = if r + 1 < ranks { "," } else { "" };
+        out.push_str(&format!(
+            "        {{\n          \"rank\": {r},\n          \"host\": \"10.{}.{}.{}\",\n          \"pid\": {},\n          \"cuda_dev\": {},\n          \"nvml_dev\": {},\n          \"status\": {{\n            \"init_state\": 0,\n            \"async_error\": 0,\n            \"finalize_called\": false,\n            \"destroy_flag\": false,\n            \"abort_flag\": false\n          }},\n          \"collective_counts\": {{\n            \"Broadcast\": 0,\n            \"Reduce\": 0,\n            \"AllGather\": 0,\n            \"ReduceScatter\": 0,\n            \"AllReduce\": {count}\n          }}\n        }}{sep}\n",
+            r / 8 / 256, r / 8 % 256, 1, 1000 + r % 8, r % 8, r % 8
+        ));
+    }
+    out.push_str("      ],\n      \"missing_ranks\": [\n\n      ]\n    }\n  ],\n  \"ras\": {\n    \"collection_time_sec\": 0.012,\n    \"timeouts_count\": 0\n  }\n}\n");
+    out
+}
+
+/// The Grafana dashboard beside the PrometheusRule (examples/manifests/node/serve): every
+/// query of every panel names metrics that have series in the binary's real /metrics,
+/// and labels those series carry. The renderings: the DaemonSet's serve on a fake 8-GPU
+/// node with an XID and NVLink errors, and a `serve --watch-nccl` judging saved facts
+/// of an InfiniBand node (its port error counters set) beside the divergent job.
+#[test]
+fn every_query_of_the_grafana_dashboard_names_real_metrics_and_labels() {
+    let repo = crate::support::repo();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo.join("examples/manifests/node/serve/grafana-dashboard.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let node = super::serve::start_gpu(
+        "ras-dashboard",
+        "xid 0 13 100\nnvlink_errors 0 1 2 3\n",
+        &["--interval", "60m"],
+    );
+    let node_metrics = wait_for(&node, "/metrics", |_, m| {
+        m.contains("nccl_preflight_gpu_xid_events_total{")
+    });
+    let out = crate::support::fixture_command("rdma-ib-ndr", "facts", &[], &[])
+        .output()
+        .unwrap();
+    let mut facts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices = &mut facts["rdma"]["devices"];
+    let devices = if devices.get("value").is_some() {
+        &mut devices["value"]
+    } else {
+        devices
+    };
+    devices[0]["ports"][0]["error_counters"] =
+        serde_json::json!({"symbol_error": 3, "link_downed": 1});
+    let dir = crate::support::scratch("ras-dashboard-facts");
+    let path = dir.join("facts.json");
+    std::fs::write(&path, facts.to_string()).unwrap();
+    let fake = FakeRas::start(
+        true,
+        false,
+        data("derived-2.28.9/divergent.json"),
+        String::new(),
+    );
+    let (ras, facts_arg) = (fake.addr.to_string(), path.to_str().unwrap().to_string());
+    let job = super::serve::start_with(&[
+        "--facts",
+        &facts_arg,
+        "--interval",
+        "60m",
+        "--watch-nccl",
+        "--ras-addr",
+        &ras,
+        "--watch-interval",
+        "1s",
+        "--hang-after",
+        "1s",
+    ]);
+    let job_metrics = wait_for(&job, "/metrics", |_, m| {
+        m.contains("nccl_preflight_job_blame{blame=\"job\"} 1")
+    });
+    let metrics = format!("{node_metrics}{job_metrics}");
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let legend = target["legendFormat"].as_str().unwrap_or_default();
+            let problems = super::serve::promql_problems(expr, legend, &metrics);
+            assert!(
+                problems.is_empty(),
+                "{}: {expr}: {problems:?}\n{metrics}",
+                panel["title"]
+            );
+            queries += 1;
+        }
+    }
+    assert!(queries >= 20, "{queries}");
 }

@@ -30,6 +30,95 @@ pub fn start(fixture: &str, args: &[&str]) -> Server {
     start_command(fixture_command(fixture, "serve", &all, &[]))
 }
 
+/// Starts `serve` with `args` (no fixture: `--facts` or the caller's flags say what it
+/// judges); waits for its first run.
+pub fn start_with(args: &[&str]) -> Server {
+    let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+    all.extend(args);
+    start_command(crate::support::command(&all, &[]))
+}
+
+/// What in a PromQL expression (and the text beside it, such as a legend or an
+/// annotation) is not in a /metrics rendering: each `nccl_preflight_*` name must have a
+/// series there (no query waits on one that never exists), and each label the query reads (`{x="..."}`, `by (x)`, `on (x)`,
+/// `{{x}}`, `$labels.x`) a sample of one of its names carrying it; the labels
+/// Prometheus adds to every scraped series (node, pod, instance, job) are not checked.
+pub fn promql_problems(expr: &str, beside: &str, metrics: &str) -> Vec<String> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let names: std::collections::BTreeSet<&str> = expr
+        .split(|c: char| !word(c))
+        .filter(|w| w.starts_with("nccl_preflight_"))
+        .collect();
+    let samples = |name: &str| -> Vec<&str> {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .collect()
+    };
+    let mut problems: Vec<String> = names
+        .iter()
+        .filter(|n| samples(n).is_empty())
+        .map(|n| format!("{n}: no series in /metrics"))
+        .collect();
+    let mut labels = std::collections::BTreeSet::new();
+    for part in expr.split('{').skip(1) {
+        let inside = part.split('}').next().unwrap_or_default();
+        for selector in inside.split(',') {
+            labels.insert(
+                selector
+                    .trim()
+                    .chars()
+                    .take_while(|c| word(*c))
+                    .collect::<String>(),
+            );
+        }
+    }
+    for kw in [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ] {
+        for part in expr
+            .split(&format!("{kw} ("))
+            .skip(1)
+            .chain(expr.split(&format!("{kw}(")).skip(1))
+        {
+            let inside = part.split(')').next().unwrap_or_default();
+            labels.extend(inside.split(',').map(|l| l.trim().to_string()));
+        }
+    }
+    for part in beside
+        .split("{{")
+        .skip(1)
+        .chain(beside.split("$labels.").skip(1))
+    {
+        let name: String = part
+            .trim_start_matches([' ', '$', '.'])
+            .chars()
+            .take_while(|c| word(*c))
+            .collect();
+        labels.insert(name);
+    }
+    let lines: Vec<&str> = names.iter().flat_map(|n| samples(n)).collect();
+    for label in labels {
+        if label.is_empty()
+            || ["node", "pod", "instance", "job", "labels"].contains(&label.as_str())
+        {
+            continue;
+        }
+        if !names.is_empty() && !lines.iter().any(|l| l.contains(&format!("{label}=\""))) {
+            problems.push(format!("label {label} on no sample of {names:?}"));
+        }
+    }
+    problems
+}
+
 pub fn start_command(command: std::process::Command) -> Server {
     let server = spawn_server(command);
     wait_for(&server, "/report", |status, _| status != 503);

@@ -60,7 +60,7 @@ fn refused(reply: &[u8]) -> bool {
 
 /// One `DIAGNOSTICS` query: the reply's lines, or why there is none.
 pub fn query(addr: &str) -> Result<Diagnostics, String> {
-    let mut stream = match client::connect(addr) {
+    let mut session = match client::connect(addr) {
         Ok(s) => s,
         Err(None) => {
             return Err(format!(
@@ -69,8 +69,8 @@ pub fn query(addr: &str) -> Result<Diagnostics, String> {
         }
         Err(Some(e)) => return Err(e),
     };
-    client::handshake(&mut stream)?;
-    let reply = client::command_reply(&mut stream, "DIAGNOSTICS", refused)?;
+    session.handshake()?;
+    let reply = session.command_reply("DIAGNOSTICS", refused)?;
     Ok(ras_diagnostics::parse(&reply))
 }
 

@@ -10,7 +10,7 @@
 
 use super::reply::{Comm, JobStatus, Member};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// What one poll of RAS gave.
@@ -90,18 +90,130 @@ pub struct JobView {
     pub queries: u64,
     pub failed_queries: u64,
     pub last_error: Option<String>,
-    /// The last MONITOR events (NCCL 2.29+), oldest first.
+    /// The last MONITOR events (NCCL 2.29+), oldest first; one repeated is kept once,
+    /// with `(xN)`.
     pub events: Vec<String>,
-    /// The last reply, parsed.
-    pub last_reply: Option<JobStatus>,
+    /// The last reply, summarized: every count and status, the first names of each
+    /// list (a reply of 16,384 ranks is not copied into every /job).
+    pub last_reply: Option<serde_json::Value>,
+    /// Why the job hangs, the first cause first (diagnosis.rs).
+    pub causes: Vec<super::diagnosis::Cause>,
+    /// The hang report: the causes, each local rank's flight recorder, the node, blame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<super::report::HangReport>,
+    /// A communicator disagrees or misses a rank and has not moved for half of
+    /// --hang-after: time to ask the flight recorder, so its dumps are in when the
+    /// hang is named.
+    #[serde(skip)]
+    pub troubled: bool,
     /// The `nccl-diagnostics` finding of the last `POST /job/diagnose` (NCCL 2.31+).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<crate::finding::Finding>,
 }
 
+/// MONITOR events: the same event (its text after the time stamp) kept once, with how
+/// often it came and its latest time, the newest `cap` of them.
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    entries: VecDeque<(String, u64)>,
+    cap: usize,
+}
+
+/// The text of an event without its `[time] ` prefix.
+fn event_key(line: &str) -> &str {
+    line.split_once("] ").map_or(line, |(_, rest)| rest)
+}
+
+impl EventLog {
+    pub fn new(cap: usize) -> EventLog {
+        EventLog {
+            entries: VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// Adds `times` occurrences of `line`; true when it was not there yet.
+    pub fn push(&mut self, line: String, times: u64) -> bool {
+        let key = event_key(&line).to_string();
+        let old = self.entries.iter().position(|(l, _)| event_key(l) == key);
+        let n = old
+            .and_then(|at| self.entries.remove(at))
+            .map_or(0, |(_, n)| n);
+        self.entries.push_back((line, n + times));
+        while self.entries.len() > self.cap {
+            self.entries.pop_front();
+        }
+        old.is_none()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|(l, n)| {
+                if *n > 1 {
+                    format!("{l} (x{n})")
+                } else {
+                    l.clone()
+                }
+            })
+            .collect()
+    }
+}
+
+/// What MONITOR's events said: the newest lines (`EventLog`) and the processes reported
+/// dead or disconnected, each once, `MAX_PEERS` at most. The peers are taken from each
+/// line as it comes, never from the capped log: NCCL sends PEER_DEAD once per peer
+/// (src/ras/peers.cc at v2.29.2-1, rasPeerDeclareDead and rasDeadPeersUpdate notify
+/// only a peer not yet dead), so a line the log drops is a death no later event repeats.
+#[derive(Clone, Debug, Default)]
+pub struct Events {
+    pub log: EventLog,
+    dead: Vec<Member>,
+    gone: Vec<Member>,
+}
+
+impl Events {
+    pub fn new(cap: usize) -> Events {
+        Events {
+            log: EventLog::new(cap),
+            ..Events::default()
+        }
+    }
+
+    /// A MONITOR event line (`[time] PEER_DEAD: Process P on node H managing GPU G`),
+    /// that came `times` times; true when its text was not in the log yet.
+    pub fn push(&mut self, line: &str, times: u64) -> bool {
+        let line = super::reply::safe(line.trim());
+        for (kind, list) in [
+            ("] PEER_DEAD: ", &mut self.dead),
+            ("] PEER_DISCONNECTED: ", &mut self.gone),
+        ] {
+            if let Some((_, rest)) = line.split_once(kind)
+                && let Some(m) = super::reply_text::process_of(rest)
+            {
+                add_peer(list, m);
+            }
+        }
+        self.log.push(line, times)
+    }
+
+    /// Moves `newer` in: its lines after these, its peers added.
+    pub fn absorb(&mut self, newer: Events) {
+        for (line, times) in newer.log.entries {
+            self.log.push(line, times);
+        }
+        for m in newer.dead {
+            add_peer(&mut self.dead, m);
+        }
+        for m in newer.gone {
+            add_peer(&mut self.gone, m);
+        }
+    }
+}
+
 /// A communicator's counts and since when they have not moved.
 struct Track {
-    signature: String,
+    signature: u64,
     since: Instant,
 }
 
@@ -118,27 +230,40 @@ pub struct Watch {
     queries: u64,
     failed: u64,
     last_error: Option<String>,
-    events: Vec<String>,
-    /// Peers MONITOR reported dead since the last reply.
-    dead_events: Vec<Member>,
+    /// MONITOR's events: the peers reported dead since the last reply, those whose RAS
+    /// connection closed (PEER_DISCONNECTED) and have not answered since.
+    events: Events,
     pub warnings: Vec<String>,
 }
 
 const MAX_EVENTS: usize = 16;
+/// The most processes kept from MONITOR's events between two replies: a job's size.
+const MAX_PEERS: usize = 16_384;
 
-/// The counts of a communicator in one string: what "moved" compares.
-fn signature(c: &Comm) -> String {
-    let mut s = String::new();
-    for r in &c.ranks {
-        s.push_str(&format!("{:?}={:?};", r.member.rank, r.counts));
-    }
-    for g in &c.mismatch {
-        s.push_str(&format!("{}:{}x{};", g.op, g.count, g.ranks));
+/// The counts of a communicator: what "moved" compares (a hash of every group's counts
+/// and size, and of the missing ranks, so a job of any size keeps 8 bytes per
+/// communicator).
+fn signature(c: &Comm) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for g in &c.groups {
+        (&g.counts, g.ranks).hash(&mut h);
     }
     for m in &c.missing {
-        s.push_str(&format!("missing {:?};", m.member.rank));
+        (m.member.rank, m.dead).hash(&mut h);
     }
-    s
+    h.finish()
+}
+
+/// Adds `m` to `list` unless its process is there or the list is full.
+fn add_peer(list: &mut Vec<Member>, m: Member) {
+    if list.len() < MAX_PEERS
+        && !list
+            .iter()
+            .any(|x| x.process() == m.process() && x.gpu == m.gpu)
+    {
+        list.push(m);
+    }
 }
 
 impl Watch {
@@ -155,8 +280,7 @@ impl Watch {
             queries: 0,
             failed: 0,
             last_error: None,
-            events: Vec::new(),
-            dead_events: Vec::new(),
+            events: Events::new(MAX_EVENTS),
             warnings: Vec::new(),
         }
     }
@@ -197,7 +321,15 @@ impl Watch {
         self.failing_since = None;
         self.last_error = None;
         self.last_reply = Some(now);
-        self.dead_events.clear();
+        // The reply says who is dead; a closed connection is news until the process
+        // answers again.
+        self.events.dead.clear();
+        self.events.gone.retain(|g| {
+            !status
+                .comms
+                .iter()
+                .any(|c| c.ranks.iter().any(|r| r.member.process() == g.process()))
+        });
         let mut tracks = BTreeMap::new();
         for c in &status.comms {
             let sig = signature(c);
@@ -223,18 +355,9 @@ impl Watch {
         self.last = Some(status);
     }
 
-    /// A MONITOR event line (`[time] PEER_DEAD: Process P on node H managing GPU G`).
-    pub fn event(&mut self, line: &str) {
-        let line = super::reply::safe(line.trim());
-        if let Some((_, rest)) = line.split_once("] PEER_DEAD: ")
-            && let Some(m) = super::reply_text::process_of(rest)
-        {
-            self.dead_events.push(m);
-        }
-        self.events.push(line);
-        if self.events.len() > MAX_EVENTS {
-            self.events.remove(0);
-        }
+    /// MONITOR's events since the last call, oldest first.
+    pub fn events(&mut self, newer: Events) {
+        self.events.absorb(newer);
     }
 }
 
@@ -256,8 +379,9 @@ impl Watch {
             queries: self.queries,
             failed: self.failed,
             last_error: self.last_error.as_deref(),
-            events: &self.events,
-            dead_events: &self.dead_events,
+            events: self.events.log.lines(),
+            dead_events: &self.events.dead,
+            gone_events: &self.events.gone,
             warnings: &self.warnings,
         }
     }
@@ -277,7 +401,8 @@ pub struct Parts<'a> {
     pub queries: u64,
     pub failed: u64,
     pub last_error: Option<&'a str>,
-    pub events: &'a [String],
+    pub events: Vec<String>,
     pub dead_events: &'a [Member],
+    pub gone_events: &'a [Member],
     pub warnings: &'a [String],
 }

@@ -1,8 +1,10 @@
-//! The judgement read out at a moment: the state, the named ranks and communicators,
-//! the numbers for /metrics.
+//! The judgement read out at a moment: the state, the causes (diagnosis.rs) with the
+//! first one in the headline, the numbers for /metrics, and the last reply summarized.
 
+use super::diagnosis::{self, Cause};
 use super::judge::{JobView, Parts, State, Watch};
 use super::reply::{Comm, JobStatus, Member};
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -32,55 +34,15 @@ fn dead_members(last: &JobStatus, events: &[Member]) -> Vec<Member> {
     out
 }
 
-/// `hung at collective 241 (AllReduce): rank 1 (pid 637 on 192.0.2.2, GPU 1) not answering behind`.
-fn hung_line(c: &Comm) -> String {
-    let top = c.mismatch.iter().max_by_key(|g| g.count);
-    let (op, n) = match top {
-        Some(g) => (g.op.clone(), g.count),
-        None => c
-            .ranks
-            .iter()
-            .flat_map(|r| r.counts.iter())
-            .max_by_key(|(_, n)| **n)
-            .map(|(op, n)| (op.clone(), *n))
-            .unwrap_or_else(|| ("collective".into(), 0)),
-    };
-    let mut behind = Vec::new();
-    for g in c.mismatch.iter().filter(|g| g.op == op && g.count < n) {
-        for m in &g.members {
-            behind.push(format!("{m} at {op} {}", g.count));
-        }
-        let unnamed = (g.ranks as usize).saturating_sub(g.members.len());
-        if unnamed > 0 {
-            behind.push(format!("{unnamed} more rank(s) at {op} {}", g.count));
-        }
-    }
-    for m in &c.missing {
-        let how = if m.dead {
-            "considered dead"
-        } else {
-            "not answering"
-        };
-        behind.push(format!("{} {how}", m.member));
-    }
-    let size = c.size.map(|s| format!(" ({s} ranks)")).unwrap_or_default();
-    format!(
-        "communicator {}{size} hung at collective {n} ({op} {n}): behind: {}",
-        c.hash,
-        behind.join("; ")
-    )
-}
-
-/// The communicators hung at `now`: counts that disagree or a missing rank, unmoved
-/// for at least `hang_after`; with how long they have not moved.
-fn hung(p: &Parts<'_>, last: &JobStatus, now: Instant) -> Vec<(String, Duration)> {
+/// Communicators whose counts disagree or that miss a rank, with how long they have
+/// not moved.
+fn stalled<'a>(p: &Parts<'_>, last: &'a JobStatus, now: Instant) -> Vec<(&'a Comm, Duration)> {
     last.comms
         .iter()
-        .filter(|c| !c.mismatch.is_empty() || !c.missing.is_empty())
+        .filter(|c| c.disagrees() || !c.missing.is_empty())
         .filter_map(|c| {
             let since = *p.tracks.get(c.hash.as_str())?;
-            let stalled = now.saturating_duration_since(since);
-            (stalled >= p.hang_after).then(|| (hung_line(c), stalled))
+            Some((c, now.saturating_duration_since(since)))
         })
         .collect()
 }
@@ -107,8 +69,11 @@ pub fn view(w: &Watch, now: Instant) -> JobView {
         queries: p.queries,
         failed_queries: p.failed,
         last_error: p.last_error.map(str::to_string),
-        events: p.events.to_vec(),
-        last_reply: p.last.cloned(),
+        events: p.events.clone(),
+        last_reply: p.last.map(summary),
+        causes: Vec::new(),
+        report: None,
+        troubled: false,
         diagnostics: None,
     };
     if let Some(why) = p.unwatchable {
@@ -127,54 +92,57 @@ pub fn view(w: &Watch, now: Instant) -> JobView {
     v
 }
 
-/// The state and the named ranks from the last reply.
+/// The state, the causes and the numbers from the last reply.
 fn judge_reply(p: &Parts<'_>, last: &JobStatus, now: Instant, v: &mut JobView) {
     let dead = dead_members(last, p.dead_events);
-    let mut all = BTreeSet::new();
-    for c in &last.comms {
-        all.extend(c.ranks.iter().map(|r| key(&r.member)));
-        all.extend(c.missing.iter().map(|m| key(&m.member)));
-    }
-    let missing: Vec<&Member> = {
-        let mut seen = BTreeSet::new();
-        last.comms
-            .iter()
-            .flat_map(|c| c.missing.iter().filter(|m| !m.dead).map(|m| &m.member))
-            .filter(|m| seen.insert(key(m)))
-            .collect()
-    };
-    let errors: Vec<&String> = last.comms.iter().flat_map(|c| &c.errors).collect();
-    let hung = hung(p, last, now);
-    v.ranks = (all.len() as u64).max(last.ranks_in_table);
+    let stalled = stalled(p, last, now);
+    let hung: Vec<&Comm> = stalled
+        .iter()
+        .filter(|(_, s)| *s >= p.hang_after)
+        .map(|(c, _)| *c)
+        .collect();
+    v.troubled = stalled.iter().any(|(_, s)| *s >= p.hang_after / 2);
+    let missing: BTreeSet<_> = last
+        .comms
+        .iter()
+        .flat_map(|c| c.missing.iter().filter(|m| !m.dead).map(|m| key(&m.member)))
+        .collect();
+    let errors = last.comms.iter().any(|c| !c.errors.is_empty());
+    v.causes = diagnosis::causes(last, &hung, &dead, p.gone_events);
+    v.ranks = last
+        .comms
+        .iter()
+        .map(|c| c.groups.iter().map(|g| u64::from(g.ranks)).sum::<u64>() + c.missing.len() as u64)
+        .max()
+        .unwrap_or(0)
+        .max(last.ranks_in_table);
     v.ranks_dead = dead.len() as u64;
     v.ranks_missing = missing.len() as u64;
     v.communicators = last.communicators.max(last.comms.len() as u64);
     v.communicators_hung = hung.len() as u64;
-    let mut headline = Vec::new();
-    for m in &dead {
-        headline.push(format!("dead: {m} (RAS considers it dead)"));
-    }
-    for (line, stalled) in &hung {
-        headline.push(format!("hung: {line}"));
+    v.details = v.causes.iter().map(|c| c.line.clone()).collect();
+    for (c, s) in stalled.iter().filter(|(_, s)| *s >= p.hang_after) {
         v.details.push(format!(
-            "{line}; no progress for {:.0} s (--hang-after {:.0} s)",
-            stalled.as_secs_f64(),
+            "communicator {}{}: counts unmoved for {:.0} s (--hang-after {:.0} s)",
+            c.hash,
+            c.size.map(|n| format!(" ({n} ranks)")).unwrap_or_default(),
+            s.as_secs_f64(),
             p.hang_after.as_secs_f64()
         ));
     }
-    for e in &errors {
-        headline.push(format!("error: {e}"));
-    }
-    for m in &missing {
-        v.details.push(format!(
-            "{m}: RAS cannot reach it (unresponsive, not yet dead)"
-        ));
+    for (c, _) in stalled.iter().filter(|(_, s)| *s < p.hang_after) {
+        for m in c.missing.iter().filter(|m| !m.dead).take(diagnosis_named()) {
+            v.details.push(format!(
+                "{}: RAS cannot reach it (unresponsive, not yet dead)",
+                m.member
+            ));
+        }
     }
     v.state = if !dead.is_empty() {
         State::Dead
     } else if !hung.is_empty() {
         State::Hung
-    } else if !errors.is_empty() {
+    } else if errors {
         State::Error
     } else if v.communicators == 0 {
         // RAS opens at the first communicator's init, before the communicator shows
@@ -183,18 +151,22 @@ fn judge_reply(p: &Parts<'_>, last: &JobStatus, now: Instant, v: &mut JobView) {
     } else {
         State::Healthy
     };
-    settle(p, now, v, headline, &missing);
+    settle(p, now, v, !missing.is_empty());
+}
+
+fn diagnosis_named() -> usize {
+    super::reply::NAMED
 }
 
 /// The state where the last reply is not the whole story: the job gone, queries failing,
-/// a rank unresponsive.
-fn settle(p: &Parts<'_>, now: Instant, v: &mut JobView, named: Vec<String>, missing: &[&Member]) {
+/// a rank unresponsive; and the headline.
+fn settle(p: &Parts<'_>, now: Instant, v: &mut JobView, missing: bool) {
     let ago = v.seconds_since_reply.unwrap_or(0.0);
     if p.refused {
         v.state = State::Gone;
         v.details.insert(
             0,
-            format!("the last reply, {ago:.0} s ago: {}", summary(v, &named)),
+            format!("the last reply, {ago:.0} s ago: {}", summary_line(v)),
         );
         v.headline = "gone: no NCCL process answers RAS on this pod any more (the job's processes here ended: a crash, a kill, a restart or the end)".into();
         return;
@@ -204,47 +176,133 @@ fn settle(p: &Parts<'_>, now: Instant, v: &mut JobView, named: Vec<String>, miss
         if v.state < State::Hung {
             v.state = State::Hung;
         }
-        v.details.push(format!(
-            "RAS accepts connections but answered no query for {:.0} s: a process of the job on this pod is stopped or hung",
+        let line = format!(
+            "stopped: RAS accepts connections on this pod but answered no query for {:.0} s: a process of the job here is stopped or stuck (its flight recorder dump, if any, names it)",
             f.as_secs_f64()
-        ));
-        v.headline = format!("hung: RAS answers no query ({})", summary(v, &named));
+        );
+        v.causes.insert(
+            0,
+            Cause {
+                kind: diagnosis::Kind::Stopped,
+                line: line.clone(),
+                blame: diagnosis::Blame::Unknown,
+                suspects: Vec::new(),
+            },
+        );
+        v.details.insert(0, line);
+        v.headline = format!("hung: RAS answers no query ({})", summary_line(v));
         return;
     }
-    if v.state <= State::Healthy && (!missing.is_empty() || failing.is_some()) {
+    if v.state <= State::Healthy && (missing || failing.is_some()) {
         v.state = State::Suspect;
     }
     if v.state == State::Waiting {
         v.headline = "waiting: NCCL RAS answers, with no communicator yet (or none left)".into();
         return;
     }
-    // Named ranks and communicators carry their own `dead:`/`hung:`/`error:` prefix.
-    v.headline = if named.is_empty() {
-        format!("{}: {}", v.state.label(), summary(v, &named))
-    } else {
-        named.join("; ")
+    v.headline = match v.causes.first() {
+        Some(first) if v.state.fails_liveness() => {
+            let more = v.causes.len() - 1;
+            let more = if more > 0 {
+                format!(" (and {more} more cause(s) in /job)")
+            } else {
+                String::new()
+            };
+            // `dead: dead: ...` once.
+            match first.line.starts_with(&format!("{}:", v.state.label())) {
+                true => format!("{}{more}", first.line),
+                false => format!("{}: {}{more}", v.state.label(), first.line),
+            }
+        }
+        _ => format!("{}: {}", v.state.label(), summary_line(v)),
     };
 }
 
-fn summary(v: &JobView, named: &[String]) -> String {
-    if named.is_empty() {
-        let missing = if v.ranks_missing > 0 {
-            format!(", {} not answering", v.ranks_missing)
-        } else {
-            String::new()
-        };
-        format!(
-            "{} rank(s) in {} communicator(s){missing}",
-            v.ranks, v.communicators
-        )
-    } else {
-        named.join("; ")
+fn summary_line(v: &JobView) -> String {
+    if let Some(first) = v.causes.first() {
+        return first.line.clone();
     }
+    let missing = if v.ranks_missing > 0 {
+        format!(", {} not answering", v.ranks_missing)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} rank(s) in {} communicator(s){missing}",
+        v.ranks, v.communicators
+    )
+}
+
+/// Communicators shown in /job's `last_reply`, the troubled ones first.
+const SHOWN_COMMS: usize = 32;
+/// Groups, names and missing ranks shown per communicator.
+const SHOWN_PER_COMM: usize = 8;
+
+/// The last reply as /job shows it: bounded whatever the job's size.
+fn summary(s: &JobStatus) -> serde_json::Value {
+    let mut comms: Vec<&Comm> = s.comms.iter().collect();
+    comms.sort_by_key(|c| !(c.disagrees() || !c.missing.is_empty() || !c.errors.is_empty()));
+    let shown: Vec<serde_json::Value> = comms
+        .iter()
+        .take(SHOWN_COMMS)
+        .map(|c| comm_summary(c))
+        .collect();
+    json!({
+        "nccl_version": s.version,
+        "format": s.format,
+        "repaired": s.repaired,
+        "timeouts": s.timeouts,
+        "collection_secs": s.collection_secs,
+        "initializing": s.initializing,
+        "communicators": s.communicators.max(s.comms.len() as u64),
+        "comms": shown,
+        "comms_not_shown": s.comms.len().saturating_sub(SHOWN_COMMS),
+        "dead": s.dead.iter().take(SHOWN_PER_COMM).map(|m| m.to_string()).collect::<Vec<_>>(),
+        "unreachable": s.unreachable.iter().take(SHOWN_PER_COMM).map(|m| m.to_string()).collect::<Vec<_>>(),
+    })
+}
+
+fn comm_summary(c: &Comm) -> serde_json::Value {
+    let groups: Vec<serde_json::Value> = c
+        .groups
+        .iter()
+        .take(SHOWN_PER_COMM)
+        .map(|g| {
+            let counts: serde_json::Map<String, serde_json::Value> = c
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(i, op)| (op.clone(), json!(g.count(i))))
+                .collect();
+            json!({
+                "counts": counts,
+                "ranks": g.ranks,
+                "named": g.members.iter().take(SHOWN_PER_COMM).map(|m| m.to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "hash": c.hash,
+        "size": c.size,
+        "answered": c.groups.iter().map(|g| u64::from(g.ranks)).sum::<u64>(),
+        "groups": groups,
+        "groups_not_shown": c.groups.len().saturating_sub(SHOWN_PER_COMM),
+        "missing": c.missing.iter().take(SHOWN_PER_COMM).map(|m| json!({
+            "rank": m.member.to_string(),
+            "unresponsive": m.unresponsive,
+            "dead": m.dead,
+        })).collect::<Vec<_>>(),
+        "missing_count": c.missing.len(),
+        "errors": c.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "errors_not_shown": c.errors_more,
+        "finalized": c.finalized.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+        "initializing": c.initializing,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::judge::{Outcome, Watch};
+    use super::super::judge::{Events, Outcome, Watch};
     use super::super::reply::{parse_json, parse_text};
     use super::*;
 
@@ -252,6 +310,23 @@ mod tests {
     const UNRESPONSIVE: &str =
         include_str!("../../../tests/data/ras/2.28.9/stopped-unresponsive.json");
     const DEAD: &str = include_str!("../../../tests/data/ras/2.28.9/stopped-dead.json");
+
+    /// MONITOR's lines as the monitor thread keeps them between two queries.
+    fn events(lines: &[String]) -> Events {
+        let mut e = Events::new(64);
+        for l in lines {
+            e.push(l, 1);
+        }
+        e
+    }
+
+    fn dead_peer(pid: u32) -> String {
+        format!(
+            "[2026-11-26 07:28:04] PEER_DEAD: Process {pid} on node 10.0.{}.{} managing GPU 0",
+            pid / 250 % 250,
+            pid % 250
+        )
+    }
 
     fn reply(text: &str) -> Outcome {
         Outcome::Reply(Box::new(parse_json(text).unwrap()))
@@ -278,12 +353,11 @@ mod tests {
         assert_eq!(v.state, State::Hung, "{v:?}");
         assert_eq!(
             v.headline,
-            "hung: communicator 0x74e4f22091e41071 (2 ranks) hung at collective 241 (AllReduce 241): behind: rank 1 (pid 637 on 192.0.2.2, GPU 1) not answering"
+            "hung: stopped: rank 1 (pid 637 on 192.0.2.2, GPU 1) does not answer RAS while 1 rank(s) of communicator 0x74e4f22091e41071 (2 ranks) wait, which launched AllReduce 241: the process is stopped (a signal, a debugger) or stuck (its host, its GPU), or gone"
         );
-        assert!(
-            v.details[0].ends_with("no progress for 61 s (--hang-after 60 s)"),
-            "{:?}",
-            v.details
+        assert_eq!(
+            v.details[1],
+            "communicator 0x74e4f22091e41071 (2 ranks): counts unmoved for 61 s (--hang-after 60 s)"
         );
         w.observe(s(80), reply(DEAD));
         let v = view(&w, s(80));
@@ -314,9 +388,10 @@ mod tests {
         assert_eq!(view(&w, t0 + Duration::from_secs(29)).state, State::Healthy);
         let v = view(&w, t0 + Duration::from_secs(31));
         assert_eq!(v.state, State::Hung);
-        assert!(v.headline.ends_with(
-            "hung at collective 236 (AllReduce 236): behind: rank 1 (pid 637 on 192.0.2.2, GPU 1) at AllReduce 235"
+        assert!(v.headline.starts_with(
+            "hung: behind: rank 1 (pid 637 on 192.0.2.2, GPU 1) (at AllReduce 235) have not launched AllReduce 236, which rank 0 (pid 636 on 192.0.2.2, GPU 0) wait in"
         ), "{}", v.headline);
+        assert!(v.troubled);
         // Counts that move (a normal outpacing, ras.rst) are never hung.
         let moved = behind.replace("236", "300").replace("235", "299");
         w.observe(t0 + Duration::from_secs(40), reply(&moved));
@@ -370,8 +445,9 @@ mod tests {
         let v = view(&w, t0 + Duration::from_secs(21));
         assert_eq!(v.state, State::Hung);
         assert!(
-            v.headline
-                .contains("behind: rank 1 (pid 956 on 192.0.2.2, GPU 1) not answering"),
+            v.headline.starts_with(
+                "hung: stopped: rank 1 (pid 956 on 192.0.2.2, GPU 1) does not answer RAS"
+            ),
             "{}",
             v.headline
         );
@@ -390,7 +466,7 @@ mod tests {
         let v = view(&w, t0 + Duration::from_secs(11));
         assert!(
             v.headline
-                .ends_with("behind: rank 3 (pid 916 on 10.10.1.1, GPU 1) not answering"),
+                .starts_with("hung: stopped: rank 3 (pid 916 on 10.10.1.1, GPU 1) does not answer RAS while 3 rank(s)"),
             "{}",
             v.headline
         );
@@ -446,9 +522,44 @@ mod tests {
         assert!(v.headline.contains("asynchronous error 6 (remote error)"));
         // A MONITOR PEER_DEAD names the process before the next reply does.
         w.observe(t0, reply(HEALTHY));
-        w.event("[2026-11-26 07:28:04] PEER_DEAD: Process 637 on node 192.0.2.2 managing GPU 1");
+        let event = "[2026-11-26 07:28:04] PEER_DEAD: Process 637 on node 192.0.2.2 managing GPU 1";
+        w.events(events(&[event.to_string()]));
         let v = view(&w, t0);
         assert_eq!(v.state, State::Dead);
         assert_eq!(v.events.len(), 1);
+        // The same event again, at another time, a thousand times: one line, counted,
+        // one dead rank.
+        let again = event.replace("07:28:04", "07:28:05");
+        w.events(events(&vec![again; 1000]));
+        let v = view(&w, t0);
+        assert_eq!(
+            v.events,
+            [format!("{} (x1001)", event.replace("07:28:04", "07:28:05"))]
+        );
+        assert_eq!(v.ranks_dead, 1);
+    }
+
+    /// A flood of distinct dead peers while STATUS hangs (issue 39's MONITOR row): the
+    /// events kept, the dead named in the headline and the view's size stay bounded.
+    #[test]
+    fn a_flood_of_monitor_events_stays_bounded() {
+        let mut w = Watch::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        w.observe(t0, reply(HEALTHY));
+        // As the watcher takes them: the lines the monitor thread kept between two
+        // queries (64), with every peer they named.
+        let flood: Vec<String> = (0..100_000).map(dead_peer).collect();
+        for batch in flood.chunks(30_000) {
+            let pending = events(batch);
+            assert_eq!(pending.log.lines().len(), 64);
+            w.events(pending);
+        }
+        w.observe(t0, Outcome::Failed("no answer in time".into()));
+        let v = view(&w, t0);
+        assert_eq!(v.state, State::Dead);
+        assert_eq!(v.events.len(), 16);
+        assert_eq!(v.ranks_dead, 16_384);
+        assert!(v.headline.len() < 1024, "{}", v.headline);
+        assert!(serde_json::to_string(&v).unwrap().len() < 64 * 1024);
     }
 }

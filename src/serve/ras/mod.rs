@@ -10,18 +10,44 @@
 
 pub mod client;
 pub mod diagnose;
+pub mod diagnosis;
+pub mod flight;
 pub mod judge;
 pub mod judge_view;
 pub mod metrics;
 pub mod monitor;
+pub mod node;
+pub mod pickle;
 pub mod pods;
 pub mod reply;
 pub mod reply_text;
+pub mod report;
 pub mod version;
 pub mod watch;
 
 pub use judge::{JobView, State};
-pub use watch::{Config, Watching};
+pub use watch::{Config, NodeHooks, Watching};
+
+/// The lines a hung trainer's livenessProbe answers with (the kubelet puts the start of
+/// the body in the pod's events): the headline, the blame, the causes, this pod's ranks.
+fn report_lines(v: &JobView) -> Vec<String> {
+    let mut lines = Vec::new();
+    match &v.report {
+        Some(r) => {
+            lines.push(format!("blame: {}: {}", r.blame.label(), r.why));
+            // The first cause is the headline's.
+            lines.extend(r.causes.iter().skip(1).cloned());
+            lines.extend(
+                r.flight_recorder
+                    .iter()
+                    .map(|l| format!("flight recorder: {l}")),
+            );
+            lines.extend(r.node.iter().map(|l| format!("node: {l}")));
+        }
+        None => lines.extend(v.details.iter().cloned()),
+    }
+    lines
+}
 
 /// /job: the view as JSON, or why there is none.
 pub fn job_response(view: Option<&JobView>) -> super::http::Response {
@@ -46,8 +72,8 @@ pub fn liveness_response(view: Option<&JobView>) -> super::http::Response {
         None => super::http::Response::text(200, "ok: not watching the job (no --watch-nccl)\n"),
         Some(v) if v.state.fails_liveness() => {
             let mut body = format!("{}\n", v.headline);
-            for d in &v.details {
-                body.push_str(&format!("  {d}\n"));
+            for line in report_lines(v) {
+                body.push_str(&format!("  {line}\n"));
             }
             super::http::Response::text(503, body)
         }
@@ -60,13 +86,23 @@ pub fn liveness_response(view: Option<&JobView>) -> super::http::Response {
 pub fn finding(view: &JobView) -> crate::finding::Finding {
     use crate::finding::Finding;
     let id = crate::finding::ids::NCCL_JOB;
-    let remediation = "look at the named ranks' processes and hosts (py-spy dump, the node's XIDs and logs); the trainer's livenessProbe on /job/livez restarts a hung trainer";
+    let remediation = match view.report.as_ref().map(|r| r.blame) {
+        Some(diagnosis::Blame::Job) => {
+            "the job's code: the causes name the ranks, collectives and (with the flight recorder) the lines of Python; fix the code path, then restart the job"
+        }
+        Some(diagnosis::Blame::Node) => {
+            "the node: drain it and restart the job elsewhere (the node lines say what failed); the trainer's livenessProbe on /job/livez restarts a hung trainer"
+        }
+        _ => {
+            "look at the named ranks' processes and hosts (py-spy dump, the node's XIDs and logs); the trainer's livenessProbe on /job/livez restarts a hung trainer"
+        }
+    };
     let mut f = match view.state {
         State::Healthy => Finding::pass(id, view.headline.clone()),
         s if s.fails_liveness() => Finding::fail(id, view.headline.clone(), remediation),
         _ => Finding::warn(id, view.headline.clone(), remediation),
     };
-    for line in view.details.iter().chain(&view.warnings) {
+    for line in report_lines(view).iter().chain(&view.warnings) {
         f = f.evidence(line.clone());
     }
     f

@@ -76,9 +76,13 @@ pub fn name(status: &mut JobStatus, pods: &BTreeMap<String, String>) {
         c.missing
             .iter_mut()
             .for_each(|m| name_one(&mut m.member, pods));
-        for g in &mut c.mismatch {
+        for g in &mut c.groups {
             g.members.iter_mut().for_each(|m| name_one(m, pods));
         }
+        c.finalized.iter_mut().for_each(|m| name_one(m, pods));
+        c.errors
+            .iter_mut()
+            .for_each(|e| name_one(&mut e.member, pods));
     }
     status.dead.iter_mut().for_each(|m| name_one(m, pods));
     status

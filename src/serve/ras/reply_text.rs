@@ -4,9 +4,25 @@
 //! rasClientBreakDownErrors) at v2.24.3-1 and v2.28.9-1; the samples are ras.rst's.
 //! Only what the judgement needs is read: the version, the summary table's status, the
 //! `DEAD` and `INCOMPLETE` processes, and per communicator its missing ranks, count
-//! groups, status groups and errors. Anything else is skipped, never an error.
+//! groups, status groups and errors. Anything else is skipped, never an error. The text
+//! names only the outliers of each operation's counts (rasCountIsOutlier): the ranks'
+//! count vectors are put back together from those per-operation groups (`regroup`).
 
-use super::reply::{Comm, CountGroup, JobStatus, Malformed, Member, Missing, safe};
+use super::reply::{
+    Comm, Group, JobStatus, Malformed, Member, Missing, RankError, push_capped, safe,
+};
+use std::collections::BTreeMap;
+use std::io::BufRead;
+
+/// Ranks of one communicator that launched the same number of one operation, as the
+/// text lists them (`26 ranks have launched up to operation 6650`, then the outliers).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct OpGroup {
+    op: String,
+    count: u64,
+    ranks: u32,
+    members: Vec<Member>,
+}
 
 /// Which block of the Errors/Warnings sections the lines belong to.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,6 +39,8 @@ enum Context {
     None,
     Missing,
     Counts,
+    /// `Communicator ranks have different status`, with the status of the group named.
+    Status,
     Errors,
 }
 
@@ -31,11 +49,28 @@ struct Parser {
     block: Block,
     context: Context,
     op: String,
+    /// The status of the `N ranks have status X` group being listed.
+    status_of_group: String,
+    /// Per communicator (by hash), its per-operation groups.
+    op_groups: BTreeMap<String, Vec<OpGroup>>,
+    /// The previous line was `Warnings` (the next, `========`, proves the section).
+    warnings_title: bool,
+    warnings: bool,
 }
 
-/// A text reply. An empty or versionless reply is malformed (NCCL always starts with
-/// `NCCL version`).
+/// The longest line the text reader takes: NCCL's lines are a few dozen bytes.
+const MAX_TEXT_LINE: u64 = 64 * 1024;
+
+/// A text reply held in memory (tests, recorded replies).
+#[cfg(test)]
 pub fn parse_text(text: &str) -> Result<JobStatus, Malformed> {
+    parse_text_from(text.as_bytes())
+}
+
+/// A text reply, parsed line by line as it streams. An empty or versionless reply is
+/// malformed (NCCL always starts with `NCCL version`), and so is one without the
+/// Warnings section, sent after the rest (client_support.cc rasClientRunComms).
+pub fn parse_text_from(mut reader: impl BufRead) -> Result<JobStatus, Malformed> {
     let mut p = Parser {
         status: JobStatus {
             format: "text",
@@ -44,24 +79,108 @@ pub fn parse_text(text: &str) -> Result<JobStatus, Malformed> {
         block: Block::None,
         context: Context::None,
         op: "collective".into(),
+        status_of_group: String::new(),
+        op_groups: BTreeMap::new(),
+        warnings_title: false,
+        warnings: false,
     };
-    for line in text.lines() {
-        p.line(line);
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        let n = std::io::Read::take(&mut reader, MAX_TEXT_LINE + 1)
+            .read_until(b'\n', &mut raw)
+            .map_err(|e| Malformed(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        if n as u64 > MAX_TEXT_LINE {
+            return Err(Malformed("RAS text reply: a line over 64 KiB".into()));
+        }
+        let line = String::from_utf8_lossy(&raw);
+        p.line(line.trim_end_matches(['\n', '\r']));
     }
     if p.status.version.is_none() {
         return Err(Malformed(
             "RAS text reply: no \"NCCL version\" line (cut short, or not RAS)".into(),
         ));
     }
-    // Every reply ends with the Warnings section, sent after the rest
-    // (client_support.cc rasClientRunComms): without it the reply was cut short.
-    if !text.contains("\nWarnings\n========") {
+    if !p.warnings {
         return Err(Malformed(
             "RAS text reply: cut short (no Warnings section)".into(),
         ));
     }
+    for c in &mut p.status.comms {
+        if let Some(groups) = p.op_groups.remove(&c.hash) {
+            regroup(c, groups);
+        }
+    }
     p.status.initializing |= p.status.comms.iter().any(|c| c.initializing);
     Ok(p.status)
+}
+
+/// The ranks' count vectors from the per-operation groups: every rank RAS named gets
+/// its named count for each operation and the most common count elsewhere; the ranks it
+/// did not name are the most common counts of every operation, less the groups it left
+/// unnamed (counted, each with its own count on its operation).
+fn regroup(c: &mut Comm, op_groups: Vec<OpGroup>) {
+    for g in &op_groups {
+        if !c.ops.contains(&g.op) {
+            c.ops.push(g.op.clone());
+        }
+    }
+    let op_index = |op: &str| c.ops.iter().position(|o| o == op).unwrap_or(0);
+    // Per operation: its most common count (listed first: most frequent first) and size.
+    let mut common = vec![0u64; c.ops.len()];
+    let mut total = 0u32;
+    for (i, op) in c.ops.iter().enumerate() {
+        let of_op = op_groups.iter().filter(|g| &g.op == op);
+        if let Some(first) = of_op.clone().max_by_key(|g| g.ranks) {
+            common[i] = first.count;
+        }
+        total = total.max(of_op.map(|g| g.ranks).sum());
+    }
+    let mut named: BTreeMap<Option<u32>, (Member, Vec<u64>)> = BTreeMap::new();
+    let mut anonymous = Vec::new();
+    for g in &op_groups {
+        let i = op_index(&g.op);
+        if g.members.is_empty() && g.count != common[i] {
+            let mut counts = common.clone();
+            counts[i] = g.count;
+            anonymous.push(Group {
+                counts,
+                ranks: g.ranks,
+                members: Vec::new(),
+            });
+        }
+        for m in &g.members {
+            let entry = named
+                .entry(m.rank)
+                .or_insert_with(|| (m.clone(), common.clone()));
+            entry.1[i] = g.count;
+        }
+    }
+    let unnamed: u32 = anonymous.iter().map(|g| g.ranks).sum();
+    let mut groups = vec![Group {
+        counts: common.clone(),
+        ranks: total.saturating_sub(named.len() as u32 + unnamed),
+        members: Vec::new(),
+    }];
+    groups.extend(anonymous);
+    for (_, (member, counts)) in named {
+        match groups.iter_mut().find(|g| g.counts == counts) {
+            Some(g) => {
+                g.ranks += 1;
+                g.members.push(member);
+            }
+            None => groups.push(Group {
+                counts,
+                ranks: 1,
+                members: vec![member],
+            }),
+        }
+    }
+    groups.retain(|g| g.ranks > 0);
+    c.groups = groups;
 }
 
 impl Parser {
@@ -73,6 +192,8 @@ impl Parser {
     }
 
     fn line(&mut self, line: &str) {
+        self.warnings |= self.warnings_title && line.starts_with("========");
+        self.warnings_title = line == "Warnings";
         if let Some(v) = line.strip_prefix("NCCL version ") {
             let v = v.split_whitespace().next().unwrap_or_default();
             self.status.version = Some(safe(v));
@@ -110,6 +231,7 @@ impl Parser {
     /// An unindented line: a block header, a section title, or the summary table.
     fn header(&mut self, line: &str) {
         self.context = Context::None;
+        self.status_of_group.clear();
         let word = line.split_whitespace().next().unwrap_or_default();
         self.block = match word {
             "DEAD" => Block::Dead,
@@ -165,26 +287,32 @@ impl Parser {
             self.op = match rest.strip_suffix(" operation counts") {
                 Some(op) => safe(op),
                 None if rest == "status" => {
-                    self.context = Context::None;
+                    self.context = Context::Status;
                     return;
                 }
                 None => "collective".into(),
             };
         } else if body.contains(" error") && body.contains(" on ") && !body.starts_with("Rank") {
             self.context = Context::Errors;
+            self.status_of_group.clear();
         } else if let Some(list) = body
             .strip_prefix("The missing ranks: ")
             .or(body.strip_prefix("The missing rank: "))
         {
             self.missing_list(list);
-        } else if body.ends_with("have status INIT") || body.contains(" has status INIT") {
-            if let Some(c) = self.comm() {
+        } else if let Some((_, what)) = body.split_once(" ranks reported ") {
+            self.status_of_group = what.trim().to_string();
+        } else if let Some((_, status)) = body.split_once(" ranks have status ") {
+            self.status_of_group = status.trim().to_string();
+            if status.trim() == "INIT"
+                && let Some(c) = self.comm()
+            {
                 c.initializing = true;
             }
         } else if let Some((n, count)) = count_group(body) {
-            let op = self.op.clone();
-            if let Some(c) = self.comm() {
-                c.mismatch.push(CountGroup {
+            let (op, hash) = (self.op.clone(), self.comm().map(|c| c.hash.clone()));
+            if let Some(hash) = hash {
+                self.op_groups.entry(hash).or_default().push(OpGroup {
                     op,
                     count,
                     ranks: n,
@@ -227,7 +355,17 @@ impl Parser {
             rank,
             ..rank_process(tail)
         };
-        let (context, op) = (self.context, self.op.clone());
+        let context = self.context;
+        if context == Context::Counts {
+            return self.count_line(head, member);
+        }
+        // `Rank R has status FINALIZE -- ...` / `Rank R reported System error -- ...`, or a
+        // line of an `N ranks have status X` / `N ranks reported X` group.
+        let status = head
+            .split_once(" has status ")
+            .or(head.split_once(" reported "))
+            .map(|(_, s)| s.trim().to_string())
+            .unwrap_or_else(|| self.status_of_group.clone());
         let Some(c) = self.comm() else { return };
         match context {
             Context::Missing => c.missing.push(Missing {
@@ -235,35 +373,85 @@ impl Parser {
                 unresponsive: true,
                 dead: false,
             }),
-            Context::Counts => {
-                let single = head
-                    .split_once("launched up to operation ")
-                    .and_then(|(_, n)| n.trim().parse().ok())
-                    .or(head.contains("not launched any").then_some(0));
-                match single {
-                    Some(count) => c.mismatch.push(CountGroup {
-                        op,
-                        count,
-                        ranks: 1,
-                        members: vec![member],
-                    }),
-                    None => {
-                        if let Some(g) = c.mismatch.last_mut() {
-                            g.members.push(member);
-                        }
-                    }
-                }
-            }
+            Context::Status => match status.as_str() {
+                "FINALIZE" => push_capped(&mut c.finalized, &mut c.finalized_more, member),
+                "INIT" => c.initializing = true,
+                "ABORT" => push_capped(
+                    &mut c.errors,
+                    &mut c.errors_more,
+                    RankError {
+                        what: "communicator aborted".into(),
+                        member,
+                        code: 0,
+                    },
+                ),
+                _ => {}
+            },
             Context::Errors => {
-                let what = head.split_once(" reported ").map(|(_, w)| w);
-                c.errors.push(format!(
-                    "{member}: {}",
-                    safe(what.unwrap_or("reported an error"))
-                ));
+                let what = if status.is_empty() {
+                    "an error"
+                } else {
+                    &status
+                };
+                push_capped(
+                    &mut c.errors,
+                    &mut c.errors_more,
+                    RankError {
+                        code: result_code(what),
+                        what: safe(what),
+                        member,
+                    },
+                );
             }
-            Context::None => {}
+            Context::Counts | Context::None => {}
         }
     }
+
+    /// A rank line under `Communicator ranks have different X operation counts`: a
+    /// group of one (`Rank R has launched up to operation N -- ...`) or a member of the
+    /// group whose count line came before.
+    fn count_line(&mut self, head: &str, member: Member) {
+        let single = head
+            .split_once("launched up to operation ")
+            .and_then(|(_, n)| n.trim().parse().ok())
+            .or(head.contains("not launched any").then_some(0));
+        let op = self.op.clone();
+        let Some(hash) = self.comm().map(|c| c.hash.clone()) else {
+            return;
+        };
+        let groups = self.op_groups.entry(hash).or_default();
+        match single {
+            Some(count) => groups.push(OpGroup {
+                op,
+                count,
+                ranks: 1,
+                members: vec![member],
+            }),
+            None => {
+                if let Some(g) = groups.last_mut() {
+                    g.members.push(member);
+                }
+            }
+        }
+    }
+}
+
+/// The ncclResult_t of an error line's text, as rasClientBreakDownErrors prints it
+/// through ncclErrorToString (client_support.cc, v2.24.3-1 to v2.30.7-1).
+fn result_code(text: &str) -> i64 {
+    let t = text.to_ascii_lowercase();
+    [
+        ("unhandled cuda error", 1),
+        ("system error", 2),
+        ("internal error", 3),
+        ("invalid argument", 4),
+        ("invalid usage", 5),
+        ("remote process", 6),
+        ("remote error", 6),
+    ]
+    .iter()
+    .find(|(words, _)| t.contains(words))
+    .map_or(0, |(_, code)| *code)
 }
 
 /// `26 ranks have launched up to operation 6650` / `6 ranks have not launched any operations`.
@@ -342,18 +530,38 @@ mod tests {
         assert_eq!(s.comms.len(), 1);
         let c = &s.comms[0];
         assert_eq!(c.hash, "0x27a079b828ff1a75");
-        let groups: Vec<(&str, u64, u32, usize)> = c
-            .mismatch
+        assert_eq!(c.ops, ["AllReduce"]);
+        let groups: Vec<(u64, u32, usize)> = c
+            .groups
             .iter()
-            .map(|g| (g.op.as_str(), g.count, g.ranks, g.members.len()))
+            .map(|g| (g.count(0), g.ranks, g.members.len()))
             .collect();
+        assert_eq!(groups, vec![(6650, 30, 0), (6649, 2, 2)]);
         assert_eq!(
-            groups,
-            vec![("AllReduce", 6650, 30, 0), ("AllReduce", 6649, 2, 2)]
-        );
-        assert_eq!(
-            c.mismatch[1].members[1].to_string(),
+            c.groups[1].members[1].to_string(),
             "rank 7 (pid 483079 on 172.16.64.210, GPU 7)"
+        );
+        assert_eq!(c.group_of(&c.groups[1].members[0]), Some(&c.groups[1]));
+    }
+
+    /// The per-operation outliers of a divergent job put back into count vectors:
+    /// rank 1 is behind on AllReduce and ahead on AllGather (written from
+    /// rasClientRunComms' MISMATCH lines at v2.30.7-1: a group of one rank is always an
+    /// outlier, `Rank R has launched up to operation N -- ...`).
+    #[test]
+    fn two_operations_named_apart_make_two_vectors() {
+        let text = "NCCL version 2.26.6 compiled with CUDA 12.8\n\nWarnings\n========\n\n#0-0 (00000000000000ab) MISMATCH\n  Communicator ranks have different AllGather operation counts\n  Rank 1 has launched up to operation 1 -- GPU 1 managed by process 12 on node n1\n  Rank 0 has not launched any operations -- GPU 0 managed by process 11 on node n1\n  Communicator ranks have different AllReduce operation counts\n  Rank 0 has launched up to operation 692 -- GPU 0 managed by process 11 on node n1\n  Rank 1 has launched up to operation 691 -- GPU 1 managed by process 12 on node n1\n";
+        let c = &parse_text(text).unwrap().comms[0];
+        assert_eq!(c.ops, ["AllGather", "AllReduce"]);
+        let mut vectors: Vec<(Vec<u64>, Option<u32>)> = c
+            .groups
+            .iter()
+            .map(|g| ((0..2).map(|i| g.count(i)).collect(), g.members[0].rank))
+            .collect();
+        vectors.sort();
+        assert_eq!(
+            vectors,
+            vec![(vec![0, 692], Some(0)), (vec![1, 691], Some(1))]
         );
     }
 
@@ -374,13 +582,22 @@ mod tests {
 
     #[test]
     fn init_and_async_errors_are_read() {
-        let text = "NCCL version 2.26.2 compiled with CUDA 12.8\n\nGroup     Comms\n    0         1         4         1         4         4      INIT      OK\n\nErrors\n======\n\n#0-0 (00000000000000ab) ERROR\n  Asynchronous errors on 1 rank\n  Rank 3 reported remote process exited or there was a network error -- GPU 3 managed by process 11 on node n1\n\nWarnings\n========\n\n";
+        let text = "NCCL version 2.26.2 compiled with CUDA 12.8\n\nGroup     Comms\n    0         1         4         1         4         4      INIT      OK\n\nErrors\n======\n\n#0-0 (00000000000000ab) ERROR\n  Asynchronous errors on 3 ranks\n  Rank 3 reported Remote process error -- GPU 3 managed by process 11 on node n1\n  2 ranks reported System error\n  Rank 4 -- GPU 4 managed by process 12 on node n1\n\nWarnings\n========\n\n";
         let s = parse_text(text).unwrap();
         assert!(s.initializing);
+        let errors: Vec<(String, i64)> = s.comms[0]
+            .errors
+            .iter()
+            .map(|e| (e.to_string(), e.code))
+            .collect();
         assert_eq!(
-            s.comms[0].errors,
+            errors,
             vec![
-                "rank 3 (pid 11 on n1, GPU 3): remote process exited or there was a network error"
+                (
+                    "rank 3 (pid 11 on n1, GPU 3): Remote process error".into(),
+                    6
+                ),
+                ("rank 4 (pid 12 on n1, GPU 4): System error".into(), 2)
             ]
         );
         assert!(parse_text("").is_err());
