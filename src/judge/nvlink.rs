@@ -1,10 +1,11 @@
 //! `nvlink`: the NVLinks a GPU has are up. A link NVML lists but reports
-//! inactive (a degraded NVLink) halves a pair's bandwidth or pushes traffic
-//! through other GPUs; `--require nvlink` fails where no NVLink is active.
+//! inactive (a degraded NVLink) cuts a pair's bandwidth or pushes traffic
+//! through other GPUs: NCCL runs, slower, so it warns (issue 36: degraded is a
+//! warning); `--require nvlink` fails where no NVLink is active.
 
-use super::{Finding, Problem};
+use super::{Finding, Problem, unmet};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -43,9 +44,23 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
                 f64::from(*s) / 1000.0
             ))
     );
+    // NCCL's topology counts only active links (src/graph/topo.cc, NVML's link state):
+    // the GPU's NVLink bandwidth drops with them, traffic takes the links left.
     let problem = (!inactive.is_empty()).then(|| {
-        Problem::new(
-            Severity::Fail,
+        Problem::predicts(
+            Outcome::degraded(
+                format!(
+                    "GPU {}'s {} remaining NVLink(s), or through other GPUs",
+                    g.index,
+                    active.len()
+                ),
+                format!(
+                    "{} of {} links' bandwidth lost on every path through GPU {}",
+                    inactive.len(),
+                    g.nvlinks.len(),
+                    g.index
+                ),
+            ),
             format!(
                 "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
                 g.index,
@@ -61,7 +76,12 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
 pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return if policy.require.nvlink {
-            Finding::fail(ID, "no NVML: NVLink not checked", FIX)
+            Finding::predicts(
+                ID,
+                unmet("--require nvlink"),
+                "no NVML: NVLink not checked",
+                FIX,
+            )
         } else {
             Finding::skip(ID, "no NVML: NVLink not checked")
         };
@@ -75,8 +95,9 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         || (active_total == 0 && !policy.require.nvlink && with_links.len() < nvml.gpus.len())
     {
         return if policy.require.nvlink {
-            Finding::fail(
+            Finding::predicts(
                 ID,
+                unmet("--require nvlink"),
                 "no NVLink on these GPUs (PCIe only)",
                 "--require nvlink asks for NVLink-connected GPUs: schedule the pod on an NVLink node (e.g. an HGX/SXM instance type).",
             )
@@ -92,8 +113,8 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         problems.extend(problem);
     }
     if policy.require.nvlink && active_total == 0 {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet("--require nvlink"),
             "--require nvlink: no NVLink is active".to_string(),
             FIX,
         ));
@@ -129,7 +150,7 @@ mod tests {
     }
 
     #[test]
-    fn down_links_fail_and_pcie_nodes_skip() {
+    fn down_links_warn_and_pcie_nodes_skip() {
         let f = judge(&healthy(), &Policy::default());
         assert_eq!(
             (f.status(), f.summary.as_str()),
@@ -139,8 +160,9 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut h.gpus.nvml.state {
             n.gpus[1].nvlinks[7].active = false;
         }
+        // Issue 36: NCCL runs over the links left: degraded, a warning.
         let f = judge(&h, &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary
                 .contains("GPU 1: NVLink(s) [7] down (17 of 18 active)"),

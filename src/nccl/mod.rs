@@ -9,7 +9,7 @@ pub(crate) mod interface;
 pub mod net_plugin;
 pub(crate) mod ras_diagnostics;
 pub(crate) mod socket_ifname;
-pub mod version;
+pub(crate) mod version;
 
 pub use version::Version;
 

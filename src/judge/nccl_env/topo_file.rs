@@ -2,7 +2,7 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 
 pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
     let Some(path) = get(facts, "NCCL_TOPO_FILE") else {
@@ -10,8 +10,10 @@ pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
     };
     let mut out = Vec::new();
     if facts.named_files.get(path) == Some(&false) {
-        out.push(Problem::new(
-            Severity::Warn,
+        // src/graph/topo.cc ncclTopoGetSystem: a file that does not open is a WARN
+        // ("Could not open XML topology file"), then NCCL detects the topology itself.
+        out.push(Problem::predicts(
+            Outcome::Unaffected,
             format!("NCCL_TOPO_FILE={path:?} does not exist in this container: NCCL falls back to its own detection"),
             "Point NCCL_TOPO_FILE at a file the training container has, or unset it.",
         ));
@@ -29,8 +31,10 @@ pub(super) fn lint_topo_file(facts: &Facts) -> Vec<Problem> {
     for (marker, platform) in described {
         if path.contains(marker) {
             if product != platform {
-                out.push(Problem::new(
-                    Severity::Warn,
+                out.push(Problem::predicts(
+                    Outcome::undetermined(format!(
+                        "which GPU-NIC paths NCCL takes from {platform}'s topology on another machine"
+                    )),
                     format!(
                         "NCCL_TOPO_FILE={path:?} describes {platform}, but this node is {}",
                         if product.is_empty() {
