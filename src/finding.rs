@@ -655,8 +655,11 @@ pub(crate) fn combine(
         }
         all_evidence.extend(p.evidence.iter().cloned());
     }
+    // A note keeps its fix beside it: the finding's remediation is for what NCCL does.
     for n in &notes {
         all_evidence.push(format!("note: {}", n.summary));
+        all_evidence.extend(n.evidence.iter().cloned());
+        all_evidence.push(note_fix(&n.remediation));
     }
     let mut fixes: Vec<&str> = Vec::new();
     for p in &flagged {

@@ -548,7 +548,11 @@ fn hang_or(e: &crate::facts::FactError, otherwise: Outcome) -> Outcome {
 
 /// The trainer's libibverbs: present, and able to list and open the devices.
 fn verbs_problems(facts: &Facts, scope: &Scope, required: bool) -> Vec<Problem> {
-    let usable = scope.usable.len();
+    // The devices this container can use, or, where that could not be told, the node's.
+    let usable = match scope.usable.len() {
+        0 => scope.devices.map_or(0, <[_]>::len),
+        n => n,
+    };
     // Without libibverbs (or its devices) NCCL's IB transport and aws-ofi-nccl have no
     // device: TCP (src/transport/net_ib.cc ncclIbInit: "Failed to open libibverbs").
     let status = scope.unusable_outcome(required, Scope::tcp_instead("RDMA"));
