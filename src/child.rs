@@ -1,15 +1,28 @@
-//! A child process of this binary, spoken to in one small protocol: the parent
-//! writes one request on the child's standard input and closes it; the child
-//! answers with one framed reply on its standard output (a line
-//! `nccl-preflight-child <length>`, then exactly that many bytes), so whatever
-//! a vendor library prints around it cannot be mistaken for the reply. The
-//! parent bounds everything: the child runs in its own process group, is killed
-//! with it past the deadline, and dies with its parent (PR_SET_PDEATHSIG), so
-//! a parent ended by SIGKILL or SIGTERM leaves nothing behind; output past a
-//! cap is drained and dropped. The gang's worker, `init --bench`'s bench and
-//! serve's library probe speak it. A child that replied may hang up (`hang_up`):
-//! the parent then takes the reply without waiting for its exit.
+//! The children of this binary, and how they are asked and answered (the one place
+//! that says so). `serve` gathers in `facts-child` (`serve::probe`), `init --bench`
+//! measures in `bench-child` (`bench::child`), `gang` runs NCCL in `gang-worker`
+//! (`gang::spawn`): work that must not happen, or stay mapped, in the asking process.
+//!
+//! The mode is the child's only argument; the request is ONE JSON document on its
+//! standard input (`start`/`call` encode it, the child's `request` decodes it), whose
+//! types derive their encoding: `GatherArgs` travels whole, so a new flag needs no
+//! builder, and no child reads flags or `NCCL_PREFLIGHT_*` for what its request says.
+//! The child answers with one framed reply on its standard output (a line
+//! `nccl-preflight-child <length>`, then exactly that many bytes), so whatever a vendor
+//! library prints around it cannot be mistaken for the reply; earlier frames may precede
+//! it (`Started::frames`), and a child that replied may hang up (`hang_up`): the parent
+//! then takes the reply without waiting for its exit. The parent bounds everything: the
+//! child runs in its own process group, is killed with it past the deadline, and dies
+//! with its parent (PR_SET_PDEATHSIG), so a parent ended by SIGKILL or SIGTERM leaves
+//! nothing behind; output past a cap is drained and dropped.
+//!
+//! One child speaks otherwise: `gather::reader` reads host files in a bare clone(2) of
+//! the gathering process, without exec (so not this binary in a mode), and allocates
+//! nothing after the clone, so it trades fixed binary messages on two pipes; its header
+//! says why.
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -54,26 +67,50 @@ pub struct Started {
     at: Instant,
 }
 
-/// Runs `exe args` with exactly `env`, sends `request`, waits at most `limit`.
+/// Runs `exe mode` with exactly `env` and `request`, waits at most `limit`.
 pub fn call(
     exe: &Path,
-    args: &[impl AsRef<std::ffi::OsStr>],
+    mode: &str,
+    request: &impl Serialize,
     env: Vec<(OsString, OsString)>,
-    request: &[u8],
     limit: Duration,
 ) -> Ended {
-    match start(exe, args, env) {
-        Ok(started) => started.finish(request, limit),
+    match start(exe, mode, request, env) {
+        Ok(started) => started.finish(limit),
         Err(e) => Ended::Failed(e),
     }
 }
 
-/// Starts `exe args` with exactly `env`, in its own process group, to die with this
-/// process; its output is drained from now on.
+/// Starts `exe mode` with exactly `env`, in its own process group, to die with this
+/// process, and sends it `request`; its output is drained from now on.
 pub fn start(
+    exe: &Path,
+    mode: &str,
+    request: &impl Serialize,
+    env: Vec<(OsString, OsString)>,
+) -> Result<Started, String> {
+    let body = encode(request).map_err(|e| format!("{mode}: {e}"))?;
+    spawn(exe, &[mode], env, body)
+}
+
+/// A request as it travels: one JSON document.
+pub(crate) fn encode(request: &impl Serialize) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(request).map_err(|e| format!("encoding the request: {e}"))
+}
+
+/// A request as the child reads it back.
+pub(crate) fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("the request on standard input: {e}"))
+}
+
+/// Starts `exe args` as `start` does and writes `body` on its standard input, then
+/// closes it. The write runs on a thread of its own: a child that never reads cannot
+/// hold the parent past its deadline.
+fn spawn(
     exe: &Path,
     args: &[impl AsRef<std::ffi::OsStr>],
     env: Vec<(OsString, OsString)>,
+    body: Vec<u8>,
 ) -> Result<Started, String> {
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = Command::new(exe);
@@ -100,6 +137,14 @@ pub fn start(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // Not started: the pipe closes with the closure, and the child reads no request.
+        let _ = std::thread::Builder::new()
+            .name("child-request".into())
+            .spawn(move || {
+                let _ = stdin.write_all(&body);
+            });
+    }
     let (sent, frames) = std::sync::mpsc::channel();
     let out = drain_frames(child.stdout.take(), sent);
     let err = drain(child.stderr.take());
@@ -141,17 +186,14 @@ impl Started {
         self.frames.take()
     }
 
-    /// Sends `request`, closes the child's standard input and waits until `limit`
-    /// after the child's start. A child that replied and hung up (`hang_up`) is not
-    /// waited for: it is killed with its group and reaped in the background, since a
-    /// GPU process's exit (its contexts torn down) can take hundreds of milliseconds.
-    pub fn finish(mut self, request: &[u8], limit: Duration) -> Ended {
+    /// Waits until `limit` after the child's start. A child that replied and hung up
+    /// (`hang_up`) is not waited for: it is killed with its group and reaped in the
+    /// background, since a GPU process's exit (its contexts torn down) can take hundreds
+    /// of milliseconds.
+    pub fn finish(mut self, limit: Duration) -> Ended {
         let Some(mut child) = self.child.take() else {
             return Ended::Failed(String::from("the child was already waited for"));
         };
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(request);
-        }
         let hung_up = |s: &Started| {
             [&s.out, &s.err]
                 .iter()
@@ -351,14 +393,15 @@ fn frames_in(out: &[u8], at_line_start: bool) -> Scan {
     }
 }
 
-/// The child's side: its request from standard input (at most REQUEST_CAP bytes).
-pub fn request() -> Result<Vec<u8>, String> {
+/// The child's side: its request, the JSON document on standard input (at most
+/// REQUEST_CAP bytes), decoded.
+pub fn request<T: DeserializeOwned>() -> Result<T, String> {
     let mut input = Vec::new();
     std::io::stdin()
         .take(REQUEST_CAP)
         .read_to_end(&mut input)
         .map_err(|e| format!("reading the request: {e}"))?;
-    Ok(input)
+    decode(&input)
 }
 
 /// The child's side: writes `message` as the reply frame and flushes.
@@ -390,6 +433,15 @@ pub fn hang_up() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sh -c script` as a child, sent `body`, waited for at most `limit`.
+    fn sh(script: &str, body: &[u8], limit: Duration) -> Ended {
+        let path = vec![("PATH".into(), "/bin:/usr/bin".into())];
+        match spawn(Path::new("/bin/sh"), &["-c", script], path, body.to_vec()) {
+            Ok(started) => started.finish(limit),
+            Err(e) => Ended::Failed(e),
+        }
+    }
 
     /// Output fed a few bytes at a time, scanning only what is not settled as the drain
     /// does, finds the same frames as one scan of the whole: headers and bodies cut
@@ -427,13 +479,8 @@ mod tests {
     fn a_reply_is_taken_at_hang_up_and_an_unfinished_child_dies_when_dropped() {
         let path = vec![("PATH".into(), "/bin:/usr/bin".into())];
         let started = Instant::now();
-        let said = call(
-            Path::new("/bin/sh"),
-            &[
-                "-c",
-                "read x; printf '\\nnccl-preflight-child 2\\nok\\n'; echo done >&2; exec >/dev/null 2>&1; sleep 30",
-            ],
-            path.clone(),
+        let said = sh(
+            "read x; printf '\\nnccl-preflight-child 2\\nok\\n'; echo done >&2; exec >/dev/null 2>&1; sleep 30",
             b"go\n",
             Duration::from_secs(60),
         );
@@ -448,7 +495,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
         let script = format!("echo $$ > {}; sleep 30", pid_file.display());
-        let child = start(Path::new("/bin/sh"), &["-c", script.as_str()], path).unwrap();
+        let child = spawn(
+            Path::new("/bin/sh"),
+            &["-c", script.as_str()],
+            path,
+            Vec::new(),
+        )
+        .unwrap();
         let pid = loop {
             if let Some(pid) = std::fs::read_to_string(&pid_file)
                 .ok()
@@ -473,19 +526,20 @@ mod tests {
     /// (here: waits for its request); the reply is the last frame.
     #[test]
     fn an_early_frame_arrives_before_the_child_ends_and_the_last_is_the_reply() {
-        let mut started = start(
+        let mut started = spawn(
             Path::new("/bin/sh"),
             &[
                 "-c",
                 "printf '\\nnccl-preflight-child 5\\nfirst\\n'; read x; printf '\\nnccl-preflight-child 4\\nlast\\n'",
             ],
             vec![("PATH".into(), "/bin:/usr/bin".into())],
+            b"go\n".to_vec(),
         )
         .unwrap();
         let frames = started.frames().unwrap();
         assert_eq!(frames.next(Duration::from_secs(60)), Ok(b"first".to_vec()));
         assert!(started.frames().is_none(), "frames are handed out once");
-        let ended = started.finish(b"go\n", Duration::from_secs(60));
+        let ended = started.finish(Duration::from_secs(60));
         assert!(
             matches!(ended, Ended::Replied { ref reply, .. } if reply == b"last"),
             "{ended:?}"
@@ -497,22 +551,11 @@ mod tests {
     #[test]
     fn a_child_that_hangs_is_killed_with_its_group_in_the_limit() {
         let started = Instant::now();
-        let ended = call(
-            Path::new("/bin/sh"),
-            &["-c", "sleep 30 & sleep 30"],
-            vec![("PATH".into(), "/bin:/usr/bin".into())],
-            b"",
-            Duration::from_millis(300),
-        );
+        let ended = sh("sleep 30 & sleep 30", b"", Duration::from_millis(300));
         assert!(matches!(ended, Ended::Killed { .. }), "{ended:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
-        let said = call(
-            Path::new("/bin/sh"),
-            &[
-                "-c",
-                "read x; printf 'junk\\nnccl-preflight-child 5\\n%s\\n' \"$x\"; exit 3",
-            ],
-            vec![("PATH".into(), "/bin:/usr/bin".into())],
+        let said = sh(
+            "read x; printf 'junk\\nnccl-preflight-child 5\\n%s\\n' \"$x\"; exit 3",
             b"hello\n",
             Duration::from_secs(10),
         );
@@ -520,13 +563,7 @@ mod tests {
             matches!(said, Ended::Replied { ref reply, status: Some(s), .. } if reply == b"hello" && s.code() == Some(3)),
             "{said:?}"
         );
-        let silent = call(
-            Path::new("/bin/sh"),
-            &["-c", "echo oops >&2; exit 4"],
-            vec![],
-            b"",
-            Duration::from_secs(10),
-        );
+        let silent = sh("echo oops >&2; exit 4", b"", Duration::from_secs(10));
         assert!(
             matches!(silent, Ended::Silent { ref stderr, .. } if stderr.contains("oops")),
             "{silent:?}"

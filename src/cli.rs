@@ -8,6 +8,7 @@
 
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub mod unread;
@@ -116,6 +117,15 @@ fn first_sentence(text: &str) -> &str {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The configuration file every mode reads (`key = value` lines, `[mode]` sections):
+    /// its values are defaults that a flag or its variable overrides (docs/configuration.md).
+    #[arg(
+        long,
+        global = true,
+        env = "NCCL_PREFLIGHT_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,16 +153,76 @@ pub enum Command {
     /// stacks are compared, all-reduce and node-to-node bandwidth measured, the slow node named.
     /// One process per pod; every pod exits with the job's verdict.
     Gang(GangArgs),
-    /// The gang's NCCL child (internal): reads its plan on standard input.
+    /// The gang's NCCL child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
     GangWorker,
-    /// serve's library probe (internal): `facts`, the document sent as the reply of the
-    /// child protocol (`crate::child`).
+    /// serve's gathering child (internal; its request and reply: `crate::child`).
     #[command(hide = true)]
-    FactsChild(GatherArgs),
+    FactsChild,
+    /// init's bench child (internal; its request and reply: `crate::child`).
+    #[command(hide = true)]
+    BenchChild,
     /// Copy this binary into DIR (a volume shared with the training container) atomically,
     /// so the trainer can run `DIR/nccl-preflight exec -- ...` without the tool in its image.
     Install(InstallArgs),
+    /// A mutating admission webhook: injects the check into GPU pods of the namespaces that
+    /// opt in (HTTPS POST /mutate; /metrics on plain HTTP).
+    Webhook(WebhookArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InjectMode {
+    /// An init container in the trainer's image runs `init`; the trainer gets NCCL_CONF_FILE.
+    Init,
+    /// The trainer's command becomes `nccl-preflight exec -- COMMAND` (where the pod names it).
+    Exec,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Address of the HTTPS endpoint the API server calls (POST /mutate).
+    #[arg(long, env = "NCCL_PREFLIGHT_LISTEN", default_value = "0.0.0.0:8443", value_name = "ADDR", help_heading = SERVING)]
+    pub listen: String,
+    /// Address of the plain HTTP endpoint for /metrics, /healthz and /readyz.
+    #[arg(long, env = "NCCL_PREFLIGHT_METRICS_LISTEN", default_value = "0.0.0.0:9464", value_name = "ADDR", help_heading = SERVING)]
+    pub metrics_listen: String,
+    /// The serving certificate chain (PEM; cert-manager's tls.crt), read again when it changes.
+    #[arg(long, env = "NCCL_PREFLIGHT_TLS_CERT", default_value = "/tls/tls.crt", value_name = "FILE", help_heading = SERVING)]
+    pub tls_cert: PathBuf,
+    /// The certificate's private key (PEM; cert-manager's tls.key).
+    #[arg(long, env = "NCCL_PREFLIGHT_TLS_KEY", default_value = "/tls/tls.key", value_name = "FILE", help_heading = SERVING)]
+    pub tls_key: PathBuf,
+    /// nccl-preflight's image, for the init container that installs the binary in the pod
+    /// (required; the shipped Deployment sets it to its own image).
+    #[arg(long, env = "NCCL_PREFLIGHT_INJECT_IMAGE", value_name = "IMAGE", help_heading = CHECK)]
+    pub inject_image: Option<String>,
+    /// How the check runs where the pod does not say (annotation nccl-preflight.io/mode).
+    #[arg(long, env = "NCCL_PREFLIGHT_INJECT_MODE", value_enum, default_value_t = InjectMode::Init, help_heading = CHECK)]
+    pub inject_mode: InjectMode,
+    /// The service account's directory (ca.crt, token), for reading MPIJobs' worker counts.
+    #[arg(long, hide = true, default_value = crate::kube::client::SERVICE_ACCOUNT, value_name = "DIR")]
+    pub service_account: PathBuf,
+}
+
+/// `serve --taint-node`: the node DaemonSet keeps new pods off its own node while a node
+/// fault holds (docs/kubernetes.md, "Acting on a node fault").
+#[derive(Debug, Clone, Args)]
+pub struct TaintArgs {
+    /// Taint this node `nccl-preflight.io/node-fault:NoSchedule` once a node fault (exit 3:
+    /// every failed check the node's) holds for --taint-after runs, and remove the taint
+    /// after as many healthy runs. Needs --node-name and RBAC to patch the Node.
+    #[arg(long, env = "NCCL_PREFLIGHT_TAINT_NODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new(), help_heading = SERVING)]
+    pub taint_node: bool,
+    /// Consecutive runs a node fault (or health) must hold before the taint is set (or removed).
+    #[arg(long, env = "NCCL_PREFLIGHT_TAINT_AFTER", default_value_t = 3, value_name = "RUNS",
+          value_parser = clap::value_parser!(u32).range(1..=1000), help_heading = SERVING)]
+    pub taint_after: u32,
+    /// This pod's node (the downward API's spec.nodeName).
+    #[arg(long, env = "NCCL_PREFLIGHT_NODE_NAME", value_name = "NODE", help_heading = SERVING)]
+    pub node_name: Option<String>,
+    /// The service account's directory (ca.crt, token).
+    #[arg(long, hide = true, default_value = crate::kube::client::SERVICE_ACCOUNT, value_name = "DIR")]
+    pub service_account: PathBuf,
 }
 
 /// `probe`: the checks' flags, and node-problem-detector's plugin contract on demand.
@@ -216,6 +286,8 @@ pub struct ServeArgs {
     pub xid_ignore: Vec<u64>,
     #[command(flatten)]
     pub watch: WatchArgs,
+    #[command(flatten)]
+    pub taint: TaintArgs,
     #[command(flatten)]
     pub check: CheckArgs,
 }
@@ -336,7 +408,7 @@ pub struct InstallArgs {
     pub name: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum BenchKind {
     /// Peer copies between every pair of GPUs through the CUDA driver.
     P2p,
@@ -373,18 +445,6 @@ pub struct BenchArgs {
     pub format: Format,
     #[command(flatten)]
     pub gather: GatherArgs,
-    /// `init --bench`'s child: the report is the reply of the child protocol
-    /// (`crate::child`), and NCCL's communicators are left to the process's end.
-    #[arg(long, hide = true)]
-    pub child: bool,
-    /// `init --bench`'s child, first: read the CUDA driver's facts for init's checks and
-    /// send them as a frame before measuring (one cuInit for both processes).
-    #[arg(long, hide = true, requires = "child")]
-    pub cuda_facts: bool,
-    /// `init --bench`'s child: read no NVML and reply what was measured, unjudged;
-    /// init judges it against the link figures of its own NVML facts.
-    #[arg(long, hide = true, requires = "child")]
-    pub raw: bool,
 }
 
 #[derive(Debug, Args)]
@@ -415,25 +475,27 @@ pub struct ExplainArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum Switch {
     On,
     Off,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum ImageArg {
     Trainer,
     Own,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum Format {
     Human,
     Json,
 }
 
-#[derive(Debug, Clone, Args)]
+// Serialized whole into the requests of `facts-child` and `bench-child` (`crate::child`);
+// a plain comment, since clap would take a doc comment for the `facts` help.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct GatherArgs {
     /// Deadline for each NVML and CUDA call (e.g. 500ms, 10s): a hung driver fails the check instead of the pod.
     #[arg(long, env = "NCCL_PREFLIGHT_TIMEOUT", default_value = "10s", value_name = "DURATION",
@@ -600,7 +662,7 @@ pub struct InitArgs {
 }
 
 /// How long a bench may run and what it must reach (`bench`, `init --bench`).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
 pub struct BenchLimits {
     /// Time the whole bench may take (cuInit and NCCL's set-up included); what is left
     /// unmeasured when it runs out fails.

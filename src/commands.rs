@@ -10,8 +10,8 @@ use crate::output::{self, Output};
 use crate::render;
 use crate::report::Report;
 use crate::run::{
-    EXIT_FAILED, EXIT_NODE_FAULT, EXIT_OK, Exit, build_policy, emit, emit_err, evaluate,
-    evaluate_under, use_color,
+    EXIT_FAILED, EXIT_NODE_FAULT, EXIT_OK, Evaluation, Exit, build_policy, emit, emit_err,
+    evaluate, use_color,
 };
 use crate::run::{describing, exec_environment, exit_code, gather_facts, print};
 use crate::tune;
@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
 pub fn check(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let (report, hung) = evaluate(args, env, false)?;
+    let (report, hung) = evaluate(args, env, Evaluation::default())?;
     print(&report, args.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
 }
@@ -43,7 +43,7 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         let max = probe
             .max_output
             .map_or(render::npd::DEFAULT_MAX_OUTPUT, usize::from);
-        let (code, line, hung) = match evaluate(&args, env, false) {
+        let (code, line, hung) = match evaluate(&args, env, Evaluation::default()) {
             Ok((report, hung)) => {
                 let (code, line) = render::npd::answer(&report, max);
                 (code, line, hung)
@@ -56,7 +56,7 @@ pub fn probe(probe: &ProbeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         emit(&format!("{line}\n"))?;
         return Ok(Exit::new(code, hung));
     }
-    let (report, hung) = evaluate(&args, env, false)?;
+    let (report, hung) = evaluate(&args, env, Evaluation::default())?;
     emit(&format!("{}\n", render::npd::probe_line(&report)))?;
     Ok(Exit::new(exit_code(&report), hung))
 }
@@ -66,7 +66,11 @@ pub fn doctor(args: &CheckArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         gather: describing(&args.gather),
         ..args.clone()
     };
-    let (report, hung) = evaluate(args, env, true)?;
+    let how = Evaluation {
+        probe_all: true,
+        ..Evaluation::default()
+    };
+    let (report, hung) = evaluate(args, env, how)?;
     match args.format {
         Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
@@ -97,17 +101,18 @@ fn init_bench(
         ),
     );
     let (mut report, hung, measured) = if args.bench_nccl {
-        let (report, hung) = evaluate_under(&args.check, env, false, policy)?;
+        let (report, hung) = evaluate(&args.check, env, Evaluation::under(policy))?;
         // Measured with the settings the trainer will get.
         let bench = crate::bench::child::start_all(args, exec_environment(env, &report.settings));
         (report, hung, crate::bench::child::finish(bench))
     } else {
         let cuda_facts = args.check.gather.cuda == Switch::On;
         let (links, cuda) = crate::bench::child::start_links(args, env.to_vec(), cuda_facts);
-        let (report, hung) = match cuda {
-            Some(cuda) => crate::run::evaluate_with_cuda_of(&args.check, env, policy, cuda)?,
-            None => evaluate_under(&args.check, env, false, policy)?,
+        let how = Evaluation {
+            cuda,
+            ..Evaluation::under(policy)
         };
+        let (report, hung) = evaluate(&args.check, env, how)?;
         // Judged against this process's NVML link figures: the child reads none.
         let measured = crate::bench::child::finish_links(
             links,
@@ -131,7 +136,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let (mut report, hung) = if args.bench {
         init_bench(args, env, &policy)?
     } else {
-        evaluate_under(&args.check, env, false, &policy)?
+        evaluate(&args.check, env, Evaluation::under(&policy))?
     };
     if args.gang {
         if hung.0 {
@@ -245,27 +250,26 @@ fn output_dir_exists(path: &Path) -> bool {
 
 pub fn facts(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     // The same probes as `check`, so `check --facts` judges what `check` would have.
-    let (facts, hung) = gather_facts(&describing(args), env, false)?;
+    let (facts, hung) = gather_facts(&describing(args), env, Evaluation::default())?;
     let mut text = serde_json::to_string_pretty(&facts).context("serializing facts")?;
     text.push('\n');
     emit(&text)?;
     Ok(Exit::new(EXIT_OK, hung))
 }
 
-/// `facts-child`: `facts` for serve's probe, the document sent as the child
-/// protocol's reply, so nothing a library prints can be taken for it.
-/// `serve`'s gathering child: its request (`serve::probe::Request`, empty for the
-/// defaults) says what an earlier run found of the image's libraries; it replies the
-/// facts, and exits with `EXIT_NODE_FAULT` where a vendor call hung.
-pub fn facts_child(args: &GatherArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let request = crate::child::request().map_err(anyhow::Error::msg)?;
-    let request = crate::serve::probe::Request::parse(&request)?;
-    let (facts, hung) = crate::run::gather_facts_probed(
-        &describing(args),
-        env,
-        request.probe_all,
-        request.probed.as_ref(),
-    )?;
+/// `facts-child`: `facts` for serve's probe (`serve::probe`), asked and answered in the
+/// child protocol (`crate::child`): its request carries the server's gather flags and
+/// what an earlier run found of the image's libraries; it replies the facts, and exits
+/// with `EXIT_NODE_FAULT` where a vendor call hung.
+pub fn facts_child(env: &[(OsString, OsString)]) -> Result<Exit> {
+    let request: crate::serve::probe::Request =
+        crate::child::request().map_err(|e| anyhow::anyhow!("facts-child: {e}"))?;
+    let how = Evaluation {
+        probe_all: request.probe_all,
+        probed: request.probed.as_ref(),
+        ..Evaluation::default()
+    };
+    let (facts, hung) = gather_facts(&describing(&request.gather), env, how)?;
     let text = serde_json::to_vec(&facts).context("serializing facts")?;
     crate::child::reply(&text);
     let code = if hung.0 { EXIT_NODE_FAULT } else { EXIT_OK };
@@ -323,7 +327,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     } else {
         None
     };
-    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
     if let Some(identity) = &identity
         && let Some(exit) = exec_gang(args, env, &policy, identity, &mut report, hung)?
     {
@@ -435,7 +439,8 @@ fn dry_run(args: &ExecArgs, env: &[(OsString, OsString)], tuned: &[&tune::Settin
     ))
 }
 
-/// Replaces this process with CMD; returns only when execve failed.
+/// Replaces this process with CMD (as PID 1, runs it as a child: `init`); returns only
+/// when CMD could not be started, or, as PID 1, with CMD's exit.
 fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: HungCall) -> Exit {
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -445,8 +450,19 @@ fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: H
         .args(&args.command[1..])
         .env_clear()
         .envs(environment);
+    if std::process::id() == 1 {
+        return match init::run(&mut command) {
+            Ok(code) => Exit::new(code, hung),
+            Err(err) => not_started(args, &err, hung),
+        };
+    }
     // exec replaces this process: CMD's exit status and signals are the container's.
     let err = std::os::unix::process::CommandExt::exec(&mut command);
+    not_started(args, &err, hung)
+}
+
+/// The exit for a command that could not be started, as shells give it.
+fn not_started(args: &ExecArgs, err: &std::io::Error, hung: HungCall) -> Exit {
     crate::diagnostic::line(format_args!(
         "nccl-preflight: exec {}: {err}",
         args.command[0].to_string_lossy()
@@ -458,6 +474,92 @@ fn exec_command(args: &ExecArgs, environment: Vec<(OsString, OsString)>, hung: H
         },
         hung,
     )
+}
+
+/// `exec` as PID 1 of a PID namespace (a container's first process). The kernel gives
+/// PID 1 only the signals it has a handler for (pid_namespaces(7): "the only signals
+/// that can be sent to the init process are those for which the init process has
+/// established a signal handler"): a command exec'd there that installs none (`sleep`,
+/// a plain Python script) ignored the kubelet's SIGTERM until SIGKILL, and reaped no
+/// orphan, which stayed a zombie. So as PID 1 exec stays, as tini does: CMD runs as its
+/// child, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to it,
+/// every child is reaped, and the exit code is CMD's, or 128 + the signal that killed it.
+mod init {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// CMD's pid, for the signal handler (0 until it runs).
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    /// A signal that came before CMD ran, passed on once it runs.
+    static PENDING: AtomicI32 = AtomicI32::new(0);
+
+    const FORWARDED: [Signal; 6] = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ];
+
+    /// Sends the pending signal, if any, to CMD: exactly once, by whoever swaps it out.
+    fn send_pending(child: i32) {
+        let signal = PENDING.swap(0, Ordering::SeqCst);
+        if signal != 0 {
+            // SAFETY: kill(2) is async-signal-safe; `child` is CMD's pid, not yet reaped.
+            unsafe { libc::kill(child, signal) };
+        }
+    }
+
+    extern "C" fn forward(signal: libc::c_int) {
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            // SAFETY: kill(2) is async-signal-safe; CMD is reaped only after it exited.
+            unsafe { libc::kill(child, signal) };
+            return;
+        }
+        PENDING.store(signal, Ordering::SeqCst);
+        // CMD may have started meanwhile, after its starter looked for this one.
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            send_pending(child);
+        }
+    }
+
+    /// Runs `command` as this process's child until it exits; its exit code.
+    pub(super) fn run(command: &mut std::process::Command) -> std::io::Result<u8> {
+        // From here a signal is CMD's: one that comes before CMD runs waits for it
+        // (the checks' handler would end this process and, with PID 1, the namespace).
+        let action = SigAction::new(
+            SigHandler::Handler(forward),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        for signal in FORWARDED {
+            // SAFETY: the handler calls only kill(2) and atomic loads and stores.
+            let _ = unsafe { sigaction(signal, &action) };
+        }
+        // std resets the signal mask and SIGPIPE in the child before execve, and
+        // execve resets the handlers: CMD starts with the default dispositions.
+        let child = command.spawn()?;
+        let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+        CHILD.store(pid, Ordering::SeqCst);
+        send_pending(pid);
+        loop {
+            // Any child: orphans reparented to PID 1 are reaped as they end.
+            match waitpid(None, None) {
+                Ok(WaitStatus::Exited(p, code)) if p.as_raw() == pid => {
+                    return Ok(u8::try_from(code).unwrap_or(u8::MAX));
+                }
+                Ok(WaitStatus::Signaled(p, signal, _)) if p.as_raw() == pid => {
+                    return Ok(128u8.saturating_add(u8::try_from(signal as i32).unwrap_or(0)));
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
 }
 
 /// `install DIR`: this very binary, copied whole into DIR under a temp name and
@@ -492,6 +594,48 @@ pub fn install(args: &crate::cli::InstallArgs) -> Result<Exit> {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// Every flag of `GatherArgs` travels in the requests of the children that gather
+    /// (`crate::child`): the flags clap defines and the keys serde writes both come from
+    /// the derives, so a flag added and left out of the encoding fails here, whatever
+    /// its name. Each request reads back as it was written.
+    #[test]
+    fn every_gather_flag_travels_in_the_child_requests() {
+        use clap::{Args, FromArgMatches};
+        let command = GatherArgs::augment_args(clap::Command::new("gather"));
+        let flags: std::collections::BTreeSet<String> = command
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(flags.len() > 10, "{flags:?}");
+        let gather = GatherArgs::from_arg_matches(&command.get_matches_from(["gather"])).unwrap();
+        let facts = crate::serve::probe::Request {
+            gather: gather.clone(),
+            probe_all: true,
+            probed: None,
+        };
+        let bench = crate::bench::child::Request {
+            part: crate::bench::child::Part::Links { cuda_facts: true },
+            gather,
+            limits: crate::cli::BenchLimits {
+                bench_seconds: std::time::Duration::from_millis(1500),
+                min_bandwidth_fraction: 0.25,
+            },
+        };
+        let facts_sent = crate::child::encode(&facts).unwrap();
+        let bench_sent = crate::child::encode(&bench).unwrap();
+        for sent in [&facts_sent, &bench_sent] {
+            let doc: Value = serde_json::from_slice(sent).unwrap();
+            let keys: std::collections::BTreeSet<String> =
+                doc["gather"].as_object().unwrap().keys().cloned().collect();
+            let missing: Vec<_> = flags.difference(&keys).collect();
+            assert!(missing.is_empty(), "not in the request: {missing:?}");
+        }
+        let facts_read: crate::serve::probe::Request = crate::child::decode(&facts_sent).unwrap();
+        let bench_read: crate::bench::child::Request = crate::child::decode(&bench_sent).unwrap();
+        assert_eq!(crate::child::encode(&facts_read).unwrap(), facts_sent);
+        assert_eq!(crate::child::encode(&bench_read).unwrap(), bench_sent);
+    }
 
     /// fastrand, seeded: a fixed seed gives the same mutations on every run and machine.
     struct Rng(fastrand::Rng);
@@ -557,23 +701,49 @@ mod tests {
         };
     }
 
+    /// A fixture's golden part of its facts laid over whole facts. Its sections are
+    /// whole, or some whole fields of one (tests/integration/fixtures.rs,
+    /// FACTS_UNDER_TEST): a section whose keys are a strict subset of the base's is laid
+    /// field by field, any other replaces the base's (an enum's tag, `{"value": ..}`
+    /// against `{"error": ..}`, must never be mixed).
+    fn overlay(base: &mut Value, part: &Value) {
+        for (key, section) in part.as_object().into_iter().flatten() {
+            let at = &mut base[key];
+            match (at.as_object_mut(), section.as_object()) {
+                (Some(at), Some(fields))
+                    if fields.len() < at.len() && fields.keys().all(|k| at.contains_key(k)) =>
+                {
+                    for (field, value) in fields {
+                        at.insert(field.clone(), value.clone());
+                    }
+                }
+                _ => *at = section.clone(),
+            }
+        }
+    }
+
     /// A bounded, seeded fuzz of the facts loader and everything downstream of it
     /// (judges, tuning, the human, doctor, JSON, env-file, nccl.conf and termination
     /// renderers): mutated golden facts, in a report, must load or be refused with an error,
-    /// and never panic.
+    /// and never panic. The seeds: healthy-pod's whole facts, and each fixture's golden
+    /// part of its facts (tests/golden/NAME/facts.json) laid over them.
     #[test]
     fn fuzz_facts_loader_judges_and_renderers_with_seeded_mutations() {
         let goldens = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let read = |path: &std::path::Path| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let whole = read(&goldens.join("healthy-pod/facts.json"));
         let mut seeds: Vec<Value> = Vec::new();
         let mut dirs: Vec<_> = std::fs::read_dir(&goldens)
             .unwrap()
-            .map(|e| e.unwrap().path().join("facts/facts.json"))
+            .map(|e| e.unwrap().path().join("facts.json"))
             .filter(|p| p.exists())
             .collect();
         dirs.sort();
         for path in dirs {
-            let facts: Value =
-                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let mut facts = whole.clone();
+            overlay(&mut facts, &read(&path));
             seeds.push(
                 serde_json::json!({ "schema": crate::report::REPORT_SCHEMA, "facts": facts }),
             );

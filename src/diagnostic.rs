@@ -27,3 +27,24 @@ pub(crate) fn progress(asked: bool, args: std::fmt::Arguments<'_>) {
         line(args);
     }
 }
+
+/// Text made safe for a terminal: every control character (escape sequences,
+/// carriage returns, line breaks, tabs) is shown as a visible escape such as `\x1b`
+/// or `\u{9b}`, so names and log text from the host cannot move the cursor, clear
+/// the screen or forge report lines. Borrowed when there is nothing to escape.
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}

@@ -323,7 +323,12 @@ pub struct Finding {
     /// status follows from it ([`Outcome::severity`]); absent from measured and runtime
     /// findings, which say what happened, and from reports of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    outcome: Option<Outcome>,
+    outcome: Option<Box<Outcome>>,
+    /// True on a warning or failure that says the check could not determine what it
+    /// judges (what it reads could not be read): no statement about the node. `probe
+    /// --npd` answers Unknown when every finding that judged something is one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    undetermined: bool,
 }
 
 /// A finding as JSON holds it, checked against the contract before it becomes one.
@@ -339,7 +344,9 @@ struct FindingRecord {
     #[serde(default)]
     blame: Option<Blame>,
     #[serde(default)]
-    outcome: Option<Outcome>,
+    outcome: Option<Box<Outcome>>,
+    #[serde(default)]
+    undetermined: bool,
 }
 
 impl TryFrom<FindingRecord> for Finding {
@@ -392,6 +399,7 @@ impl TryFrom<FindingRecord> for Finding {
             ignored: r.ignored,
             blame: r.blame,
             outcome: r.outcome,
+            undetermined: r.undetermined && needs_fix,
         })
     }
 }
@@ -407,6 +415,7 @@ impl Finding {
             ignored: false,
             blame: None,
             outcome: None,
+            undetermined: false,
         }
     }
 
@@ -432,7 +441,9 @@ impl Finding {
         match outcome.severity() {
             Some(severity) => {
                 let mut f = Self::flagged(id, severity, summary, remediation);
-                f.outcome = Some(outcome);
+                // What NCCL does could not be determined: no statement about the node.
+                f.undetermined = matches!(outcome, Outcome::Undetermined { .. });
+                f.outcome = Some(Box::new(outcome));
                 f
             }
             None => Self::pass(id, summary).evidence(note_fix(&remediation.into())),
@@ -486,7 +497,7 @@ impl Finding {
 
     /// What NCCL will do: `Some` on a judged warning or failure.
     pub fn outcome(&self) -> Option<&Outcome> {
-        self.outcome.as_ref()
+        self.outcome.as_deref()
     }
 
     /// This finding's own blame, where the check can fail for either reason (gpu-p2p:
@@ -497,6 +508,18 @@ impl Finding {
             self.blame = Some(blame.into());
         }
         self
+    }
+
+    /// Marks a warning or failure as "could not determine" (see the field); a pass or a
+    /// skip stays as it is.
+    pub fn undetermined(mut self) -> Self {
+        self.undetermined = self.status >= Status::Warn;
+        self
+    }
+
+    /// True on a warning or failure that could not determine what the check judges.
+    pub fn is_undetermined(&self) -> bool {
+        self.undetermined
     }
 
     /// The check's default blame, where the finding has none of its own.
@@ -552,6 +575,8 @@ pub(crate) struct Problem {
     pub remediation: String,
     /// Where this problem's fault lies, where it differs from the check's default.
     pub blame: Option<Blame>,
+    /// "Could not determine" (see [`Finding::undetermined`]).
+    pub undetermined: bool,
 }
 
 impl Problem {
@@ -568,6 +593,7 @@ impl Problem {
             evidence: Vec::new(),
             remediation: remediation.into(),
             blame: None,
+            undetermined: false,
         }
     }
 
@@ -579,6 +605,7 @@ impl Problem {
     ) -> Self {
         Problem {
             status: outcome.severity(),
+            undetermined: matches!(outcome, Outcome::Undetermined { .. }),
             outcome: Some(outcome),
             summary: summary.into(),
             evidence: Vec::new(),
@@ -590,6 +617,12 @@ impl Problem {
     /// This problem's own blame (see [`Finding::blamed`]).
     pub(crate) fn blamed(mut self, blame: impl Into<Blame>) -> Self {
         self.blame = Some(blame.into());
+        self
+    }
+
+    /// "Could not determine" (see [`Finding::undetermined`]).
+    pub(crate) fn undetermined(mut self) -> Self {
+        self.undetermined = true;
         self
     }
 }
@@ -669,8 +702,10 @@ pub(crate) fn combine(
     }
     let mut f = Finding::flagged(id, worst, summary, fixes.join("\n"));
     f.evidence = all_evidence;
-    f.outcome = flagged[0].outcome.clone();
+    f.outcome = flagged[0].outcome.clone().map(Box::new);
     f.blame = blame;
+    // Undetermined only when nothing the check flagged was determined.
+    f.undetermined = flagged.iter().all(|p| p.undetermined);
     f
 }
 

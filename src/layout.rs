@@ -181,6 +181,9 @@ pub fn gang_identity(
     let mut sources = Vec::new();
     let mpi = get("OMPI_COMM_WORLD_RANK").is_some() || get("PMI_RANK").is_some();
     unsupported_launch(&get)?;
+    if flags.rank.is_none() {
+        torchrun_worker(&get)?;
+    }
     let node_rank = gang_rank(flags, &get, &mut sources)?;
     let nodes = gang_nodes(flags, &get, &mut sources)?;
     if nodes == 0 {
@@ -248,6 +251,23 @@ fn unsupported_launch(get: &Lookup<'_>) -> Result<(), IdentityError> {
     {
         return Err(IdentityError(format!(
             "PET_NNODES={n} is an elastic range: an elastic job has no fixed pod count or ranks, so the gang cannot run; use a fixed node count or --gang-nodes/--gang-rank"
+        )));
+    }
+    Ok(())
+}
+
+/// torchrun gives each worker its own RANK (the process's global rank), LOCAL_RANK,
+/// GROUP_RANK and LOCAL_WORLD_SIZE (torch/distributed/elastic/agent/server/
+/// local_elastic_agent.py, `_start_workers`): with several workers on the pod, RANK is
+/// no pod's rank (process 1 of node 0 has RANK=1) and every worker would join as a pod
+/// of its own. The gang runs once per pod, before torchrun.
+fn torchrun_worker(get: &Lookup<'_>) -> Result<(), IdentityError> {
+    if let Some(local) = get("LOCAL_WORLD_SIZE")
+        && local.trim().parse::<u64>().ok().is_none_or(|n| n > 1)
+    {
+        return Err(IdentityError(format!(
+            "LOCAL_WORLD_SIZE={local:?}{}: this is one of a pod's torchrun workers, whose RANK is the process's, not the pod's; run the gang once per pod, before torchrun (an initContainer, or exec --gang -- torchrun ...), or give --gang-rank",
+            get("LOCAL_RANK").map_or(String::new(), |r| format!(" and LOCAL_RANK={r:?}"))
         )));
     }
     Ok(())
@@ -759,6 +779,74 @@ mod tests {
         assert!(port.0.contains("--gang-port"), "{port}");
     }
 
+    /// Issue 39, re-run of the launcher values: in one of 8 torchrun workers of a pod
+    /// (torchrun's per-process RANK=1, LOCAL_RANK=1, LOCAL_WORLD_SIZE=8, GROUP_RANK=0;
+    /// MASTER_PORT its store's), RANK=1 became the pod's rank: process 1 of node 0 joined
+    /// as pod 1. Expected, from torch's local_elastic_agent.py `_start_workers`: refused
+    /// with the variables named, whether the rank comes from RANK or from the pod's
+    /// PET_NODE_RANK (8 workers would all join as that pod); --gang-rank overrides it.
+    /// Hostile values are refused with the value escaped, never used.
+    #[test]
+    fn a_torchrun_workers_per_process_values_are_no_pods_identity() {
+        let none = GangFlags::default();
+        let worker: &[(&str, &str)] = &[
+            ("GROUP_RANK", "0"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "8"),
+            ("MASTER_ADDR", "m"),
+            ("MASTER_PORT", "41913"),
+            ("PET_NNODES", "2"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "16"),
+        ];
+        let get = |extra: &'static [(&'static str, &'static str)]| {
+            let all: Vec<(String, String)> = worker
+                .iter()
+                .chain(extra)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            move |name: &str| {
+                all.iter()
+                    .rev()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            }
+        };
+        let e = gang_identity(&none, &get(&[])).unwrap_err();
+        assert!(
+            e.0.contains("LOCAL_WORLD_SIZE=\"8\" and LOCAL_RANK=\"1\"")
+                && e.0.contains("once per pod"),
+            "{e}"
+        );
+        let e = gang_identity(&none, &get(&[("PET_NODE_RANK", "0")])).unwrap_err();
+        assert!(e.0.contains("torchrun workers"), "{e}");
+        let e = gang_identity(&none, &get(&[("LOCAL_WORLD_SIZE", "x\u{1b}[2J")])).unwrap_err();
+        assert!(e.0.contains("\\u{1b}[2J"), "escaped: {e}");
+        let flagged = GangFlags {
+            rank: Some(0),
+            ..GangFlags::default()
+        };
+        assert_eq!(gang_identity(&flagged, &get(&[])).unwrap().node_rank, 0);
+        for (port, why) in [
+            ("29500;rm -rf /", "is not a port number"),
+            ("-1", "is not a port number"),
+            ("70000", "is not a port number"),
+            ("0x7530", "is not a port number"),
+            ("29500\u{1b}[2J", "\\u{1b}[2J\" is not a port number"),
+            ("65535", "no port above it"),
+        ] {
+            let all: Vec<(&str, String)> = vec![
+                ("PET_NNODES", "2".into()),
+                ("PET_NODE_RANK", "0".into()),
+                ("MASTER_ADDR", "m".into()),
+                ("MASTER_PORT", port.to_string()),
+            ];
+            let lookup = |n: &str| all.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+            let e = gang_identity(&none, &lookup).unwrap_err();
+            assert!(e.0.contains(why), "MASTER_PORT={port:?}: {e}");
+        }
+    }
+
     #[test]
     fn regression_pod_count_bound_port_zero_and_one_node_count() {
         let none = GangFlags::default();
@@ -786,25 +874,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(zero.0.contains("MASTER_PORT=\"0\" is not a port"), "{zero}");
-        // Per-process torchrun values are 2 nodes for the gang as for the judges.
-        let per_process = [
-            ("WORLD_SIZE", "16"),
-            ("LOCAL_WORLD_SIZE", "8"),
-            ("RANK", "1"),
-            ("MASTER_ADDR", "m"),
-        ];
+        // Per-process torchrun values are 2 nodes for the judges; one worker per pod
+        // is the pod, and gives the gang its identity.
+        let per_process = [("WORLD_SIZE", "16"), ("LOCAL_WORLD_SIZE", "8")];
+        assert_eq!(nodes(&env(&per_process)), Some(2));
         let id = gang_identity(
             &none,
             &lookup(&[
-                ("WORLD_SIZE", "16"),
-                ("LOCAL_WORLD_SIZE", "8"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("LOCAL_RANK", "0"),
                 ("RANK", "1"),
                 ("MASTER_ADDR", "m"),
             ]),
         )
         .unwrap();
-        let judged = nodes(&env(&per_process[..2]));
-        assert_eq!((id.nodes, judged), (2, Some(2)));
+        assert_eq!((id.node_rank, id.nodes), (1, 2));
         assert!(
             id.sources.contains(&"nodes from WORLD_SIZE".to_string()),
             "{:?}",

@@ -9,7 +9,7 @@
 //! answers in frames (early ones, then its reply), and the commands that act spawn
 //! children, bind sockets and resolve names (`bench`, `serve`, `gang`, `commands`).
 //! tests/integration/layering.rs parses the code and holds this line to what it finds:
-//! Touch the host: `vendor`, `gather`, `output`, `run`, `child`, `bench`, `serve`, `gang`, `commands`.
+//! Touch the host: `vendor`, `gather`, `output`, `run`, `child`, `kube`, `config`, `bench`, `serve`, `gang`, `webhook`, `commands`.
 //!
 //! A module is public here only when main.rs, tests/integration or a doctest names it,
 //! so rustc's dead_code lint sees every other module's `pub` items
@@ -19,6 +19,7 @@ pub mod bench;
 mod child;
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod diagnostic;
 pub mod explain;
 pub mod facts;
@@ -26,6 +27,7 @@ pub mod finding;
 pub mod gang;
 mod gather;
 mod judge;
+mod kube;
 mod layout;
 pub mod nccl;
 mod output;
@@ -41,6 +43,7 @@ mod topology;
 mod tune;
 mod units;
 mod vendor;
+pub mod webhook;
 
 /// Facts for unit tests: the lent 2x H200 node and variations, shared by every stage's tests.
 #[cfg(test)]

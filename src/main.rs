@@ -4,7 +4,7 @@
 
 use clap::FromArgMatches;
 use nccl_preflight::cli::{self, Cli, Command};
-use nccl_preflight::commands;
+use nccl_preflight::{commands, config};
 use std::process::ExitCode;
 
 use nccl_preflight::run::EXIT_TOOL_ERROR;
@@ -97,7 +97,27 @@ fn exit_2_on_abort() {
 fn main() -> ExitCode {
     exit_2_on_abort();
     // clap exits 2 on bad flags and 0 on --help/--version, matching the contract.
-    let matches = cli::command().get_matches();
+    let mut matches = cli::command().get_matches();
+    // The configuration file's values are defaults under the flags and their variables
+    // (config.rs): read it, then parse again with them.
+    let config = match matches.get_one::<std::path::PathBuf>("config") {
+        Some(path) => match config::read(path).and_then(|c| {
+            let command = c.apply(cli::command())?;
+            Ok((c, command))
+        }) {
+            Ok((c, command)) => {
+                matches = command.get_matches();
+                Some(c)
+            }
+            Err(e) => {
+                nccl_preflight::diagnostic::line(format_args!(
+                    "nccl-preflight: error: --config: {e}"
+                ));
+                return ExitCode::from(EXIT_TOOL_ERROR);
+            }
+        },
+        None => None,
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -117,13 +137,15 @@ fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor(args, &env),
         Command::Exec(args) => commands::exec(args, &env),
         Command::Facts(args) => commands::facts(args, &env),
-        Command::FactsChild(args) => commands::facts_child(args, &env),
+        Command::FactsChild => commands::facts_child(&env),
         Command::ExplainLog(args) => commands::explain_log(args, &env),
         Command::Bench(args) => nccl_preflight::bench::command::bench(args, &env),
+        Command::BenchChild => nccl_preflight::bench::command::bench_child(&env),
         Command::Install(args) => commands::install(args),
         Command::Gang(args) => nccl_preflight::gang::command::gang(args, &env),
         Command::GangWorker => nccl_preflight::gang::worker::main(),
         Command::Serve(args) => nccl_preflight::serve::serve(args, &env),
+        Command::Webhook(args) => nccl_preflight::webhook::webhook(args, &env, config.as_ref()),
     });
     match result {
         Ok(Ok(exit)) if exit.hung => {

@@ -27,7 +27,49 @@ pub struct Report {
     /// `nccl-preflight/nccl-prediction/v1`; absent from reports of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<Prediction>,
+    /// When and on which node the report was made (absent from saved facts judged
+    /// without a clock, and from reports of older versions). It varies from run to run,
+    /// so the golden tests leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<Generated>,
     pub facts: Facts,
+}
+
+/// When and where a report was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generated {
+    /// UTC, RFC 3339 to the second (`2026-11-28T17:50:27Z`).
+    pub at: String,
+    /// The Kubernetes node (`NCCL_PREFLIGHT_NODE_NAME`, from the downward API's
+    /// `spec.nodeName`), else the host name the facts hold; absent when neither is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl Generated {
+    /// `unix` seconds as RFC 3339 UTC, by the civil-from-days algorithm (H. Hinnant,
+    /// "chrono-Compatible Low-Level Date Algorithms").
+    pub fn at_unix(unix: u64, node: Option<String>) -> Generated {
+        let (days, rest) = (unix / 86_400, unix % 86_400);
+        let z = days as i64 + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Generated {
+            at: format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+                rest / 3600,
+                rest % 3600 / 60,
+                rest % 60
+            ),
+            node,
+        }
+    }
 }
 
 impl Report {
@@ -57,6 +99,7 @@ impl Report {
             checks,
             settings,
             nccl: Some(prediction),
+            generated: None,
             facts,
         };
         report.rejudge();
@@ -107,5 +150,24 @@ impl Report {
             parts.push(format!("{skipped} skipped"));
         }
         parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Generated;
+
+    /// Dates worked out by hand (and with `date -u -d @N`) before the code ran.
+    #[test]
+    fn unix_seconds_become_rfc_3339_utc() {
+        for (unix, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_709_251_199, "2024-02-29T23:59:59Z"),
+            (1_795_888_227, "2026-11-28T17:50:27Z"),
+            (4_102_444_800, "2100-01-01T00:00:00Z"),
+        ] {
+            assert_eq!(Generated::at_unix(unix, None).at, text, "{unix}");
+        }
     }
 }

@@ -41,36 +41,45 @@ impl Exit {
     }
 }
 
-/// `probe_all` loads every vendor library even where no device needs it (`doctor`,
-/// `--require rdma|efa`).
+/// How a run gathers and judges, beyond its flags; `Evaluation::default()` is what
+/// `check` does: the policy built from the flags, every library loaded anew, CUDA read here.
+#[derive(Default)]
+pub(crate) struct Evaluation<'a> {
+    /// Load every vendor library even where no device needs it (`doctor`; the policy's
+    /// `--require rdma|efa` asks for it too).
+    pub probe_all: bool,
+    /// The policy, where the caller built it from the same flags already.
+    pub policy: Option<&'a Policy>,
+    /// The image's RDMA, NCCL and CUDA runtime facts of an earlier run, used instead of
+    /// loading those libraries again (`serve`, see [`gather::Probed`]).
+    pub probed: Option<&'a gather::Probed>,
+    /// The CUDA driver's facts read by another process that initialises CUDA anyway
+    /// (`init --bench`'s bench): one cuInit serves both.
+    pub cuda: Option<Elsewhere>,
+}
+
+impl<'a> Evaluation<'a> {
+    /// The defaults, under a policy already built.
+    pub(crate) fn under(policy: &'a Policy) -> Evaluation<'a> {
+        Evaluation {
+            policy: Some(policy),
+            ..Evaluation::default()
+        }
+    }
+}
+
+/// Gathers this host's facts as `args` and `how` say (`how.policy` is not read).
 pub(crate) fn gather_facts(
     args: &GatherArgs,
     env: &[(OsString, OsString)],
-    probe_all: bool,
+    how: Evaluation<'_>,
 ) -> Result<(Facts, HungCall)> {
-    gather_facts_reusing(args, env, probe_all, None, None)
-}
-
-/// `gather_facts` reusing the library facts of an earlier run (`serve`'s gathering
-/// child, `commands::facts_child`).
-pub(crate) fn gather_facts_probed(
-    args: &GatherArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-    probed: Option<&gather::Probed>,
-) -> Result<(Facts, HungCall)> {
-    gather_facts_reusing(args, env, probe_all, probed, None)
-}
-
-/// `gather_facts` with the RDMA and NCCL library facts of an earlier run instead of
-/// loading those libraries again (`probed`, see [`gather::Probed`]).
-fn gather_facts_reusing(
-    args: &GatherArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-    probed: Option<&gather::Probed>,
-    cuda_elsewhere: Option<Elsewhere>,
-) -> Result<(Facts, HungCall)> {
+    let Evaluation {
+        probe_all,
+        probed,
+        cuda: cuda_elsewhere,
+        ..
+    } = how;
     // File reads get the vendor calls' deadline: a hung driver can block them too.
     let host = Host::with_deadline(&args.host_root, args.timeout);
     let kernel: Box<dyn Kernel> = match &args.replay_kernel {
@@ -393,66 +402,47 @@ pub(crate) fn build_policy(args: &CheckArgs) -> Result<Policy> {
     Ok(policy)
 }
 
+/// Gathers (or loads `--facts`), judges and tunes, as `args` and `how` say. Flags are
+/// validated into the policy before anything is gathered: a typo costs nothing.
 pub(crate) fn evaluate(
     args: &CheckArgs,
     env: &[(OsString, OsString)],
-    probe_all: bool,
+    how: Evaluation<'_>,
 ) -> Result<(Report, HungCall)> {
-    // Flags are validated before anything is gathered: a typo costs nothing.
-    let policy = build_policy(args)?;
-    evaluate_under(args, env, probe_all, &policy)
-}
-
-/// `evaluate` with the policy already built from `args`.
-pub(crate) fn evaluate_under(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-    policy: &Policy,
-) -> Result<(Report, HungCall)> {
-    evaluate_reusing(args, env, probe_all, policy, None)
-}
-
-/// `evaluate_under` with the library facts of an earlier run (`serve`'s later runs).
-pub(crate) fn evaluate_reusing(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    probe_all: bool,
-    policy: &Policy,
-    probed: Option<&gather::Probed>,
-) -> Result<(Report, HungCall)> {
-    evaluate_gathering(args, env, (probe_all, policy), probed, None)
-}
-
-/// `evaluate_under` with the CUDA driver's facts read by another process that
-/// initialises CUDA anyway (`init --bench`'s bench): one cuInit serves both.
-pub(crate) fn evaluate_with_cuda_of(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    policy: &Policy,
-    cuda: Elsewhere,
-) -> Result<(Report, HungCall)> {
-    evaluate_gathering(args, env, (false, policy), None, Some(cuda))
-}
-
-fn evaluate_gathering(
-    args: &CheckArgs,
-    env: &[(OsString, OsString)],
-    (probe_all, policy): (bool, &Policy),
-    probed: Option<&gather::Probed>,
-    cuda: Option<Elsewhere>,
-) -> Result<(Report, HungCall)> {
+    let built;
+    let policy = match how.policy {
+        Some(policy) => policy,
+        None => {
+            built = build_policy(args)?;
+            &built
+        }
+    };
     let (facts, hung) = match &args.facts {
         Some(path) => (load_facts(path)?, HungCall(false)),
-        None => gather_facts_reusing(
-            &args.gather,
-            env,
-            probe_all || policy.require.any_rdma(),
-            probed,
-            cuda,
-        )?,
+        None => {
+            let probe_all = how.probe_all || policy.require.any_rdma();
+            gather_facts(&args.gather, env, Evaluation { probe_all, ..how })?
+        }
     };
-    Ok((judge_gathered(args, facts, policy), hung))
+    let mut report = judge_gathered(args, facts, policy);
+    report.generated = Some(generated(env, &report.facts));
+    Ok((report, hung))
+}
+
+/// When and on which node this report is made: now, and the node the downward API
+/// gives (`NCCL_PREFLIGHT_NODE_NAME`), else the host name gathered.
+pub(crate) fn generated(env: &[(OsString, OsString)], facts: &Facts) -> crate::report::Generated {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let node = env
+        .iter()
+        .find(|(k, _)| k == "NCCL_PREFLIGHT_NODE_NAME")
+        .and_then(|(_, v)| v.to_str())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .or_else(|| facts.namespaces.hostname.value().cloned());
+    crate::report::Generated::at_unix(unix, node)
 }
 
 /// Judges and tunes `facts` gathered (or saved) for `args`.

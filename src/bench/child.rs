@@ -1,10 +1,10 @@
-//! `init --bench`: the bench runs as a child process of this binary (`bench --child`,
-//! replying in the child protocol of `crate::child`), under a wall-clock limit; its
-//! findings join the report.
+//! `init --bench`: the bench runs as a child process of this binary (`bench-child`, in
+//! the child protocol of `crate::child`), under a wall-clock limit; its findings join
+//! the report.
 //!
 //! One process initialises CUDA, not two. The child starts before init gathers and
-//! reads the CUDA driver's facts for init's checks first (`--cuda-facts`: cuInit,
-//! devices, peer access, sent as an early frame), then creates its contexts and
+//! reads the CUDA driver's facts for init's checks first (`Part::Links`' `cuda_facts`:
+//! cuInit, devices, peer access, sent as an early frame), then creates its contexts and
 //! measures; init's own gather takes those facts instead of calling cuInit itself
 //! (`gather::gpu::CudaProbe::Elsewhere`). On 4x H100 two processes' cuInit at once
 //! took 1.1 s each against 0.5 s alone (tests/data/h100x4/scale/cuinit-perf.txt),
@@ -19,7 +19,7 @@
 //! for this order on 4x H100, tests/data/h100x4/scale/gate-run1.txt.)
 
 use crate::child::{Ended, Frames, Started};
-use crate::cli::InitArgs;
+use crate::cli::{BenchArgs, BenchLimits, GatherArgs, InitArgs};
 use crate::facts::FactError;
 use crate::facts::gpu::{CudaFacts, LibraryState, NvmlFacts};
 use crate::finding::Finding;
@@ -55,68 +55,64 @@ pub struct Pending {
 /// quarter of the bytes: a pass or fail at the 50% threshold does not change, and each
 /// pair costs about 50 ms less (6 pairs at 4 GPUs, 28 at 8). Slower links reach their
 /// figure with fewer bytes still.
-const GATE_P2P_SIZE: &str = "64MiB";
+const GATE_P2P_SIZE: u64 = 64 << 20;
 
 /// What the child measures.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Part {
-    /// Peer copies; with the CUDA driver's facts first when init wants them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    /// Peer copies, replied unjudged (`Links`); with the CUDA driver's facts first, as
+    /// an early frame, when init wants them.
     Links { cuda_facts: bool },
-    /// Peer copies and NCCL's all-reduce.
+    /// Peer copies and NCCL's all-reduce, replied as the bench's report.
     All,
 }
 
-/// The bench's command line: every knob written out, as init was given it.
-fn argv(args: &InitArgs, env: &[(OsString, OsString)], part: Part) -> Vec<String> {
-    let g = &args.check.gather;
-    let what = match part {
-        Part::Links { .. } => "p2p",
-        Part::All => "all",
-    };
-    let mut argv: Vec<String> = ["bench", what, "--child", "--format", "json"]
-        .map(String::from)
-        .to_vec();
-    if part == (Part::Links { cuda_facts: true }) {
-        argv.push("--cuda-facts".into());
+/// What `bench-child` is asked (the child protocol's request, `crate::child`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    pub part: Part,
+    /// init's gather flags, whole.
+    pub gather: GatherArgs,
+    /// init's `--bench-seconds` and `--min-bandwidth-fraction`.
+    pub limits: BenchLimits,
+}
+
+impl Request {
+    /// The child's side: `bench`'s arguments for this request. What init has no flag for
+    /// (sizes, iterations) is read as `bench` reads it, from its defaults and the
+    /// `NCCL_PREFLIGHT_*` variables of the environment init passed on; peer copies use
+    /// `GATE_P2P_SIZE` unless NCCL_PREFLIGHT_BENCH_SIZE says otherwise.
+    pub fn bench_args(&self, env: &[(OsString, OsString)]) -> Result<BenchArgs, String> {
+        use clap::{Args, FromArgMatches};
+        let what = match self.part {
+            Part::Links { .. } => "p2p",
+            Part::All => "all",
+        };
+        let mut args = BenchArgs::augment_args(clap::Command::new("bench"))
+            .try_get_matches_from(["bench", what])
+            .and_then(|m| BenchArgs::from_arg_matches(&m))
+            .map_err(|e| e.to_string())?;
+        if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
+            args.size = GATE_P2P_SIZE;
+        }
+        args.gather = self.gather.clone();
+        args.limits = self.limits.clone();
+        Ok(args)
     }
-    if matches!(part, Part::Links { .. }) {
-        argv.push("--raw".into());
-    }
-    if !env.iter().any(|(k, _)| k == "NCCL_PREFLIGHT_BENCH_SIZE") {
-        argv.extend(["--size".to_string(), GATE_P2P_SIZE.to_string()]);
-    }
-    let budget = args.bench_limits.bench_seconds;
-    let mut flag = |name: &str, value: String| {
-        argv.push(name.into());
-        argv.push(value);
-    };
-    flag("--bench-seconds", format!("{}s", budget.as_secs_f64()));
-    flag(
-        "--min-bandwidth-fraction",
-        args.bench_limits.min_bandwidth_fraction.to_string(),
-    );
-    flag("--host-root", g.host_root.display().to_string());
-    flag("--nvml-lib", g.nvml_lib.clone());
-    flag("--cuda-lib", g.cuda_lib.clone());
-    flag("--timeout", format!("{}s", g.timeout.as_secs_f64()));
-    if let (Part::All, Some(lib)) = (part, &g.nccl_lib) {
-        flag("--nccl-lib", lib.clone());
-    }
-    if g.trace {
-        argv.push("--trace".into());
-    }
-    argv
 }
 
 fn start(args: &InitArgs, env: Vec<(OsString, OsString)>, part: Part) -> Pending {
     let g = &args.check.gather;
     let limit = args.bench_limits.bench_seconds + 3 * g.timeout + Duration::from_secs(5);
+    let request = Request {
+        part,
+        gather: g.clone(),
+        limits: args.bench_limits.clone(),
+    };
     let started = std::env::current_exe()
         .map_err(|e| format!("current_exe: {e}"))
-        .and_then(|exe| {
-            let argv = argv(args, &env, part);
-            crate::child::start(&exe, &argv, env)
-        });
+        .and_then(|exe| crate::child::start(&exe, "bench-child", &request, env));
     Pending {
         started,
         limit,
@@ -252,7 +248,7 @@ fn cuda_facts_of(
     }
 }
 
-/// What the peer-copy child measured, unjudged (`bench --raw`): init judges it
+/// What the peer-copy child measured, unjudged (`Part::Links`): init judges it
 /// against its own NVML facts, so the child reads no NVML beside its contexts (on
 /// 4x H100 its NVML init slowed the first context from about 120 to 200-270 ms).
 #[derive(Debug, Serialize, Deserialize)]
@@ -354,7 +350,7 @@ fn reply_of(pending: Pending) -> Result<Vec<u8>, Finding> {
         Ok(s) => s,
         Err(e) => return Err(failed("the bench could not start", e)),
     };
-    let ended = started.finish(b"", pending.limit);
+    let ended = started.finish(pending.limit);
     if pending.trace
         && let Ended::Replied { stderr, .. } | Ended::Silent { stderr, .. } = &ended
         && !stderr.trim().is_empty()
@@ -381,5 +377,45 @@ fn reply_of(pending: Pending) -> Result<Vec<u8>, Finding> {
             ),
         )),
         Ended::Failed(e) => Err(failed("the bench could not be waited for", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, FromArgMatches};
+
+    /// The child measures with init's gather flags and limits, the bench's own knobs at
+    /// their defaults (no NCCL_PREFLIGHT_* variable here) and peer copies of the gate's
+    /// size; the part picks what it measures.
+    #[test]
+    fn the_request_gives_the_child_inits_flags_and_the_gate_size() {
+        let command = GatherArgs::augment_args(clap::Command::new("gather"));
+        let mut gather = GatherArgs::from_arg_matches(&command.get_matches_from(["g"])).unwrap();
+        gather.host_root = "/host root".into();
+        gather.cuda_lib = "/opt/libcuda.so.1".into();
+        gather.timeout = Duration::from_millis(2500);
+        let limits = BenchLimits {
+            bench_seconds: Duration::from_secs(7),
+            min_bandwidth_fraction: 0.75,
+        };
+        for (part, what) in [
+            (Part::Links { cuda_facts: true }, crate::cli::BenchKind::P2p),
+            (Part::All, crate::cli::BenchKind::All),
+        ] {
+            let request = Request {
+                part,
+                gather: gather.clone(),
+                limits: limits.clone(),
+            };
+            let args = request.bench_args(&[]).unwrap();
+            assert_eq!(args.what, what);
+            assert_eq!(args.size, 64 << 20);
+            assert_eq!(args.iterations, 10);
+            assert_eq!(
+                format!("{:?}{:?}", args.gather, args.limits),
+                format!("{gather:?}{limits:?}")
+            );
+        }
     }
 }

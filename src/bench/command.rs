@@ -1,6 +1,7 @@
 //! The `bench` subcommand: set up NCCL's log capture, read NVML's link
 //! figures, measure on a watched worker thread, judge, print.
 
+use super::child::Part;
 use super::{Budget, Measured, Settings, nccl, p2p};
 use crate::cli::{BenchArgs, BenchKind, Format};
 use crate::finding::Status;
@@ -9,7 +10,7 @@ use crate::gather::host::Host;
 use crate::run::Exit;
 use crate::vendor::cuda::{Driver, Opened};
 use crate::vendor::deadline::{self, Watch};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::OsString;
 use std::time::Instant;
 
@@ -103,7 +104,7 @@ fn phase(trace: bool, name: &str, since: Instant, origin: Instant) {
 
 struct Job<'a> {
     cuda_lib: &'a str,
-    /// `init`'s child (`--child`).
+    /// `init`'s child (`bench-child`): NCCL's communicators are left to the process's end.
     child: bool,
     kind: BenchKind,
     settings: &'a Settings,
@@ -182,9 +183,10 @@ fn say_what_it_measures(args: &BenchArgs, budget: std::time::Duration) {
 }
 
 /// Measures on a watched thread while NVML's link figures are read on this one (none
-/// with `--raw`: init judges with its own).
+/// for init's peer-copy child: init judges with its own).
 fn measure_beside_nvml(
     args: &BenchArgs,
+    child: Option<Part>,
     settings: &Settings,
     origin: Instant,
 ) -> (
@@ -194,7 +196,9 @@ fn measure_beside_nvml(
 ) {
     let budget = Budget::new(settings.budget);
     let (cuda_lib, kind, s) = (args.gather.cuda_lib.clone(), args.what, settings.clone());
-    let (timeout, trace, child) = (args.gather.timeout, args.gather.trace, args.child);
+    let (timeout, trace) = (args.gather.timeout, args.gather.trace);
+    let raw = matches!(child, Some(Part::Links { .. }));
+    let child = child.is_some();
     let measuring = std::thread::Builder::new()
         .name("bench-wait".into())
         .spawn(move || {
@@ -211,7 +215,7 @@ fn measure_beside_nvml(
             })
         });
     let at = Instant::now();
-    let nvml = (!args.raw).then(|| {
+    let nvml = (!raw).then(|| {
         gpu::gather(
             &Host::new(&args.gather.host_root),
             &GpuOptions {
@@ -249,6 +253,26 @@ fn measure_beside_nvml(
 }
 
 pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
+    measure_and_answer(args, env, None)
+}
+
+/// `bench-child`: init's bench (`bench::child`), asked and answered in the child
+/// protocol (`crate::child`).
+pub fn bench_child(env: &[(OsString, OsString)]) -> Result<Exit> {
+    let request: super::child::Request =
+        crate::child::request().map_err(|e| anyhow!("bench-child: {e}"))?;
+    let args = request
+        .bench_args(env)
+        .map_err(|e| anyhow!("bench-child: {e}"))?;
+    measure_and_answer(&args, env, Some(request.part))
+}
+
+/// The bench, for a person (`child` None: it prints) or as init's child (it replies).
+fn measure_and_answer(
+    args: &BenchArgs,
+    env: &[(OsString, OsString)],
+    child: Option<Part>,
+) -> Result<Exit> {
     let started = Instant::now();
     let settings = settings(args, env)?;
     let log = match args.what {
@@ -257,14 +281,14 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     };
     say_what_it_measures(args, settings.budget);
     let kind = args.what;
-    // `init --bench`'s child reads init's CUDA facts first; a hung driver ends it here.
-    let early = args.cuda_facts.then(|| {
+    // init's peer-copy child reads init's CUDA facts first; a hung driver ends it here.
+    let early = (child == Some(Part::Links { cuda_facts: true })).then(|| {
         let g = &args.gather;
         super::child::send_cuda_facts(&g.cuda_lib, g.timeout, g.trace)
     });
     let (outcome, facts, nvml_hung) = match early.flatten() {
         Some(hung) => (Err(hung), None, false),
-        None => measure_beside_nvml(args, &settings, started),
+        None => measure_beside_nvml(args, child, &settings, started),
     };
     let (mut measured, hung) = match outcome {
         Ok(m) => (m, false),
@@ -282,7 +306,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         result.transports = log.transports();
     }
     drop(log);
-    if args.raw {
+    if let Some(Part::Links { .. }) = child {
         let links = super::child::Links::of(measured, &settings, started.elapsed());
         crate::child::reply(&links.frame());
         crate::child::hang_up();
@@ -293,7 +317,7 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         facts.as_ref().and_then(|f| f.nvml.loaded()),
         (&settings, started.elapsed()),
     );
-    reply_or_print(args, env, &report)?;
+    reply_or_print(args, env, child.is_some(), &report)?;
     Ok(Exit {
         code: bench_exit(&report),
         hung: hung || nvml_hung,
@@ -304,9 +328,10 @@ pub fn bench(args: &BenchArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
 fn reply_or_print(
     args: &BenchArgs,
     env: &[(OsString, OsString)],
+    child: bool,
     report: &super::BenchReport,
 ) -> Result<()> {
-    if args.child {
+    if child {
         let text = serde_json::to_vec(report).context("serializing the bench report")?;
         crate::child::reply(&text);
         crate::child::hang_up();

@@ -13,8 +13,8 @@
 //! The table is derived from the code that reads the flags: `commands::probe` and
 //! `serve::without_cuda` set `cuda` off; `serve` prints no report (`/report` is JSON);
 //! `bench::command::bench` reads only the host root, NVML, CUDA and NCCL flags of
-//! `GatherArgs`; `run::evaluate_reusing` reads only `--nodes` and `--image` of them with
-//! `--facts`; `commands::facts` never reads `--nodes` (`run::evaluate_reusing` does).
+//! `GatherArgs`; `run::judge_gathered` reads only `--nodes` and `--image` of them with
+//! `--facts`; `commands::facts` never reads `--nodes` (`run::judge_gathered` does).
 
 use super::BenchKind;
 use clap::ArgMatches;
@@ -107,6 +107,12 @@ const UNREAD: &[Unread] = &[
         ],
         when: When::Without("watch_nccl"),
         why: "only --watch-nccl reads it",
+    },
+    Unread {
+        modes: &["serve"],
+        flags: &["taint_after", "node_name", "service_account"],
+        when: When::Without("taint_node"),
+        why: "only --taint-node reads it",
     },
     Unread {
         modes: &["bench"],
@@ -368,10 +374,20 @@ mod tests {
                         "xid_not_ready",
                         "xid_ignore",
                     ],
-                    vec!["watch_nccl"],
+                    vec!["watch_nccl", "taint_node"],
                 ]
                 .concat(),
-                [vec!["cuda", "format"], WATCH[1..].to_vec()].concat(),
+                [
+                    vec![
+                        "cuda",
+                        "format",
+                        "taint_after",
+                        "node_name",
+                        "service_account",
+                    ],
+                    WATCH[1..].to_vec(),
+                ]
+                .concat(),
             ),
             (
                 "facts",
@@ -393,9 +409,6 @@ mod tests {
                     "nvml_lib",
                     "cuda_lib",
                     "nccl_lib",
-                    "child",
-                    "cuda_facts",
-                    "raw",
                 ],
                 vec![
                     "verbs_lib",
@@ -410,6 +423,19 @@ mod tests {
             ),
             ("explain-log", vec!["format"], vec![]),
             ("install", vec!["name"], vec![]),
+            (
+                "webhook",
+                vec![
+                    "listen",
+                    "metrics_listen",
+                    "tls_cert",
+                    "tls_key",
+                    "inject_image",
+                    "inject_mode",
+                    "service_account",
+                ],
+                vec![],
+            ),
         ]
     }
 
@@ -444,6 +470,9 @@ mod tests {
                 Some("DURATION") => "20s",
                 Some("XID[,XID...]") => "79",
                 Some("BYTES") => "80",
+                Some("IMAGE") => "registry.example/nccl-preflight:1",
+                Some("RUNS") => "3",
+                Some("NODE") => "node-1",
                 other => panic!("{}: no sample for value name {other:?}", arg.get_id()),
             }
             .to_string(),
@@ -459,10 +488,8 @@ mod tests {
         let mut argv = vec!["nccl-preflight".to_string(), mode.get_name().to_string()];
         argv.extend(context.iter().map(|s| s.to_string()));
         // A flag clap accepts only beside another (`requires`).
-        match (mode.get_name(), flag) {
-            ("probe", "max_output") => argv.push("--npd".into()),
-            ("bench", "cuda_facts" | "raw") => argv.push("--child".into()),
-            _ => {}
+        if (mode.get_name(), flag) == ("probe", "max_output") {
+            argv.push("--npd".into());
         }
         argv.push(long(flag));
         argv.extend(sample(arg));
@@ -486,8 +513,8 @@ mod tests {
         let mut walked = 0;
         for mode in command
             .get_subcommands()
-            // The internal children: their parent writes their command line.
-            .filter(|m| !["gang-worker", "facts-child"].contains(&m.get_name()))
+            // The internal children: they take no flags (`crate::child`).
+            .filter(|m| !m.is_hide_set())
         {
             let name = mode.get_name();
             let (_, reads, refuses) = table

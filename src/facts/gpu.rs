@@ -173,6 +173,65 @@ pub struct NvmlFacts {
     pub pairs: Vec<GpuPair>,
 }
 
+impl NvmlFacts {
+    /// Every NVML call that could not be made or failed without an answer
+    /// (`FactError::is_unread`), in the order gather made them: what no check may read
+    /// as a state of the hardware.
+    pub fn unread(&self) -> Vec<&FactError> {
+        fn e<T>(o: &Observed<T>) -> Option<&FactError> {
+            o.error()
+        }
+        fn opt<T>(o: &Option<Observed<T>>) -> Option<&FactError> {
+            o.as_ref().and_then(Observed::error)
+        }
+        let mut out = vec![e(&self.driver_version), e(&self.cuda_driver_version)];
+        for g in &self.gpus {
+            out.extend([
+                e(&g.name),
+                e(&g.uuid),
+                e(&g.pci_bus_id),
+                e(&g.compute_capability),
+                e(&g.memory_bytes),
+                e(&g.numa_node),
+                opt(&g.numa_affinity),
+                opt(&g.cpu_affinity),
+                e(&g.persistence_mode),
+                e(&g.mig_mode),
+                e(&g.nvlink_speed_mbps),
+                e(&g.pcie_max_generation),
+                e(&g.pcie_max_width),
+                e(&g.fabric_state),
+                g.nvlinks_unread.as_ref(),
+            ]);
+            for l in &g.nvlinks {
+                out.extend([e(&l.version), e(&l.remote_pci_bus_id), e(&l.remote_type)]);
+            }
+            if let Some(h) = &g.health {
+                out.extend([
+                    e(&h.ecc_uncorrected_volatile),
+                    e(&h.remapped_rows),
+                    e(&h.retired_pages_pending),
+                    e(&h.recovery_action),
+                ]);
+            }
+        }
+        for p in &self.pairs {
+            out.extend([
+                opt(&p.common_ancestor),
+                e(&p.p2p_read),
+                e(&p.p2p_write),
+                opt(&p.p2p_nvlink),
+                opt(&p.p2p_atomics),
+                opt(&p.p2p_prop),
+            ]);
+        }
+        out.into_iter()
+            .flatten()
+            .filter(|e| e.is_unread())
+            .collect()
+    }
+}
+
 /// One GPU as NVML reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NvmlGpu {
@@ -213,6 +272,11 @@ pub struct NvmlGpu {
     pub fabric_clique: Option<FabricClique>,
     /// Links NVML reports a state for (absent links are not listed).
     pub nvlinks: Vec<NvLink>,
+    /// Why the state of some of this GPU's links could not be read (the first such
+    /// error): those links are not in `nvlinks`, which says nothing of them. Absent when
+    /// every link NVML has was read (and in facts from older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlinks_unread: Option<FactError>,
     /// How each value NVML can give as a field was read, by fact name (`nvlink_state`,
     /// `nvlink_version`, `nvlink_remote_type`, `nvlink_errors`, `ecc_uncorrected_volatile`,
     /// `remapped_rows`): `field_values` (one nvmlDeviceGetFieldValues call for the GPU)

@@ -85,6 +85,18 @@ pub enum FailureKind {
     Unloadable,
     /// The vendor library loaded but the kernel driver is not (NVML_ERROR_DRIVER_NOT_LOADED).
     DriverNotLoaded,
+    /// The function is not in the library loaded (dlsym found no such symbol, or NVML's
+    /// NVML_ERROR_FUNCTION_NOT_FOUND, nvml.h: "Local version of NVML doesn't implement this
+    /// function"): an older or another driver's library. The query could not be made, so
+    /// nothing is known of what it reads.
+    NotInLibrary,
+    /// The call was made and failed with an error that is no answer about the device
+    /// (NVML_ERROR_UNKNOWN, NO_PERMISSION, ...; not NOT_SUPPORTED, which says the device
+    /// has no such thing): nothing is known of what it reads.
+    CallFailed,
+    /// NVML_ERROR_GPU_IS_LOST: the driver says the GPU fell off the bus or is otherwise
+    /// inaccessible, a state of the node.
+    GpuLost,
 }
 
 impl FactError {
@@ -113,6 +125,16 @@ impl FactError {
     /// not start, dlopen's ENOMEM).
     pub fn is_own_resources(&self) -> bool {
         self.kind == Some(FailureKind::OwnResources)
+    }
+
+    /// True when the query could not be made or failed without an answer (absent from the
+    /// library, or an error that says nothing of the device): the value is unknown, and
+    /// no check may read its absence as a state of the hardware.
+    pub fn is_unread(&self) -> bool {
+        matches!(
+            self.kind,
+            Some(FailureKind::NotInLibrary | FailureKind::CallFailed)
+        )
     }
 }
 

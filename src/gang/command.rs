@@ -7,7 +7,7 @@ use crate::cli::{CheckArgs, Format, GangArgs, GangOpts};
 use crate::layout::{GangFlags, GangIdentity};
 use crate::policy::Policy;
 use crate::report::Report;
-use crate::run::{Exit, build_policy, emit, evaluate_under, exit_code, use_color};
+use crate::run::{Evaluation, Exit, build_policy, emit, evaluate, exit_code, use_color};
 use anyhow::{Result, anyhow, bail};
 use std::ffi::OsString;
 
@@ -208,7 +208,7 @@ extern "C" fn on_stop(signal: libc::c_int) {
     }
 }
 
-/// Ends the process at once on SIGTERM or SIGINT with a line saying so (exit
+/// Ends the process at once on SIGTERM, SIGINT or SIGHUP with a line saying so (exit
 /// 128 + the signal), also as PID 1, where the kernel drops a signal that has
 /// no handler (issue 31 row 13): the gang's worker dies with it (PR_SET_PDEATHSIG,
 /// `crate::child`), the rendezvous port closes with it, and `exec` never starts
@@ -220,7 +220,8 @@ pub(crate) fn stop_on_signals() {
         SaFlags::empty(),
         SigSet::empty(),
     );
-    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+    // SIGHUP too (issue 39 re-run): as PID 1 it was dropped, and the checks went on.
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         // SAFETY: the handler calls only async-signal-safe functions (see on_stop).
         let _ = unsafe { sigaction(signal, &action) };
     }
@@ -235,7 +236,7 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     if args.check.facts.is_some() {
         bail!("gang: not with --facts: the gang runs NCCL on this pod, not on saved facts");
     }
-    let (mut report, hung) = evaluate_under(&args.check, env, false, &policy)?;
+    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
     if hung.0 {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"

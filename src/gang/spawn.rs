@@ -68,10 +68,7 @@ pub fn run(
     let limit = opts.gang_timeout + worker::GRACE + Duration::from_secs(5);
     let result = match std::env::current_exe() {
         Err(e) => failed(format!("current_exe: {e}")),
-        Ok(exe) => {
-            let request = serde_json::to_vec(&plan).unwrap_or_default();
-            read(call(&exe, &["gang-worker"], env, &request, limit), limit)
-        }
+        Ok(exe) => read(call(&exe, "gang-worker", &plan, env, limit), limit),
     };
     (result, log.transports(), log.diagnostics())
 }

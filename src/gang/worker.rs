@@ -225,17 +225,14 @@ impl Shared {
 
 /// `gang-worker`: never returns.
 pub fn main() -> ! {
-    let plan: Result<Plan, String> = crate::child::request()
-        .and_then(|input| serde_json::from_slice(&input).map_err(|e| e.to_string()));
+    let plan: Result<Plan, String> = crate::child::request();
     let shared = Arc::new(Shared {
         result: Mutex::new((WorkerResult::default(), false)),
     });
     let plan = match plan {
         Ok(p) => p,
         Err(e) => {
-            shared.update(|r| {
-                r.error = Some(format!("gang-worker: bad plan on standard input: {e}"))
-            });
+            shared.update(|r| r.error = Some(format!("gang-worker: bad plan: {e}")));
             shared.finish(false)
         }
     };

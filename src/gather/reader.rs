@@ -1,5 +1,6 @@
 //! A child process that reads host files for `Host`, so that a read stuck in the
-//! kernel strands that child, not this process.
+//! kernel strands that child, not this process. The other children of this binary
+//! speak the protocol of `crate::child`; this one cannot (below).
 //!
 //! A read of a sysfs attribute of a hung driver, or of a FUSE file whose server never
 //! answers, can block uninterruptibly: once the request has reached the driver or the

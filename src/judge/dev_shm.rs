@@ -219,6 +219,7 @@ pub fn judge(facts: &Facts, prediction: &Prediction, policy: &Policy) -> Finding
                 "could not determine the size of /dev/shm",
                 remediation::DEV_SHM,
             )
+            .undetermined()
         }
     };
     f.evidence = evidence;

@@ -232,33 +232,44 @@ fn pair_line(p: &GdrPair) -> String {
     format!("GPU {} - {}: {}{via}: {}", p.gpu, p.nic, p.distance, p.why)
 }
 
-/// No GPU-NIC pair to judge: a skip, unless the RDMA devices could not be read while
-/// there are GPUs (unreadable is not absent, issue 31 row 8): then could not determine.
+/// No GPU-NIC pair to judge: a skip, unless one side could not be read while the other
+/// is there (unreadable is not absent): the RDMA devices with GPUs present (issue 31 row
+/// 8), or the GPUs' PCI functions with RDMA devices present (issue 39 re-run: "no GPU and
+/// RDMA device pair" on a p5 whose /sys/bus/pci/devices was unreadable). Then what NCCL
+/// does could not be determined.
 fn no_pair(facts: &Facts, predicted: &Prediction) -> Finding {
-    let gpus = facts.gpus.pci_gpus.value().is_some_and(|g| !g.is_empty());
-    match facts.rdma.devices.error() {
-        Some(e) if gpus => {
-            let scope = super::rdma_scope::Scope::of(facts);
-            Finding::predicts(
+    let gpus = facts.gpus.pci_gpus.value().is_some_and(|g| !g.is_empty())
+        || facts.gpus.nvml.loaded().is_some_and(|n| !n.gpus.is_empty());
+    let nics = facts.rdma.devices.value().is_some_and(|d| !d.is_empty());
+    let readable = "readable in the container (sysfs mounted read-only is enough)";
+    let (what, e) = match (facts.rdma.devices.error(), facts.gpus.pci_gpus.error()) {
+        (Some(e), _) if gpus => ("/sys/class/infiniband", e),
+        (_, Some(e)) if nics => ("/sys/bus/pci/devices (the GPUs' PCI functions)", e),
+        _ if nics && gpus => {
+            return Finding::skip(
                 ID,
-                Outcome::undetermined("whether NCCL's NICs reach the GPUs' memory directly"),
                 format!(
-                    "could not determine whether GPUDirect RDMA is possible: /sys/class/infiniband could not be read; {}",
-                    scope.span_words()
+                    "NCCL sends no inter-node traffic through an RDMA NIC here ({}): GPUDirect RDMA is not used",
+                    predicted.inter_node.why
                 ),
-                "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
-            )
-            .evidence(e.to_string())
+            );
         }
-        _ if facts.rdma.devices.value().is_some_and(|d| !d.is_empty()) && gpus => Finding::skip(
-            ID,
-            format!(
-                "NCCL sends no inter-node traffic through an RDMA NIC here ({}): GPUDirect RDMA is not used",
-                predicted.inter_node.why
-            ),
+        _ => return Finding::skip(ID, "no GPU and RDMA device pair on this node"),
+    };
+    let scope = super::rdma_scope::Scope::of(facts);
+    Finding::predicts(
+        ID,
+        Outcome::undetermined("whether NCCL's NICs reach the GPUs' memory directly"),
+        format!(
+            "could not determine whether GPUDirect RDMA is possible: {what} could not be read; {}",
+            scope.span_words()
         ),
-        _ => Finding::skip(ID, "no GPU and RDMA device pair on this node"),
-    }
+        format!(
+            "Make {} {readable}.",
+            what.split(' ').next().unwrap_or(what)
+        ),
+    )
+    .evidence(e.to_string())
 }
 
 #[cfg(test)]
@@ -271,6 +282,31 @@ mod tests {
     /// The judge as the run calls it, with the prediction made from the same facts.
     fn judge(facts: &Facts, policy: &Policy) -> Finding {
         crate::test_facts::judged(super::judge, facts, policy)
+    }
+
+    /// Issue 39, re-run of unreadable sysfs: /sys/bus/pci/devices unreadable on a node
+    /// with RDMA devices said "no GPU and RDMA device pair on this node". Expected: could
+    /// not determine, naming the directory, a warning in a job of 16 nodes; the RDMA side
+    /// unreadable still says so (issue 31 row 8).
+    #[test]
+    fn unreadable_gpu_pci_functions_beside_rdma_devices_are_could_not_determine() {
+        let mut f = close_pair();
+        f.gpus.pci_gpus = Observed::Error(crate::facts::FactError::new(
+            "/sys/bus/pci/devices",
+            "Permission denied (os error 13)",
+        ));
+        f.nodes = Some(16);
+        let j = judge(&f, &Policy::default());
+        // Issue 36: undetermined, a warning by the outcome mapping.
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert!(j.is_undetermined());
+        assert!(
+            j.summary.starts_with(
+                "could not determine whether GPUDirect RDMA is possible: /sys/bus/pci/devices (the GPUs' PCI functions) could not be read"
+            ),
+            "{}",
+            j.summary
+        );
     }
 
     /// GPU 0 of the healthy node and a NIC behind the same switch.

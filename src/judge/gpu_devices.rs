@@ -82,7 +82,11 @@ fn dark_nvswitch_links(facts: &Facts, nvml: &NvmlFacts) -> Option<Problem> {
     let dark: Vec<u32> = nvml
         .gpus
         .iter()
-        .filter(|g| !g.nvlinks.is_empty() && g.nvlinks.iter().all(|l| !l.active))
+        .filter(|g| {
+            g.nvlinks_unread.is_none()
+                && !g.nvlinks.is_empty()
+                && g.nvlinks.iter().all(|l| !l.active)
+        })
         .map(|g| g.index)
         .collect();
     let on = if switches > 0 {
@@ -312,8 +316,76 @@ fn library_failure_fix(kind: Option<FailureKind>, library: &str) -> String {
         Some(FailureKind::DriverNotLoaded) => "The NVIDIA kernel module is not loaded on the node: check the GPU operator's driver pod (or `nvidia-smi` on the node).".into(),
         Some(FailureKind::Unloadable) => format!("{library} is present but cannot be loaded (see the message): the image's driver libraries do not match the node's driver, or one of their dependencies is missing."),
         Some(FailureKind::OwnResources) => OWN_RESOURCES_FIX.into(),
-        None => "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs.".into(),
+        Some(FailureKind::NotInLibrary) => not_in_library_fix(library),
+        Some(FailureKind::GpuLost) => LOST_GPU_FIX.into(),
+        Some(FailureKind::CallFailed) | None => "Run `nvidia-smi` in the container: NVML must initialise for NCCL to see the GPUs.".into(),
     }
+}
+
+const LOST_GPU_FIX: &str = "A GPU NVML cannot query is lost to the driver: drain the node and check `dmesg | grep -i xid`.";
+
+fn not_in_library_fix(library: &str) -> String {
+    format!(
+        "The NVML this container loads ({library}) lacks functions the checks call: an image that ships its own \
+libnvidia-ml (remove it: the NVIDIA container runtime mounts the driver's, with NVIDIA_DRIVER_CAPABILITIES \
+including utility), or a driver older than these calls. `nvidia-smi` in the container names the driver."
+    )
+}
+
+/// The NVML calls that could not be made or failed without an answer, as one problem
+/// that names each function once (issue 39 row 2): "could not read: F is not in this
+/// NVML (PATH)", with the library's driver version, and no claim about the links or GPUs
+/// those calls would have read (the other checks leave them unjudged).
+fn unread_calls(nvml: &NvmlFacts, library: &str) -> Option<Problem> {
+    let unread = nvml.unread();
+    unread.first()?;
+    // One line per function: an absent one names itself ("F is not in this NVML (PATH)",
+    // whichever call asked), a failed one by the call's function and its error.
+    let what = |e: &crate::facts::FactError| match e.kind {
+        Some(FailureKind::NotInLibrary) => e.message.clone(),
+        _ => format!(
+            "{}: {}",
+            e.source.split('(').next().unwrap_or(&e.source),
+            e.message
+        ),
+    };
+    let mut by_function: Vec<(String, &crate::facts::FactError, usize)> = Vec::new();
+    for e in &unread {
+        let line = what(e);
+        match by_function.iter_mut().find(|(l, _, _)| *l == line) {
+            Some((_, _, n)) => *n += 1,
+            None => by_function.push((line, e, 1)),
+        }
+    }
+    let absent = unread
+        .iter()
+        .any(|e| e.kind == Some(FailureKind::NotInLibrary));
+    let version = match nvml.driver_version.value() {
+        Some(v) => format!("NVML of driver {v}"),
+        None => "its driver version could not be read either".to_string(),
+    };
+    let more = match by_function.len() {
+        1 => String::new(),
+        n => format!(" (and {} more function(s), below)", n - 1),
+    };
+    let mut p = Problem::predicts(
+        Outcome::undetermined(
+            "what those NVML calls would have read (links, health, fabric state) and so what NCCL will find",
+        ),
+        format!("could not read: {}{more}; {version}", by_function[0].0),
+        if absent {
+            not_in_library_fix(library)
+        } else {
+            "Run `nvidia-smi -q` in the container and on the node: NVML refuses these calls; nothing is known of what they read.".to_string()
+        },
+    );
+    p.evidence = by_function
+        .iter()
+        .map(|(line, e, n)| format!("could not read: {line} ({n} call(s), first: {})", e.source))
+        .collect();
+    // A function the container's NVML lacks is the image's library (or a mismatch with
+    // the driver the NVIDIA runtime mounts); a refused call stays the check's default.
+    Some(if absent { p.blamed(Owner::Image) } else { p })
 }
 
 /// NVML's facts, or the finding when NVML did not load: absent (no NVIDIA runtime, or not a
@@ -365,8 +437,23 @@ fn loaded_nvml<'a>(facts: &'a Facts, policy: &Policy) -> Result<&'a NvmlFacts, F
                 OWN_RESOURCES_FIX,
             )
             .blamed(Owner::PodSpec)
+            .undetermined()
             .evidence(format!("library {}", gpus.nvml.library)))
         }
+        // A function NVML cannot start without is not in it: the image's library, not a
+        // driver fault; NCCL's topology detection, which reads NVML, fails too.
+        LibraryState::Failed(e) if e.kind == Some(FailureKind::NotInLibrary) => Err(Finding::predicts(
+            ID,
+            Outcome::cannot_start(format!(
+                "NVML cannot start without a function it lacks ({}), and NCCL's topology detection reads NVML",
+                e.message
+            )),
+            format!("could not read: {}", e.message),
+            library_failure_fix(e.kind, &gpus.nvml.library),
+        )
+        .blamed(Owner::Image)
+        .undetermined()
+        .evidence(format!("library {}", gpus.nvml.library))),
         LibraryState::Failed(e) => Err(Finding::predicts(
             ID,
             Outcome::cannot_start(
@@ -413,12 +500,19 @@ fn missing_gpus(facts: &Facts, policy: &Policy, nvml: &NvmlFacts) -> Vec<Problem
             "Drain the node and check `dmesg | grep -i xid` (Xid 79: GPU fallen off the bus); it needs a reboot or repair.",
         ));
     }
+    // Lost only where the driver says so (NVML_ERROR_GPU_IS_LOST): a query this NVML
+    // cannot make, or one that failed otherwise, is no state of the GPU (`unread_calls`).
     for g in &nvml.gpus {
-        if let Some(e) = g.pci_bus_id.error() {
+        if let Some(e) = g.pci_bus_id.error()
+            && e.kind == Some(FailureKind::GpuLost)
+        {
             problems.push(Problem::predicts(
-                Outcome::cannot_start(format!("GPU {} is lost to the driver: CUDA work on it fails", g.index)),
+                Outcome::cannot_start(format!(
+                    "GPU {} is lost to the driver: CUDA work on it fails",
+                    g.index
+                )),
                 format!("GPU {} cannot be read: {e}", g.index),
-                "A GPU NVML cannot query is lost to the driver: drain the node and check `dmesg | grep -i xid`.",
+                LOST_GPU_FIX,
             ));
         }
     }
@@ -602,6 +696,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     problems.extend(narrow);
     cuda_driver(facts, policy, nvml, &mut evidence, &mut problems);
     visible_devices(facts, nvml, &mut evidence, &mut problems);
+    problems.extend(unread_calls(nvml, &facts.gpus.nvml.library));
     let names: std::collections::BTreeSet<&str> = nvml
         .gpus
         .iter()

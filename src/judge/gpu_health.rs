@@ -156,23 +156,30 @@ fn one_gpu(g: &NvmlGpu, h: &GpuHealth, evidence: &mut Vec<String>, problems: &mu
     }
 }
 
-/// Evidence for GPUs whose recovery action could not be read, grouped by why (one line
-/// for 8 GPUs); true when every GPU's was read.
-fn unread_recovery_actions(nvml: &NvmlFacts, evidence: &mut Vec<String>) -> bool {
-    // GPUs whose recovery action could not be read, grouped by why (one line for 8 GPUs).
+/// Evidence for GPUs whose `what` could not be read, grouped by why (one line for 8
+/// GPUs); true when every GPU's was read, so the summary may say what it was.
+fn all_read(
+    nvml: &NvmlFacts,
+    what: &str,
+    get: impl Fn(&GpuHealth) -> Option<&crate::facts::FactError>,
+    evidence: &mut Vec<String>,
+) -> bool {
     let mut unread: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for g in &nvml.gpus {
-        if let Some(e) = g.health.as_ref().and_then(|h| h.recovery_action.error()) {
-            unread
-                .entry(&e.message)
-                .or_default()
-                .push(g.index.to_string());
+        if let Some(e) = g.health.as_ref().and_then(&get) {
+            // A call that could not be made is named once, by gpu-devices.
+            let why = if e.is_unread() {
+                "gpu-devices says why"
+            } else {
+                e.message.as_str()
+            };
+            unread.entry(why).or_default().push(g.index.to_string());
         }
     }
     let all_read = unread.is_empty();
     for (why, gpus) in unread {
         evidence.push(format!(
-            "the driver's recovery action (NVML field 230) could not be read on GPU {}: {why}",
+            "{what} could not be read on GPU {}: {why}",
             gpus.join(", ")
         ));
     }
@@ -193,15 +200,32 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
             one_gpu(g, h, &mut evidence, &mut problems);
         }
     }
-    let asked = if unread_recovery_actions(nvml, &mut evidence) {
-        "no recovery action asked, "
-    } else {
-        ""
-    };
-    let summary = format!(
-        "{} GPU(s): {asked}no uncorrectable ECC errors that need action, no failed remaps",
-        nvml.gpus.len()
-    );
+    // The summary says only what was read on every GPU (issue 39 row 2: "no
+    // uncorrectable ECC errors" was said where NVML could not be asked).
+    let read: Vec<&str> = [
+        (
+            "the driver's recovery action (NVML field 230)",
+            "no recovery action asked",
+            (|h| h.recovery_action.error()) as fn(&GpuHealth) -> Option<&crate::facts::FactError>,
+        ),
+        (
+            "uncorrectable ECC errors",
+            "no uncorrectable ECC errors that need action",
+            |h| h.ecc_uncorrected_volatile.error(),
+        ),
+        ("row remapping", "no failed remaps", |h| {
+            h.remapped_rows.error()
+        }),
+    ]
+    .into_iter()
+    .filter(|&(what, _, get)| all_read(nvml, what, get, &mut evidence))
+    .map(|(_, said, _)| said)
+    .collect();
+    if read.is_empty() && problems.is_empty() {
+        let f = Finding::skip(ID, "GPU health could not be read (gpu-devices says why)");
+        return evidence.into_iter().fold(f, Finding::evidence);
+    }
+    let summary = format!("{} GPU(s): {}", nvml.gpus.len(), read.join(", "));
     super::combine(ID, summary, evidence, problems)
 }
 

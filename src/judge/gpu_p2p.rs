@@ -66,6 +66,9 @@ struct Pairs {
     read_only: Vec<String>,
     /// NVML says read OK, the CUDA driver refuses peer access.
     refused: Vec<String>,
+    /// Pairs not judged: their link (a GPU whose NVLink state could not be read) or their
+    /// P2P status could not be read (issue 39 row 2: unread is not "no P2P").
+    unknown: usize,
 }
 
 /// CUDA's peer access for an NVML pair, by bus id.
@@ -98,8 +101,13 @@ fn sort_pairs(nvml: &NvmlFacts, cuda: Option<&CudaFacts>) -> Pairs {
                 if c { "yes" } else { "no" }
             ))
         );
+        let unread = [&p.p2p_read, &p.p2p_write]
+            .into_iter()
+            .any(|s| s.error().is_some_and(crate::facts::FactError::is_unread));
         let should = label.starts_with("NV") || label == "PIX" || label == "PXB";
-        if should {
+        if unread || label == "?" {
+            out.unknown += 1;
+        } else if should {
             out.expected += 1;
             out.labels.insert(label.clone());
             let read_ok = read == Some(P2pStatus::Ok);
@@ -223,6 +231,28 @@ fn without_init_failures(
     (other(no_read), other(read_only), status, what)
 }
 
+/// The kinds of pair that cannot do P2P, each with what NCCL does instead.
+fn pair_kinds(
+    no_read: Vec<String>,
+    read_only: (Vec<String>, Outcome, &'static str),
+    refused: Vec<String>,
+) -> [(Vec<String>, Outcome, &'static str); 3] {
+    [
+        (
+            no_read,
+            shm_instead(),
+            "P2P read unsupported, so NCCL falls back to SHM through host memory",
+        ),
+        read_only,
+        // p2pCanConnect (src/transport/p2p.cc) asks cudaDeviceCanAccessPeer: refused, SHM.
+        (
+            refused,
+            shm_instead(),
+            "NVML reports P2P but the CUDA driver refuses peer access, so NCCL falls back to SHM",
+        ),
+    ]
+}
+
 /// One problem per kind of pair that cannot do P2P, listing the first pairs.
 fn pair_problems(
     kinds: [(Vec<String>, Outcome, &'static str); 3],
@@ -268,6 +298,7 @@ pub fn judge(facts: &Facts, prediction: &Prediction, _policy: &Policy) -> Findin
         nvlink_no_p2p,
         read_only,
         refused,
+        unknown,
     } = sort_pairs(nvml, cuda);
     let init_fails = nvlink_init_failure(prediction, &nvlink_no_p2p, mig);
     let fails = init_fails.is_some();
@@ -278,20 +309,7 @@ pub fn judge(facts: &Facts, prediction: &Prediction, _policy: &Policy) -> Findin
         no_read,
         read_only,
     );
-    let kinds = [
-        (
-            no_read,
-            shm_instead(),
-            "P2P read unsupported, so NCCL falls back to SHM through host memory",
-        ),
-        (read_only, ro_status, ro_what),
-        // p2pCanConnect (src/transport/p2p.cc) asks cudaDeviceCanAccessPeer: refused, SHM.
-        (
-            refused,
-            shm_instead(),
-            "NVML reports P2P but the CUDA driver refuses peer access, so NCCL falls back to SHM",
-        ),
-    ];
+    let kinds = pair_kinds(no_read, (read_only, ro_status, ro_what), refused);
     let mut problems: Vec<Problem> = acs_redirection(facts, nvml, &mut evidence)
         .into_iter()
         .chain(init_fails)
@@ -301,9 +319,26 @@ pub fn judge(facts: &Facts, prediction: &Prediction, _policy: &Policy) -> Findin
         // The problem pairs are listed; the full matrix is in `nccl-preflight doctor`.
         evidence.clear();
     }
+    let not_judged = match unknown {
+        0 => String::new(),
+        n => format!(
+            "; {n} pair(s) not judged: their link or P2P status could not be read (gpu-devices says why)"
+        ),
+    };
+    if expected == 0 && problems.is_empty() && unknown == nvml.pairs.len() {
+        let f = Finding::skip(
+            ID,
+            format!(
+                "P2P not checked: the link or P2P status of the GPU pairs ({unknown}) could not be read (gpu-devices says why)"
+            ),
+        );
+        return evidence.into_iter().take(8).fold(f, Finding::evidence);
+    }
     let summary = if expected == 0 {
-        "no GPU pair shares NVLink or a PCIe switch: NCCL uses SHM between them, as expected"
-            .to_string()
+        format!(
+            "no {}GPU pair shares NVLink or a PCIe switch: NCCL uses SHM between them, as expected{not_judged}",
+            if unknown > 0 { "judged " } else { "" }
+        )
     } else {
         format!(
             "{expected} ordered pair(s) over {}: P2P read and write OK{}",
@@ -313,7 +348,7 @@ pub fn judge(facts: &Facts, prediction: &Prediction, _policy: &Policy) -> Findin
             } else {
                 ""
             }
-        )
+        ) + &not_judged
     };
     super::combine(ID, summary, evidence, problems)
 }

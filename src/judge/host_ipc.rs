@@ -25,6 +25,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             "could not determine the IPC namespace",
             remediation::HOST_IPC,
         )
+        .undetermined()
         .evidence(e.to_string()),
         Observed::Value(inode) => {
             let evidence = format!("/proc/self/ns/ipc -> ipc:[{inode}]");

@@ -220,9 +220,17 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     evidence.push(stake);
 
     let Some((limit, why)) = effective(facts) else {
-        // Unknown is not low: where the limit matters, what NCCL does is undetermined.
+        // Unknown is not low: where the limit matters, what NCCL does is undetermined;
+        // where NCCL registers no memory, nothing was judged (not a pass: `probe --npd`
+        // answers Unknown where nothing could be read, issue 39 row 4).
         let outcome = match outcome {
-            Outcome::Unaffected if !policy.min_memlock.explicit => Outcome::Unaffected,
+            Outcome::Unaffected if !policy.min_memlock.explicit => {
+                let f = Finding::skip(
+                    ID,
+                    "could not determine the memlock limit, and NCCL registers no memory with an RDMA device here: not judged",
+                );
+                return evidence.into_iter().fold(f, Finding::evidence);
+            }
             _ => undetermined(
                 policy.min_memlock.explicit || required,
                 "RLIMIT_MEMLOCK could not be read: whether NCCL's RDMA registration fits under it",

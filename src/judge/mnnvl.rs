@@ -150,20 +150,36 @@ fn imex(
     }
 }
 
-pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
-    let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
-    };
+/// The skip where no GPU is in a cluster and none is a GB200/GB300, saying whether the
+/// fabric state could not be read (issue 39 row 2: unread is no "not MNNVL").
+fn not_mnnvl(nvml: &crate::facts::gpu::NvmlFacts) -> Option<Finding> {
     let in_cluster = nvml
         .gpus
         .iter()
         .any(|g| g.fabric_clique.as_ref().is_some_and(|c| c.has_cluster()));
-    let parts = nvml.gpus.iter().any(is_mnnvl_part);
-    if !in_cluster && !parts {
-        return Finding::skip(
-            ID,
-            "no GPU is in a multi-node NVLink cluster: not an MNNVL system",
-        );
+    if in_cluster || nvml.gpus.iter().any(is_mnnvl_part) {
+        return None;
+    }
+    let unread = nvml
+        .gpus
+        .iter()
+        .any(|g| g.fabric_state.error().is_some_and(|e| e.is_unread()));
+    Some(Finding::skip(
+        ID,
+        if unread {
+            "could not read the NVLink fabric state (gpu-devices says why): multi-node NVLink not checked"
+        } else {
+            "no GPU is in a multi-node NVLink cluster: not an MNNVL system"
+        },
+    ))
+}
+
+pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return Finding::skip(ID, "no NVML: multi-node NVLink not checked");
+    };
+    if let Some(skip) = not_mnnvl(nvml) {
+        return skip;
     }
     let env = |name: &str| facts.nccl_env.get(name).map(|v| v.value.trim().to_string());
     let scope = Scope::of(facts);

@@ -73,6 +73,55 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
     (line, problem)
 }
 
+/// GPUs whose link states could not be read, one evidence line each: they say nothing of
+/// their links, not PCIe only, not down (issue 39 row 2). Where no GPU's links were read
+/// (`none_read`), the finding: not checked, or could not be verified under
+/// `--require nvlink`.
+fn unread_links(
+    nvml: &crate::facts::gpu::NvmlFacts,
+    none_read: bool,
+    policy: &Policy,
+) -> Result<Vec<String>, Finding> {
+    let unread: Vec<String> = nvml
+        .gpus
+        .iter()
+        .filter(|g| g.nvlinks_unread.is_some())
+        .map(|g| {
+            format!(
+                "GPU {}: NVLink state not read (gpu-devices says why)",
+                g.index
+            )
+        })
+        .collect();
+    if !none_read || unread.is_empty() {
+        return Ok(unread);
+    }
+    let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
+    // Unread for want of a function in the container's NVML: the image's library.
+    let absent = nvml.gpus.iter().any(|g| {
+        g.nvlinks_unread
+            .as_ref()
+            .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
+    });
+    let f = if policy.require.nvlink {
+        let f = Finding::predicts(
+            ID,
+            super::undetermined(true, "whether the NVLinks --require nvlink asks for are up"),
+            summary,
+            FIX,
+        )
+        .undetermined();
+        if absent {
+            f.blamed(crate::finding::Owner::Image)
+        } else {
+            f
+        }
+    } else {
+        Finding::skip(ID, summary)
+    };
+    Err(unread.into_iter().fold(f, Finding::evidence))
+}
+
 pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let Some(nvml) = facts.gpus.nvml.loaded() else {
         return if policy.require.nvlink {
@@ -87,12 +136,19 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         };
     };
     let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
+    let unread = match unread_links(nvml, with_links.is_empty(), policy) {
+        Ok(unread) => unread,
+        Err(f) => return f,
+    };
     let active_total: usize = with_links
         .iter()
         .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
         .sum();
     if with_links.is_empty()
-        || (active_total == 0 && !policy.require.nvlink && with_links.len() < nvml.gpus.len())
+        || (active_total == 0
+            && !policy.require.nvlink
+            && unread.is_empty()
+            && with_links.len() < nvml.gpus.len())
     {
         return if policy.require.nvlink {
             Finding::predicts(
@@ -106,7 +162,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         };
     }
     let mut problems = Vec::new();
-    let mut evidence = Vec::new();
+    let mut evidence = unread;
     for g in &nvml.gpus {
         let (line, problem) = gpu_links(g);
         evidence.push(line);
@@ -122,6 +178,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     let per_gpu: std::collections::BTreeSet<usize> = nvml
         .gpus
         .iter()
+        .filter(|g| g.nvlinks_unread.is_none())
         .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
         .collect();
     let summary = format!(

@@ -167,6 +167,7 @@ fn unreadable_class(scope: &Scope, policy: &Policy, expected_efa: Option<u32>) -
                 request_fix(expected_efa.is_some() || policy.require.efa, None)
             ),
         )
+        .undetermined()
         .evidence(e.to_string()),
     )
 }
@@ -263,7 +264,7 @@ fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) 
                 d.name, d.name
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
-        ))
+        ).undetermined())
     } else {
         None
     }
@@ -340,6 +341,7 @@ fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Probl
             ),
             "Make /sys/class/infiniband_verbs readable in the container (sysfs mounted read-only is enough).",
         )
+        .undetermined()
     })
 }
 
@@ -368,6 +370,7 @@ fn unknown_ports(d: &RdmaDevice, required: bool) -> Option<Problem> {
             ),
             "Make /sys/class/infiniband readable in the container, or check the ports on the node: ibstat / ibv_devinfo.",
         )
+        .undetermined()
     })
 }
 

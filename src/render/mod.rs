@@ -19,26 +19,7 @@ pub fn comment_text(text: &str) -> String {
         .collect()
 }
 
-/// Text made safe for a terminal: every control character (escape sequences,
-/// carriage returns, line breaks, tabs) is shown as a visible escape such as `\x1b`
-/// or `\u{9b}`, so names and log text from the host cannot move the cursor, clear
-/// the screen or forge report lines. Borrowed when there is nothing to escape.
-pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            c if c.is_control() && (c as u32) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+pub(crate) use crate::diagnostic::visible;
 
 /// A POSIX environment variable name: letters, digits and `_`, not starting with a digit.
 pub fn is_env_name(name: &str) -> bool {

@@ -6,8 +6,9 @@
 //! standard output, trimmed and cut at `max_output_length` bytes (default 80, config.go
 //! `defaultMaxOutputLength`), is the node condition's message. So a failed check is 1
 //! whoever is to blame (on a node, a failure is the node's condition), a tool that could
-//! not run is 2, and the line is made to fit: the failed check ids first (short, and what
-//! an alert or a human greps for), then as much of the first failure's summary as fits.
+//! not run, or a run that could read nothing, is 2, and the line is made to fit: the
+//! failed check ids first (short, and what an alert or a human greps for), then as much
+//! of the first failure's summary as fits.
 //! `probe` without `--npd` answers from the same parts (the ok line, the failed checks,
 //! the escape), with every failed check's summary and no cut.
 
@@ -44,6 +45,9 @@ fn failed(report: &Report) -> impl Iterator<Item = &Finding> {
 
 /// The exit code and the one line (no newline) for a finished run.
 pub fn answer(report: &Report, max: usize) -> (u8, String) {
+    if let Some(line) = nothing_read(report) {
+        return (NPD_UNKNOWN, fit(&line, max));
+    }
     if report.verdict != Status::Fail {
         return (NPD_OK, fit(&ok_line(report), max));
     }
@@ -52,6 +56,28 @@ pub fn answer(report: &Report, max: usize) -> (u8, String) {
     let first = failed.first().map(|c| c.summary.as_str()).unwrap_or("");
     let line = format!("fail: {}: {}", ids.join(", "), one_line(first));
     (NPD_NON_OK, fit(&line, max))
+}
+
+/// The line for a run that failed nothing but read nothing either: every check that
+/// judged something (did not skip) could not determine it (issue 39 row 4: the
+/// `unreadable` fixture answered `ok`, and NPD marked the condition healthy). NPD's
+/// Unknown, with the checks and the first one's reason.
+fn nothing_read(report: &Report) -> Option<String> {
+    let judged: Vec<&Finding> = report
+        .checks
+        .iter()
+        .filter(|c| c.status() != Status::Skip)
+        .collect();
+    let first = judged.first()?;
+    if report.verdict == Status::Fail || !judged.iter().all(|c| c.is_undetermined()) {
+        return None;
+    }
+    let ids: Vec<&str> = judged.iter().map(|c| c.id.as_str()).collect();
+    Some(format!(
+        "unknown: nothing could be read: {}: {}",
+        ids.join(", "),
+        one_line(&first.summary)
+    ))
 }
 
 /// The exit code and the line for a run that could not happen (bad flags, unreadable input).
@@ -141,6 +167,41 @@ mod tests {
         ]);
         assert_eq!(probe_line(&ok), "ok: 1 passed, 1 warning(s)");
         assert_eq!(answer(&ok, 80).1, probe_line(&ok));
+    }
+
+    /// Issue 39 row 4: a run where every check that judged something could not
+    /// determine it is NPD's Unknown, naming them; one determined warning beside them
+    /// (or one pass) makes it OK again, and a failure stays NonOK.
+    #[test]
+    fn a_run_that_read_nothing_is_unknown_not_ok() {
+        let unread =
+            |id: &str| Finding::warn(id, format!("could not determine {id}"), "fix").undetermined();
+        let r = report(vec![
+            unread("memlock"),
+            Finding::skip("gpu-devices", "no NVML"),
+            unread("dev-shm"),
+        ]);
+        let (code, line) = answer(&r, 400);
+        assert_eq!(code, NPD_UNKNOWN);
+        assert_eq!(
+            line,
+            "unknown: nothing could be read: memlock, dev-shm: could not determine memlock"
+        );
+        let with_pass = report(vec![unread("memlock"), Finding::pass("dev-shm", "ok")]);
+        assert_eq!(answer(&with_pass, 400).0, NPD_OK);
+        let with_warning = report(vec![
+            unread("memlock"),
+            Finding::warn("dev-shm", "64 MiB", "fix"),
+        ]);
+        assert_eq!(answer(&with_warning, 400).0, NPD_OK);
+        let failed = report(vec![
+            unread("memlock"),
+            Finding::fail("nvlink", "down", "fix"),
+        ]);
+        assert_eq!(answer(&failed, 400).0, NPD_NON_OK);
+        // Nothing judged at all (every check skipped) is not "nothing could be read".
+        let skipped = report(vec![Finding::skip("gpu-devices", "no NVML")]);
+        assert_eq!(answer(&skipped, 400).0, NPD_OK);
     }
 
     #[test]

@@ -120,9 +120,67 @@ pub fn render(
         register_gpus(&mut registry, &r.facts);
         register_rdma(&mut registry, &r.facts);
     }
-    let mut out = String::new();
+    build_info(&mut registry);
+    encode_stable(&registry)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+/// `nccl_preflight_build_info{version, commit} 1`: which build answers (the
+/// `*_build_info` convention of Prometheus' own exporters).
+pub(crate) fn build_info(registry: &mut Registry) {
+    let family = Family::<BuildLabels, Gauge>::default();
+    family
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION").into(),
+            commit: env!("NCCL_PREFLIGHT_COMMIT").into(),
+        })
+        .set(1);
+    registry.register(
+        "build_info",
+        "The version and commit of this nccl-preflight",
+        family,
+    );
+}
+
+/// The registry as text, each family's series in one order at every scrape:
+/// prometheus-client keeps a family's label sets in a HashMap, so they came out in a
+/// different order each time. Gauge and counter samples are sorted within their family
+/// (by metric name, then labels); other types keep prometheus-client's order, which a
+/// histogram's buckets depend on.
+pub(crate) fn encode_stable(registry: &Registry) -> String {
+    let mut text = String::new();
     // Writing into a String cannot fail.
-    let _ = encode(&mut out, &registry);
+    let _ = encode(&mut text, registry);
+    let mut out = String::with_capacity(text.len());
+    let mut samples: Vec<&str> = Vec::new();
+    let mut sortable = false;
+    let flush = |samples: &mut Vec<&str>, sortable: bool, out: &mut String| {
+        if sortable {
+            samples.sort_unstable();
+        }
+        for s in samples.drain(..) {
+            out.push_str(s);
+            out.push('\n');
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with('#') {
+            flush(&mut samples, sortable, &mut out);
+            if let Some(kind) = line.strip_prefix("# TYPE ") {
+                sortable = kind.ends_with(" gauge") || kind.ends_with(" counter");
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            samples.push(line);
+        }
+    }
+    flush(&mut samples, sortable, &mut out);
     out
 }
 

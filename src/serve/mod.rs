@@ -9,6 +9,7 @@ pub(crate) mod metrics;
 pub(crate) mod probe;
 pub(crate) mod ras;
 pub(crate) mod resident;
+pub(crate) mod taint;
 pub(crate) mod xid;
 
 use crate::cli::ServeArgs;
@@ -75,7 +76,7 @@ fn readiness(snapshot: &Snapshot, xid: &Finding) -> Result<(), String> {
 /// atomic, which is async-signal-safe); every thread of `serve` stops on it. It lives
 /// for the rest of the process (one `Arc` handed to signal-hook, one leaked here), so
 /// the threads that are never joined can hold it as `&'static`.
-fn stop_on_signals() -> Result<&'static AtomicBool> {
+pub(crate) fn stop_on_signals() -> Result<&'static AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -191,6 +192,16 @@ impl Shared {
         self.policy.settle(xid::finding(xids, &self.xid_policy))
     }
 
+    /// The last run's report with the live `gpu-xid` finding, as /report shows it.
+    fn verdict(&self) -> Option<Report> {
+        let xids = self.xids();
+        let snapshot = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut report = snapshot.report.clone()?;
+        report.checks.push(self.xid_finding(&xids));
+        report.rejudge();
+        Some(report)
+    }
+
     /// XID events seen so far: a change makes the checks run again.
     fn xid_events(&self) -> u64 {
         let xids = self.xids.lock().unwrap_or_else(|p| p.into_inner());
@@ -210,12 +221,15 @@ fn gathered_in_child(
         return None;
     }
     let request = probe::Request {
+        gather: args.check.gather.clone(),
         probe_all: shared.policy.require.any_rdma(),
         probed: probed.clone(),
     };
-    match probe::in_child(&args.check.gather, env, &request) {
+    match probe::in_child(env, &request) {
         Ok(gathered) => {
-            let report = crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            let mut report =
+                crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            report.generated = Some(crate::run::generated(env, &report.facts));
             Some((report, crate::gather::gpu::HungCall(gathered.hung)))
         }
         Err(e) => {
@@ -242,7 +256,11 @@ fn run_once(
     let outcome = match gathered_in_child(args, env, shared, probed) {
         Some(judged) => Ok(judged),
         None => {
-            crate::run::evaluate_reusing(&args.check, env, false, &shared.policy, probed.as_ref())
+            let how = crate::run::Evaluation {
+                probed: probed.as_ref(),
+                ..crate::run::Evaluation::under(&shared.policy)
+            };
+            crate::run::evaluate(&args.check, env, how)
         }
     };
     let mut next = Snapshot {
@@ -334,6 +352,7 @@ fn start_checks(
     env: &[(OsString, OsString)],
     args: &ServeArgs,
     stop: &'static AtomicBool,
+    mut tainter: Option<taint::Tainter>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (shared, env, args) = (Arc::clone(shared), env.to_vec(), args.clone());
     std::thread::Builder::new()
@@ -346,6 +365,9 @@ fn start_checks(
                 let seen = shared.xid_events();
                 if !run_once(&args, &env, &shared, runs, &mut probed) {
                     return;
+                }
+                if let Some(t) = tainter.as_mut() {
+                    t.observe(shared.verdict().as_ref());
                 }
                 if runs == 1 {
                     // Start-up's code and data, touched once, need not stay resident.
@@ -467,6 +489,7 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let args = &without_cuda(args);
     // Flags are validated (and --ignore notes printed) once, before serving.
     let policy = crate::run::build_policy(&args.check)?;
+    let tainter = taint::Tainter::new(&args.taint, env).map_err(anyhow::Error::msg)?;
     let stale_after = args
         .stale_after
         .unwrap_or(args.interval * 3 + args.check.gather.timeout * 2);
@@ -506,9 +529,17 @@ pub fn serve(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
             .context("starting the XID thread")?
     };
     let started = Instant::now();
-    let checker = start_checks(&shared, env, args, stop)?;
+    let checker = start_checks(&shared, env, args, stop, tainter)?;
     let routes = routes(&shared, stale_after, started);
-    http::serve(listener, stop, routes).context("serving")?;
+    // The kubelet's probes (and the trainer's, /job/livez) are answered on the accept
+    // loop itself: their handlers only read prepared state.
+    http::serve(
+        listener,
+        stop,
+        routes,
+        &["/healthz", "/readyz", "/job/livez"],
+    )
+    .context("serving")?;
     log(String::from("nccl-preflight: stopping"));
     // A check in progress may be inside a driver call: do not wait for it.
     // The XID watcher may sit in NVML's wait for up to a second: leave with _exit

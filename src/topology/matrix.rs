@@ -56,6 +56,10 @@ pub fn link_label(facts: &NvmlFacts, a: u32, b: u32) -> String {
     if n > 0 {
         return format!("NV{n}");
     }
+    // No link read between them is no link only where every link state was read.
+    if ga.nvlinks_unread.is_some() || gb.nvlinks_unread.is_some() {
+        return "?".into();
+    }
     pair(facts, a, b)
         .and_then(|p| p.common_ancestor.as_ref()?.value())
         .map_or("?".into(), |l| pcie_label(l).to_string())
@@ -99,6 +103,7 @@ pub(crate) mod fixtures {
             fabric_state: Observed::Value(crate::facts::gpu::FabricState::Completed),
             fabric_clique: None,
             nvlinks: links,
+            nvlinks_unread: None,
             read_paths: Default::default(),
             health: Some(GpuHealth {
                 ecc_uncorrected_volatile: Observed::Value(0),

@@ -20,16 +20,15 @@ pub use nvml_wrapper::enums::event::XidError;
 pub use nvml_wrapper::error::NvmlError;
 pub use nvml_wrapper::{Device, EventSet, NvLink, Nvml};
 
-/// NVML_ERROR_NOT_SUPPORTED.
-const NOT_SUPPORTED: u32 = 3;
-
 /// nvmlInit_v2 on `library` (loaded by nvml-wrapper) under `watch`. `Missing` when the
 /// library is not installed; `Failed` with kind `Unloadable` when it exists but does not
-/// load or lacks a symbol nvml-wrapper needs (not this driver's library), with
-/// `DriverNotLoaded` when the kernel driver is not running.
+/// load, `NotInLibrary` when it has no nvmlInit_v2, `DriverNotLoaded` when the kernel
+/// driver is not running.
 pub fn init(watch: &Watch, library: &str) -> Result<Nvml, LoadError> {
     let failed = |e: FactError| Err(LoadError::Failed(e));
-    match watch.call("nvmlInit_v2", || {
+    // nvml-wrapper's init calls nvmlSystemGetDriverVersion after nvmlInit_v2 (to pick
+    // its field-id scheme): a hang in either is named.
+    match watch.call("nvmlInit_v2, nvmlSystemGetDriverVersion", || {
         Nvml::builder().lib_path(OsStr::new(library)).init()
     }) {
         Ok(n) => Ok(n),
@@ -46,9 +45,7 @@ pub fn init(watch: &Watch, library: &str) -> Result<Nvml, LoadError> {
                 )
             }
         }
-        Err(e @ NvmlError::FailedToLoadSymbol(_)) => {
-            failed(FactError::new("nvmlInit_v2", e).with_kind(FailureKind::Unloadable))
-        }
+        Err(e @ NvmlError::FailedToLoadSymbol(_)) => failed(fact_error("nvmlInit_v2", &e)),
         Err(e @ NvmlError::DriverNotLoaded) => {
             failed(FactError::new("nvmlInit_v2", e).with_kind(FailureKind::DriverNotLoaded))
         }
@@ -56,16 +53,58 @@ pub fn init(watch: &Watch, library: &str) -> Result<Nvml, LoadError> {
     }
 }
 
-/// An NVML return code as nvml-wrapper would name it, for calls made directly.
-pub fn error(rc: u32) -> NvmlError {
-    match rc {
-        1 => NvmlError::Uninitialized,
-        2 => NvmlError::InvalidArg,
-        3 => NvmlError::NotSupported,
-        4 => NvmlError::NoPermission,
-        15 => NvmlError::GpuLost,
-        _ => NvmlError::UnexpectedVariant(rc),
+/// A failed NVML call as a fact, with the kind that decides what a check may say of it
+/// (issue 39 row 2: a query that could not be made is never a state of the hardware):
+/// the function is not in this library, the call failed without an answer, or the driver
+/// says the GPU is lost. NOT_SUPPORTED and INVALID_ARGUMENT are answers (this GPU has no
+/// such thing, no such link) and keep no kind.
+pub fn fact_error(call: &str, e: &NvmlError) -> FactError {
+    let function = call.split('(').next().unwrap_or(call);
+    match e {
+        // nvml-wrapper resolves every symbol when it loads the library and hands back
+        // dlsym's error (glibc: "PATH: undefined symbol: NAME") when one is called.
+        NvmlError::FailedToLoadSymbol(dlerror) => {
+            let message = match dlerror.rsplit_once(": undefined symbol: ") {
+                Some((path, name)) => {
+                    format!("{name} is not in this NVML ({})", library_file(path))
+                }
+                None => format!("{function} is not in this NVML ({dlerror})"),
+            };
+            FactError::new(call, message).with_kind(FailureKind::NotInLibrary)
+        }
+        NvmlError::FunctionNotFound => FactError::new(
+            call,
+            format!("{function} is not implemented by this NVML (NVML_ERROR_FUNCTION_NOT_FOUND)"),
+        )
+        .with_kind(FailureKind::NotInLibrary),
+        // nvml.h: "the GPU has fallen off the bus or has otherwise become inaccessible",
+        // and "the GPU requires a reset before it can be used again".
+        NvmlError::GpuLost | NvmlError::ResetRequired => {
+            FactError::new(call, e).with_kind(FailureKind::GpuLost)
+        }
+        NvmlError::NotSupported | NvmlError::InvalidArg => FactError::new(call, e),
+        _ => FactError::new(call, e).with_kind(FailureKind::CallFailed),
     }
+}
+
+/// The library as dlerror named it, and the file it resolves to where that names the
+/// driver release (`libnvidia-ml.so.1` -> `libnvidia-ml.so.535.104.05`), so the finding
+/// can say which NVML this is even where nvmlSystemGetDriverVersion is missing too.
+fn library_file(path: &str) -> String {
+    let resolved = std::fs::canonicalize(path).ok();
+    let name = resolved
+        .as_deref()
+        .and_then(std::path::Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned());
+    match name {
+        Some(n) if !path.ends_with(&n) => format!("{path}, {n}"),
+        _ => path.to_string(),
+    }
+}
+
+/// An NVML return code as nvml-wrapper names it, for calls made directly.
+pub fn error(rc: u32) -> NvmlError {
+    NvmlError::from(rc)
 }
 
 /// nvmlDeviceGetNvLinkRemoteDeviceType: the `nvmlIntNvLinkDeviceType_t` code (0 GPU,
@@ -93,20 +132,20 @@ pub fn remote_device_type(device: &Device<'_>, nvml: &Nvml, link: u32) -> Result
 type FieldAnswer = ((u32, u32), Result<u64, u32>);
 
 /// One nvmlDeviceGetFieldValues call for `(field, scope)` requests: each answer as an
-/// integer, or the NVML return code that refused it; `Err(rc)` when the call as a
-/// whole failed (NOT_SUPPORTED for a driver without the symbol). nvml-wrapper cannot
-/// set a field's scope, so the symbol is called directly.
+/// integer, or the NVML return code that refused it; the error when the call as a whole
+/// failed (`FailedToLoadSymbol` for a library without the function). nvml-wrapper
+/// cannot set a field's scope, so the symbol is called directly.
 pub fn field_values(
     device: &Device<'_>,
     nvml: &Nvml,
     requests: &[(u32, u32)],
-) -> Result<Vec<FieldAnswer>, u32> {
-    let Ok(sym) = nvml.lib().nvmlDeviceGetFieldValues.as_ref() else {
-        return Err(NOT_SUPPORTED);
-    };
-    let Ok(count) = i32::try_from(requests.len()) else {
-        return Err(NOT_SUPPORTED);
-    };
+) -> Result<Vec<FieldAnswer>, NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let count = i32::try_from(requests.len()).map_err(|_| NvmlError::InvalidArg)?;
     let mut values: Vec<nvmlFieldValue_t> = requests
         .iter()
         .map(|&(field, scope)| {
@@ -122,7 +161,7 @@ pub fn field_values(
     // the call.
     let rc = unsafe { sym(device.handle(), count, values.as_mut_ptr()) };
     if rc != 0 {
-        return Err(rc);
+        return Err(error(rc));
     }
     Ok(values
         .iter()

@@ -388,7 +388,7 @@ fn hostile_facts_and_recordings_exit_2_naming_the_file() {
         }
     }
     // A pipe with a writer still works, as process substitution does.
-    let facts = repo().join("tests/golden/healthy-pod/facts/facts.json");
+    let facts = repo().join("tests/golden/healthy-pod/facts.json");
     let mut child = command(&["check", "--facts", "/dev/stdin", "--format", "json"], &[])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -645,7 +645,7 @@ fn peak_rss(cmd: &mut Command) -> (Option<i32>, u64) {
 #[test]
 fn a_64_mib_facts_padded_with_an_unknown_field_is_judged_in_little_memory() {
     let dir = scratch("attack-facts-64mib");
-    let golden = repo().join("tests/golden/healthy-pod/facts/facts.json");
+    let golden = repo().join("tests/golden/healthy-pod/facts.json");
     let text = std::fs::read_to_string(golden).unwrap();
     let body = text.trim_end().strip_suffix('}').unwrap();
     let mut padded = format!("{body},\"padding\":[");
@@ -805,6 +805,121 @@ fn a_read_stuck_in_the_kernel_does_not_keep_the_process_from_exiting() {
     assert!(
         text.contains("boot_id") && text.contains("did not return within 1.0 s"),
         "{text}"
+    );
+}
+
+/// Issue 39 row 4: on the `unreadable` fixture every check that judged something could
+/// not determine it, and `probe --npd` said `ok` with exit 0, so node-problem-detector
+/// marked the condition healthy. Now NPD's Unknown (exit 2) with the checks and the
+/// reason; the same run without --npd, and `check`, keep their exit 0 (warnings).
+#[test]
+fn probe_npd_on_a_node_where_nothing_could_be_read_is_unknown_not_ok() {
+    let out =
+        crate::support::fixture_command("unreadable", "probe", &["--npd", "--max-output=400"], &[])
+            .output()
+            .unwrap();
+    let line = stdout(&out);
+    assert_eq!(out.status.code(), Some(2), "{line}");
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        // memlock is not judged where NCCL registers no memory (no RDMA device): a skip.
+        line.starts_with("unknown: nothing could be read: dev-shm, host-ipc, stack-limit, nccl-env: could not determine the size of /dev/shm"),
+        "{line}"
+    );
+    let out = crate::support::fixture_command("unreadable", "check", &["--format", "json"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let undetermined: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["undetermined"] == true)
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        undetermined,
+        ["dev-shm", "host-ipc", "stack-limit", "nccl-env"]
+    );
+}
+
+/// Issue 39, re-run of a read stuck in the kernel, in the attribute files of one GPU
+/// of a p5 (a FUSE directory whose reads never return, under --host-root): its class
+/// could not be read, the GPU was taken for no GPU, and gpu-devices failed the node
+/// ("p5.48xlarge has 8 GPUs but the PCI bus lists 7: a GPU has fallen off the bus",
+/// exit 3). Now the PCI bus's GPU list could not be determined: no such claim, and
+/// every mode ends within its bound.
+#[test]
+fn a_gpus_sysfs_attributes_stuck_in_the_kernel_are_no_gpu_off_the_bus() {
+    let test = "stuck_gpu_sysfs";
+    if !require_root(test) || !require_tools(test, &["cc", "pkg-config", "fusermount3"]) {
+        return;
+    }
+    let dir = scratch("attack-stuck-gpu-sysfs");
+    let root = copy_root("rdma-p5-efa", &dir);
+    let gpu = root.join("sys/devices/pci0000:00/0000:00:07.0/0000:e6:00.0/0000:b9:00.0");
+    std::fs::remove_dir_all(&gpu).unwrap();
+    let fuse = HungFuse::mount(&dir, &gpu);
+    // The fixture's fake libraries and environment, on the copy with the stuck GPU.
+    let base = crate::support::fixture_command("rdma-p5-efa", "check", &[], &[]);
+    let mut cmd = Command::new(base.get_program());
+    cmd.args(["check", "--host-root"])
+        .arg(&root)
+        .args([
+            "--replay-kernel",
+            "kernel.json",
+            "--format",
+            "json",
+            "--timeout",
+            "1s",
+        ])
+        .env_clear();
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.current_dir(base.get_current_dir().unwrap());
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(fuse);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    let status =
+        status.unwrap_or_else(|| panic!("check never exited (30 s, --timeout 1s)\n{stderr}"));
+    let text = std::fs::read_to_string(dir.join("stdout")).unwrap();
+    assert!(!text.contains("fallen off the bus"), "{text}");
+    assert_ne!(
+        status.code(),
+        Some(3),
+        "a stuck read is no node fault: {text}\n{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pci = &report["facts"]["gpus"]["pci_gpus"]["error"];
+    assert!(
+        pci["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("0000:b9:00.0"))
+            && pci["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("did not return within 1.0 s")),
+        "{pci}"
     );
 }
 

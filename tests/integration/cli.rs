@@ -67,6 +67,61 @@ fn every_flag_reads_its_environment_variable() {
     );
 }
 
+/// The configuration file's place in the order (docs/configuration.md), on the binary:
+/// the file's [check] section over its top, the variable over the file, the flag over
+/// the variable. runtime-defaults fails only on dev-shm (64 MiB /dev/shm), so `ignore`
+/// and `min-shm` show in the exit code and `format` in the output.
+#[test]
+fn the_configuration_file_is_under_the_variables_and_the_flags() {
+    let dir = scratch("config-precedence");
+    let file = dir.join("config");
+    std::fs::write(
+        &file,
+        "# cluster\nformat = json\nmin-shm = 1GiB\nignore = memlock\n[check]\nignore = dev-shm\n[serve]\nignore = all\n",
+    )
+    .unwrap();
+    let config = format!("--config={}", file.display());
+    let is_json = |out: &std::process::Output| stdout(out).starts_with('{');
+    // The file alone: JSON, and dev-shm ignored by the [check] section over the top's
+    // memlock: exit 0.
+    let out = in_fixture("runtime-defaults", &[&config], &[]);
+    assert!(is_json(&out), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // The variables beat the file: human output, only memlock ignored, so dev-shm
+    // fails against the file's 1 GiB.
+    let vars = [
+        ("NCCL_PREFLIGHT_FORMAT", "human"),
+        ("NCCL_PREFLIGHT_IGNORE", "memlock"),
+    ];
+    let out = in_fixture("runtime-defaults", &[&config], &vars);
+    assert!(!is_json(&out), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    // The flags beat the variables and the file: JSON, and 32 MiB is enough.
+    let out = in_fixture(
+        "runtime-defaults",
+        &[&config, "--format", "json", "--min-shm", "32MiB"],
+        &vars,
+    );
+    assert!(is_json(&out), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // The file named by the variable works the same; a typo in it is exit 2 naming the line.
+    let out = in_fixture(
+        "runtime-defaults",
+        &[],
+        &[("NCCL_PREFLIGHT_CONFIG", file.to_str().unwrap())],
+    );
+    assert!(is_json(&out));
+    std::fs::write(&file, "format = json\nrequre = gpus=8\n").unwrap();
+    let out = in_fixture("runtime-defaults", &[&config], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(":2: unknown key `requre`"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "");
+}
+
 #[test]
 fn ignore_all_and_require_host_ipc() {
     let out = in_fixture("runtime-defaults", &["--ignore", "all"], &[]);
@@ -186,7 +241,7 @@ fn boolean_variables_accept_1_0_yes_no_on_off() {
     }
     // BENCH=0 is "no bench", so it does not conflict with --facts (clap counted a
     // variable set to false as the flag given); BENCH=1 does.
-    let facts = golden_path("healthy-pod", Part::Facts, "facts.json");
+    let facts = golden_path("healthy-pod", "facts.json");
     for (value, code) in [("0", 0), ("1", 2)] {
         let out = run(
             &["init", "--facts", facts.to_str().unwrap()],
@@ -340,9 +395,7 @@ fn two_thousand_gpus_and_100k_interfaces_replay_with_capped_output() {
     // Issue 18: 2,000 GPUs in `doctor` took 59 s and 1.85 GB (200 MB printed);
     // 100k interfaces took over 120 s. Both are now linear, and the matrices capped.
     let dir = scratch("absurd-sizes");
-    let golden = golden_path("gpu-h100-nv18", Part::Facts, "facts.json");
-    let mut facts: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let mut facts = gathered_facts("gpu-h100-nv18", &[]);
     let nvml = &mut facts["gpus"]["nvml"]["state"]["loaded"];
     let template = nvml["gpus"][0].clone();
     nvml["gpus"] = (0..2000)

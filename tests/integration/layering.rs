@@ -38,6 +38,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
         1,
         "a child process of this binary: one framed reply under a deadline",
     ),
+    (
+        "kube",
+        1,
+        "Kubernetes over HTTPS: TLS, bounded HTTP messages, the in-cluster API client",
+    ),
     ("platform", 1, "known machine types"),
     (
         "layout",
@@ -49,6 +54,11 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("policy", 2, "what the user asked the judge to enforce"),
     ("predict", 2, "what NCCL will do, from the facts"),
     ("cli", 2, "flags"),
+    (
+        "config",
+        3,
+        "the configuration file, as the flags' defaults",
+    ),
     ("gather", 3, "the host, read into facts"),
     ("judge", 3, "facts -> findings"),
     ("tune", 3, "facts -> settings"),
@@ -60,6 +70,7 @@ const LAYERS: &[(&str, u32, &str)] = &[
     ("bench", 7, "measurements"),
     ("serve", 7, "the sidecar"),
     ("gang", 7, "the job across its pods"),
+    ("webhook", 8, "the admission webhook"),
     ("commands", 9, "the subcommands"),
 ];
 

@@ -431,9 +431,6 @@ fn without_watch_nccl_the_job_endpoints_say_so_and_the_trainer_probe_passes() {
 #[test]
 fn a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_refused() {
     let test = "a_trainer_probe_without_a_watching_sidecar_or_with_no_restart_tolerance_is_refused";
-    if crate::support::require_shared(test, "crds").is_none() {
-        return;
-    }
     let Some(python) =
         crate::support::require_python(test, "kubernetes_validate, jsonschema, yaml")
     else {

@@ -1,5 +1,5 @@
-//! The JSON Schemas shipped in schema/ (report/v1, explain-log/v1) against every golden
-//! report and the explain-log answer for every synthetic log, through
+//! The JSON Schemas shipped in schema/ (report/v1, explain-log/v1) against the report of
+//! every fixture and the explain-log answer for every synthetic log, through
 //! tests/schema/validate.py and the jsonschema package of the test venv.
 
 use super::support::*;
@@ -19,26 +19,28 @@ fn validate(python: &PathBuf, files: &[PathBuf]) -> (bool, String) {
     )
 }
 
-/// Every fixture's golden report, put back together from its facts and findings parts.
-fn golden_reports() -> Vec<(String, serde_json::Value)> {
-    let mut names: Vec<String> = std::fs::read_dir(repo().join("tests/golden"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| golden_path(n, Part::Findings, "checks.json").exists())
-        .collect();
-    names.sort();
-    let read = |p: PathBuf| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-    };
-    names
-        .into_iter()
-        .map(|n| {
-            let mut report = read(golden_path(&n, Part::Findings, "checks.json"));
-            report["facts"] = read(golden_path(&n, Part::Facts, "facts.json"));
-            report["settings"] = read(golden_path(&n, Part::Facts, "settings.json"));
-            (n, report)
-        })
-        .collect()
+/// The report `check --format json` gives on every fixture of the goldens' findings
+/// table (tests/golden/findings.txt): all of it, facts included, which the goldens
+/// keep only where gather is under test.
+fn fixture_reports() -> Vec<(String, serde_json::Value)> {
+    let table = std::fs::read_to_string(repo().join("tests/golden/findings.txt")).unwrap();
+    let mut names: Vec<&str> = table.lines().map(table_key).collect();
+    names.dedup();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = names
+            .iter()
+            .map(|name| {
+                s.spawn(move || {
+                    let out = crate::bounded::output_within(
+                        &mut fixture_command(name, "check", &["--format", "json"], &[]),
+                        &format!("check in {name}"),
+                    );
+                    (name.to_string(), report(&out))
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
 }
 
 /// A change that breaks a report.
@@ -52,7 +54,7 @@ fn golden_reports_and_explain_log_answers_match_the_shipped_schemas() {
     };
     let dir = scratch("schema");
     let mut files = Vec::new();
-    let reports = golden_reports();
+    let reports = fixture_reports();
     assert!(reports.len() > 20, "{}", reports.len());
     for (name, report) in &reports {
         let path = dir.join(format!("report-{name}.json"));

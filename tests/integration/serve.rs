@@ -30,7 +30,7 @@ pub fn start(fixture: &str, args: &[&str]) -> Server {
     start_command(fixture_command(fixture, "serve", &all, &[]))
 }
 
-fn start_command(command: std::process::Command) -> Server {
+pub fn start_command(command: std::process::Command) -> Server {
     let server = spawn_server(command);
     wait_for(&server, "/report", |status, _| status != 503);
     server
@@ -57,9 +57,22 @@ fn spawn_server(mut command: std::process::Command) -> Server {
     Server { child, addr }
 }
 
+/// GET `path` from a plain HTTP server at `addr` (the webhook's metrics port): the body.
+pub fn http_get(addr: &str, path: &str) -> String {
+    raw_at(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+    )
+    .2
+}
+
 /// Sends raw bytes; returns (status, content type, body).
 pub fn raw(server: &Server, request: &[u8]) -> (u16, String, String) {
-    let mut s = TcpStream::connect(&server.addr).unwrap();
+    raw_at(&server.addr, request)
+}
+
+fn raw_at(addr: &str, request: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     let _ = s.write_all(request);
     let mut text = String::new();
@@ -591,9 +604,9 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
         );
     }
     // A thousand clients at once: each gets its answer, or is evicted (closed with no
-    // status) when the 32 slots are full of clients that have not sent their head or
-    // are closing, or gets the documented 503 when all 32 are being answered at that
-    // moment (on a loaded 2-core machine a burst of a thousand can catch them so).
+    // status) when the accept loop holds as many connections as it may (half the
+    // descriptor limit) and this one has sent least. /healthz never waits for an
+    // answering slot, so never gets 503 "too many connections".
     let addr = server.addr.clone();
     let clients: Vec<_> = (0..1000)
         .map(|_| {
@@ -611,9 +624,8 @@ fn serve_survives_huge_heads_pipelining_odd_bytes_and_a_thousand_clients() {
     let mut answered = 0;
     for c in clients {
         let text = c.join().unwrap().unwrap_or_default();
-        let busy = text.starts_with("HTTP/1.1 503 ") && text.ends_with("too many connections\n");
         assert!(
-            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n") || busy,
+            text.is_empty() || text.starts_with("HTTP/1.1 200 OK\r\n"),
             "{text}"
         );
         answered += usize::from(text.starts_with("HTTP/1.1 200 OK\r\n"));
@@ -681,23 +693,19 @@ fn never_reading(addr: &str, path: &str) -> TcpStream {
     s
 }
 
-/// Issue 31 row 1: 32-40 clients that GET /report (210 KB here, larger than the socket
-/// buffers at MTU 1500) and read it slowly or never held every slot, answering, never
-/// evicted: 0 of 1,141 kubelet probes passed. Now a slot answering for longer than
-/// `SLOW_ANSWER` is evicted for a new connection, and a whole response must be written
-/// within `RESPONSE_TIME`. Run in a private network namespace whose loopback has a
-/// pod's MTU (1500): at loopback's 64 KiB MTU the kernel's buffers hold the report.
-#[test]
-fn probes_pass_while_forty_clients_read_the_report_slowly_or_never() {
+/// Runs `serve` on `fixture` in a private network namespace whose loopback has a
+/// pod's MTU (1500), where a 210 KB /report outgrows the kernel's socket buffers (at
+/// loopback's 64 KiB MTU they hold it), and calls `f` from a thread in that namespace.
+/// False (the test skipped) without root or `unshare`/`ip`.
+fn in_pod_network(test: &str, fixture: &str, f: impl FnOnce(&Server) + Send) -> bool {
     use std::os::fd::AsRawFd;
-    let test = "slow_report_readers";
     if !crate::support::require_root(test)
         || !crate::support::require_tools(test, &["unshare", "ip"])
     {
-        return;
+        return false;
     }
     let args = ["--listen", "127.0.0.1:0", "--interval", "60m"];
-    let inner = fixture_command("rdma-p5-efa", "serve", &args, &[]);
+    let inner = fixture_command(fixture, "serve", &args, &[]);
     let mut outer = std::process::Command::new("unshare");
     outer
         .args([
@@ -725,13 +733,92 @@ fn probes_pass_while_forty_clients_read_the_report_slowly_or_never() {
             // the descriptor is open for the call. The thread ends with the test.
             let rc = unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) };
             assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-            slow_readers_against(&server);
+            wait_for(&server, "/report", |status, _| status == 200);
+            f(&server);
         });
+    });
+    true
+}
+
+/// Issue 31 row 1: 32-40 clients that GET /report (210 KB here, larger than the socket
+/// buffers at MTU 1500) and read it slowly or never held every slot, answering, never
+/// evicted: 0 of 1,141 kubelet probes passed. Now a slot answering for longer than
+/// `SLOW_ANSWER` is evicted for a new connection, and a whole response must be written
+/// within `RESPONSE_TIME`.
+#[test]
+fn probes_pass_while_forty_clients_read_the_report_slowly_or_never() {
+    in_pod_network("slow_report_readers", "rdma-p5-efa", slow_readers_against);
+}
+
+/// Issue 39 row 1: when the 32 slots were full, a new connection evicted the oldest
+/// one still reading its request, and a probe is still reading for a few milliseconds
+/// while clients that reconnect the moment they are closed are always newer: with 64
+/// of them beside slow readers of /report, 19-31% of probes passed, a failed one
+/// getting a closed connection. Now connections waiting for their head wait on the
+/// accept loop (hundreds of them, not the 32 answering slots), the loop answers
+/// /healthz and /readyz itself, and it closes the connection that has sent least per
+/// second held, so every probe gets an answer. No time is asserted: a probe waits up
+/// to the hang guard.
+#[test]
+fn probes_pass_while_sixty_four_clients_reconnect_at_once_beside_slow_report_readers() {
+    in_pod_network("reconnecting_clients", "rdma-p5-efa", |server| {
+        let slow: Vec<TcpStream> = (0..8)
+            .map(|_| never_reading(&server.addr, "/report"))
+            .collect();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let failed = std::thread::scope(|scope| {
+            scope.spawn(|| reconnect_at_once(&server.addr, 64, &stop));
+            // Let every churning client connect, be answered 408 and reconnect.
+            std::thread::sleep(Duration::from_secs(3));
+            let failed: Vec<String> = (0..300)
+                .filter_map(|probe| {
+                    let path = ["/healthz", "/readyz"][probe % 2];
+                    let (status, _, body) = get(server, path);
+                    let answered = status == 200
+                        || (path == "/readyz" && status == 503 && body.starts_with("not ready: "));
+                    (!answered).then(|| format!("probe {probe} of {path}: {status} {body:?}"))
+                })
+                .collect();
+            // Stopped before any assertion, so a failure does not leave the scope
+            // waiting for the churning thread.
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            failed
+        });
+        drop(slow);
+        assert!(
+            failed.is_empty(),
+            "{} of 300 probes beside 64 reconnecting clients failed: {failed:?}",
+            failed.len()
+        );
     });
 }
 
+/// `count` clients that connect and send nothing, each reconnecting the moment the
+/// server closes it, until `stop`.
+fn reconnect_at_once(addr: &str, count: usize, stop: &std::sync::atomic::AtomicBool) {
+    let connect = || {
+        let s = TcpStream::connect(addr).ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some(s)
+    };
+    let mut clients: Vec<Option<TcpStream>> = (0..count).map(|_| connect()).collect();
+    let mut buf = [0u8; 4096];
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        for c in &mut clients {
+            let closed = match c.as_mut().map(|s| s.read(&mut buf)) {
+                Some(Err(e)) => e.kind() != std::io::ErrorKind::WouldBlock,
+                Some(Ok(n)) => n == 0,
+                None => true,
+            };
+            if closed {
+                *c = connect();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn slow_readers_against(server: &Server) {
-    wait_for(server, "/report", |status, _| status == 200);
     let mut slow = Vec::new();
     for round in 0..5 {
         slow.extend((0..40).map(|_| never_reading(&server.addr, "/report")));

@@ -326,74 +326,184 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Whether this run rewrites the goldens instead of comparing with them.
+fn blessing() -> bool {
+    std::env::var_os("NCCL_PREFLIGHT_BLESS").is_some()
+}
+
+const BLESS_HINT: &str = "(if the change is intended: NCCL_PREFLIGHT_BLESS=1 cargo test --test integration, then read the diff)";
+
 /// Compares `actual` with the golden file; `NCCL_PREFLIGHT_BLESS=1` rewrites it instead.
 pub fn golden(path: &Path, actual: &str) {
-    if std::env::var_os("NCCL_PREFLIGHT_BLESS").is_some() {
+    if blessing() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run NCCL_PREFLIGHT_BLESS=1 cargo test --test integration to create it)",
-            path.display()
-        )
-    });
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} {BLESS_HINT}", path.display()));
     if expected != actual {
         panic!(
-            "{} differs from the output.\n--- expected\n{expected}\n--- actual\n{actual}\n(if the change is intended: NCCL_PREFLIGHT_BLESS=1 cargo test --test integration)",
+            "{} differs from the output.\n--- expected\n{expected}\n--- actual\n{actual}\n{BLESS_HINT}",
             path.display()
         );
     }
 }
 
-/// The golden files of a fixture are split by what can change them. `facts/` holds what
-/// gather and tune produce (the facts, the tuned settings, the env file, nccl.conf): no
-/// check can change those. `findings/` holds what the checks decide (the verdict and the
-/// findings, the text report, the termination message, doctor's page). Adding a check
-/// changes files under `findings/` only.
-#[derive(Debug, Clone, Copy)]
-pub enum Part {
-    Facts,
-    Findings,
+/// Golden file `file` of fixture (or topic) `name`: tests/golden/NAME/FILE.
+pub fn golden_path(name: &str, file: &str) -> PathBuf {
+    repo().join("tests/golden").join(name).join(file)
 }
 
-/// Golden file `file` of fixture `name`, in `part`.
-pub fn golden_path(name: &str, part: Part, file: &str) -> PathBuf {
-    let part = match part {
-        Part::Facts => "facts",
-        Part::Findings => "findings",
-    };
-    repo().join("tests/golden").join(name).join(part).join(file)
+/// The tables that hold one kind of output of every fixture, a line per fixture and
+/// item, the fixture's name first (docs/testing.md, "Goldens"): a change that reaches
+/// every fixture (a new check) changes one file, not one per fixture.
+pub const TABLES: [&str; 3] = ["findings.txt", "settings.txt", "termination-log.txt"];
+
+/// The fixture a table line belongs to: its first word.
+pub fn table_key(line: &str) -> &str {
+    line.split(' ').next().unwrap_or("")
 }
 
-/// Compares a JSON report with the goldens of fixture `name`, one file per part:
-/// `facts/facts.json` (the report's `facts`), `facts/settings.json` (its `settings`),
-/// `findings/checks.json` (everything else: schema, version, verdict, checks).
-pub fn golden_report(name: &str, report: &str) {
-    let mut value: serde_json::Value = serde_json::from_str(report)
-        .unwrap_or_else(|e| panic!("{name}: the report is not JSON: {e}\n{report}"));
-    let object = value
-        .as_object_mut()
-        .unwrap_or_else(|| panic!("{name}: the report is not a JSON object"));
-    let pretty = |v: &serde_json::Value| format!("{}\n", serde_json::to_string_pretty(v).unwrap());
-    for (key, file) in [("facts", "facts.json"), ("settings", "settings.json")] {
-        let part = object
-            .remove(key)
-            .unwrap_or_else(|| panic!("{name}: the report has no {key}"));
-        golden(&golden_path(name, Part::Facts, file), &pretty(&part));
+/// A row of a golden table: `name` padded to one column, then `rest`, its control
+/// characters (a newline would break the row) escaped.
+pub fn table_row(name: &str, rest: &str) -> String {
+    let rest: String = rest
+        .chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().collect(),
+            c => c.to_string(),
+        })
+        .collect();
+    format!("{name:<28} {rest}").trim_end().to_string()
+}
+
+/// Compares fixture `name`'s lines of the golden table `table` (tests/golden/TABLE) with
+/// `rows`; `NCCL_PREFLIGHT_BLESS=1` rewrites those lines only, the fixtures in name order.
+/// Fixtures run as parallel tests of one process: a lock keeps their rewrites apart.
+pub fn golden_rows(table: &str, name: &str, rows: &[String]) {
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    assert!(
+        rows.iter().all(|r| table_key(r) == name),
+        "{name}: {rows:?}"
+    );
+    let path = repo().join("tests/golden").join(table);
+    let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    if blessing() {
+        let mut by_fixture: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for line in text.lines().filter(|l| table_key(l) != name) {
+            by_fixture.entry(table_key(line)).or_default().push(line);
+        }
+        by_fixture.insert(name, rows.iter().map(String::as_str).collect());
+        let lines: Vec<&str> = by_fixture.into_values().flatten().collect();
+        std::fs::write(&path, format!("{}\n", lines.join("\n"))).unwrap();
+        return;
     }
-    // The prediction (what NCCL will do) beside the findings it is judged into.
-    if let Some(nccl) = object.remove("nccl") {
-        golden(
-            &golden_path(name, Part::Findings, "nccl.json"),
-            &pretty(&nccl),
+    let expected: Vec<&str> = text.lines().filter(|l| table_key(l) == name).collect();
+    if expected != rows {
+        panic!(
+            "{}: the lines of {name} differ from the output.\n--- expected\n{}\n--- actual\n{}\n{BLESS_HINT}",
+            path.display(),
+            expected.join("\n"),
+            rows.join("\n")
         );
     }
-    golden(
-        &golden_path(name, Part::Findings, "checks.json"),
-        &pretty(&value),
-    );
+}
+
+/// Rows of `findings.txt` for a report: its verdict, then each check's status, blame
+/// and summary, in the report's order.
+pub fn findings_rows(name: &str, report: &serde_json::Value, exit: i32) -> Vec<String> {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
+    let mut rows = vec![table_row(
+        name,
+        &format!(
+            "{:<15} {:<4} {:<5} exit {exit}",
+            "(verdict)",
+            text(&report["verdict"]),
+            text(&report["fault"])
+        ),
+    )];
+    for check in report["checks"].as_array().unwrap() {
+        rows.push(table_row(
+            name,
+            &format!(
+                "{:<15} {:<4} {:<5} {}",
+                text(&check["id"]),
+                text(&check["status"]),
+                text(&check["blame"]),
+                text(&check["summary"])
+            ),
+        ));
+    }
+    rows
+}
+
+/// Rows of `settings.txt` for a report: each setting's source, name, value and reason.
+pub fn settings_rows(name: &str, report: &serde_json::Value) -> Vec<String> {
+    report["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or("-").to_string();
+            table_row(
+                name,
+                &format!(
+                    "{:<5} {}={}  ({})",
+                    text("source"),
+                    text("name"),
+                    s["value"],
+                    text("reason")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Rows of `termination-log.txt`: the message a line a row, and a last row saying so
+/// when it does not end in a newline.
+pub fn text_rows(name: &str, text: &str) -> Vec<String> {
+    let mut rows: Vec<String> = text.lines().map(|l| table_row(name, l)).collect();
+    if !text.ends_with('\n') {
+        rows.push(table_row(name, "\\ no newline at end"));
+    }
+    rows
+}
+
+/// The parts of `facts` at each JSON pointer of `paths` ("" for all), nested as in
+/// `facts`: the slice of the gathered facts a fixture's golden keeps. A part is the
+/// whole facts, a section or a field of one (at most two deep), as the facts fuzz
+/// relies on when it lays the parts over whole facts (src/commands.rs).
+pub fn facts_slice(facts: &serde_json::Value, paths: &[&str]) -> serde_json::Value {
+    let mut slice = serde_json::Value::Null;
+    for path in paths {
+        assert!(path.matches('/').count() <= 2, "{path}: more than two deep");
+        let part = facts
+            .pointer(path)
+            .unwrap_or_else(|| panic!("the facts have no {path}"));
+        if path.is_empty() {
+            return part.clone();
+        }
+        let mut at = &mut slice;
+        for key in path[1..].split('/') {
+            if !at.is_object() {
+                *at = serde_json::json!({});
+            }
+            at = at
+                .as_object_mut()
+                .unwrap()
+                .entry(key)
+                .or_insert(serde_json::Value::Null);
+        }
+        *at = part.clone();
+    }
+    slice
+}
+
+/// A JSON value as the goldens hold it: pretty, keys sorted, a final newline.
+pub fn pretty(value: &serde_json::Value) -> String {
+    format!("{}\n", serde_json::to_string_pretty(value).unwrap())
 }
 
 pub fn is_root() -> bool {

@@ -54,12 +54,80 @@ except ImportError as missing:
 
 K8S_VERSION = "1.32.0"
 
+# Bounds on what one source may cost (issue 39 row 3: a 491-byte "billion laughs" Job, nine
+# levels of `&a [*a, ...]`, ran past 120 s; a 20 MB ConfigMap took 29 s and 377 MB).
+# A source (a file, a kustomization's output, a CRD file) over MAX_SOURCE_BYTES is refused
+# before it is parsed: the API server itself takes no request body over 3 MiB
+# (k8s.io/apiserver pkg/server/config.go MaxRequestBodyBytes), so one object never needs
+# more, and a bundle that does can be split. Aliases are expanded under a node budget
+# counted on the parser's events, before anything is built: PyYAML builds an alias as a
+# shared reference, cheap to load, but every walk here visits each reference again.
+MAX_SOURCE_BYTES = 4 << 20
+MAX_EXPANDED_NODES = 1_000_000
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class TooBig(ValueError):
+    """A source over the bounds above; its message names the bound."""
+
+
+def read_bounded(path):
+    """The text of `path`, refused (TooBig) over MAX_SOURCE_BYTES without reading it all."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise TooBig(f"larger than {MAX_SOURCE_BYTES >> 20} MiB: split it (the API server "
+                     "takes no object over 3 MiB)")
+    return data.decode("utf-8", errors="replace")
+
+
+def expanded_nodes(text):
+    """How many nodes the YAML stream holds once every alias is expanded, counted on the
+    parser's events (aliases are never expanded here); TooBig past MAX_EXPANDED_NODES."""
+    sizes, stack, total = {}, [], 0
+    for event in yaml.parse(text, Loader=LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor not in sizes:
+                raise yaml.YAMLError(f"alias *{event.anchor} names no anchor before it")
+            size, anchor = sizes[event.anchor], None
+        elif isinstance(event, yaml.ScalarEvent):
+            size, anchor = 1, event.anchor
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, size = stack.pop()
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        else:
+            total += size
+        if total + sum(s for _, s in stack) > MAX_EXPANDED_NODES:
+            raise TooBig(f"expands to more than {MAX_EXPANDED_NODES} YAML nodes through its "
+                         "aliases (*name): a YAML bomb, or a manifest to write without them")
+    return total
+
+
+def load_all(text):
+    """The documents of a YAML stream, within the bounds above."""
+    if len(text.encode()) > MAX_SOURCE_BYTES:
+        raise TooBig(f"larger than {MAX_SOURCE_BYTES >> 20} MiB: split it (the API server "
+                     "takes no object over 3 MiB)")
+    expanded_nodes(text)
+    return list(yaml.load_all(text, Loader=LOADER))
+
 
 def crd_schemas(crd_dir):
     out = {}
     for path in sorted(pathlib.Path(crd_dir).glob("*.yaml")):
-        # libyaml's loader when PyYAML has it: the Kubeflow CRDs are 3.7 MB of YAML.
-        for crd in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        try:
+            crds = load_all(read_bounded(path))
+        except (TooBig, yaml.YAMLError) as e:
+            raise TooBig(f"{path}: {e}") from None
+        for crd in crds:
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
@@ -458,44 +526,97 @@ def check_restarts(doc, where, errors):
                           "on the same node for ever")
 
 
-ADMISSION_LINE = re.compile(r"^# admission: restricted\s*$", re.M)
+ADMISSION_LINE = re.compile(r"^# admission: (baseline|restricted)\s*$", re.M)
+
+# Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards,
+# the policies of k8s.io/pod-security-admission policy/*.go as of 1.32).
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes"}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
 
 
-def check_restricted(doc, where, errors):
-    """A pod template that must be admitted by the Pod Security `restricted` level and
-    OpenShift's restricted-v2 SCC (which drops ALL capabilities, allows adding only
-    NET_BIND_SERVICE, forbids privilege escalation, host namespaces and host paths, and
-    runs a UID from the namespace's range): kubernetes.io/docs/concepts/security/pod-security-standards."""
-    for tpath, template in pod_templates(doc):
-        spec = template["spec"]
-        name = f"{where}: {tpath.removeprefix('spec.')}"
-        pod_sc = spec.get("securityContext") or {}
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(key):
-                errors.append(f"{name}: {key}: not admitted by restricted-v2")
-        for v in spec.get("volumes") or []:
-            if "hostPath" in v:
-                errors.append(f"{name}: volume {v.get('name')}: hostPath is not admitted by restricted-v2")
-        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-            sc = c.get("securityContext") or {}
-            caps = sc.get("capabilities") or {}
-            label = f"{name}: {c.get('name')}"
-            extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
+def pod_security(spec, level):
+    """What the Pod Security `level` (baseline or restricted) refuses in a pod spec, one
+    message per violation, in the policies' terms. `restricted` includes `baseline`."""
+    out = []
+    pod_sc = spec.get("securityContext") or {}
+    containers = [c for k in ("initContainers", "containers", "ephemeralContainers")
+                  for c in spec.get(k) or []]
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            out.append(f"{key}: host namespaces")
+    for v in spec.get("volumes") or []:
+        kind = next((k for k in v if k != "name"), None)
+        if kind == "hostPath":
+            out.append(f"volume {v.get('name')}: hostPath volumes")
+        elif level == "restricted" and kind not in RESTRICTED_VOLUMES:
+            out.append(f"volume {v.get('name')}: {kind} is not a restricted volume type")
+    for s in pod_sc.get("sysctls") or []:
+        if s.get("name") not in SAFE_SYSCTLS:
+            out.append(f"sysctl {s.get('name')}: not a safe sysctl")
+    for c in containers:
+        sc, label = c.get("securityContext") or {}, c.get("name")
+        caps = sc.get("capabilities") or {}
+        if sc.get("privileged"):
+            out.append(f"{label}: privileged")
+        if ((sc.get("windowsOptions") or {}).get("hostProcess")
+                or (pod_sc.get("windowsOptions") or {}).get("hostProcess")):
+            out.append(f"{label}: hostProcess")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            out.append(f"{label}: hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{label}: procMount {sc.get('procMount')}")
+        for where in (sc, pod_sc):
+            se = where.get("seLinuxOptions") or {}
+            if se.get("type", "") not in SELINUX_TYPES or se.get("user") or se.get("role"):
+                out.append(f"{label}: seLinuxOptions {se}")
+            if (where.get("appArmorProfile") or {}).get("type") == "Unconfined":
+                out.append(f"{label}: AppArmor Unconfined")
+        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+        if seccomp == "Unconfined":
+            out.append(f"{label}: seccomp Unconfined")
+        added = set(caps.get("add") or [])
+        if level == "baseline":
+            extra = sorted(added - BASELINE_CAPABILITIES)
             if extra:
-                errors.append(f"{label}: adds {extra}: restricted-v2 allows adding only NET_BIND_SERVICE")
-            if "ALL" not in (caps.get("drop") or []):
-                errors.append(f"{label}: does not drop ALL capabilities")
-            if sc.get("allowPrivilegeEscalation") is not False:
-                errors.append(f"{label}: allowPrivilegeEscalation is not false")
-            if sc.get("privileged"):
-                errors.append(f"{label}: privileged")
-            if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
-                errors.append(f"{label}: runAsNonRoot is not true (in the pod or the container)")
-            if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
-                errors.append(f"{label}: runs as UID 0")
-            seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
-            if seccomp not in ("RuntimeDefault", "Localhost"):
-                errors.append(f"{label}: no RuntimeDefault or Localhost seccomp profile")
+                out.append(f"{label}: adds {extra}: baseline allows only {sorted(BASELINE_CAPABILITIES)}")
+            continue
+        extra = sorted(added - {"NET_BIND_SERVICE"})
+        if extra:
+            out.append(f"{label}: adds {extra}: restricted allows adding only NET_BIND_SERVICE")
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{label}: does not drop ALL capabilities")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{label}: allowPrivilegeEscalation is not false")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            out.append(f"{label}: runAsNonRoot is not true (in the pod or the container)")
+        if 0 in (sc.get("runAsUser"), pod_sc.get("runAsUser")):
+            out.append(f"{label}: runs as UID 0")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{label}: no RuntimeDefault or Localhost seccomp profile")
+    for key in ("annotations",):
+        for k, v in ((spec.get("metadata") or {}).get(key) or {}).items():
+            if k.startswith("container.apparmor.security.beta.kubernetes.io/") and v == "unconfined":
+                out.append(f"{k}: AppArmor unconfined")
+    return out
+
+
+def check_restricted(doc, where, errors, level="restricted"):
+    """Every pod template must be admitted by the Pod Security `level`; `restricted` also
+    stands for OpenShift's restricted-v2 SCC, whose rules for a pod that fixes no UID are
+    the same (drop ALL, add only NET_BIND_SERVICE, no privilege escalation, no host
+    namespaces or paths): kubernetes.io/docs/concepts/security/pod-security-standards."""
+    for tpath, template in pod_templates(doc):
+        name = f"{where}: {tpath.removeprefix('spec.')}"
+        spec = dict(template["spec"], metadata=template.get("metadata") or {})
+        for message in pod_security(spec, level):
+            errors.append(f"{name}: {message}: not admitted by Pod Security {level}")
 
 
 def job_specs(doc):
@@ -614,7 +735,7 @@ def validate_doc(doc, where, schemas, errors):
 def validate_text(label, text, node_text, schemas, errors):
     """Validates the YAML documents of one source: a file, or a kustomization's output.
     `node_text` holds the `# node:` line (the file itself, or the kustomization.yaml)."""
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    docs = [d for d in load_all(text) if d]
     found, templates = [], []
     for doc in docs:
         if not isinstance(doc, dict):
@@ -631,8 +752,9 @@ def validate_text(label, text, node_text, schemas, errors):
         check_network_attachment(doc, where, errors)
         check_pod_failure_policy(doc, where, errors)
         check_machine_config(doc, where, errors)
-        if ADMISSION_LINE.search(node_text):
-            check_restricted(doc, where, errors)
+        admission = ADMISSION_LINE.search(node_text)
+        if admission:
+            check_restricted(doc, where, errors, admission.group(1))
         for container, argv in commands(doc):
             found.append({"file": label, "container": container, "argv": argv})
     if templates and not found:
@@ -651,6 +773,11 @@ def kustomize_command():
     return None
 
 
+# kustomize renders every shipped directory in well under a second; go-yaml, which it
+# parses with, bounds alias expansion itself (gopkg.in/yaml.v3 decode.go allowedAliasRatio).
+RENDER_SECONDS = 30
+
+
 def render(directory):
     """The output of a kustomization directory, or an error message."""
     command = kustomize_command()
@@ -658,9 +785,10 @@ def render(directory):
         return None, (f"{directory}: cannot render: neither kubectl nor kustomize is on PATH "
                       "(scripts/setup.sh test installs kubectl)")
     try:
-        out = subprocess.run([*command, str(directory)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([*command, str(directory)], capture_output=True, text=True,
+                             timeout=RENDER_SECONDS)
     except subprocess.TimeoutExpired:
-        return None, f"{directory}: {' '.join(command)} did not finish within 120 s"
+        return None, f"{directory}: {' '.join(command)} did not finish within {RENDER_SECONDS} s"
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
         return None, f"{directory}: {' '.join(command[1:])} failed: {last}"
@@ -669,8 +797,8 @@ def render(directory):
 
 def is_component(directory):
     try:
-        k = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
-    except yaml.YAMLError:
+        k = (load_all(read_bounded(directory / "kustomization.yaml")) or [{}])[0] or {}
+    except (TooBig, yaml.YAMLError):
         return False
     return isinstance(k, dict) and k.get("kind") == "Component"
 
@@ -703,17 +831,20 @@ def validate_path(path, schemas, report):
     for label, kind, where in sources(path):
         any_source = True
         errors = report["errors"]
-        if kind == "kustomization":
-            text, problem = render(where)
-            node_text = (where / "kustomization.yaml").read_text()
-            if problem:
-                errors.append(problem)
-                continue
-        else:
-            text = where.read_text()
-            node_text = text
         try:
+            if kind == "kustomization":
+                text, problem = render(where)
+                node_text = read_bounded(where / "kustomization.yaml")
+                if problem:
+                    errors.append(problem)
+                    continue
+            else:
+                text = read_bounded(where)
+                node_text = text
             n, cmds, fits = validate_text(label, text, node_text, schemas, errors)
+        except TooBig as e:
+            errors.append(f"{label}: refused: {e}")
+            continue
         except yaml.YAMLError as e:
             errors.append(f"{label}: not YAML: {e}")
             continue
@@ -726,10 +857,9 @@ def validate_path(path, schemas, report):
 
 
 def default_crd_dirs():
-    """The CRDs shipped here (tests/manifests/crds), then the Kubeflow ones in ../shared."""
+    """The CRDs shipped here (tests/manifests/crds: the Kubeflow ones trimmed by trim_crd.py)."""
     here = pathlib.Path(__file__).resolve().parent
-    dirs = [here / "crds", here.parent.parent.parent / "shared" / "data" / "crds"]
-    return [d for d in dirs if d.is_dir()]
+    return [d for d in [here / "crds"] if d.is_dir()]
 
 
 def main():
@@ -740,8 +870,8 @@ def main():
                         help="YAML files, directories of them, or kustomization directories "
                              "(default: examples/manifests)")
     parser.add_argument("--crds", action="append", type=pathlib.Path,
-                        help="a directory of CustomResourceDefinitions (repeatable; default: "
-                             "tests/manifests/crds and ../shared/data/crds)")
+                        help="a directory of CustomResourceDefinitions, added to the repository's "
+                             "(tests/manifests/crds); repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print the whole result as JSON (documents, errors, commands, pods)")
     args = parser.parse_args()
@@ -752,8 +882,13 @@ def main():
             print(f"validate-manifests: {p}: no such file or directory", file=sys.stderr)
             return 2
     schemas = {}
-    for d in args.crds or default_crd_dirs():
-        schemas.update(crd_schemas(d))
+    try:
+        # --crds adds to the repository's CRDs; a later definition of a kind wins.
+        for d in [*default_crd_dirs(), *(args.crds or [])]:
+            schemas.update(crd_schemas(d))
+    except TooBig as e:
+        print(f"validate-manifests: --crds: {escape(str(e))}", file=sys.stderr)
+        return 2
     report = {"documents": 0, "errors": [], "commands": [], "pods": [], "sources": []}
     for p in paths:
         validate_path(p, schemas, report)

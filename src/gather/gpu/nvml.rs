@@ -11,6 +11,7 @@ use crate::vendor::deadline::Watch;
 use crate::vendor::dl::LoadError;
 use crate::vendor::nvml::{
     Device, Nvml, NvmlError, P2pCapabilitiesIndex, P2pStatus, TopologyLevel, error as nvml_error,
+    fact_error,
 };
 
 /// NVML_NVLINK_MAX_LINKS in nvml.h (18 on Hopper; older GPUs report fewer).
@@ -22,7 +23,7 @@ pub type Outcome = crate::gather::Outcome<NvmlFacts>;
 fn observed<T>(call: &str, r: Result<T, NvmlError>) -> Observed<T> {
     match r {
         Ok(v) => Observed::Value(v),
-        Err(e) => Observed::Error(FactError::new(call, e)),
+        Err(e) => Observed::Error(fact_error(call, &e)),
     }
 }
 
@@ -145,24 +146,45 @@ mod field {
 }
 
 /// The answers of one nvmlDeviceGetFieldValues call, by (field, scope): a value, or the
-/// NVML return code that refused it.
-struct Fields(std::collections::BTreeMap<(u32, u32), Result<u64, u32>>);
+/// NVML return code that refused it; and how the call as a whole failed, if it did.
+struct Fields {
+    answers: std::collections::BTreeMap<(u32, u32), Result<u64, u32>>,
+    /// dlsym's error where this NVML has no such function, or the call's return code.
+    failed: Option<Result<u32, String>>,
+}
 
 impl Fields {
     fn read(device: &Device<'_>, nvml: &Nvml, requests: &[(u32, u32)]) -> Fields {
-        match crate::vendor::nvml::field_values(device, nvml, requests) {
-            Ok(values) => Fields(values.into_iter().collect()),
-            // The call as a whole failed (or a driver without the symbol): every entry is
-            // refused, so each value falls back to its per-call function.
-            Err(rc) => Fields(requests.iter().map(|&k| (k, Err(rc))).collect()),
+        let (answers, failed) = match crate::vendor::nvml::field_values(device, nvml, requests) {
+            Ok(values) => (values.into_iter().collect(), None),
+            Err(NvmlError::FailedToLoadSymbol(dlerror)) => (Default::default(), Some(Err(dlerror))),
+            // The call as a whole failed: every entry is refused, so each value falls
+            // back to its per-call function.
+            Err(e) => {
+                let rc = u32::from(e);
+                (
+                    requests.iter().map(|&k| (k, Err(rc))).collect(),
+                    Some(Ok(rc)),
+                )
+            }
+        };
+        Fields { answers, failed }
+    }
+
+    /// How the call as a whole failed.
+    fn failure(&self) -> Option<NvmlError> {
+        match &self.failed {
+            Some(Err(dlerror)) => Some(NvmlError::FailedToLoadSymbol(dlerror.clone())),
+            Some(Ok(rc)) => Some(nvml_error(*rc)),
+            None => None,
         }
     }
 
     fn get(&self, field: u32, scope: u32) -> Result<u64, NvmlError> {
-        match self.0.get(&(field, scope)) {
+        match self.answers.get(&(field, scope)) {
             Some(Ok(v)) => Ok(*v),
             Some(Err(rc)) => Err(nvml_error(*rc)),
-            None => Err(NvmlError::NotSupported),
+            None => Err(self.failure().unwrap_or(NvmlError::NotSupported)),
         }
     }
 }
@@ -170,6 +192,9 @@ impl Fields {
 /// NVLink speed per link and direction in MB/s from the batch: field 164 on the first
 /// active link, else the common-speed field 90 that older drivers and GPUs answer.
 fn nvlink_speed(fields: &Fields, link: Option<u32>) -> Result<u32, NvmlError> {
+    if let Some(e) = fields.failure() {
+        return Err(e);
+    }
     for (f, scope) in [
         (field::NVLINK_GET_SPEED, link.unwrap_or(0)),
         (field::NVLINK_SPEED_MBPS_COMMON, 0),
@@ -376,15 +401,18 @@ struct LinkState {
 
 /// State and version of every link the GPU has: from the batch where the driver answers
 /// both fields for the link (a version of 0 is no link), else per call, where links the
-/// GPU does not have answer NotSupported or InvalidArg.
+/// GPU does not have answer NotSupported or InvalidArg. A link whose state could not be
+/// read is left out, with the first such error: unread is not down (issue 39 row 2: an
+/// NVML without nvmlDeviceGetNvLinkState read as 144 broken links).
 fn link_states(
     watch: &Watch,
     index: u32,
     device: &Device<'_>,
     fields: &Fields,
     paths: &mut Paths,
-) -> Vec<LinkState> {
+) -> (Vec<LinkState>, Option<FactError>) {
     let mut out = Vec::new();
+    let mut unread = None;
     for link in 0..MAX_LINKS {
         let batched = (
             fields.get(field::NVLINK_GET_STATE, link),
@@ -407,14 +435,21 @@ fn link_states(
             continue;
         }
         let wrapper = device.link_wrapper_for(link);
-        let active = match watch.call(
-            format!("nvmlDeviceGetNvLinkState(GPU {index}, link {link})"),
-            || wrapper.is_active(),
-        ) {
+        let call = format!("nvmlDeviceGetNvLinkState(GPU {index}, link {link})");
+        let active = match watch.call(call.clone(), || wrapper.is_active()) {
             Ok(a) => a,
             // Links the GPU does not have answer NotSupported or InvalidArg.
             Err(NvmlError::NotSupported | NvmlError::InvalidArg) => continue,
-            Err(_) => false,
+            Err(e) => {
+                let e = fact_error(&call, &e);
+                // A function the library lacks is lacking for every link.
+                let absent = e.kind == Some(crate::facts::FailureKind::NotInLibrary);
+                unread.get_or_insert(e);
+                if absent {
+                    break;
+                }
+                continue;
+            }
         };
         paths.note("nvlink_state", ReadPath::PerCall);
         paths.note("nvlink_version", ReadPath::PerCall);
@@ -426,7 +461,7 @@ fn link_states(
                 .map(nvlink_version),
         });
     }
-    out
+    (out, unread)
 }
 
 /// The batch of one GPU: per link state, version, speed and error counters, and the
@@ -534,7 +569,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         Fields::read(device, nvml, &requests)
     });
     let mut paths = Paths::default();
-    let states = link_states(watch, index, device, &fields, &mut paths);
+    let (states, nvlinks_unread) = link_states(watch, index, device, &fields, &mut paths);
     // Every link the GPU has ends at an NVSwitch when NVML counts as many
     // NVSwitch-connected links as the GPU has links: then no link needs asking.
     let all_switch = fields
@@ -599,6 +634,7 @@ fn gpu(watch: &Watch, nvml: &Nvml, index: u32, device: &Device<'_>, unjudged: bo
         fabric_state: fabric.clone().map(|(state, _)| state),
         fabric_clique: fabric.value().and_then(|(_, clique)| clique.clone()),
         nvlinks: links,
+        nvlinks_unread,
         read_paths: paths.0,
         health: Some(health),
     }
@@ -664,7 +700,7 @@ fn pair(
 }
 
 fn lost<T>(call: &str, e: &NvmlError) -> Observed<T> {
-    Observed::Error(FactError::new(call, e))
+    Observed::Error(fact_error(call, e))
 }
 
 /// A GPU NVML gives no handle for: its index, with every fact the error of that call.
@@ -687,6 +723,7 @@ fn lost_gpu(index: u32, call: &str, e: &NvmlError) -> NvmlGpu {
         fabric_state: lost(call, e),
         fabric_clique: None,
         nvlinks: Vec::new(),
+        nvlinks_unread: Some(fact_error(call, e)),
         read_paths: Default::default(),
         health: None,
     }
@@ -729,7 +766,7 @@ pub fn gather(watch: &Watch, library: &str, unjudged: bool) -> Outcome {
     };
     let count = match watch.call("nvmlDeviceGetCount_v2", || nvml.device_count()) {
         Ok(n) => n,
-        Err(e) => return Outcome::Failed(FactError::new("nvmlDeviceGetCount_v2", e)),
+        Err(e) => return Outcome::Failed(fact_error("nvmlDeviceGetCount_v2", &e)),
     };
     let mut devices = Vec::new();
     let mut gpus = Vec::new();

@@ -15,12 +15,38 @@ fn is_gpu_class(class: &str) -> bool {
     c.starts_with("0x0300") || c.starts_with("0x0302")
 }
 
-fn attr(host: &Host, dev: &str, name: &str) -> Option<String> {
-    host.read(&format!("{DEVICES}/{dev}/{name}"))
-        .ok()
-        .flatten()
+fn attr(host: &Host, dev: &str, name: &str) -> Result<Option<String>, FactError> {
+    Ok(host
+        .read(&format!("{DEVICES}/{dev}/{name}"))?
         .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+        .filter(|s| !s.is_empty()))
+}
+
+/// The NVIDIA functions on the PCI bus whose class `is_class` takes. A device whose
+/// vendor, or an NVIDIA device whose class, exists but cannot be read (a read stuck in
+/// a hung driver's attribute, permissions) makes the list unknown: it may be one of
+/// them (issue 39 re-run: a GPU whose attributes hung was left out, and a p5 read as
+/// "8 GPUs but the PCI bus lists 7: a GPU has fallen off the bus").
+fn nvidia_functions(host: &Host, is_class: fn(&str) -> bool) -> Observed<Vec<String>> {
+    let entries = match host.list_dir(DEVICES) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Observed::Value(Vec::new()),
+        Err(e) => return Observed::Error(e),
+    };
+    let mut out = Vec::new();
+    for dev in entries {
+        let class = match attr(host, &dev, "vendor") {
+            Ok(Some(v)) if v == NVIDIA => attr(host, &dev, "class"),
+            Ok(_) => continue,
+            Err(e) => return Observed::Error(e),
+        };
+        match class {
+            Ok(Some(c)) if is_class(&c) => out.push(dev),
+            Ok(_) => {}
+            Err(e) => return Observed::Error(e),
+        }
+    }
+    Observed::Value(out)
 }
 
 /// A GPU's attributes, read one by one; those that exist but cannot be read or parsed
@@ -71,37 +97,12 @@ fn is_nvswitch_class(class: &str) -> bool {
 /// The NVIDIA NVSwitch functions on the PCI bus, by bus id (sorted, as sysfs lists them).
 /// The fabric-manager check on pre-Hopper NVSwitch systems keys on them.
 pub fn nvswitches(host: &Host) -> Observed<Vec<String>> {
-    let entries = match host.list_dir(DEVICES) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Observed::Value(Vec::new()),
-        Err(e) => return Observed::Error(e),
-    };
-    Observed::Value(
-        entries
-            .into_iter()
-            .filter(|dev| {
-                attr(host, dev, "vendor").as_deref() == Some(NVIDIA)
-                    && attr(host, dev, "class").is_some_and(|c| is_nvswitch_class(&c))
-            })
-            .collect(),
-    )
+    nvidia_functions(host, is_nvswitch_class)
 }
 
 pub fn gather(host: &Host) -> Observed<Vec<PciGpu>> {
-    let entries = match host.list_dir(DEVICES) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Observed::Value(Vec::new()),
-        Err(e) => return Observed::Error(e),
-    };
-    let gpus = entries
-        .into_iter()
-        .filter(|dev| {
-            attr(host, dev, "vendor").as_deref() == Some(NVIDIA)
-                && attr(host, dev, "class").is_some_and(|c| is_gpu_class(&c))
-        })
-        .map(|dev| gpu(host, dev))
-        .collect();
-    Observed::Value(gpus)
+    nvidia_functions(host, is_gpu_class)
+        .map(|devs| devs.into_iter().map(|d| gpu(host, d)).collect())
 }
 
 /// One NVIDIA GPU function's facts.
@@ -307,14 +308,18 @@ mod tests {
         assert!(!is_bus_id("pci0000:00") && !is_bus_id("devices") && !is_bus_id("0000:zz:00.0"));
     }
 
-    /// A sysfs tree under a temp root with one NVIDIA GPU whose attributes are `attrs`
-    /// (a value of `None` makes the attribute a directory: it exists, and reading fails).
+    /// A sysfs tree under a temp root with one NVIDIA GPU whose attributes are `attrs`,
+    /// over its vendor and class (a value of `None` makes the attribute a directory: it
+    /// exists, and reading fails).
     fn one_gpu(attrs: &[(&str, Option<&str>)]) -> tempfile::TempDir {
         let root = tempfile::tempdir().unwrap();
         let dev = root.path().join("sys/bus/pci/devices/0000:10:00.0");
         std::fs::create_dir_all(&dev).unwrap();
         let base = [("vendor", Some("0x10de\n")), ("class", Some("0x030200\n"))];
-        for (name, value) in base.iter().chain(attrs) {
+        let kept = base
+            .iter()
+            .filter(|(n, _)| !attrs.iter().any(|(a, _)| a == n));
+        for (name, value) in kept.chain(attrs) {
             match value {
                 Some(v) => std::fs::write(dev.join(name), v).unwrap(),
                 None => std::fs::create_dir(dev.join(name)).unwrap(),
@@ -366,6 +371,32 @@ mod tests {
             !serde_json::to_string(&gpus[0])
                 .unwrap()
                 .contains("unreadable")
+        );
+    }
+
+    /// Issue 39, re-run of a read stuck in the kernel: a GPU whose `class` could not be
+    /// read was taken for no GPU, so the PCI bus "listed 7" of a p5's 8 and gpu-devices
+    /// failed the node ("a GPU has fallen off the bus"). An NVIDIA function whose class,
+    /// or any function whose vendor, cannot be read makes the list unknown; one whose
+    /// vendor is another's is left out without reading its class.
+    #[test]
+    fn regression_an_unreadable_vendor_or_class_is_an_unknown_list_not_a_missing_gpu() {
+        for unreadable in ["class", "vendor"] {
+            let root = one_gpu(&[(unreadable, None)]);
+            let got = gather(&Host::new(root.path()));
+            let e = got
+                .error()
+                .unwrap_or_else(|| panic!("{unreadable}: a list"));
+            assert!(
+                e.source.ends_with(&format!("0000:10:00.0/{unreadable}")),
+                "{e}"
+            );
+            assert!(nvswitches(&Host::new(root.path())).error().is_some());
+        }
+        let other = one_gpu(&[("vendor", Some("0x8086\n")), ("class", None)]);
+        assert_eq!(
+            gather(&Host::new(other.path())).value().map(Vec::len),
+            Some(0)
         );
     }
 

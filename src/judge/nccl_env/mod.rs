@@ -81,11 +81,11 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
             }
             if env.keys().any(|k| k.starts_with("NCCL_")) {
                 evidence.push(match version {
-                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", v.to_string()),
+                    Some(v) => format!("names and values checked against NCCL {}, the libnccl this image loads", v),
                     None => format!(
                         "NCCL version unknown (no libnccl loaded here): names and values checked against every release from {} to {}",
                         cat.tags.first().copied().unwrap_or_default(),
-                        cat.latest().to_string()
+                        cat.latest()
                     ),
                 });
             }

@@ -30,7 +30,7 @@ fn range(rows: &[&catalog::VarRow]) -> String {
             if r.first == r.last {
                 r.first.to_string()
             } else {
-                format!("{} to {}", r.first.to_string(), r.last.to_string())
+                format!("{} to {}", r.first, r.last)
             }
         })
         .collect::<Vec<_>>()
@@ -46,7 +46,7 @@ pub(super) fn lint_names(
     let tags = format!(
         "{} to {}",
         catalog.tags.first().copied().unwrap_or_default(),
-        catalog.latest().to_string()
+        catalog.latest()
     );
     for (name, value) in &facts.nccl_env {
         if !name.starts_with("NCCL_")

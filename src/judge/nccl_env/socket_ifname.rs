@@ -289,7 +289,7 @@ fn counted_evidence(
     if let Some(v) = version {
         evidence.push(format!(
             "selection rules of NCCL {}, the libnccl this image loads",
-            v.to_string()
+            v
         ));
     }
     evidence

@@ -118,10 +118,7 @@ fn unknown_names(
     if unknown.is_empty() {
         return None;
     }
-    let which = version.map_or_else(
-        || "the newest NCCL".to_string(),
-        |v| format!("NCCL {}", v.to_string()),
-    );
+    let which = version.map_or_else(|| "the newest NCCL".to_string(), |v| format!("NCCL {}", v));
     let (status, effect) = match version {
         Some(v) if v >= STRICT_LIST => (
             Outcome::init_fails(format!(
@@ -253,7 +250,7 @@ pub(super) fn lint_algo(
             Outcome::Unaffected,
             format!(
                 "NCCL {} ignores the setting and falls back to Ring and Tree",
-                v.to_string()
+                v
             ),
         ),
         _ => (
