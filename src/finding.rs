@@ -30,7 +30,8 @@ impl Status {
 }
 
 /// Where the fault of a failing or warning finding lies, decided by where its fix is
-/// applied (issue 28, the failure-policy contract): on the node, or in the job.
+/// applied (issue 28, the failure-policy contract): on the node, or in the job. A
+/// judged problem states who can change it ([`Owner`]) and its blame follows from that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Blame {
@@ -47,6 +48,178 @@ impl Blame {
         match self {
             Blame::Node => "node",
             Blame::Job => "job",
+        }
+    }
+}
+
+/// Who can change what a problem needs changed (issue 36): the blame follows from it by
+/// one mapping ([`Owner::blame`]; docs/failure-policy.md states it). A limit, a library or
+/// a variable the job can change itself is the job's even when the node's defaults set
+/// it: under the failure policy a pod blamed on the node is retried on node after node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// The pod spec: the resources it requests (GPUs, RDMA devices, an IMEX channel),
+    /// its volumes (/dev/shm), hostIPC, how many GPUs and processes a pod holds.
+    PodSpec,
+    /// The image: the libraries it ships (libnccl, the net plugin, libfabric, libibverbs,
+    /// the CUDA runtime).
+    Image,
+    /// The job's environment: NCCL_* and FI_* variables, CUDA_VISIBLE_DEVICES, the
+    /// launcher's variables.
+    Environment,
+    /// A soft limit below the hard one: the container raises it itself (`ulimit`, or
+    /// setrlimit in its entrypoint), no node change needed.
+    SoftLimit,
+    /// The node's driver and kernel: the NVIDIA driver, kernel modules (nvidia-peermem,
+    /// efa), IOMMU and ACS settings, MIG mode.
+    Driver,
+    /// The NVLink fabric: the fabric manager, NVSwitches, IMEX, NVLink partitions.
+    FabricManager,
+    /// A hard limit the container runtime sets (memlock, stack): only the node's owner
+    /// raises it.
+    HardLimit,
+    /// The hardware: a GPU, a NIC, a port, a link, the PCIe tree.
+    Hardware,
+    /// The node's kubelet: which GPUs and NICs its device plugins hand a pod, and whether
+    /// its topology manager keeps them on one CPU socket.
+    Kubelet,
+}
+
+impl Owner {
+    /// Every owner, for the tables that list them.
+    pub const ALL: [Owner; 9] = [
+        Owner::PodSpec,
+        Owner::Image,
+        Owner::Environment,
+        Owner::SoftLimit,
+        Owner::Driver,
+        Owner::FabricManager,
+        Owner::HardLimit,
+        Owner::Hardware,
+        Owner::Kubelet,
+    ];
+
+    /// The blame of a problem this owner can fix: the job's owner changes the pod spec,
+    /// the image, the environment and soft limits; the node's owner the rest.
+    pub fn blame(self) -> Blame {
+        match self {
+            Owner::PodSpec | Owner::Image | Owner::Environment | Owner::SoftLimit => Blame::Job,
+            Owner::Driver
+            | Owner::FabricManager
+            | Owner::HardLimit
+            | Owner::Hardware
+            | Owner::Kubelet => Blame::Node,
+        }
+    }
+
+    /// Its name in reports and docs/failure-policy.md (`pod-spec`, `hard-limit`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Owner::PodSpec => "pod-spec",
+            Owner::Image => "image",
+            Owner::Environment => "environment",
+            Owner::SoftLimit => "soft-limit",
+            Owner::Driver => "driver",
+            Owner::FabricManager => "fabric-manager",
+            Owner::HardLimit => "hard-limit",
+            Owner::Hardware => "hardware",
+            Owner::Kubelet => "kubelet",
+        }
+    }
+}
+
+impl From<Owner> for Blame {
+    fn from(owner: Owner) -> Blame {
+        owner.blame()
+    }
+}
+
+/// What NCCL (or the job's processes) will do because of a problem (issue 36): every
+/// judged warning and failure states one, and its status follows from it by one
+/// mapping ([`Outcome::severity`]; docs/failure-policy.md states it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// NCCL's init or its first collective fails, with the error NCCL gives (its WARN
+    /// text, the ncclResult_t), or a process of the job dies (SIGBUS).
+    InitFails { error: String },
+    /// NCCL hangs: where (bootstrap, connection setup, a collective).
+    Hangs { at: String },
+    /// The job cannot start: no GPU, a driver or library that does not load, or a
+    /// requirement the gate was given (`--require`, `--min-*`) not met.
+    CannotStart { why: String },
+    /// NCCL runs on a slower path: which path, and at what cost.
+    Degraded { path: String, cost: String },
+    /// What NCCL will do could not be determined: what is not known (a file that could
+    /// not be read, the job's span the launcher does not state).
+    Undetermined { unknown: String },
+    /// NCCL runs as it would without the problem: a note, never a warning.
+    Unaffected,
+}
+
+impl Outcome {
+    pub fn init_fails(error: impl Into<String>) -> Outcome {
+        Outcome::InitFails {
+            error: error.into(),
+        }
+    }
+
+    pub fn hangs(at: impl Into<String>) -> Outcome {
+        Outcome::Hangs { at: at.into() }
+    }
+
+    pub fn cannot_start(why: impl Into<String>) -> Outcome {
+        Outcome::CannotStart { why: why.into() }
+    }
+
+    pub fn degraded(path: impl Into<String>, cost: impl Into<String>) -> Outcome {
+        Outcome::Degraded {
+            path: path.into(),
+            cost: cost.into(),
+        }
+    }
+
+    pub fn undetermined(unknown: impl Into<String>) -> Outcome {
+        Outcome::Undetermined {
+            unknown: unknown.into(),
+        }
+    }
+
+    /// The one mapping from outcome to status: fail for an init failure, a hang or a
+    /// job that cannot start; warn for a degraded run or one that could not be
+    /// determined; `None` (a pass with a note) when NCCL is unaffected.
+    pub fn severity(&self) -> Option<Severity> {
+        match self {
+            Outcome::InitFails { .. } | Outcome::Hangs { .. } | Outcome::CannotStart { .. } => {
+                Some(Severity::Fail)
+            }
+            Outcome::Degraded { .. } | Outcome::Undetermined { .. } => Some(Severity::Warn),
+            Outcome::Unaffected => None,
+        }
+    }
+
+    /// Its kind as the report writes it (`init-fails`, `degraded`), and `unaffected`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::InitFails { .. } => "init-fails",
+            Outcome::Hangs { .. } => "hangs",
+            Outcome::CannotStart { .. } => "cannot-start",
+            Outcome::Degraded { .. } => "degraded",
+            Outcome::Undetermined { .. } => "undetermined",
+            Outcome::Unaffected => "unaffected",
+        }
+    }
+
+    /// One line for reports: `init fails: ...`, `degraded: NET/Socket (90x slower)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::InitFails { error } => format!("init fails: {error}"),
+            Outcome::Hangs { at } => format!("hangs: {at}"),
+            Outcome::CannotStart { why } => format!("cannot start: {why}"),
+            Outcome::Degraded { path, cost } => format!("degraded: {path} ({cost})"),
+            Outcome::Undetermined { unknown } => format!("undetermined: {unknown}"),
+            Outcome::Unaffected => "unaffected".to_string(),
         }
     }
 }
@@ -146,6 +319,11 @@ pub struct Finding {
     /// table's default is stamped on when the report is built ([`Finding::blamed_by_default`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     blame: Option<Blame>,
+    /// What NCCL will do (issue 36): on every warning and failure a judge gives, and the
+    /// status follows from it ([`Outcome::severity`]); absent from measured and runtime
+    /// findings, which say what happened, and from reports of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outcome: Option<Box<Outcome>>,
     /// True on a warning or failure that says the check could not determine what it
     /// judges (what it reads could not be read): no statement about the node. `probe
     /// --npd` answers Unknown when every finding that judged something is one.
@@ -165,6 +343,8 @@ struct FindingRecord {
     ignored: bool,
     #[serde(default)]
     blame: Option<Blame>,
+    #[serde(default)]
+    outcome: Option<Box<Outcome>>,
     #[serde(default)]
     undetermined: bool,
 }
@@ -195,6 +375,21 @@ impl TryFrom<FindingRecord> for Finding {
                 r.status.label()
             ));
         }
+        // The status follows from the outcome; an ignored failure is a warning.
+        if let Some(o) = &r.outcome {
+            let follows = match o.severity() {
+                Some(s) => s.status() == r.status || (r.ignored && s == Severity::Fail),
+                None => false,
+            };
+            if !follows {
+                return Err(format!(
+                    "finding {:?}: status {} does not follow from its outcome ({})",
+                    r.id,
+                    r.status.label(),
+                    o.describe()
+                ));
+            }
+        }
         Ok(Finding {
             id: r.id,
             status: r.status,
@@ -203,6 +398,7 @@ impl TryFrom<FindingRecord> for Finding {
             remediation: r.remediation,
             ignored: r.ignored,
             blame: r.blame,
+            outcome: r.outcome,
             undetermined: r.undetermined && needs_fix,
         })
     }
@@ -218,6 +414,7 @@ impl Finding {
             remediation,
             ignored: false,
             blame: None,
+            outcome: None,
             undetermined: false,
         }
     }
@@ -232,7 +429,29 @@ impl Finding {
         Self::build(id, Status::Skip, summary.into(), None)
     }
 
-    /// A problem that does not stop the job, with its fix.
+    /// What NCCL will do because of a problem, with its fix: the status follows from
+    /// the outcome (fail: init fails, hangs, cannot start; warn: degraded or
+    /// undetermined). An unaffected NCCL is a pass, the fix kept as a note.
+    pub fn predicts(
+        id: &str,
+        outcome: Outcome,
+        summary: impl Into<String>,
+        remediation: impl Into<String>,
+    ) -> Self {
+        match outcome.severity() {
+            Some(severity) => {
+                let mut f = Self::flagged(id, severity, summary, remediation);
+                // What NCCL does could not be determined: no statement about the node.
+                f.undetermined = matches!(outcome, Outcome::Undetermined { .. });
+                f.outcome = Some(Box::new(outcome));
+                f
+            }
+            None => Self::pass(id, summary).evidence(note_fix(&remediation.into())),
+        }
+    }
+
+    /// A problem that does not stop the job, with its fix. Judges state an outcome
+    /// instead ([`Finding::predicts`]); this is for what was measured or seen.
     pub fn warn(id: &str, summary: impl Into<String>, remediation: impl Into<String>) -> Self {
         Self::flagged(id, Severity::Warn, summary, remediation)
     }
@@ -276,12 +495,17 @@ impl Finding {
         self.blame
     }
 
+    /// What NCCL will do: `Some` on a judged warning or failure.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_deref()
+    }
+
     /// This finding's own blame, where the check can fail for either reason (gpu-p2p:
-    /// one GPU per pod is the job's, P2P disabled by ACS is the node's). A pass or a
-    /// skip carries none.
-    pub fn blamed(mut self, blame: Blame) -> Self {
+    /// one GPU per pod is the job's, P2P disabled by ACS is the node's): the [`Owner`]
+    /// who can change it, whose blame it is. A pass or a skip carries none.
+    pub fn blamed(mut self, blame: impl Into<Blame>) -> Self {
         if self.status >= Status::Warn {
-            self.blame = Some(blame);
+            self.blame = Some(blame.into());
         }
         self
     }
@@ -342,7 +566,10 @@ pub(crate) fn verdict(findings: &[Finding]) -> Status {
 /// One problem a check found: how bad, what, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Problem {
-    pub status: Severity,
+    /// How bad; `None` for a note (NCCL unaffected), which never raises a finding's status.
+    status: Option<Severity>,
+    /// What NCCL will do (a judged problem); `None` for one measured or seen at run time.
+    outcome: Option<Outcome>,
     pub summary: String,
     pub evidence: Vec<String>,
     pub remediation: String,
@@ -353,13 +580,15 @@ pub(crate) struct Problem {
 }
 
 impl Problem {
+    /// A problem measured or seen at run time, of a known severity.
     pub(crate) fn new(
         status: Severity,
         summary: impl Into<String>,
         remediation: impl Into<String>,
     ) -> Self {
         Problem {
-            status,
+            status: Some(status),
+            outcome: None,
             summary: summary.into(),
             evidence: Vec::new(),
             remediation: remediation.into(),
@@ -368,9 +597,26 @@ impl Problem {
         }
     }
 
+    /// A judged problem: what NCCL will do because of it; its severity follows.
+    pub(crate) fn predicts(
+        outcome: Outcome,
+        summary: impl Into<String>,
+        remediation: impl Into<String>,
+    ) -> Self {
+        Problem {
+            status: outcome.severity(),
+            undetermined: matches!(outcome, Outcome::Undetermined { .. }),
+            outcome: Some(outcome),
+            summary: summary.into(),
+            evidence: Vec::new(),
+            remediation: remediation.into(),
+            blame: None,
+        }
+    }
+
     /// This problem's own blame (see [`Finding::blamed`]).
-    pub(crate) fn blamed(mut self, blame: Blame) -> Self {
-        self.blame = Some(blame);
+    pub(crate) fn blamed(mut self, blame: impl Into<Blame>) -> Self {
+        self.blame = Some(blame.into());
         self
     }
 
@@ -379,6 +625,11 @@ impl Problem {
         self.undetermined = true;
         self
     }
+}
+
+/// A note's fix as one evidence line: a pass cannot carry a remediation.
+fn note_fix(remediation: &str) -> String {
+    format!("to act on it: {}", remediation.replace('\n', " "))
 }
 
 /// The blame of problems judged together: the job's when any of them blames the job,
@@ -395,51 +646,88 @@ fn combined_blame(problems: &[&Problem]) -> Option<Blame> {
     }
 }
 
+/// The problems in the order a finding shows them: the worst first, and among the
+/// worst those that carry the finding's blame first (issue 39 row 5: the line that
+/// leads names the problem the blame comes from), notes last.
+fn worst_first(problems: &mut [Problem]) -> Option<Blame> {
+    problems.sort_by_key(|p| std::cmp::Reverse(p.status));
+    let worst = problems.first().and_then(|p| p.status);
+    let worst_ones: Vec<&Problem> = problems.iter().filter(|p| p.status == worst).collect();
+    let blame = combined_blame(&worst_ones);
+    if let Some(b) = blame {
+        problems.sort_by_key(|p| (std::cmp::Reverse(p.status), p.blame != Some(b)));
+    }
+    blame
+}
+
 /// One finding from a check's problems: a pass with `pass_summary` when there are
-/// none, else the worst status, its summary (with a count when there are several),
-/// every problem's evidence, and each distinct fix once.
+/// none (or only notes, which it mentions), else the worst status, its summary (with a
+/// count when there are several), the worst problem's outcome, every problem's
+/// evidence, and each distinct fix once.
 pub(crate) fn combine(
     id: &str,
     pass_summary: String,
     evidence: Vec<String>,
     mut problems: Vec<Problem>,
 ) -> Finding {
-    if problems.is_empty() {
-        let mut f = Finding::pass(id, pass_summary);
-        f.evidence = evidence;
-        return f;
-    }
-    problems.sort_by_key(|p| std::cmp::Reverse(p.status));
-    let worst = problems[0].status;
-    let summary = if problems.len() == 1 {
-        problems[0].summary.clone()
+    let blame = worst_first(&mut problems);
+    let Some(worst) = problems.first().and_then(|p| p.status) else {
+        return noted_pass(id, pass_summary, evidence, &problems);
+    };
+    let (flagged, notes): (Vec<&Problem>, Vec<&Problem>) =
+        problems.iter().partition(|p| p.status.is_some());
+    let summary = if flagged.len() == 1 {
+        flagged[0].summary.clone()
     } else {
-        format!(
-            "{} problems; worst: {}",
-            problems.len(),
-            problems[0].summary
-        )
+        format!("{} problems; worst: {}", flagged.len(), flagged[0].summary)
     };
     let mut all_evidence = evidence;
-    for p in &problems {
-        if problems.len() > 1 {
+    for p in &flagged {
+        if flagged.len() > 1 {
             all_evidence.push(p.summary.clone());
         }
         all_evidence.extend(p.evidence.iter().cloned());
     }
+    // A note keeps its fix beside it: the finding's remediation is for what NCCL does.
+    for n in &notes {
+        all_evidence.push(format!("note: {}", n.summary));
+        all_evidence.extend(n.evidence.iter().cloned());
+        all_evidence.push(note_fix(&n.remediation));
+    }
     let mut fixes: Vec<&str> = Vec::new();
-    for p in &problems {
+    for p in &flagged {
         if !fixes.contains(&p.remediation.as_str()) {
             fixes.push(&p.remediation);
         }
     }
     let mut f = Finding::flagged(id, worst, summary, fixes.join("\n"));
     f.evidence = all_evidence;
-    // The finding's status is the worst problems': so is its blame.
-    let worst_ones: Vec<&Problem> = problems.iter().filter(|p| p.status == worst).collect();
-    f.blame = combined_blame(&worst_ones);
-    // Undetermined only when nothing the check found was determined.
-    f.undetermined = problems.iter().all(|p| p.undetermined);
+    f.outcome = flagged[0].outcome.clone().map(Box::new);
+    f.blame = blame;
+    // Undetermined only when nothing the check flagged was determined.
+    f.undetermined = flagged.iter().all(|p| p.undetermined);
+    f
+}
+
+/// A pass whose only problems are notes (NCCL unaffected): the summary names the first,
+/// the evidence holds each with its fix.
+fn noted_pass(id: &str, pass_summary: String, evidence: Vec<String>, notes: &[Problem]) -> Finding {
+    let summary = match notes {
+        [] => pass_summary,
+        [one] => format!("{pass_summary}; note: {}", one.summary),
+        [first, ..] => format!(
+            "{pass_summary}; {} notes, first: {}",
+            notes.len(),
+            first.summary
+        ),
+    };
+    let mut f = Finding::pass(id, summary);
+    f.evidence = evidence;
+    for n in notes {
+        f.evidence.push(format!("note: {}", n.summary));
+        f.evidence.extend(n.evidence.iter().cloned());
+        f.evidence.push(note_fix(&n.remediation));
+    }
     f
 }
 
@@ -467,9 +755,10 @@ pub(crate) struct CheckInfo {
     /// What the check looks at, for `--help` and docs/checks.md.
     pub title: &'static str,
     pub source: Source,
-    /// Where a failure lies unless the finding says otherwise, and why: where the fix is
-    /// applied (docs/failure-policy.md lists every check's).
-    pub blame: Blame,
+    /// Who changes what a failure needs changed unless the finding says otherwise, whose
+    /// blame is the check's default, and why: where the fix is applied
+    /// (docs/failure-policy.md lists every check's).
+    pub owner: Owner,
     pub blame_why: &'static str,
 }
 
@@ -494,63 +783,63 @@ const REGISTRY: &[CheckInfo] = &[
         id: ids::GPU_BANDWIDTH,
         title: "measured GPU peer-copy bandwidth against the links' figure (bench)",
         source: Source::Measured,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "a peer copy below the links' figure is a link, a switch or a GPU of this node: the fix is the node's (reseat, replace, drain)",
     },
     CheckInfo {
         id: ids::NCCL_ALLREDUCE,
         title: "measured NCCL all-reduce bandwidth and transport (bench)",
         source: Source::Measured,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "an all-reduce below what this node's links give is the node's links or GPUs; the job's variables are judged by nccl-env",
     },
     CheckInfo {
         id: ids::GPU_XID,
         title: "GPU XID events seen while serving",
         source: Source::Runtime,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "an XID is the GPU or its driver reporting a fault on this node",
     },
     CheckInfo {
         id: ids::NCCL_JOB,
         title: "the running job through NCCL's RAS: hung collectives, dead ranks, NCCL errors (serve --watch-nccl)",
         source: Source::Runtime,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "a hung collective or a dead rank is a rank whose node stopped answering; the job's settings are judged before it starts",
     },
     CheckInfo {
         id: ids::NCCL_DIAGNOSTICS,
         title: "NCCL's own RAS diagnostics (2.31+: ECC, NVLink, Xid/SXid, drivers, NCCL_* across ranks) judged (serve POST /job/diagnose, gang)",
         source: Source::Runtime,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "NCCL's diagnostics report ECC, NVLink, Xid and driver faults of the ranks' nodes; ranks that differ only in their NCCL_* settings are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_JOIN,
         title: "every pod of the job joined one NCCL communicator in time (gang)",
         source: Source::Measured,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "a pod that never came or that NCCL could not join is named by the gang: its node or its links; a duplicate rank, a refused or stale pod or a port held in the pod are the job's (set per finding)",
     },
     CheckInfo {
         id: ids::GANG_CONSISTENCY,
         title: "the pods agree: NCCL version, driver, GPUs, NICs, plugin, NCCL/FI variables, local verdicts (gang)",
         source: Source::Measured,
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "pods that disagree on NCCL, variables or options were built from different images or templates: the job's; a pod with fewer GPUs or RDMA devices, or whose own failures are all its node's, is the node's (set per finding)",
     },
     CheckInfo {
         id: ids::NCCL_CONF,
         title: "the nccl.conf `init --nccl-conf` writes is one the image's NCCL reads (NCCL_CONF_FILE: 2.23 and later)",
         source: Source::Image,
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "the nccl.conf is read by the image's NCCL (2.23 and later): the image is the job's",
     },
     CheckInfo {
         id: ids::GANG_BANDWIDTH,
         title: "all-reduce busbw across the job, the transport NCCL chose, the node x node matrix and its straggler (gang)",
         source: Source::Measured,
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "a slow all-reduce, a straggler or a link below its figure is a node's links; NCCL on sockets despite RDMA devices or a pod sending nonsense is the job's (set per finding)",
     },
 ];
@@ -676,6 +965,58 @@ mod tests {
             blame(vec![p(Severity::Fail, node), p(Severity::Fail, None)]),
             None
         );
+    }
+
+    /// Issue 39 row 5: the mixed multi-node NVLink fixture said `mnnvl [job]: ... worst:
+    /// GPU 2: NVLink fabric state in_progress`, the node's problem under the job's blame.
+    /// Among the worst problems, the one the blame comes from leads the summary, and its
+    /// outcome is the finding's, whatever order the judge found them in.
+    #[test]
+    fn the_line_that_leads_names_the_problem_that_carries_the_blame() {
+        let node = Problem::predicts(
+            Outcome::degraded("the network between trays", "slower"),
+            "GPU 2: NVLink fabric state in_progress",
+            "bring the fabric up",
+        )
+        .blamed(Owner::FabricManager);
+        let job = Problem::predicts(
+            Outcome::init_fails("MNNVL ... Check the IMEX channel configuration"),
+            "no IMEX channel in this container",
+            "request an IMEX channel",
+        )
+        .blamed(Owner::PodSpec);
+        let fabric_fails = Problem::predicts(
+            Outcome::init_fails("the fabric"),
+            "GPU 2: NVLink fabric state in_progress",
+            "bring the fabric up",
+        )
+        .blamed(Owner::FabricManager);
+        for problems in [
+            vec![node.clone(), job.clone()],
+            vec![fabric_fails.clone(), job.clone()],
+            vec![job.clone(), fabric_fails.clone()],
+        ] {
+            let f = combine("mnnvl", "ok".into(), vec![], problems);
+            assert_eq!(f.blame(), Some(Blame::Job), "{f:?}");
+            assert!(
+                f.summary.contains("worst: no IMEX channel")
+                    || f.summary == "no IMEX channel in this container",
+                "{}",
+                f.summary
+            );
+            assert_eq!(f.outcome().map(Outcome::kind), Some("init-fails"));
+            assert!(
+                matches!(f.outcome(), Some(Outcome::InitFails { error }) if error.contains("IMEX"))
+            );
+        }
+        // All of the worst the node's: the node's problem leads, under the node's blame.
+        let f = combine(
+            "mnnvl",
+            "ok".into(),
+            vec![],
+            vec![job.clone().blamed(Owner::Hardware), fabric_fails],
+        );
+        assert_eq!(f.blame(), Some(Blame::Node));
     }
 
     #[test]

@@ -321,6 +321,14 @@ pub fn with_ofi_plugin(mut facts: Facts) -> Facts {
     facts
 }
 
+/// `facts` whose trainer loads libnccl `version` (`2.27.7`).
+pub fn with_nccl_version(mut facts: Facts, version: &str) -> Facts {
+    if let gpu::LibraryState::Loaded(l) = &mut facts.rdma.nccl.library.state {
+        l.version = Observed::Value(version.into());
+    }
+    facts
+}
+
 /// `facts` with one active InfiniBand HCA (`mlx5_0`), usable from this process.
 pub fn with_ib(facts: Facts) -> Facts {
     with_rdma(

@@ -24,7 +24,7 @@
 use super::{Finding, Problem};
 use crate::facts::gpu::{CUDA_COMPAT_DIR, LibraryState, cuda_version_text};
 use crate::facts::{Facts, ImageRole};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -78,8 +78,10 @@ fn fit_problem(v: i32, driver: i32, compat: bool) -> Option<Problem> {
     let (v_text, driver_text) = (cuda_version_text(v), cuda_version_text(driver));
     match fit(v, driver) {
         Fit::Supported => None,
-        Fit::MinorCompatible => Some(Problem::new(
-            Severity::Warn,
+        Fit::MinorCompatible => Some(Problem::predicts(
+            Outcome::undetermined(
+                "whether the job calls CUDA APIs or runs PTX newer than the driver: those fail, the rest runs",
+            ),
             format!(
                 "libcudart {v_text} runs on this CUDA {driver_text} driver only through minor-version compatibility: \
                  calls the driver lacks fail (cudaErrorCallRequiresNewerDriver) and PTX from the {v_text} toolkit cannot be JIT-compiled (cudaErrorUnsupportedPtxVersion)"
@@ -105,8 +107,10 @@ fn fit_problem(v: i32, driver: i32, compat: bool) -> Option<Problem> {
                      Otherwise upgrade the node's driver to one that supports CUDA {v_text}."
                 )
             };
-            Some(Problem::new(
-                Severity::Fail,
+            Some(Problem::predicts(
+                Outcome::cannot_start(
+                    "the first CUDA call fails (cudaErrorInsufficientDriver): no GPU work, NCCL's included",
+                ),
                 format!(
                     "libcudart {v_text} needs a newer driver than this one (CUDA {driver_text}): \
                      the first CUDA call fails with \"CUDA driver version is insufficient for CUDA runtime version\""
@@ -151,8 +155,9 @@ fn driver_unknown(facts: &Facts, evidence: Vec<String>) -> Finding {
         "the driver's CUDA version is unknown: the image's CUDA runtime cannot be dated against it";
     let mut f = match facts.gpus.nvml.state {
         LibraryState::NotFound { .. } => Finding::skip(ID, summary),
-        _ => Finding::warn(
+        _ => Finding::predicts(
             ID,
+            Outcome::undetermined("whether the driver runs the image's CUDA runtime"),
             summary,
             "See gpu-devices for why neither libcuda nor NVML answered.",
         ),
@@ -224,8 +229,8 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
             cuda_version_text(v)
         ),
         None => {
-            problems.push(Problem::new(
-                Severity::Warn,
+            problems.push(Problem::predicts(
+                Outcome::undetermined("whether the driver runs the image's CUDA runtime"),
                 "no libcudart in this image could be dated: its version could not be read",
                 "Run `nccl-preflight facts` in the training image and see gpus.cuda_runtime.",
             ));

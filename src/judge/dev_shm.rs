@@ -6,8 +6,9 @@
 //! it always ("bus error ... insufficient shared memory"). Docker and containerd
 //! give containers 64 MiB. (FACTS.md sections 1 and 2.)
 
-use super::{Finding, undetermined};
+use super::{Finding, undetermined, unmet};
 use crate::facts::{Facts, FsUsage, Observed, ShmFacts};
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 use crate::remediation;
@@ -15,14 +16,29 @@ use crate::units::format_bytes;
 
 pub const ID: &str = "dev-shm";
 
+/// What a /dev/shm below `--min-shm` does when NCCL itself does not need it: PyTorch's
+/// DataLoader workers pass every batch through it and die with "bus error ...
+/// insufficient shared memory" when it fills, which depends on the job's batches; an
+/// explicit `--min-shm` is a requirement the gate holds.
+fn dataloader(explicit: bool, size: &str) -> Outcome {
+    if explicit {
+        unmet("--min-shm")
+    } else {
+        Outcome::undetermined(format!(
+            "whether the job's DataLoader workers fit their batches in {size} of shared memory: PyTorch's die with \"bus error ... insufficient shared memory (shm)\" when it fills"
+        ))
+    }
+}
+
 /// The verdict on a /dev/shm whose size is known.
-fn sized(shm: &ShmFacts, usage: FsUsage, min: u64) -> Finding {
+fn sized(shm: &ShmFacts, usage: FsUsage, min: u64, explicit: bool) -> Finding {
     // Only a mount of its own with another filesystem is suspect; a plain directory
     // lives on its parent mount (in containers, /dev is itself a tmpfs).
     let disk_backed = matches!(&shm.mount, Observed::Value(Some(m)) if m.fs_type != "tmpfs");
     if usage.size_bytes < min {
-        Finding::fail(
+        Finding::predicts(
             ID,
+            dataloader(explicit, &format_bytes(usage.size_bytes)),
             format!(
                 "/dev/shm is {}, below the {} minimum: NCCL's SHM transport (NCCL < 2.24) and DataLoader workers crash when it fills",
                 format_bytes(usage.size_bytes),
@@ -31,8 +47,9 @@ fn sized(shm: &ShmFacts, usage: FsUsage, min: u64) -> Finding {
             remediation::DEV_SHM,
         )
     } else if usage.free_bytes < min {
-        Finding::warn(
+        Finding::predicts(
             ID,
+            dataloader(explicit, &format_bytes(usage.free_bytes)),
             format!(
                 "/dev/shm is {} but only {} is free",
                 format_bytes(usage.size_bytes),
@@ -44,8 +61,9 @@ fn sized(shm: &ShmFacts, usage: FsUsage, min: u64) -> Finding {
     } else if let Observed::Error(_) = &shm.mount {
         // Unreadable is not absent: whether /dev/shm is a tmpfs is unknown (issue 31
         // row 9), so this is "could not determine", not a pass.
-        Finding::warn(
+        Finding::predicts(
             ID,
+            Outcome::undetermined("whether /dev/shm is memory (a tmpfs) or the container's disk"),
             format!(
                 "/dev/shm is {}, but could not determine whether it is a tmpfs (mountinfo unreadable)",
                 format_bytes(usage.size_bytes)
@@ -56,8 +74,12 @@ security profile hides it), or check by hand that /dev/shm is a tmpfs: grep /dev
                 + remediation::DEV_SHM,
         )
     } else if disk_backed {
-        Finding::warn(
+        Finding::predicts(
             ID,
+            Outcome::degraded(
+                "shared memory (NCCL's SHM before 2.24, DataLoader batches) on the container's disk",
+                "disk instead of memory bandwidth for everything passed through /dev/shm",
+            ),
             format!(
                 "/dev/shm has {} but is not a tmpfs mount: shared memory lands on the container's disk",
                 format_bytes(usage.size_bytes)
@@ -114,8 +136,11 @@ fn nccl_need(
     if usage.free_bytes >= at_least || f.status() == crate::finding::Status::Fail {
         return f;
     }
-    Finding::fail(
+    Finding::predicts(
         ID,
+        Outcome::init_fails(
+            "\"failed to extend /dev/shm/nccl-XXXX\" (ncclSystemError) when the SHM transport connects, or SIGBUS",
+        ),
         format!(
             "/dev/shm has {} free, and {version} puts its SHM transport's buffers there: at least {} ({connections} SHM connection(s) of 9.6 MB or so), so NCCL fails with \"failed to extend /dev/shm\"",
             format_bytes(usage.free_bytes),
@@ -172,15 +197,25 @@ pub fn judge(facts: &Facts, prediction: &Prediction, policy: &Policy) -> Finding
                 format_bytes(u.free_bytes),
                 format_bytes(min)
             ));
-            let f = sized(shm, *u, min);
+            let f = sized(shm, *u, min, policy.min_shm.explicit);
             nccl_need((facts, prediction), *u, f, &mut evidence)
         }
-        Observed::Value(None) => Finding::fail(ID, "/dev/shm does not exist", remediation::DEV_SHM),
+        Observed::Value(None) => Finding::predicts(
+            ID,
+            Outcome::cannot_start(
+                "shm_open fails: Python's multiprocessing locks, PyTorch's DataLoader workers and NCCL's SHM transport (before 2.24) need /dev/shm",
+            ),
+            "/dev/shm does not exist",
+            remediation::DEV_SHM,
+        ),
         Observed::Error(e) => {
             evidence.push(format!("statvfs failed: {e}"));
-            Finding::flagged(
+            Finding::predicts(
                 ID,
-                undetermined(policy.min_shm.explicit),
+                undetermined(
+                    policy.min_shm.explicit,
+                    "the size of /dev/shm (statvfs failed)",
+                ),
                 "could not determine the size of /dev/shm",
                 remediation::DEV_SHM,
             )
@@ -256,10 +291,23 @@ mod tests {
         assert_eq!(judge(&p2p, &p).status(), Status::Pass);
     }
 
+    /// Issue 36: NCCL 2.28.9 keeps its SHM buffers in cuMem host memory, so a 64 MiB
+    /// /dev/shm leaves NCCL unaffected; what it risks is the job's DataLoader workers,
+    /// which depends on their batches: a warning, and a failure only under an explicit
+    /// --min-shm.
     #[test]
-    fn small_shm_fails_with_emptydir_fix() {
+    fn small_shm_warns_with_emptydir_fix_and_fails_under_min_shm() {
         let f = judge(&sized(64 << 20, 64 << 20), &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
+        assert!(
+            matches!(f.outcome(), Some(crate::finding::Outcome::Undetermined { unknown }) if unknown.contains("DataLoader")),
+            "{f:?}"
+        );
+        let strict = policy::build(&[], &[], Some("1GiB"), None).unwrap();
+        assert_eq!(
+            judge(&sized(64 << 20, 64 << 20), &strict).status(),
+            Status::Fail
+        );
         assert!(
             f.summary
                 .starts_with("/dev/shm is 64 MiB, below the 1 GiB minimum")

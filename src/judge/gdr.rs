@@ -4,9 +4,10 @@
 //! run without it on p4d/p5-class instances ("GDR disabled on GDR-supported
 //! instance type", FACTS.md section 2).
 
-use super::Finding;
+use super::rdma_scope::Scope;
+use super::{Finding, Problem};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::{Outcome, Owner};
 use crate::policy::Policy;
 use crate::predict::{GdrPair, Prediction};
 
@@ -54,25 +55,27 @@ fn provider_evidence(facts: &Facts, evidence: &mut Vec<String>) {
     }
 }
 
-/// GPUDirect RDMA unavailable for `pairs` close pairs: a failure where the instance type
-/// requires it and the job crosses nodes through a NIC this container uses.
-fn unavailable(facts: &Facts, pairs: usize, near: &str) -> Finding {
-    // GDR matters where NCCL's traffic crosses nodes through a NIC this container uses.
-    let scope = super::rdma_scope::Scope::of(facts);
-    let required = crate::platform::of(facts).is_some_and(|p| p.gdr_required)
-        && scope.in_use()
-        && scope.in_use_status(false) == Severity::Fail;
-    Finding::flagged(
-        ID,
-        if required {
-            Severity::Fail
-        } else {
-            Severity::Warn
-        },
+/// GPUDirect RDMA unavailable for `pairs` close pairs. Where the instance type requires
+/// it, aws-ofi-nccl's init refuses ("GDR disabled on GDR-supported instance type",
+/// src/platform-aws.cpp) and NCCL drops the plugin for its next network (src/net.cc
+/// ncclNetInit skips a network whose init failed): TCP. Elsewhere NCCL stages inter-node
+/// traffic through host memory. Either only where NCCL's traffic crosses nodes.
+fn unavailable(facts: &Facts, pairs: usize, near: &str) -> Problem {
+    let scope = Scope::of(facts);
+    let platform = crate::platform::of(facts).is_some_and(|p| p.gdr_required);
+    let across = if platform {
+        Scope::tcp_instead(
+            "EFA: aws-ofi-nccl refuses this instance type without GPUDirect RDMA (\"GDR disabled on GDR-supported instance type\")",
+        )
+    } else {
+        staged("every buffer")
+    };
+    Problem::predicts(
+        scope.in_use_outcome(false, across),
         format!(
             "{} GPU-NIC pair(s) {near} but GPUDirect RDMA is unavailable (no nvidia-peermem, no dma-buf){}",
             pairs,
-            if required {
+            if platform {
                 ": aws-ofi-nccl refuses to run on this instance type without it"
             } else {
                 ": NCCL stages through host memory"
@@ -82,37 +85,91 @@ fn unavailable(facts: &Facts, pairs: usize, near: &str) -> Finding {
     )
 }
 
+/// NCCL's NET transport without GPUDirect RDMA for `what`: staged through host memory.
+fn staged(what: &str) -> Outcome {
+    Outcome::degraded(
+        format!("NET over RDMA with {what} staged through host memory"),
+        "a copy through host memory on each send and receive: lower inter-node bandwidth, higher latency",
+    )
+}
+
 /// ACS redirection above the close GPUs: GPUDirect RDMA between a GPU and a NIC below one
 /// switch is peer traffic too, which redirection sends through the root complex
-/// (topology::acs). A pass becomes a warning.
+/// (topology::acs).
 fn acs_redirection(
     facts: &Facts,
-    mut f: Finding,
     close_gpus: &[String],
     evidence: &mut Vec<String>,
-) -> Finding {
+) -> Option<Problem> {
     let acs = crate::topology::acs::above(facts, close_gpus);
-    if !acs.redirecting.is_empty() {
-        evidence.extend(acs.redirecting.iter().cloned());
-        if f.status() == crate::finding::Status::Pass {
-            f = Finding::warn(
-                ID,
-                format!(
-                    "{}, but ACS redirects peer traffic on {} PCIe switch port(s) above those GPUs: GPU-NIC traffic goes up through the root complex",
-                    f.summary,
-                    acs.ports.len()
-                ),
-                crate::topology::acs::fix(&acs.ports),
-            );
-        }
-    }
     if let Some(first) = acs.unreadable.first() {
         evidence.push(format!(
             "ACS of {} switch port(s) not read (first: {first})",
             acs.unreadable.len()
         ));
     }
-    f
+    if acs.redirecting.is_empty() {
+        return None;
+    }
+    let across = Outcome::degraded(
+        "GPU-NIC traffic up through the root complex (ACS redirection)",
+        "the root complex's bandwidth instead of the PCIe switch's, shared by every redirected pair",
+    );
+    let mut p = Problem::predicts(
+        Scope::of(facts).in_use_outcome(false, across),
+        format!(
+            "ACS redirects peer traffic on {} PCIe switch port(s) above the GPUs that use GPUDirect RDMA: GPU-NIC traffic goes up through the root complex",
+            acs.ports.len()
+        ),
+        crate::topology::acs::fix(&acs.ports),
+    );
+    p.evidence = acs.redirecting;
+    Some(p)
+}
+
+/// GPUs NCCL reaches its NIC with beyond NCCL_NET_GDR_LEVEL (typically across CPU
+/// sockets: SYS) while the node has a NIC within that level of the GPU which this
+/// container was not given: the device plugins handed the pod a GPU and a NIC on
+/// different sockets, so NCCL goes without GPUDirect RDMA for it and stages through host
+/// memory over the inter-socket link (src/graph/paths.cc ncclTopoCheckGdr: distance >
+/// netGdrLevel). The kubelet's topology manager keeps them together.
+fn misaligned(facts: &Facts, predicted: &Prediction, level: &str) -> Option<Problem> {
+    let m = crate::topology::affinity::matrix(facts)?;
+    let within = |l: &str| crate::predict::path_rank(l) <= crate::predict::path_rank(level);
+    let lines: Vec<String> = predicted
+        .gdr
+        .iter()
+        .filter(|p| !p.in_reach)
+        .filter_map(|p| {
+            let row = m.gpus.iter().position(|g| *g == p.gpu)?;
+            let (nic, l) = m
+                .nics
+                .iter()
+                .zip(&m.levels[row])
+                .find(|(n, l)| **n != p.nic && within(l))?;
+            Some(format!(
+                "GPU {} - {} at {} (the node's {nic} is at {l}, not this pod's)",
+                p.gpu, p.nic, p.distance
+            ))
+        })
+        .collect();
+    let first = lines.first()?;
+    let mut p = Problem::predicts(
+        Scope::of(facts).in_use_outcome(
+            false,
+            staged("those GPUs' traffic, across the CPU sockets,"),
+        ),
+        format!(
+            "{} GPU(s) reach this pod's NIC beyond NCCL_NET_GDR_LEVEL {level} while the node has a NIC near them: NCCL goes without GPUDirect RDMA for them (first: {first})",
+            lines.len()
+        ),
+        "Give the pod the NICs next to its GPUs: set the kubelet's topology manager to align them \
+(--topology-manager-policy=single-numa-node, or restricted, with topology hints from the GPU and RDMA \
+device plugins), or request every NIC of the node.",
+    )
+    .blamed(Owner::Kubelet);
+    p.evidence = lines;
+    Some(p)
 }
 
 pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding {
@@ -121,7 +178,8 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
     }
     let (level, user_set) = crate::predict::net_gdr_level(facts);
     let close: Vec<&GdrPair> = predicted.gdr.iter().filter(|p| p.in_reach).collect();
-    if close.is_empty() {
+    let mut problems: Vec<Problem> = misaligned(facts, predicted, level).into_iter().collect();
+    if close.is_empty() && problems.is_empty() {
         return Finding::skip(
             ID,
             format!(
@@ -144,20 +202,25 @@ pub fn judge(facts: &Facts, predicted: &Prediction, _policy: &Policy) -> Finding
     };
     let mut evidence: Vec<String> = close.iter().map(|p| pair_line(p)).collect();
     provider_evidence(facts, &mut evidence);
-    let f = match close.iter().find_map(|p| p.provider.as_deref()) {
-        Some(v) => Finding::pass(
-            ID,
+    let provider = close.iter().find_map(|p| p.provider.as_deref());
+    match provider {
+        Some(_) => {
+            let gpus: Vec<String> = close.iter().map(|p| p.gpu.clone()).collect();
+            problems.extend(acs_redirection(facts, &gpus, &mut evidence));
+        }
+        None if !close.is_empty() => problems.push(unavailable(facts, close.len(), &near)),
+        None => {}
+    }
+    let summary = provider.map_or_else(
+        || "NCCL uses no GPUDirect RDMA here".to_string(),
+        |v| {
             format!(
                 "GPUDirect RDMA through {v} for {} GPU-NIC pair(s) {at}",
                 close.len()
-            ),
-        ),
-        None => unavailable(facts, close.len(), &near),
-    };
-    let gpus: Vec<String> = close.iter().map(|p| p.gpu.clone()).collect();
-    let mut f = acs_redirection(facts, f, &gpus, &mut evidence);
-    f.evidence = evidence;
-    f
+            )
+        },
+    );
+    super::combine(ID, summary, evidence, problems)
 }
 
 /// One GPU and the NIC NCCL reaches it with, as NCCL decides it.
@@ -195,9 +258,9 @@ fn no_pair(facts: &Facts, predicted: &Prediction) -> Finding {
         _ => return Finding::skip(ID, "no GPU and RDMA device pair on this node"),
     };
     let scope = super::rdma_scope::Scope::of(facts);
-    Finding::flagged(
+    Finding::predicts(
         ID,
-        scope.missing_status(false),
+        Outcome::undetermined("whether NCCL's NICs reach the GPUs' memory directly"),
         format!(
             "could not determine whether GPUDirect RDMA is possible: {what} could not be read; {}",
             scope.span_words()
@@ -207,7 +270,6 @@ fn no_pair(facts: &Facts, predicted: &Prediction) -> Finding {
             what.split(' ').next().unwrap_or(what)
         ),
     )
-    .undetermined()
     .evidence(e.to_string())
 }
 
@@ -225,7 +287,7 @@ mod tests {
 
     /// Issue 39, re-run of unreadable sysfs: /sys/bus/pci/devices unreadable on a node
     /// with RDMA devices said "no GPU and RDMA device pair on this node". Expected: could
-    /// not determine, naming the directory, a failure in a job of 16 nodes; the RDMA side
+    /// not determine, naming the directory, a warning in a job of 16 nodes; the RDMA side
     /// unreadable still says so (issue 31 row 8).
     #[test]
     fn unreadable_gpu_pci_functions_beside_rdma_devices_are_could_not_determine() {
@@ -236,7 +298,8 @@ mod tests {
         ));
         f.nodes = Some(16);
         let j = judge(&f, &Policy::default());
-        assert_eq!(j.status(), Status::Fail, "{j:?}");
+        // Issue 36: undetermined, a warning by the outcome mapping.
+        assert_eq!(j.status(), Status::Warn, "{j:?}");
         assert!(j.is_undetermined());
         assert!(
             j.summary.starts_with(
@@ -267,6 +330,69 @@ mod tests {
         )
     }
 
+    /// Locality (issue 36), the verdict written from NVIDIA/nccl v2.28.9-1
+    /// src/graph/paths.cc before the judge ran: GPU 0 shares a switch with mlx5_0, which
+    /// this pod was not given; its NIC, mlx5_1, sits on the other CPU socket (SYS), beyond
+    /// NCCL_NET_GDR_LEVEL's PXB, and no NVLink peer brings it closer (no PXN). NCCL goes
+    /// without GPUDirect RDMA for it (ncclTopoCheckGdr), staging through host memory over
+    /// the inter-socket link: degraded, the kubelet's (it handed out GPU and NIC apart).
+    #[test]
+    fn a_nic_across_the_socket_from_its_gpu_while_a_near_one_exists_warns() {
+        let mut f = close_pair();
+        if let crate::facts::gpu::LibraryState::Loaded(n) = &mut f.gpus.nvml.state {
+            for g in &mut n.gpus {
+                g.nvlinks.clear();
+            }
+        }
+        let mut far = rdma_device(
+            "mlx5_1",
+            "mlx5_core",
+            "0000:81:00.0",
+            "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0",
+            "ACTIVE",
+            "InfiniBand",
+        );
+        far.numa_node = Some(1);
+        let mut devices = f.rdma.devices.value().cloned().unwrap_or_default();
+        devices.push(far);
+        let mut f = with_rdma(f, devices);
+        if let Observed::Value(u) = &mut f.rdma.uverbs {
+            u.retain(|n| n.ibdev.as_deref() == Some("mlx5_1"));
+        }
+        if let Observed::Value(g) = &mut f.gpus.pci_gpus {
+            g[0].numa_node = Some(0);
+        }
+        let finding = crate::judge::blame(judge(&f, &Policy::default()));
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
+        assert!(
+            finding.summary.contains("beyond NCCL_NET_GDR_LEVEL PXB"),
+            "{}",
+            finding.summary
+        );
+        assert_eq!(
+            finding.blame(),
+            Some(crate::finding::Blame::Node),
+            "{finding:?}"
+        );
+        assert!(finding.remediation().unwrap().contains("topology manager"));
+        // Given mlx5_0 too, NCCL reaches GPU 0 through it at PIX: no locality problem.
+        let mut given = f.clone();
+        given.rdma.uverbs = close_pair().rdma.uverbs;
+        if let Observed::Value(u) = &mut given.rdma.uverbs {
+            u.push(crate::facts::rdma::UverbsNode {
+                name: "uverbs1".into(),
+                ibdev: Some("mlx5_1".into()),
+                ibdev_error: None,
+                open: Some(crate::facts::rdma::Openable { refused: None }),
+            });
+        }
+        let finding = judge(&given, &Policy::default());
+        assert!(
+            !finding.summary.contains("beyond NCCL_NET_GDR_LEVEL"),
+            "{finding:?}"
+        );
+    }
+
     #[test]
     fn needs_peermem_or_dmabuf() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
@@ -279,8 +405,15 @@ mod tests {
         let mut old = close_pair();
         old.rdma.gdr.kernel_release = Observed::Value("5.4.0-150-generic".into());
         assert_eq!(judge(&old, &Policy::default()).status(), Status::Warn);
+        // Issue 36: on a p5 aws-ofi-nccl refuses to start without GDR and NCCL drops it
+        // for its next network (src/net.cc ncclNetInit): TCP, a degraded run, not a failure.
         old.platform.product_name = Observed::Value(Some("p5.48xlarge".into()));
-        assert_eq!(judge(&old, &Policy::default()).status(), Status::Fail);
+        let f = judge(&old, &Policy::default());
+        assert_eq!(f.status(), Status::Warn);
+        assert!(
+            matches!(f.outcome(), Some(Outcome::Degraded { path, .. }) if path.contains("NET/Socket")),
+            "{f:?}"
+        );
         old.rdma.gdr.peermem_module = Observed::Value(Some("nvidia_peermem".into()));
         assert_eq!(judge(&old, &Policy::default()).status(), Status::Pass);
     }
@@ -311,10 +444,10 @@ mod tests {
             Status::Pass
         );
         let f = judge(&efa_p5(None), &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.remediation().unwrap().contains("efa_nv_peermem"));
-        // One node: NCCL sends nothing through the NIC, so a missing GDR only warns.
+        // One node: NCCL sends nothing through the NIC, so a missing GDR changes nothing.
         let single = crate::test_facts::with_env(efa_p5(None), &[("PET_NNODES", "1")]);
-        assert_eq!(judge(&single, &Policy::default()).status(), Status::Warn);
+        assert_eq!(judge(&single, &Policy::default()).status(), Status::Pass);
     }
 }

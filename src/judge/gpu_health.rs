@@ -12,7 +12,7 @@
 use super::{Finding, Problem};
 use crate::facts::Facts;
 use crate::facts::gpu::{GpuHealth, NvmlFacts, NvmlGpu};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -72,26 +72,33 @@ fn memory(
             g.index
         );
         match action {
-            Some(0) => problems.push(Problem::new(
-                Severity::Warn,
+            Some(0) => problems.push(Problem::predicts(
+                Outcome::Unaffected,
                 format!("{summary}; the driver says no recovery is needed (contained)"),
                 "Nothing is needed now. A GPU whose uncorrectable errors recur needs replacing: \
                  watch nccl_preflight_gpu_ecc_uncorrected_total.",
             )),
             Some(_) => evidence.push(summary),
-            None => problems.push(Problem::new(Severity::Fail, summary, RESET)),
+            None => problems.push(Problem::predicts(
+                Outcome::cannot_start(
+                    "a GPU with uncorrectable ECC errors and a driver that names no recovery action: NVIDIA asks for a reset before new work",
+                ),
+                summary,
+                RESET,
+            )),
         }
     }
     if let Some(r) = h.remapped_rows.value() {
         if r.failure {
-            problems.push(Problem::new(
-                Severity::Fail,
+            problems.push(Problem::predicts(
+                Outcome::cannot_start("a GPU whose row remapping failed: its memory cannot be trusted (NVIDIA: replace it)"),
                 format!("GPU {}: a row remapping failed", g.index),
                 RESET,
             ));
         } else if r.pending {
-            problems.push(Problem::new(
-                Severity::Warn,
+            // NVIDIA: running and new work are unaffected until the next reset applies it.
+            problems.push(Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "GPU {}: a row remapping waits for the next GPU reset",
                     g.index
@@ -107,8 +114,8 @@ fn memory(
         }
     }
     if h.retired_pages_pending.value() == Some(&true) {
-        problems.push(Problem::new(
-            Severity::Warn,
+        problems.push(Problem::predicts(
+            Outcome::Unaffected,
             format!("GPU {}: retired pages wait for the next GPU reset", g.index),
             AT_NEXT_RESET,
         ));
@@ -120,8 +127,11 @@ fn one_gpu(g: &NvmlGpu, h: &GpuHealth, evidence: &mut Vec<String>, problems: &mu
     let action = h.recovery_action.value().copied();
     if let Some(a) = action.filter(|&a| a != 0) {
         let (meaning, fix) = recovery(a);
-        problems.push(Problem::new(
-            Severity::Fail,
+        // Every action NVIDIA defines asks that no new work start on the GPU until it is
+        // taken (DRAIN_AND_RESET included: "schedule no new work"): a gate does not start
+        // the job there.
+        problems.push(Problem::predicts(
+            Outcome::cannot_start(format!("GPU {} needs {meaning}", g.index)),
             format!(
                 "GPU {}: the driver's recovery action is {a}, {meaning}",
                 g.index
@@ -200,10 +210,10 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
         ),
         (
             "uncorrectable ECC errors",
-            "no uncorrectable ECC errors",
+            "no uncorrectable ECC errors that need action",
             |h| h.ecc_uncorrected_volatile.error(),
         ),
-        ("row remapping", "no failed or pending remaps", |h| {
+        ("row remapping", "no failed remaps", |h| {
             h.remapped_rows.error()
         }),
     ]
@@ -269,8 +279,9 @@ mod tests {
 
     #[test]
     fn uncorrectable_ecc_warns_when_the_driver_contained_it_and_fails_when_it_cannot_say() {
+        // Issue 36: contained, NCCL and new work are unaffected: a note on a pass.
         let contained = gpu1(|h| h.ecc_uncorrected_volatile = Observed::Value(2));
-        assert_eq!(contained.status(), Status::Warn);
+        assert_eq!(contained.status(), Status::Pass);
         assert!(contained.summary.contains("2 uncorrectable ECC error(s)"));
         assert!(contained.summary.contains("no recovery is needed"));
         let unknown = gpu1(|h| {
@@ -304,7 +315,8 @@ mod tests {
                 r.uncorrectable = 1;
             }
         });
-        assert_eq!(pending.status(), Status::Warn);
+        // NVIDIA: running and new work are unaffected until the next reset: a note.
+        assert_eq!(pending.status(), Status::Pass);
         assert!(pending.summary.contains("waits for the next GPU reset"));
         assert!(
             pending
@@ -323,6 +335,6 @@ mod tests {
         assert_eq!(failed.status(), Status::Fail);
         assert!(failed.summary.contains("a row remapping failed"));
         let retired = gpu1(|h| h.retired_pages_pending = Observed::Value(true));
-        assert_eq!(retired.status(), Status::Warn);
+        assert_eq!(retired.status(), Status::Pass);
     }
 }

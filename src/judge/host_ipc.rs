@@ -7,7 +7,7 @@
 //! `--require host-ipc`. The initial IPC namespace has inode 4026531839
 //! (PROC_IPC_INIT_INO, FACTS.md section 7).
 
-use super::{Finding, undetermined};
+use super::{Finding, undetermined, unmet};
 use crate::facts::{Facts, Observed};
 use crate::policy::Policy;
 use crate::predict::Prediction;
@@ -19,9 +19,9 @@ const PROC_IPC_INIT_INO: u64 = 4026531839;
 pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
     let required = policy.require.host_ipc;
     match &facts.namespaces.ipc {
-        Observed::Error(e) => Finding::flagged(
+        Observed::Error(e) => Finding::predicts(
             ID,
-            undetermined(required),
+            undetermined(required, "/proc/self/ns/ipc could not be read"),
             "could not determine the IPC namespace",
             remediation::HOST_IPC,
         )
@@ -32,8 +32,9 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             if *inode == PROC_IPC_INIT_INO {
                 Finding::pass(ID, "host IPC namespace").evidence(evidence)
             } else if required {
-                Finding::fail(
+                Finding::predicts(
                     ID,
+                    unmet("--require host-ipc"),
                     "private IPC namespace, but --require host-ipc asks for the host's",
                     remediation::HOST_IPC,
                 )

@@ -4,11 +4,12 @@
 //! path (FACTS.md section 4); a libfabric whose own dependencies are missing
 //! fails to load, and dlerror says which.
 
+use super::rdma_scope::Scope;
 use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::FabricFacts;
 use crate::facts::{Facts, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -24,7 +25,7 @@ fn loaded(
     facts: &Facts,
     f: &FabricFacts,
     needed: bool,
-    status: Severity,
+    outcome: &Outcome,
     mut evidence: Vec<String>,
 ) -> Finding {
     let library = &facts.rdma.libfabric.library;
@@ -35,15 +36,17 @@ fn loaded(
         Observed::Value(n) => format!("fi_getinfo(efa, FI_EP_RDM): {n} endpoint(s)"),
         Observed::Error(e) => format!("fi_getinfo(efa, FI_EP_RDM): {e}"),
     });
-    if let Some(p) = too_old_for_the_plugin(facts, &f.version) {
-        problems.push(Problem {
-            status: if needed { status } else { Severity::Warn },
-            ..p
-        });
+    let outcome = if needed {
+        outcome.clone()
+    } else {
+        Outcome::Unaffected
+    };
+    if let Some((summary, fix)) = too_old_for_the_plugin(facts, &f.version) {
+        problems.push(Problem::predicts(outcome.clone(), summary, fix));
     }
     if needed && rdm.unwrap_or(0) == 0 {
-        problems.push(Problem::new(
-            status,
+        problems.push(Problem::predicts(
+            outcome,
             format!("libfabric {} from {library} lists no efa RDM endpoint: NCCL falls back to TCP", f.version),
             format!("{INSTALL}\nOne verbs device this container cannot open can also hide the provider: see rdma-devices."),
         ));
@@ -61,7 +64,7 @@ fn loaded(
 }
 
 pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
-    let scope = super::rdma_scope::Scope::of(facts);
+    let scope = Scope::of(facts);
     // EFA this container can use (or could not rule out): sysfs lists the node's devices
     // whether or not the pod asked for them, and a pod without them never loads libfabric.
     let efa = if scope.nodes_unknown.is_some() {
@@ -70,7 +73,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         scope.usable_efa()
     };
     let needed = efa > 0 || policy.require.efa;
-    let status = scope.in_use_status(policy.require.efa);
+    let outcome = scope.unusable_outcome(policy.require.efa, Scope::tcp_instead("EFA"));
     let attempts: Vec<String> = facts
         .rdma
         .libfabric_attempts
@@ -81,13 +84,15 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         })
         .collect();
     match &facts.rdma.libfabric.state {
-        LibraryState::Loaded(f) => loaded(facts, f, needed, status, attempts),
+        LibraryState::Loaded(f) => loaded(facts, f, needed, &outcome, attempts),
         LibraryState::NotFound { message } => {
             let mut f = if needed {
-                Finding::flagged(
+                Finding::predicts(
                     ID,
-                    status,
-                    format!("{efa} EFA device(s) but no libfabric in this image"),
+                    outcome,
+                    format!(
+                        "{efa} EFA device(s) but no libfabric in this image: aws-ofi-nccl cannot open EFA"
+                    ),
                     INSTALL,
                 )
             } else {
@@ -100,9 +105,9 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             f
         }
         LibraryState::Failed(e) => {
-            let mut f = Finding::flagged(
+            let mut f = Finding::predicts(
                 ID,
-                if needed { status } else { Severity::Warn },
+                if needed { outcome } else { Outcome::Unaffected },
                 format!("libfabric is present but does not load: {e}"),
                 format!(
                     "Install what it needs (dlerror names it), or use the EFA installer's copy.\n{INSTALL}"
@@ -119,7 +124,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
 
 /// aws-ofi-nccl refuses the efa provider below its minimum libfabric
 /// (`crate::nccl::net_plugin::ofi_nccl_min_libfabric`): NCCL then has no EFA transport.
-fn too_old_for_the_plugin(facts: &Facts, libfabric: &str) -> Option<Problem> {
+fn too_old_for_the_plugin(facts: &Facts, libfabric: &str) -> Option<(String, String)> {
     use crate::nccl::net_plugin::{libfabric_version, ofi_nccl_min_libfabric};
     let plugin = facts.rdma.nccl.net_plugin.value()?.as_ref()?;
     let ofi = plugin.ofi_nccl_version.as_deref()?;
@@ -128,8 +133,7 @@ fn too_old_for_the_plugin(facts: &Facts, libfabric: &str) -> Option<Problem> {
     if have >= (want_major, want_minor) {
         return None;
     }
-    Some(Problem::new(
-        Severity::Fail,
+    Some((
         format!(
             "aws-ofi-nccl {ofi} needs libfabric {want_major}.{want_minor} or newer for EFA, this is {libfabric}: \
              the plugin refuses the efa provider (\"EFA provider requires at least libfabric version {want_major}.{want_minor}.0\") and NCCL falls back to TCP"
@@ -158,15 +162,24 @@ mod tests {
         crate::test_facts::with_efa(healthy())
     }
 
+    /// Issue 36: without libfabric's efa provider aws-ofi-nccl cannot open EFA and NCCL
+    /// runs over TCP (src/net.cc ncclNetInit drops a network whose init failed): a
+    /// degraded run, a warning, unless --require efa asks for EFA.
     #[test]
     fn efa_needs_the_efa_provider() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Pass);
         let f = judge(&efa(), &Policy::default());
         assert_eq!(
             f.status(),
-            Status::Fail,
+            Status::Warn,
             "Debian's libfabric has no efa endpoint here"
         );
+        assert!(
+            matches!(f.outcome(), Some(crate::finding::Outcome::Degraded { path, .. }) if path.contains("TCP")),
+            "{f:?}"
+        );
+        let strict = crate::policy::build(&[], &["efa".into()], None, None).unwrap();
+        assert_eq!(judge(&efa(), &strict).status(), Status::Fail);
         let mut ok = efa();
         ok.rdma.libfabric.state = LibraryState::Loaded(FabricFacts {
             version: "1.22".into(),
@@ -180,7 +193,7 @@ mod tests {
             "libefa.so.1: cannot open shared object file",
         ));
         let f = judge(&broken, &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("does not load"));
         let mut absent = healthy();
         absent.rdma.libfabric.state = LibraryState::NotFound {
@@ -190,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn a_libfabric_older_than_aws_ofi_nccl_accepts_fails() {
+    fn a_libfabric_older_than_aws_ofi_nccl_accepts_puts_nccl_on_tcp() {
         let mut f = efa();
         f.rdma.libfabric.state = LibraryState::Loaded(FabricFacts {
             version: "1.21".into(),
@@ -199,7 +212,7 @@ mod tests {
         });
         let mut f = crate::test_facts::with_ofi_plugin(f);
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -221,9 +234,10 @@ mod tests {
             judge(&no_resource, &Policy::default()).status(),
             Status::Pass
         );
+        // One node: NCCL sends nothing over EFA, a note; across nodes TCP, a warning.
         let single = crate::test_facts::with_env(efa(), &[("PET_NNODES", "1")]);
-        assert_eq!(judge(&single, &Policy::default()).status(), Status::Warn);
+        assert_eq!(judge(&single, &Policy::default()).status(), Status::Pass);
         let multi = crate::test_facts::with_env(efa(), &[("PET_NNODES", "2")]);
-        assert_eq!(judge(&multi, &Policy::default()).status(), Status::Fail);
+        assert_eq!(judge(&multi, &Policy::default()).status(), Status::Warn);
     }
 }

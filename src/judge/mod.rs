@@ -26,10 +26,12 @@ pub(crate) mod rdma_scope;
 mod stack_limit;
 
 use crate::facts::{Fact, Facts};
+pub use crate::finding::Finding;
 pub(crate) use crate::finding::Problem;
+#[cfg(test)]
+use crate::finding::Status;
 pub(crate) use crate::finding::combine;
-use crate::finding::{Blame, Source};
-pub use crate::finding::{Finding, Severity, Status};
+use crate::finding::{Outcome, Owner, Source};
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -66,9 +68,10 @@ pub struct Check {
         )
     )]
     pub needs: &'static [Fact],
-    /// Where a failure lies unless the finding says otherwise ([`Finding::blamed`]), and
+    /// Who changes what a failure needs changed unless the finding says otherwise
+    /// ([`Finding::blamed`]), whose blame ([`Owner::blame`]) is the check's default, and
     /// why: where its fix is applied. docs/failure-policy.md lists every row's.
-    pub blame: Blame,
+    pub owner: Owner,
     pub blame_why: &'static str,
     /// Judges the facts against what NCCL will do with them, predicted once per run.
     pub judge: fn(&Facts, &Prediction, &Policy) -> Finding,
@@ -81,8 +84,8 @@ pub const CHECKS: &[Check] = &[
         title: "locked-memory limit in force (RLIMIT_MEMLOCK, CAP_IPC_LOCK, a real mlock)",
         source: Source::Node,
         needs: &[Fact::Memlock, Fact::Rdma, Fact::Launcher, Fact::Image],
-        blame: Blame::Node,
-        blame_why: "Kubernetes has no pod field for ulimits: the container inherits RLIMIT_MEMLOCK from the container runtime's service on the node (containerd's unit sets no LimitMEMLOCK, so systemd's 8 MiB applies; CRI-O's default_ulimits), so the fix is applied on the node",
+        owner: Owner::HardLimit,
+        blame_why: "no pod field sets ulimits: the container inherits RLIMIT_MEMLOCK from the container runtime on the node (containerd: systemd's 8 MiB; CRI-O's default_ulimits), so the fix is the node's; a soft limit below a sufficient hard limit is the job's (set per finding)",
         judge: memlock::judge,
     },
     Check {
@@ -90,7 +93,7 @@ pub const CHECKS: &[Check] = &[
         title: "/dev/shm size, free space and filesystem",
         source: Source::Node,
         needs: &[Fact::DevShm],
-        blame: Blame::Job,
+        owner: Owner::PodSpec,
         blame_why: "/dev/shm's size comes from the pod spec (an emptyDir of medium Memory with its sizeLimit): the fix is the job's",
         judge: dev_shm::judge,
     },
@@ -99,7 +102,7 @@ pub const CHECKS: &[Check] = &[
         title: "IPC namespace (host or private)",
         source: Source::Node,
         needs: &[Fact::Namespaces],
-        blame: Blame::Job,
+        owner: Owner::PodSpec,
         blame_why: "the IPC namespace is the pod spec's hostIPC field: the fix is the job's",
         judge: host_ipc::judge,
     },
@@ -107,9 +110,9 @@ pub const CHECKS: &[Check] = &[
         id: stack_limit::ID,
         title: "stack limit (unlimited or small stacks shrink NCCL's threads)",
         source: Source::Node,
-        needs: &[Fact::StackLimit],
-        blame: Blame::Node,
-        blame_why: "RLIMIT_STACK, like memlock, is the container runtime's default on the node (no pod field): the fix is applied on the node",
+        needs: &[Fact::StackLimit, Fact::Rdma, Fact::NcclEnv],
+        owner: Owner::SoftLimit,
+        blame_why: "the container lowers its own soft RLIMIT_STACK (ulimit -s 8192 in its command), and may raise it up to the hard limit: the job's; a hard limit below 8 MiB, the container runtime's on the node, is the node's (set per finding)",
         judge: stack_limit::judge,
     },
     Check {
@@ -117,7 +120,7 @@ pub const CHECKS: &[Check] = &[
         title: "NVML and the CUDA driver load and see the GPUs (fabric manager, lost GPUs, CUDA_VISIBLE_DEVICES)",
         source: Source::Node,
         needs: &[Fact::Gpus, Fact::Launcher],
-        blame: Blame::Node,
+        owner: Owner::Driver,
         blame_why: "the driver, the fabric manager and a lost GPU are the node's; a GPU count the pod did not request (--require gpus=N) or CUDA_VISIBLE_DEVICES are the job's (set per finding)",
         judge: gpu_devices::judge,
     },
@@ -126,7 +129,7 @@ pub const CHECKS: &[Check] = &[
         title: "peer access (read, write, CUDA) between GPUs that share NVLink or a PCIe switch",
         source: Source::Node,
         needs: &[Fact::Gpus],
-        blame: Blame::Node,
+        owner: Owner::Driver,
         blame_why: "peer access disabled by ACS, the IOMMU or the driver is the node's; a pod given one GPU, which has no peer, is the job's (set per finding)",
         judge: gpu_p2p::judge,
     },
@@ -135,7 +138,7 @@ pub const CHECKS: &[Check] = &[
         title: "every NVLink a GPU has is up",
         source: Source::Node,
         needs: &[Fact::Gpus],
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "an NVLink down is the node's hardware or fabric manager",
         judge: nvlink::judge,
     },
@@ -144,7 +147,7 @@ pub const CHECKS: &[Check] = &[
         title: "no uncorrectable ECC errors, failed or pending row remaps or page retirements",
         source: Source::Node,
         needs: &[Fact::Gpus],
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "ECC errors, row remaps and retired pages are the GPU's: drain the node",
         judge: gpu_health::judge,
     },
@@ -159,7 +162,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Launcher,
             Fact::Image,
         ],
-        blame: Blame::Node,
+        owner: Owner::FabricManager,
         blame_why: "the NVLink fabric state, cluster and clique are the node's fabric manager and IMEX; a pod without an IMEX channel is the job's (set per finding)",
         judge: mnnvl::judge,
     },
@@ -168,7 +171,7 @@ pub const CHECKS: &[Check] = &[
         title: "the image's CUDA runtime (libcudart) against the driver's CUDA version (minor-version and forward compatibility)",
         source: Source::Image,
         needs: &[Fact::Gpus, Fact::Image],
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "the CUDA runtime is the image's: an image built for a newer CUDA than the node pool's driver fails on every node of the pool",
         judge: cuda_runtime::judge,
     },
@@ -176,8 +179,8 @@ pub const CHECKS: &[Check] = &[
         id: pod_placement::ID,
         title: "the pod holds all the node's GPUs and runs one process per GPU",
         source: Source::Node,
-        needs: &[Fact::Gpus, Fact::Launcher, Fact::Rdma],
-        blame: Blame::Job,
+        needs: &[Fact::Gpus, Fact::Launcher, Fact::Rdma, Fact::NcclEnv],
+        owner: Owner::PodSpec,
         blame_why: "how many GPUs a pod holds and how many processes it runs are the pod spec's and the launcher's",
         judge: pod_placement::judge,
     },
@@ -193,7 +196,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Image,
             Fact::Platform,
         ],
-        blame: Blame::Node,
+        owner: Owner::Hardware,
         blame_why: "a device missing, a port down or slow, a NIC's PCIe link trained low is the node's NICs and drivers; a pod that requested no RDMA resource, a device node it cannot open (no device plugin grant) or libibverbs missing from the image is the job's (set per finding)",
         judge: rdma_devices::judge,
     },
@@ -201,9 +204,9 @@ pub const CHECKS: &[Check] = &[
         id: rdma_memreg::ID,
         title: "a real ibv_reg_mr of --memreg-size on every RDMA device",
         source: Source::Image,
-        needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
-        blame: Blame::Node,
-        blame_why: "a registration refused by the kernel is the node's: its runtime's memlock limit, the NIC driver, nvidia-peermem",
+        needs: &[Fact::Rdma, Fact::Launcher, Fact::Image, Fact::Memlock],
+        owner: Owner::HardLimit,
+        blame_why: "a registration refused by the kernel is the node's: its runtime's memlock limit, the NIC driver, nvidia-peermem; refused under a soft memlock limit the container may raise itself, the job's (set per finding)",
         judge: rdma_memreg::judge,
     },
     Check {
@@ -211,7 +214,7 @@ pub const CHECKS: &[Check] = &[
         title: "libfabric loads and offers efa RDM endpoints where EFA exists",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "libfabric and its efa provider are the image's libraries",
         judge: libfabric::judge,
     },
@@ -220,7 +223,7 @@ pub const CHECKS: &[Check] = &[
         title: "the libnccl the trainer's process loads (torch's RUNPATH, LD_LIBRARY_PATH, ld.so.cache, the wheels) and every other copy in the image",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Image],
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "the libnccl the trainer loads, and every other copy, are the image's",
         judge: nccl_library::judge,
     },
@@ -229,7 +232,7 @@ pub const CHECKS: &[Check] = &[
         title: "the NCCL net plugin NCCL will load (aws-ofi-nccl on EFA)",
         source: Source::Image,
         needs: &[Fact::Rdma, Fact::Launcher, Fact::Image],
-        blame: Blame::Job,
+        owner: Owner::Image,
         blame_why: "the NCCL net plugin (aws-ofi-nccl) is the image's",
         judge: nccl_net_plugin::judge,
     },
@@ -244,7 +247,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Image,
             Fact::Platform,
         ],
-        blame: Blame::Node,
+        owner: Owner::Driver,
         blame_why: "GPUDirect RDMA needs the node's kernel modules (nvidia-peermem, the EFA driver, dma-buf support)",
         judge: gdr::judge,
     },
@@ -262,7 +265,7 @@ pub const CHECKS: &[Check] = &[
             Fact::Platform,
             Fact::NcclFiles,
         ],
-        blame: Blame::Job,
+        owner: Owner::Environment,
         blame_why: "the NCCL variables are the job's own settings",
         judge: nccl_env::judge,
     },
@@ -273,21 +276,21 @@ pub fn check_ids() -> impl Iterator<Item = &'static str> {
     CHECKS.iter().map(|c| c.id).chain(crate::finding::all_ids())
 }
 
-/// A check's default blame and why: its row here or in `finding::REGISTRY`; `None` for
-/// an id no table declares.
-fn default_blame(id: &str) -> Option<(Blame, &'static str)> {
+/// Who changes what a check's failures ask by default, and why: its row here or in
+/// `finding::REGISTRY`; `None` for an id no table declares.
+fn default_owner(id: &str) -> Option<(Owner, &'static str)> {
     CHECKS
         .iter()
         .find(|c| c.id == id)
-        .map(|c| (c.blame, c.blame_why))
-        .or_else(|| crate::finding::info(id).map(|c| (c.blame, c.blame_why)))
+        .map(|c| (c.owner, c.blame_why))
+        .or_else(|| crate::finding::info(id).map(|c| (c.owner, c.blame_why)))
 }
 
-/// The finding with its check's default blame where it has none of its own (an id no
-/// table declares keeps none, which `finding::fault` counts as the job's).
+/// The finding with its check's default blame (its owner's) where it has none of its
+/// own (an id no table declares keeps none, which `finding::fault` counts as the job's).
 pub fn blame(finding: Finding) -> Finding {
-    match default_blame(&finding.id) {
-        Some((blame, _)) => finding.blamed_by_default(blame),
+    match default_owner(&finding.id) {
+        Some((owner, _)) => finding.blamed_by_default(owner.blame()),
         None => finding,
     }
 }
@@ -315,14 +318,39 @@ fn attempt_failure(library: &str, error: &str) -> String {
     }
 }
 
-/// The status for "could not determine": a warning, or a failure when the user
-/// explicitly asked for what this check enforces.
-fn undetermined(explicit: bool) -> Severity {
+/// "Could not determine" `unknown`: a warning, or a job that cannot start when the user
+/// explicitly asked for what this check enforces (`--require`, `--min-*`).
+fn undetermined(explicit: bool, unknown: impl Into<String>) -> Outcome {
+    let unknown = unknown.into();
     if explicit {
-        Severity::Fail
+        Outcome::cannot_start(format!(
+            "a requirement given to the gate cannot be verified: {unknown}"
+        ))
     } else {
-        Severity::Warn
+        Outcome::undetermined(unknown)
     }
+}
+
+/// What a problem that only matters between nodes does to this job: `across` where the
+/// launcher says the job spans nodes, nothing where it stays on one, and could not
+/// determine where the launcher does not say.
+fn across_nodes(facts: &Facts, across: Outcome) -> Outcome {
+    match crate::layout::span(facts) {
+        crate::layout::Span::Multi(_) => across,
+        crate::layout::Span::Single => Outcome::Unaffected,
+        crate::layout::Span::Unknown => Outcome::undetermined(format!(
+            "whether the job spans nodes (the launcher does not say); across nodes: {}",
+            across.describe()
+        )),
+    }
+}
+
+/// A requirement given to the gate (`flag`) that this node does not meet: the gate
+/// does not start the job, whatever NCCL would have done.
+fn unmet(flag: &str) -> Outcome {
+    Outcome::cannot_start(format!(
+        "{flag} is not met, and the gate does not start the job"
+    ))
 }
 
 #[cfg(test)]
@@ -341,11 +369,9 @@ mod tests {
 
     #[test]
     fn ignore_turns_failures_into_flagged_warnings() {
+        // No /dev/shm at all: shm_open fails, the job cannot start.
         let mut facts = test_facts::healthy();
-        facts.dev_shm.usage = crate::facts::Observed::Value(Some(crate::facts::FsUsage {
-            size_bytes: 64 << 20,
-            free_bytes: 64 << 20,
-        }));
+        facts.dev_shm.usage = crate::facts::Observed::Value(None);
         let strict = judge(&facts, &Policy::default());
         let shm = strict.iter().find(|f| f.id == "dev-shm").unwrap();
         assert_eq!(shm.status(), Status::Fail);
@@ -392,20 +418,158 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/failure-policy.md");
         let doc = std::fs::read_to_string(&doc_path).unwrap();
         for id in check_ids() {
-            let (blame, why) = default_blame(id).unwrap();
+            let (owner, why) = default_owner(id).unwrap();
             assert!(why.len() > 20, "{id}: say why");
-            let row = format!("| `{id}` | {} |", blame.label());
+            let row = format!("| `{id}` | {} | {} |", owner.blame().label(), owner.label());
             assert!(
                 doc.contains(&row),
                 "{} lacks the row {row:?}",
                 doc_path.display()
             );
         }
-        assert_eq!(default_blame("no-such-check"), None);
+        assert_eq!(default_owner("no-such-check"), None);
         for facts in test_facts::broken_variants() {
             for f in judge(&facts, &Policy::default()).into_iter().map(blame) {
                 assert_eq!(f.blame().is_some(), f.status() >= Status::Warn, "{f:?}");
             }
+        }
+    }
+
+    /// Issue 36: every warning and failure a judge gives states the outcome NCCL will
+    /// have, its status is that outcome's by the one mapping (ignored failures aside),
+    /// and its blame is its owner's, on every broken variant under every policy.
+    #[test]
+    fn every_judged_finding_follows_its_outcome_and_its_owner() {
+        let mut variants = test_facts::broken_variants();
+        variants.push(test_facts::with_efa(test_facts::healthy()));
+        variants.push(test_facts::with_env(
+            test_facts::with_efa(test_facts::healthy()),
+            &[("PET_NNODES", "4")],
+        ));
+        variants.push(test_facts::with_env(
+            test_facts::healthy(),
+            &[("NCCL_ALGO", "Ring")],
+        ));
+        let policies = [
+            Policy::default(),
+            policy::build(
+                &[],
+                &["host-ipc".into(), "efa".into(), "nvlink".into()],
+                Some("2GiB"),
+                Some("unlimited"),
+            )
+            .unwrap(),
+        ];
+        let mut kinds = std::collections::BTreeSet::new();
+        for facts in &variants {
+            for policy in &policies {
+                for f in judge(facts, policy).into_iter().map(blame) {
+                    if f.status() < Status::Warn {
+                        assert!(f.outcome().is_none(), "{f:?}");
+                        continue;
+                    }
+                    let outcome = f.outcome().unwrap_or_else(|| panic!("no outcome: {f:?}"));
+                    let want = outcome.severity().map(crate::finding::Severity::status);
+                    let ignored = f.is_ignored() && want == Some(Status::Fail);
+                    assert!(want == Some(f.status()) || ignored, "{f:?}");
+                    assert!(f.blame().is_some(), "{f:?}");
+                    kinds.insert(outcome.kind());
+                }
+            }
+        }
+        // The variants reach every kind a judge can predict, or this proves little.
+        for kind in ["init-fails", "cannot-start", "degraded", "undetermined"] {
+            assert!(
+                kinds.contains(kind),
+                "no variant predicts {kind}: {kinds:?}"
+            );
+        }
+    }
+
+    /// Issue 36: the severity and blame of judged findings come from the outcome and the
+    /// owner, never from a status or a blame a judge picks: no judge builds a finding or
+    /// a problem from a severity, or names a blame.
+    #[test]
+    fn judges_state_outcomes_and_owners_not_severities_and_blames() {
+        let mut files = Vec::new();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/judge");
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 15, "{files:?}");
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+            for banned in [
+                "Finding::warn(",
+                "Finding::fail(",
+                "Finding::flagged(",
+                "Problem::new(",
+                "Severity::",
+                "Blame::",
+            ] {
+                assert!(
+                    !code.contains(banned),
+                    "{}: {banned} (state an Outcome and an Owner)",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    /// docs/failure-policy.md states both mappings; its tables say what the code does.
+    #[test]
+    fn the_policy_document_states_both_mappings() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/failure-policy.md"
+        ))
+        .unwrap();
+        let outcomes = [
+            Outcome::init_fails("e"),
+            Outcome::hangs("a"),
+            Outcome::cannot_start("w"),
+            Outcome::degraded("p", "c"),
+            Outcome::undetermined("u"),
+            Outcome::Unaffected,
+        ];
+        for o in outcomes {
+            let status = o.severity().map_or("pass", |s| match s {
+                crate::finding::Severity::Fail => "fail",
+                crate::finding::Severity::Warn => "warn",
+            });
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", o.kind())))
+                .unwrap_or_else(|| panic!("no row for {}", o.kind()));
+            assert!(
+                row.trim_end()
+                    .trim_end_matches('|')
+                    .trim_end()
+                    .rsplit('|')
+                    .next()
+                    .is_some_and(|c| c.trim().starts_with(status)),
+                "{row}: want {status}"
+            );
+        }
+        for owner in Owner::ALL {
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", owner.label())))
+                .unwrap_or_else(|| panic!("no row for {}", owner.label()));
+            assert!(
+                row.trim_end()
+                    .ends_with(&format!("| {} |", owner.blame().label())),
+                "{row}"
+            );
         }
     }
 

@@ -15,6 +15,7 @@ use super::Finding;
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::NcclCopy;
 use crate::facts::{Facts, ImageRole, Observed};
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -45,8 +46,11 @@ fn two_versions(loaded: &str, version: &str, found_by: &str, others: &[&NcclCopy
         })
         .collect();
     let dir = loaded.rsplit_once('/').map_or(loaded, |(d, _)| d);
-    Finding::warn(
+    Finding::predicts(
         ID,
+        Outcome::undetermined(
+            "whether every process of the job loads the same NCCL: pods or processes on different versions fail to form a communicator (\"Mismatched NCCL version detected\") or hang in its bootstrap",
+        ),
         format!(
             "this image holds NCCL {version} ({found_by}, which the trainer loads) and also {}: \
              another launcher or LD_LIBRARY_PATH loads the other, and pods on different NCCL \
@@ -74,8 +78,14 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
         LibraryState::NotFound { message } => {
             Finding::skip(ID, "no libnccl in this image").evidence(format!("tried: {message}"))
         }
-        LibraryState::Failed(e) => Finding::warn(
+        // The trainer's framework links libnccl.so.2 (libtorch_cuda.so's DT_NEEDED): a
+        // libnccl that does not load stops the framework's import.
+        LibraryState::Failed(e) => Finding::predicts(
             ID,
+            Outcome::cannot_start(format!(
+                "the trainer's NCCL does not load ({}), so neither does the framework that links it",
+                e.message
+            )),
             format!("{} does not load: {}", nccl.library.library, e.message),
             "The trainer's NCCL must load where it runs: install the NCCL its framework was built \
              with (for PyTorch, the nvidia-nccl wheel its requirements name) and check that its \
@@ -88,8 +98,11 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, _policy: &Policy) -> Findi
                 .unwrap_or_else(|| nccl.library.library.clone());
             let found_by = lib.found_by.clone().unwrap_or_else(|| "the loader".into());
             match &lib.version {
-                Observed::Error(e) => Finding::warn(
+                Observed::Error(e) => Finding::predicts(
                     ID,
+                    Outcome::undetermined(format!(
+                        "which NCCL release {path} is, and so what it does"
+                    )),
                     format!("could not read the version of {path}: {e}"),
                     "Check the library is a real libnccl.so.2 (`strings` on it shows `NCCL version`).",
                 ),
@@ -217,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn absent_skips_and_broken_or_undated_warns() {
+    fn absent_skips_broken_fails_and_undated_warns() {
         let mut f = healthy();
         f.rdma.nccl.copies.clear();
         f.rdma.nccl.library.state = LibraryState::NotFound {
@@ -226,8 +239,10 @@ mod tests {
         assert_eq!(judge(&f, &Policy::default()).status(), Status::Skip);
         f.rdma.nccl.library.state =
             LibraryState::Failed(FactError::new(WHEEL, "undefined symbol: cudaFree"));
+        // Issue 36: the framework links it, so a libnccl that does not load stops the
+        // job before NCCL runs: a job that cannot start, the image's.
         let got = judge(&f, &Policy::default());
-        assert_eq!(got.status(), Status::Warn);
+        assert_eq!(got.status(), Status::Fail);
         assert!(
             got.summary.contains("does not load: undefined symbol"),
             "{}",

@@ -4,11 +4,12 @@
 //! so there a plugin is optional. A plugin installed under
 //! /opt/amazon/ofi-nccl but not on the library path is invisible to NCCL.
 
+use super::rdma_scope::Scope;
 use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::NetPlugin;
 use crate::facts::{Facts, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::platform::OFI_NCCL_DIRS;
 use crate::policy::Policy;
 use crate::predict::Prediction;
@@ -44,15 +45,15 @@ fn load_evidence(facts: &Facts) -> Vec<String> {
 fn loaded_plugin(
     facts: &Facts,
     p: &NetPlugin,
-    needed: bool,
-    fail: Severity,
+    across: &Outcome,
     evidence: &mut Vec<String>,
     problems: &mut Vec<Problem>,
 ) -> String {
+    let needed = *across != Outcome::Unaffected;
     let from_ofi_dir = OFI_NCCL_DIRS.iter().any(|d| p.library.starts_with(d));
     if from_ofi_dir && needed {
-        problems.push(Problem::new(
-            fail,
+        problems.push(Problem::predicts(
+            across.clone(),
             format!("aws-ofi-nccl is installed ({}) but not on the library search path: NCCL will not load it", p.library),
             format!("Add its directory to the search path: LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH", p.library.rsplit_once('/').map_or("", |(d, _)| d)),
         ));
@@ -60,12 +61,7 @@ fn loaded_plugin(
     if let Some(v) = &p.ofi_nccl_version {
         evidence.push(format!("aws-ofi-nccl {v}"));
     }
-    if let Some(problem) = api_mismatch(
-        facts,
-        p,
-        evidence,
-        if needed { fail } else { Severity::Warn },
-    ) {
+    if let Some(problem) = api_mismatch(facts, p, evidence, across.clone()) {
         problems.push(problem);
     }
     format!(
@@ -77,20 +73,56 @@ fn loaded_plugin(
 }
 
 /// No plugin where EFA needs one: NCCL falls back to TCP.
-fn missing_plugin(efa: usize, env_plugin: Option<&str>, fail: Severity) -> Problem {
-    Problem::new(
-        fail,
+fn missing_plugin(efa: usize, env_plugin: Option<&str>, across: Outcome) -> Problem {
+    Problem::predicts(
+        across,
         format!("{efa} EFA device(s) but no NCCL net plugin: NCCL cannot use EFA and falls back to TCP"),
-        // A value no library answers to is a typo in the variable, not a missing install.
-        match env_plugin.filter(|v| !v.trim().is_empty()) {
+        // A value no library answers to is a typo in the variable, not a missing install;
+        // a set but empty one is an empty list (src/plugin/net.cc initPluginLibsOnceFunc,
+        // 2.27+: strtok_r finds no entry), which no install changes.
+        match env_plugin {
+            Some(v) if v.trim().is_empty() => format!(
+                "Unset NCCL_NET_PLUGIN: NCCL 2.27 and later read NCCL_NET_PLUGIN={v:?} as a list of no plugin; unset, NCCL loads libnccl-net.so (aws-ofi-nccl)."
+            ),
             Some(v) => super::nccl_env::network::net_plugin_fix(v),
             None => "Install aws-ofi-nccl in the image (the EFA installer or the aws-ofi-nccl package) and put /opt/amazon/ofi-nccl/lib on LD_LIBRARY_PATH.".to_string(),
         },
     )
 }
 
+/// No plugin loads: where EFA needs one, the problem; a finding of its own where the
+/// devices could not be read or there are none.
+fn no_plugin(
+    facts: &Facts,
+    (efa, needed, env_plugin): (usize, bool, Option<&str>),
+    across: &Outcome,
+    problems: &mut Vec<Problem>,
+) -> Result<String, Finding> {
+    if needed {
+        problems.push(missing_plugin(efa, env_plugin, across.clone()));
+    }
+    if let Some(e) = facts.rdma.devices.error() {
+        // Unreadable is not absent (issue 31 row 8): whether a plugin is needed
+        // is unknown.
+        return Err(Finding::predicts(
+            ID,
+            Outcome::undetermined("whether this node's NICs need a net plugin (EFA)"),
+            format!(
+                "no net plugin, and could not determine whether this node needs one: /sys/class/infiniband could not be read; {}",
+                Scope::of(facts).span_words()
+            ),
+            "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
+        )
+        .evidence(e.to_string()));
+    }
+    if facts.rdma.devices.value().is_none_or(Vec::is_empty) && !needed {
+        return Err(Finding::skip(ID, "no RDMA devices: no net plugin needed"));
+    }
+    Ok("no net plugin: NCCL uses its built-in IB transport".to_string())
+}
+
 pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
-    let scope = super::rdma_scope::Scope::of(facts);
+    let scope = Scope::of(facts);
     if scope.own_image {
         return Finding::skip(
             ID,
@@ -107,15 +139,21 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     } else {
         scope.usable_efa()
     };
-    let fail = scope.in_use_status(policy.require.efa);
     let mut evidence = load_evidence(facts);
     let needed = efa > 0 || policy.require.efa;
+    // What a plugin NCCL cannot use does here: on EFA, TCP (NCCL's IB transport cannot
+    // drive EFA); elsewhere NCCL's own IB transport carries the traffic as before.
+    let across = if needed {
+        scope.unusable_outcome(policy.require.efa, Scope::tcp_instead("EFA"))
+    } else {
+        Outcome::Unaffected
+    };
     let plugin = match &facts.rdma.nccl.net_plugin {
         Observed::Value(p) => p.clone(),
         Observed::Error(e) => {
-            let mut f = Finding::flagged(
+            let mut f = Finding::predicts(
                 ID,
-                if needed { fail } else { Severity::Warn },
+                across,
                 format!("the NCCL net plugin is present but does not load: {e}"),
                 "Install what the plugin needs (dlerror names it: usually libfabric from /opt/amazon/efa/lib), e.g. LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib",
             );
@@ -129,42 +167,21 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         .map(|v| v.value.as_str());
     let mut problems = Vec::new();
     let summary = match &plugin {
-        Some(p) => loaded_plugin(facts, p, needed, fail, &mut evidence, &mut problems),
+        Some(p) => loaded_plugin(facts, p, &across, &mut evidence, &mut problems),
         None if env_plugin.is_some_and(|v| v.eq_ignore_ascii_case("none")) => {
             if needed {
-                problems.push(Problem::new(
-                    fail,
+                problems.push(Problem::predicts(
+                    across.clone(),
                     "NCCL_NET_PLUGIN=none on an EFA node: NCCL will use TCP".to_string(),
                     "Unset NCCL_NET_PLUGIN.",
                 ));
             }
             "NCCL_NET_PLUGIN=none: no plugin".to_string()
         }
-        None => {
-            if needed {
-                problems.push(missing_plugin(efa, env_plugin, fail));
-            }
-            if let Some(e) = facts.rdma.devices.error() {
-                // Unreadable is not absent (issue 31 row 8): whether a plugin is needed
-                // is unknown, which fails a job that spans nodes.
-                return Finding::flagged(
-                    ID,
-                    scope.missing_status(false),
-                    format!(
-                        "no net plugin, and could not determine whether this node needs one: /sys/class/infiniband could not be read; {}",
-                        scope.span_words()
-                    ),
-                    "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).",
-                )
-                .undetermined()
-                .evidence(format!("{e}; {}", evidence.join("; ")));
-            }
-            if devices.is_empty() && !needed {
-                return Finding::skip(ID, "no RDMA devices: no net plugin needed")
-                    .evidence(evidence.join("; "));
-            }
-            "no net plugin: NCCL uses its built-in IB transport".to_string()
-        }
+        None => match no_plugin(facts, (efa, needed, env_plugin), &across, &mut problems) {
+            Ok(summary) => summary,
+            Err(f) => return f.evidence(evidence.join("; ")),
+        },
     };
     super::combine(ID, summary, evidence, problems)
 }
@@ -194,7 +211,7 @@ fn api_mismatch(
     facts: &Facts,
     p: &crate::facts::rdma::NetPlugin,
     evidence: &mut Vec<String>,
-    status: Severity,
+    across: Outcome,
 ) -> Option<Problem> {
     use crate::nccl::net_plugin::{accepted_apis, newer_than_known};
     let version = crate::nccl::version(facts)?;
@@ -213,10 +230,7 @@ fn api_mismatch(
     };
     let shown = version.to_string();
     let newer = newer_than_known(version);
-    let used = apis
-        .iter()
-        .rev()
-        .find(|a| (lo..=hi).contains(*a) || (newer && **a > hi));
+    let used = crate::nccl::net_plugin::api_in_use(version, &apis);
     evidence.push(format!(
         "NCCL {shown} looks for ncclNetPlugin_v{hi} down to v{lo}{}; the plugin exports {}",
         if newer { " (or newer)" } else { "" },
@@ -258,8 +272,8 @@ fn api_mismatch(
                 .map_or_else(|| "a newer release".to_string(), |m| format!("2.{m}"))
         )
     };
-    Some(Problem::new(
-        status,
+    Some(Problem::predicts(
+        across,
         format!(
             "NCCL {shown} finds no ncclNet API it knows in {library} (it exports {}, NCCL looks for v{lo} to v{hi}): NCCL silently skips the plugin and uses {fallback}",
             api_list(&apis)
@@ -295,17 +309,21 @@ mod tests {
         }))
     }
 
+    /// Issue 36: without the plugin NCCL's IB transport cannot drive EFA and NCCL runs
+    /// over TCP: a degraded run, a warning (a failure under --require efa).
     #[test]
     fn efa_requires_a_plugin_on_the_search_path() {
         assert_eq!(judge(&healthy(), &Policy::default()).status(), Status::Skip);
-        assert_eq!(judge(&efa(), &Policy::default()).status(), Status::Fail);
+        assert_eq!(judge(&efa(), &Policy::default()).status(), Status::Warn);
+        let strict = crate::policy::build(&[], &["efa".into()], None, None).unwrap();
+        assert_eq!(judge(&efa(), &strict).status(), Status::Fail);
         let mut ok = efa();
         ok.rdma.nccl.net_plugin = plugin("libnccl-net.so");
         assert_eq!(judge(&ok, &Policy::default()).status(), Status::Pass);
         let mut hidden = efa();
         hidden.rdma.nccl.net_plugin = plugin("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so");
         let f = judge(&hidden, &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.remediation()
                 .unwrap()
@@ -342,7 +360,7 @@ mod tests {
             p.api = Some("v4".into());
         }
         let f = judge(&old, &Policy::default());
-        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         assert!(
             f.summary
                 .contains("silently skips the plugin and uses TCP sockets"),
@@ -358,16 +376,18 @@ mod tests {
         if let Observed::Value(Some(p)) = &mut new.rdma.nccl.net_plugin {
             p.apis = vec![10, 11];
         }
+        // NCCL's own IB transport carries the traffic as before: a note, with the fix.
         let f = judge(&new, &Policy::default());
         assert_eq!(
             f.status(),
-            Status::Warn,
+            Status::Pass,
             "IB works without the plugin: {f:?}"
         );
         assert!(
-            f.remediation()
-                .unwrap()
-                .contains("upgrade libnccl in the image to 2.26")
+            f.evidence
+                .iter()
+                .any(|e| e.contains("upgrade libnccl in the image to 2.26")),
+            "{f:?}"
         );
         // In range: passes and says which version NCCL takes.
         let mut ok = nccl(efa(), "2.28.9");

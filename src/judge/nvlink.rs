@@ -1,10 +1,11 @@
 //! `nvlink`: the NVLinks a GPU has are up. A link NVML lists but reports
-//! inactive (a degraded NVLink) halves a pair's bandwidth or pushes traffic
-//! through other GPUs; `--require nvlink` fails where no NVLink is active.
+//! inactive (a degraded NVLink) cuts a pair's bandwidth or pushes traffic
+//! through other GPUs: NCCL runs, slower, so it warns (issue 36: degraded is a
+//! warning); `--require nvlink` fails where no NVLink is active.
 
-use super::{Finding, Problem};
+use super::{Finding, Problem, unmet};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -43,9 +44,23 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
                 f64::from(*s) / 1000.0
             ))
     );
+    // NCCL's topology counts only active links (src/graph/topo.cc, NVML's link state):
+    // the GPU's NVLink bandwidth drops with them, traffic takes the links left.
     let problem = (!inactive.is_empty()).then(|| {
-        Problem::new(
-            Severity::Fail,
+        Problem::predicts(
+            Outcome::degraded(
+                format!(
+                    "GPU {}'s {} remaining NVLink(s), or through other GPUs",
+                    g.index,
+                    active.len()
+                ),
+                format!(
+                    "{} of {} links' bandwidth lost on every path through GPU {}",
+                    inactive.len(),
+                    g.nvlinks.len(),
+                    g.index
+                ),
+            ),
             format!(
                 "GPU {}: NVLink(s) {inactive:?} down ({} of {} active)",
                 g.index,
@@ -58,40 +73,15 @@ fn gpu_links(g: &crate::facts::gpu::NvmlGpu) -> (String, Option<Problem>) {
     (line, problem)
 }
 
-/// No GPU's link state could be read: NVLink is not judged (issue 39 row 2); with
-/// `--require nvlink` that fails, as undetermined, on the job where the container's NVML
-/// lacks the function.
-fn none_read(nvml: &crate::facts::gpu::NvmlFacts, policy: &Policy, unread: Vec<String>) -> Finding {
-    let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
-    // Unread for want of a function in the container's NVML: the job's library.
-    let absent = nvml.gpus.iter().any(|g| {
-        g.nvlinks_unread
-            .as_ref()
-            .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
-    });
-    let f = if policy.require.nvlink {
-        let f = Finding::fail(ID, summary, FIX).undetermined();
-        if absent {
-            f.blamed(crate::finding::Blame::Job)
-        } else {
-            f
-        }
-    } else {
-        Finding::skip(ID, summary)
-    };
-    unread.into_iter().fold(f, Finding::evidence)
-}
-
-pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
-    let Some(nvml) = facts.gpus.nvml.loaded() else {
-        return if policy.require.nvlink {
-            Finding::fail(ID, "no NVML: NVLink not checked", FIX)
-        } else {
-            Finding::skip(ID, "no NVML: NVLink not checked")
-        };
-    };
-    // GPUs whose link states could not be read say nothing of their links: not PCIe
-    // only, not down (issue 39 row 2).
+/// GPUs whose link states could not be read, one evidence line each: they say nothing of
+/// their links, not PCIe only, not down (issue 39 row 2). Where no GPU's links were read
+/// (`none_read`), the finding: not checked, or could not be verified under
+/// `--require nvlink`.
+fn unread_links(
+    nvml: &crate::facts::gpu::NvmlFacts,
+    none_read: bool,
+    policy: &Policy,
+) -> Result<Vec<String>, Finding> {
     let unread: Vec<String> = nvml
         .gpus
         .iter()
@@ -103,10 +93,53 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             )
         })
         .collect();
-    let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
-    if with_links.is_empty() && !unread.is_empty() {
-        return none_read(nvml, policy, unread);
+    if !none_read || unread.is_empty() {
+        return Ok(unread);
     }
+    let summary = "could not read the NVLink state (gpu-devices says why): NVLink not checked";
+    // Unread for want of a function in the container's NVML: the image's library.
+    let absent = nvml.gpus.iter().any(|g| {
+        g.nvlinks_unread
+            .as_ref()
+            .is_some_and(|e| e.kind == Some(crate::facts::FailureKind::NotInLibrary))
+    });
+    let f = if policy.require.nvlink {
+        let f = Finding::predicts(
+            ID,
+            super::undetermined(true, "whether the NVLinks --require nvlink asks for are up"),
+            summary,
+            FIX,
+        )
+        .undetermined();
+        if absent {
+            f.blamed(crate::finding::Owner::Image)
+        } else {
+            f
+        }
+    } else {
+        Finding::skip(ID, summary)
+    };
+    Err(unread.into_iter().fold(f, Finding::evidence))
+}
+
+pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Finding {
+    let Some(nvml) = facts.gpus.nvml.loaded() else {
+        return if policy.require.nvlink {
+            Finding::predicts(
+                ID,
+                unmet("--require nvlink"),
+                "no NVML: NVLink not checked",
+                FIX,
+            )
+        } else {
+            Finding::skip(ID, "no NVML: NVLink not checked")
+        };
+    };
+    let with_links: Vec<_> = nvml.gpus.iter().filter(|g| !g.nvlinks.is_empty()).collect();
+    let unread = match unread_links(nvml, with_links.is_empty(), policy) {
+        Ok(unread) => unread,
+        Err(f) => return f,
+    };
     let active_total: usize = with_links
         .iter()
         .map(|g| g.nvlinks.iter().filter(|l| l.active).count())
@@ -118,8 +151,9 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             && with_links.len() < nvml.gpus.len())
     {
         return if policy.require.nvlink {
-            Finding::fail(
+            Finding::predicts(
                 ID,
+                unmet("--require nvlink"),
                 "no NVLink on these GPUs (PCIe only)",
                 "--require nvlink asks for NVLink-connected GPUs: schedule the pod on an NVLink node (e.g. an HGX/SXM instance type).",
             )
@@ -135,8 +169,8 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         problems.extend(problem);
     }
     if policy.require.nvlink && active_total == 0 {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet("--require nvlink"),
             "--require nvlink: no NVLink is active".to_string(),
             FIX,
         ));
@@ -173,7 +207,7 @@ mod tests {
     }
 
     #[test]
-    fn down_links_fail_and_pcie_nodes_skip() {
+    fn down_links_warn_and_pcie_nodes_skip() {
         let f = judge(&healthy(), &Policy::default());
         assert_eq!(
             (f.status(), f.summary.as_str()),
@@ -183,8 +217,9 @@ mod tests {
         if let LibraryState::Loaded(n) = &mut h.gpus.nvml.state {
             n.gpus[1].nvlinks[7].active = false;
         }
+        // Issue 36: NCCL runs over the links left: degraded, a warning.
         let f = judge(&h, &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary
                 .contains("GPU 1: NVLink(s) [7] down (17 of 18 active)"),

@@ -4,11 +4,11 @@
 //! 2, ofiwg/libfabric#12708): every device is opened, not just listed.
 
 use super::rdma_scope::{self, NicNeed, Scope};
-use super::{Finding, Problem};
+use super::{Finding, Problem, undetermined, unmet};
 use crate::facts::gpu::LibraryState;
 use crate::facts::rdma::{RdmaDevice, UverbsNode};
 use crate::facts::{Facts, Observed};
-use crate::finding::{Blame, Severity};
+use crate::finding::{Outcome, Owner};
 use crate::policy::Policy;
 use crate::predict::Prediction;
 
@@ -66,7 +66,16 @@ const OWN_IMAGE_NOTE: &str = "libibverbs not judged here: this is nccl-preflight
 /// link layer (an NDR HCA at HDR after a bad cable: NCCL's rings and trees run at the
 /// slowest NIC), or a PCIe link below its width or speed (x8 of x16 halves what the NIC can
 /// move to the GPU).
-fn link_problems(devices: &[&RdmaDevice], status: Severity) -> Vec<Problem> {
+fn link_problems(devices: &[&RdmaDevice], scope: &Scope, required: bool) -> Vec<Problem> {
+    let slow = |cost: &str| {
+        scope.in_use_outcome(
+            required,
+            Outcome::degraded(
+                "the job's slowest NIC sets its rings' pace",
+                cost.to_string(),
+            ),
+        )
+    };
     /// An ACTIVE port with a rate sysfs could parse.
     struct Active<'a> {
         device: &'a str,
@@ -101,8 +110,8 @@ fn link_problems(devices: &[&RdmaDevice], status: Severity) -> Vec<Problem> {
             .map(|o| o.gbps)
             .fold(0.0_f64, f64::max);
         if p.gbps < best {
-            problems.push(Problem::new(
-                status,
+            problems.push(Problem::predicts(
+                slow("every ring through this NIC at its lower rate"),
                 format!(
                     "{} port {} runs at {}, its peers at {best} Gb/sec: NCCL's rings run at the slowest NIC's speed",
                     p.device, p.port, p.rate
@@ -113,8 +122,8 @@ fn link_problems(devices: &[&RdmaDevice], status: Severity) -> Vec<Problem> {
     }
     for d in devices {
         if let Some(degraded) = d.pcie.as_ref().and_then(|l| l.degraded()) {
-            problems.push(Problem::new(
-                status,
+            problems.push(Problem::predicts(
+                slow("the NIC's traffic to and from the GPUs at its narrower PCIe link's rate"),
                 format!(
                     "{}: PCIe link trained at {degraded}: the NIC moves proportionally less to and from the GPUs",
                     d.name
@@ -149,9 +158,9 @@ fn unreadable_class(scope: &Scope, policy: &Policy, expected_efa: Option<u32>) -
     let e = scope.devices.err()?;
     let required = policy.require.any_rdma();
     Some(
-        Finding::flagged(
+        Finding::predicts(
             ID,
-            scope.missing_status(required),
+            undetermined(required, "the node's RDMA devices: /sys/class/infiniband could not be read"),
             "could not determine the RDMA devices: /sys/class/infiniband could not be read",
             format!(
                 "Make /sys/class/infiniband readable in the container (sysfs mounted read-only is enough).\n{}",
@@ -174,14 +183,14 @@ fn no_devices(
     if !required && expected_efa.is_none() {
         return Finding::skip(ID, "no RDMA devices on this node");
     }
-    let status = scope.missing_status(required);
+    let outcome = scope.missing_outcome(required, Scope::tcp_instead("RDMA"));
     let why = match expected_efa {
         Some(n) => format!(" (this instance type has {n} EFA devices)"),
         None => String::new(),
     };
-    Finding::flagged(
+    Finding::predicts(
         ID,
-        status,
+        outcome,
         format!(
             "no RDMA devices{why}: NCCL between nodes will use TCP sockets; {}",
             scope.span_words()
@@ -242,18 +251,14 @@ fn unlisted_ports(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) 
         .map(|(p, s)| format!("port {p} {s} (libibverbs)"))
         .collect();
     if !down.is_empty() {
-        Some(Problem::new(
-            scope.in_use_status(required),
+        Some(Problem::predicts(
+            scope.in_use_outcome(required, port_down()),
             format!("{}: {}", d.name, down.join(", ")),
             PORT_FIX,
         ))
     } else if from_verbs.is_empty() {
-        Some(Problem::new(
-            if required {
-                Severity::Fail
-            } else {
-                Severity::Warn
-            },
+        Some(Problem::predicts(
+            undetermined(required, format!("the state of {}'s ports", d.name)),
             format!(
                 "{}: could not determine the port state (/sys/class/infiniband/{}/ports could not be read, and libibverbs did not say)",
                 d.name, d.name
@@ -284,6 +289,16 @@ fn nccl_ignores(facts: &Facts, d: &RdmaDevice, port: u32) -> bool {
             .any(|p| p.port != port && p.state.as_deref() == Some("ACTIVE") && admitted(p.port))
 }
 
+/// What a port NCCL would use that is not ACTIVE does: ncclIbInitDevices skips it
+/// (src/transport/net_ib.cc, IBV_PORT_ACTIVE), so its share of the traffic takes the
+/// other NICs, or TCP where none is left.
+fn port_down() -> Outcome {
+    Outcome::degraded(
+        "the other NICs, or NET/Socket (TCP) where none is left: NCCL skips a port that is not ACTIVE",
+        "that NIC's share of the node's network bandwidth",
+    )
+}
+
 /// Ports of a device this container uses (or could not tell) that are not ACTIVE and
 /// that NCCL would use.
 fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
@@ -303,13 +318,13 @@ fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -
         })
         .collect();
     if !down.is_empty() {
-        return Some(Problem::new(
-            scope.in_use_status(required),
+        return Some(Problem::predicts(
+            scope.in_use_outcome(required, port_down()),
             format!("{}: {}", d.name, down.join(", ")),
             PORT_FIX,
         ));
     }
-    unknown_ports(scope, d, required)
+    unknown_ports(d, required)
 }
 
 /// /sys/class/infiniband_verbs unreadable: which devices this pod can open is unknown.
@@ -318,8 +333,8 @@ fn port_problems(facts: &Facts, scope: &Scope, d: &RdmaDevice, required: bool) -
 fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Problem> {
     scope.nodes_unknown?;
     (devices > 0).then(|| {
-        Problem::new(
-            scope.missing_status(required),
+        Problem::predicts(
+            undetermined(required, "which RDMA devices this container can use"),
             format!(
                 "could not determine which of the {devices} RDMA device(s) this container can use: /sys/class/infiniband_verbs could not be read; {}",
                 scope.span_words()
@@ -332,7 +347,7 @@ fn unknown_usable(scope: &Scope, devices: usize, required: bool) -> Option<Probl
 
 /// Ports whose state could not be read: "could not determine", never "port 1 ? (?)"
 /// (issue 31 row 8); failing when the job spans nodes.
-fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Problem> {
+fn unknown_ports(d: &RdmaDevice, required: bool) -> Option<Problem> {
     let unknown: Vec<String> = d
         .ports
         .iter()
@@ -346,8 +361,8 @@ fn unknown_ports(scope: &Scope, d: &RdmaDevice, required: bool) -> Option<Proble
         })
         .collect();
     (!unknown.is_empty()).then(|| {
-        Problem::new(
-            scope.missing_status(required),
+        Problem::predicts(
+            undetermined(required, format!("the state of {}'s ports", d.name)),
             format!(
                 "{}: could not determine the state of {}",
                 d.name,
@@ -395,8 +410,10 @@ fn device_problems(
     if let Some(o) = node.and_then(|n| n.open.as_ref())
         && let Some(refused) = &o.refused
     {
-        problems.push(Problem::new(
-            Severity::Fail,
+        // One device that does not open can make libfabric's EFA provider drop every
+        // device (ofiwg/libfabric#12708): TCP.
+        problems.push(Problem::predicts(
+            scope.in_use_outcome(required, Scope::tcp_instead("RDMA: the provider gives up on every device over one it cannot open")),
             format!(
                 "{}: /dev/infiniband/{} exists but cannot be opened ({refused}): libfabric's EFA provider and NCCL can lose every device over one",
                 d.name,
@@ -406,7 +423,7 @@ fn device_problems(
         )
         // The node is in the container without the device plugin's grant (a hostPath,
         // a privileged pod, another user): the pod spec's to fix.
-        .blamed(Blame::Job));
+        .blamed(Owner::PodSpec));
     }
     // Ports matter where this container can use the device (or could not tell).
     if node.is_some() || scope.nodes_unknown.is_some() {
@@ -427,15 +444,15 @@ fn allocation_problem(
     let required = policy.require.any_rdma();
     if usable == 0 && scope.nodes_unknown.is_none() && scope.refused_nodes == 0 {
         // The pod did not get the devices: its spec, not its image, is what to fix.
-        return Some(Problem::new(
-            scope.missing_status(required),
+        return Some(Problem::predicts(
+            scope.missing_outcome(required, Scope::tcp_instead("RDMA")),
             format!(
                 "this pod can use none of the node's {} RDMA device(s) (no /dev/infiniband node): NCCL between nodes would use TCP sockets; {}",
                 devices.len(),
                 scope.span_words()
             ),
             request_fix(any_efa, need.map(|n| n.count)),
-        ).blamed(Blame::Job));
+        ).blamed(Owner::PodSpec));
     }
     let need = need?;
     let have = if need.efa { scope.usable_efa() } else { usable } as u32;
@@ -443,21 +460,27 @@ fn allocation_problem(
         return None;
     }
     let efa_required = policy.require.efa && policy.require.efa_count.is_none() && need.efa;
-    Some(Problem {
-        undetermined: false,
-        status: scope.missing_status(efa_required),
-        summary: format!(
-            "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {}% of the node's network bandwidth; {}",
+    let share = u64::from(have) * 100 / u64::from(need.count);
+    let mut p = Problem::predicts(
+        scope.missing_outcome(
+            efa_required,
+            Outcome::degraded(
+                format!("{have} of the {} NICs the pod's GPUs need", need.count),
+                format!("about {share}% of the node's network bandwidth"),
+            ),
+        ),
+        format!(
+            "this pod can use {have} of the {} {} its GPUs need: NCCL between nodes gets about {share}% of the node's network bandwidth; {}",
             need.count,
             if need.efa { "EFA devices" } else { "RDMA NICs" },
-            u64::from(have) * 100 / u64::from(need.count),
             scope.span_words()
         ),
-        evidence: vec![need.basis.clone()],
-        remediation: request_fix(need.efa, Some(need.count)),
-        // The node has the devices; the pod spec did not ask for them all.
-        blame: Some(Blame::Job),
-    })
+        request_fix(need.efa, Some(need.count)),
+    )
+    // The node has the devices; the pod spec did not ask for them all.
+    .blamed(Owner::PodSpec);
+    p.evidence.push(need.basis.clone());
+    Some(p)
 }
 
 /// `--require efa`, `efa=N`, `rdma=N` and `rdma` against the devices usable here.
@@ -471,8 +494,8 @@ fn requirement_problems(
     let usable_efa = scope.usable_efa();
     let mut problems = Vec::new();
     if policy.require.efa && usable_efa == 0 && scope.nodes_unknown.is_none() {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet("--require efa"),
             "--require efa: no EFA device usable from this container".to_string(),
             request_fix(true, need.map(|n| n.count)),
         ));
@@ -480,8 +503,8 @@ fn requirement_problems(
     if let Some(n) = policy.require.efa_count
         && (usable_efa as u32) < n
     {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet(&format!("--require efa={n}")),
             format!("--require efa={n}: {usable_efa} EFA device(s) usable from this container"),
             request_fix(true, Some(n)),
         ));
@@ -489,8 +512,8 @@ fn requirement_problems(
     if let Some(n) = policy.require.rdma_count
         && (usable as u32) < n
     {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet(&format!("--require rdma={n}")),
             format!("--require rdma={n}: {usable} RDMA device(s) usable from this container"),
             request_fix(any_efa, Some(n)),
         ));
@@ -499,8 +522,8 @@ fn requirement_problems(
         && scope.nodes_unknown.is_none()
         && scope.refused_nodes > 0
     {
-        problems.push(Problem::new(
-            Severity::Fail,
+        problems.push(Problem::predicts(
+            unmet("--require rdma"),
             "no RDMA device can be opened from this container".to_string(),
             request_fix(any_efa, None),
         ));
@@ -508,26 +531,57 @@ fn requirement_problems(
     problems
 }
 
+/// A verbs call that does not return is the NIC's driver or firmware, not the image.
+const HUNG_FIX: &str = "A verbs call that does not return is the NIC's kernel driver or firmware on the node: \
+check dmesg for the device, reset or reload its driver, or drain the node.";
+
+/// What a verbs call that failed with `e` does to NCCL: one that did not return here does
+/// not return in NCCL's IB init either (src/transport/net_ib.cc ncclIbInitDevices lists
+/// and opens every device), so NCCL hangs there; any other failure is `otherwise`.
+fn hang_or(e: &crate::facts::FactError, otherwise: Outcome) -> Outcome {
+    if e.kind == Some(crate::facts::FailureKind::Timeout) {
+        Outcome::hangs(format!(
+            "NCCL's IB init, in {}, where this probe's call did not return",
+            e.source
+        ))
+    } else {
+        otherwise
+    }
+}
+
 /// The trainer's libibverbs: present, and able to list and open the devices.
-fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem> {
-    let usable = scope.usable.len();
+fn verbs_problems(facts: &Facts, scope: &Scope, required: bool) -> Vec<Problem> {
+    // The devices this container can use, or, where that could not be told, the node's.
+    let usable = match scope.usable.len() {
+        0 => scope.devices.map_or(0, <[_]>::len),
+        n => n,
+    };
+    // Without libibverbs (or its devices) NCCL's IB transport and aws-ofi-nccl have no
+    // device: TCP (src/transport/net_ib.cc ncclIbInit: "Failed to open libibverbs").
+    let status = scope.unusable_outcome(required, Scope::tcp_instead("RDMA"));
     match &facts.rdma.verbs.state {
-        LibraryState::NotFound { message } => vec![Problem {
-            undetermined: false,
+        LibraryState::NotFound { message } => {
+            let mut p = Problem::predicts(
+                status,
+                format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
+                "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.",
+            )
             // The devices are there; the image lacks the library.
-            blame: Some(Blame::Job),
-            status,
-            summary: format!("{usable} RDMA device(s) but no libibverbs in this image: NCCL cannot use them"),
-            evidence: vec![message.clone()],
-            remediation: "Install rdma-core's libibverbs1 and the providers (ibverbs-providers; on EFA the EFA installer) in the image.".into(),
-        }],
-        LibraryState::Failed(e) => vec![Problem::new(
+            .blamed(Owner::Image);
+            p.evidence.push(message.clone());
+            vec![p]
+        }
+        LibraryState::Failed(e) if e.kind == Some(crate::facts::FailureKind::Timeout) => {
+            vec![Problem::predicts(hang_or(e, status), format!("libibverbs failed: {e}"), HUNG_FIX)
+                .blamed(Owner::Driver)]
+        }
+        LibraryState::Failed(e) => vec![Problem::predicts(
             status,
             format!("libibverbs failed: {e}"),
             "Reinstall rdma-core in the image; its providers must match the library.",
         )],
         LibraryState::Loaded(v) => match &v.devices {
-            Observed::Error(e) => vec![Problem::new(
+            Observed::Error(e) => vec![Problem::predicts(
                 status,
                 format!("libibverbs lists no device: {e}"),
                 "The container needs the uverbs device nodes and sysfs entries; check the device plugin.",
@@ -536,10 +590,15 @@ fn verbs_problems(facts: &Facts, scope: &Scope, status: Severity) -> Vec<Problem
                 .iter()
                 .filter_map(|d| {
                     d.open.error().map(|e| {
-                        Problem::new(
-                            status,
+                        let hung = e.kind == Some(crate::facts::FailureKind::Timeout);
+                        Problem::predicts(
+                            hang_or(e, status.clone()),
                             format!("{}: {e}", d.name),
-                            "Check the device's permissions and the provider library for its driver (ibverbs-providers).",
+                            if hung {
+                                HUNG_FIX
+                            } else {
+                                "Check the device's permissions and the provider library for its driver (ibverbs-providers)."
+                            },
                         )
                     })
                 })
@@ -568,8 +627,14 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
         && (efa.len() as u32) < n
     {
         // sysfs lists the node's devices whatever the pod asked for: fewer is the node's fault.
-        problems.push(Problem::new(
-            scope.missing_status(false),
+        problems.push(Problem::predicts(
+            scope.missing_outcome(
+                false,
+                Outcome::degraded(
+                    format!("{} of the instance type's {n} EFA devices", efa.len()),
+                    "the lost devices' share of the node's network bandwidth",
+                ),
+            ),
             format!("{} EFA device(s) on a node that has {n}", efa.len()),
             "The node lost EFA devices: check the EFA driver (dmesg | grep efa, lsmod | grep efa) and the instance's network cards; drain it if they do not come back.",
         ));
@@ -591,7 +656,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     } else {
         scope.usable.clone()
     };
-    problems.extend(link_problems(&judged, scope.in_use_status(required)));
+    problems.extend(link_problems(&judged, &scope, required));
     problems.extend(allocation_problem(
         &scope,
         policy,
@@ -609,7 +674,7 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
     if scope.own_image {
         evidence.push(OWN_IMAGE_NOTE.to_string());
     } else if scope.in_use() {
-        problems.extend(verbs_problems(facts, &scope, scope.in_use_status(required)));
+        problems.extend(verbs_problems(facts, &scope, required));
     }
     super::combine(
         ID,
@@ -682,8 +747,10 @@ mod tests {
             judge(&efa_node(4), &Policy::default()).status(),
             Status::Pass
         );
+        // Issue 36: fewer NICs is a degraded run across nodes; the launcher does not say
+        // how many nodes here, so what it costs is undetermined: a warning.
         let f = judge(&efa_node(3), &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(
             f.summary.contains("3 EFA device(s) on a node that has 4"),
             "{}",
@@ -704,9 +771,11 @@ mod tests {
                 refused: Some("Permission denied (os error 13)".into()),
             });
         }
+        // The provider can drop every device over one it cannot open: TCP, degraded.
         let f = judge(&locked, &Policy::default());
-        assert_eq!(f.status(), Status::Fail);
+        assert_eq!(f.status(), Status::Warn);
         assert!(f.summary.contains("cannot be opened"), "{}", f.summary);
+        assert_eq!(f.blame(), Some(crate::finding::Blame::Job));
     }
 
     #[test]
@@ -746,17 +815,19 @@ mod tests {
     }
 
     #[test]
-    fn regression_pod_without_the_rdma_resource_warns_on_one_node_fails_across_nodes() {
+    fn regression_pod_without_the_rdma_resource_is_a_note_on_one_node_a_warning_across_nodes() {
         // A p5 pod that asked for no vpc.amazonaws.com/efa: sysfs shows all 32, no device node.
+        // One node: NCCL needs no NIC, so nothing changes (issue 36); across nodes: TCP.
         let single = judge(&p5(32, 0, "1"), &Policy::default());
-        assert_eq!(single.status(), Status::Warn, "{single:?}");
+        assert_eq!(single.status(), Status::Pass, "{single:?}");
         assert!(
             single.summary.contains("can use none of the node's 32"),
             "{}",
             single.summary
         );
         let multi = judge(&p5(32, 0, "4"), &Policy::default());
-        assert_eq!(multi.status(), Status::Fail);
+        assert_eq!(multi.status(), Status::Warn);
+        assert_eq!(multi.blame(), Some(crate::finding::Blame::Job));
         let fix = multi.remediation().unwrap();
         assert!(fix.starts_with("Request the EFA devices"), "{fix}");
         assert!(
@@ -769,7 +840,11 @@ mod tests {
     fn regression_partial_efa_allocation_is_named_with_the_count_to_request() {
         // 2 GPUs of a p5 need 8 of its 32 EFA devices; the pod got 2.
         let f = judge(&p5(32, 2, "16"), &Policy::default());
-        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
+        assert!(
+            matches!(f.outcome(), Some(crate::finding::Outcome::Degraded { cost, .. }) if cost.contains("25%")),
+            "{f:?}"
+        );
         assert!(
             f.summary.contains("2 of the 8 EFA devices"),
             "{}",
@@ -782,7 +857,7 @@ mod tests {
         );
         assert_eq!(
             judge(&p5(32, 2, "1"), &Policy::default()).status(),
-            Status::Warn
+            Status::Pass
         );
         assert_eq!(
             judge(&p5(32, 8, "16"), &Policy::default()).status(),
@@ -808,7 +883,7 @@ mod tests {
         assert_eq!(f.status(), Status::Fail);
         assert!(f.summary.contains("efa=4"), "{}", f.summary);
         let two = policy::build(&[], &["efa=2".into()], None, None).unwrap();
-        assert_eq!(judge(&p5(32, 2, "1"), &two).status(), Status::Warn);
+        assert_eq!(judge(&p5(32, 2, "1"), &two).status(), Status::Pass);
     }
 
     /// An InfiniBand node off the instance table: GPU 0 and GPU 1 each share a PCIe switch
@@ -854,7 +929,7 @@ mod tests {
     #[test]
     fn regression_one_of_the_hcas_near_the_pods_gpus() {
         let f = judge(&ib_switches(1), &Policy::default());
-        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
         assert!(f.summary.contains("1 of the 2 RDMA NICs"), "{}", f.summary);
         assert!(
             f.evidence.iter().any(|e| e.contains("mlx5_0, mlx5_1")),
@@ -878,7 +953,7 @@ mod tests {
             "Permission denied (os error 13)",
         ));
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(finding.summary.contains("DOWN"), "{}", finding.summary);
         assert!(
             finding
@@ -886,13 +961,13 @@ mod tests {
                 .iter()
                 .any(|e| e.contains("could not tell which devices"))
         );
-        // Issue 31 row 8: with every port up, the unknown count itself fails a job
-        // that spans nodes; it never reads "0 usable".
+        // Issue 31 row 8: with every port up, the unknown count is "could not determine"
+        // (a warning, issue 36), never "0 usable" and never a pass.
         if let Observed::Value(d) = &mut f.rdma.devices {
             d[1].ports[0].state = Some("ACTIVE".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -918,7 +993,7 @@ mod tests {
             list[0].ports[0].state = Some("DOWN".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(
             finding.summary.contains("port 1 DOWN (libibverbs)"),
             "{}",
@@ -946,7 +1021,7 @@ mod tests {
             d[2].ports[0].rate = Some("50 Gb/sec".into());
         }
         let finding = judge(&f, &Policy::default());
-        assert_eq!(finding.status(), Status::Fail, "{finding:?}");
+        assert_eq!(finding.status(), Status::Warn, "{finding:?}");
         assert!(
             finding
                 .summary
@@ -969,10 +1044,10 @@ mod tests {
             "{}",
             finding.summary
         );
-        // One node: the NICs carry no NCCL traffic, so it warns.
+        // One node: the NICs carry no NCCL traffic, so nothing changes: a note.
         f.launcher
             .insert("PET_NNODES".into(), crate::facts::EnvValue::text("1"));
-        assert_eq!(judge(&f, &Policy::default()).status(), Status::Warn);
+        assert_eq!(judge(&f, &Policy::default()).status(), Status::Pass);
     }
 
     #[test]
@@ -990,11 +1065,13 @@ mod tests {
                 .iter()
                 .any(|e| e.contains("libibverbs not judged here"))
         );
-        // The same pod with no libibverbs in the trainer's image fails.
+        // The same pod with no libibverbs in the trainer's image: NCCL has no device, TCP.
         f.image = crate::facts::ImageRole::Trainer;
         f.rdma.verbs.state = LibraryState::NotFound {
             message: "libibverbs.so.1: cannot open shared object file".into(),
         };
-        assert_eq!(judge(&f, &Policy::default()).status(), Status::Fail);
+        let finding = judge(&f, &Policy::default());
+        assert_eq!(finding.status(), Status::Warn);
+        assert_eq!(finding.blame(), Some(crate::finding::Blame::Job));
     }
 }

@@ -5,7 +5,8 @@
 
 use super::{Finding, Problem};
 use crate::facts::gpu::LibraryState;
-use crate::facts::{Facts, Observed};
+use crate::facts::{Facts, Limit, Observed};
+use crate::finding::Owner;
 use crate::policy::Policy;
 use crate::predict::Prediction;
 use crate::remediation;
@@ -25,7 +26,8 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
             return Finding::skip(ID, "libibverbs not loaded: no registration tried");
         }
     };
-    let status = super::rdma_scope::Scope::of(facts).in_use_status(policy.require.any_rdma());
+    let scope = super::rdma_scope::Scope::of(facts);
+    let required = policy.require.any_rdma();
     let Observed::Value(devices) = &verbs.devices else {
         return Finding::skip(ID, "no RDMA device to register memory on");
     };
@@ -47,11 +49,18 @@ pub fn judge(facts: &Facts, _prediction: &Prediction, policy: &Policy) -> Findin
                 // ibv_reg_mr pins the buffer: the kernel refuses above RLIMIT_MEMLOCK
                 // without CAP_IPC_LOCK with ENOMEM (EAGAIN or EPERM from some providers).
                 let memlock = matches!(e.errno, Some(libc::ENOMEM | libc::EAGAIN | libc::EPERM));
-                problems.push(Problem::new(
-                    status,
+                // NCCL registers its buffers the same way in its first collective.
+                let outcome = scope.in_use_outcome(required, super::memlock::registration_fails());
+                let owner = if memlock {
+                    super::memlock::owner(&facts.memlock, Limit::Bytes(verbs.memreg_bytes))
+                } else {
+                    Owner::Driver
+                };
+                problems.push(Problem::predicts(
+                    outcome,
                     format!("{}: registering {size} failed ({}){}", d.name, e.message, if memlock { ": the memlock limit is too low" } else { "" }),
                     if memlock { remediation::MEMLOCK } else { "Check the device with ibv_devinfo and the kernel log (dmesg) for the provider's error." },
-                ));
+                ).blamed(owner));
             }
         }
     }

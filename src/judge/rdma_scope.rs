@@ -15,7 +15,7 @@
 
 use crate::facts::rdma::RdmaDevice;
 use crate::facts::{FactError, Facts, ImageRole, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::layout::Span;
 
 /// The RDMA picture of this container.
@@ -95,25 +95,51 @@ impl<'a> Scope<'a> {
         !self.usable.is_empty() || (self.nodes_unknown.is_some() && !self.node_devices().is_empty())
     }
 
-    /// The status of a problem with RDMA this container uses: a failure unless the
-    /// job is known to stay on one node, where NCCL never touches the network.
-    pub fn in_use_status(&self, required: bool) -> Severity {
-        if required || self.span != Span::Single {
-            Severity::Fail
-        } else {
-            Severity::Warn
+    /// What a problem with RDMA this container uses does: `across`, where NCCL's traffic
+    /// crosses nodes (a pod that holds RDMA devices and whose span nothing states is taken
+    /// to cross them: that is what it requested them for; `--require` asking for RDMA
+    /// counts too); nothing on one node, where NCCL never touches the network.
+    pub fn in_use_outcome(&self, required: bool, across: Outcome) -> Outcome {
+        match (self.span, required) {
+            (Span::Single, false) => Outcome::Unaffected,
+            _ => across,
         }
     }
 
-    /// The status of RDMA this pod lacks (no device, or fewer than its GPUs need): a
-    /// failure only when the job crosses nodes (or a requirement asks); one node, or a
-    /// job whose span nothing states, warns.
-    pub fn missing_status(&self, required: bool) -> Severity {
-        if required || matches!(self.span, Span::Multi(_)) {
-            Severity::Fail
+    /// What leaves NCCL without the RDMA this container has (no library, no plugin) does:
+    /// a job that cannot start where `--require` asks for RDMA, else as
+    /// [`Scope::in_use_outcome`].
+    pub fn unusable_outcome(&self, required: bool, across: Outcome) -> Outcome {
+        if required {
+            super::unmet("--require rdma/efa")
         } else {
-            Severity::Warn
+            self.in_use_outcome(false, across)
         }
+    }
+
+    /// What RDMA this pod lacks (no device, or fewer than its GPUs need) does: `across`
+    /// where the job crosses nodes; could not determine where nothing states its span;
+    /// nothing on one node; a job that cannot start where `--require` asks for RDMA.
+    pub fn missing_outcome(&self, required: bool, across: Outcome) -> Outcome {
+        match (self.span, required) {
+            (_, true) => super::unmet("--require rdma/efa"),
+            (Span::Multi(_), false) => across,
+            (Span::Unknown, false) => Outcome::undetermined(format!(
+                "whether the job spans nodes (the launcher does not say); across nodes: {}",
+                across.describe()
+            )),
+            (Span::Single, false) => Outcome::Unaffected,
+        }
+    }
+
+    /// The outcome of inter-node traffic on TCP where RDMA (`what`: EFA, IB) was meant to
+    /// carry it: NCCL falls back to NET/Socket (src/net.cc ncclNetInit: plugin, then IB,
+    /// then Socket) and runs, at TCP's rate.
+    pub fn tcp_instead(what: &str) -> Outcome {
+        Outcome::degraded(
+            format!("NET/Socket (TCP) between nodes instead of {what}"),
+            "all-reduce at TCP's rate (3.3-3.7 GB/s busbw measured over NET/Socket, FACTS.md section 1), a small fraction of the NICs' RDMA bandwidth",
+        )
     }
 
     /// Words for the job's span, for summaries: why a problem fails or only warns.
@@ -239,14 +265,26 @@ mod tests {
     }
 
     #[test]
-    fn span_decides_fail_or_warn() {
+    fn span_decides_the_outcome() {
+        use crate::finding::Severity;
         let one = with_env(healthy(), &[("PET_NNODES", "1")]);
         let many = with_env(healthy(), &[("PET_NNODES", "4")]);
         let unknown = healthy();
-        assert_eq!(Scope::of(&one).in_use_status(false), Severity::Warn);
-        assert_eq!(Scope::of(&one).in_use_status(true), Severity::Fail);
-        assert_eq!(Scope::of(&unknown).in_use_status(false), Severity::Fail);
-        assert_eq!(Scope::of(&unknown).missing_status(false), Severity::Warn);
-        assert_eq!(Scope::of(&many).missing_status(false), Severity::Fail);
+        let fails = || Outcome::init_fails("x");
+        let tcp = || Outcome::degraded("NET/Socket", "slow");
+        let sev = |o: Outcome| o.severity();
+        assert_eq!(sev(Scope::of(&one).in_use_outcome(false, fails())), None);
+        assert_eq!(Scope::of(&one).in_use_outcome(true, tcp()), tcp());
+        assert_eq!(
+            sev(Scope::of(&one).unusable_outcome(true, tcp())),
+            Some(Severity::Fail)
+        );
+        assert_eq!(Scope::of(&unknown).in_use_outcome(false, fails()), fails());
+        assert_eq!(
+            sev(Scope::of(&unknown).missing_outcome(false, fails())),
+            Some(Severity::Warn)
+        );
+        assert_eq!(Scope::of(&many).missing_outcome(false, tcp()), tcp());
+        assert_eq!(sev(Scope::of(&one).missing_outcome(false, fails())), None);
     }
 }

@@ -129,7 +129,7 @@ pub fn plugin_load(
 /// `None` before 2.12 (not read); a release newer than 2.30 is taken as 2.30, whose
 /// oldest accepted version it is unlikely to raise silently but whose newest it may.
 pub fn accepted_apis(version: Version) -> Option<(u32, u32)> {
-    let Version { major, minor, .. } = version;
+    let (major, minor) = version.series();
     if major != 2 || minor < 12 {
         return None;
     }
@@ -171,6 +171,51 @@ pub(crate) fn ofi_nccl_min_libfabric(plugin_version: &str) -> Option<(u32, u32)>
     }
 }
 
+/// The ncclNet API version NCCL `version` takes from a plugin exporting `apis`: the newest
+/// it exports that this release looks for (newer ones too where the release is newer than
+/// [`accepted_apis`] was read from); `None` when NCCL skips the plugin.
+pub(crate) fn api_in_use(version: Version, apis: &[u32]) -> Option<u32> {
+    let (lo, hi) = accepted_apis(version)?;
+    let newer = newer_than_known(version);
+    apis.iter()
+        .rev()
+        .find(|a| (lo..=hi).contains(*a) || (newer && **a > hi))
+        .copied()
+}
+
+/// The names a net plugin answers to for NCCL_NET, which NCCL compares without case
+/// against the `name` of the ncclNet struct it took (src/plugin/net.cc ncclNetInit, src/net.cc
+/// before 2.26: `strcasecmp(netName, ncclNet->name)`), by each plugin's own rules:
+/// - aws-ofi-nccl (`ofi_version`): "AWS Libfabric" up to 1.12.x; from 1.13.0-aws "Libfabric",
+///   and a constructor renames every struct to "AWS Libfabric" or "OFI" when NCCL_NET is
+///   that (src/nccl_ofi_interface_nvidia.c nvidia_plugin_name_fixup, v1.13.0-aws to v1.21.1);
+/// - the IB/SHARP plugin (Mellanox/nccl-rdma-sharp-plugins): "IBext" up to its v6 structs,
+///   "IBext_v<N>" per struct from 2023-09 (src/ib_plugin.c, "Plugin version v7"), so the
+///   name follows the API version NCCL takes (`api`);
+/// - any other plugin: the name its newest struct carries (`name`).
+pub(crate) fn answers_to(name: &str, ofi_version: Option<&str>, api: Option<u32>) -> Vec<String> {
+    let ofi = ofi_version
+        .and_then(|v| {
+            let mut parts = v
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|p| !p.is_empty())
+                .map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .map(|v| v >= (1, 13))
+        .or_else(|| {
+            ["libfabric", "ofi", "aws libfabric"]
+                .contains(&name.to_ascii_lowercase().as_str())
+                .then(|| !name.eq_ignore_ascii_case("aws libfabric"))
+        });
+    match (ofi, api) {
+        (Some(true), _) => vec!["Libfabric".into(), "AWS Libfabric".into(), "OFI".into()],
+        (Some(false), _) => vec!["AWS Libfabric".into()],
+        (None, Some(n)) if name.starts_with("IBext_v") => vec![format!("IBext_v{n}")],
+        _ => vec![name.to_string()],
+    }
+}
+
 /// (major, minor) of a libfabric version string (`1.22`, `2.1.0amzn3.0`).
 pub(crate) fn libfabric_version(text: &str) -> Option<(u32, u32)> {
     let mut parts = text.trim().split('.');
@@ -186,6 +231,32 @@ pub(crate) fn libfabric_version(text: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36: NCCL_NET is matched against each plugin's own names, per its version.
+    #[test]
+    fn names_each_plugin_answers_to() {
+        let v = |a, b, c| Version::new(a, b, c);
+        // aws-ofi-nccl 1.12 calls itself "AWS Libfabric" only; 1.13 and later "Libfabric",
+        // renamed to "AWS Libfabric" or "OFI" when NCCL_NET asks.
+        assert_eq!(
+            answers_to("AWS Libfabric", Some("1.12.1-aws"), Some(6)),
+            ["AWS Libfabric"]
+        );
+        assert_eq!(
+            answers_to("Libfabric", Some("1.13.2-aws"), Some(8)),
+            ["Libfabric", "AWS Libfabric", "OFI"]
+        );
+        assert_eq!(answers_to("Libfabric", None, None).len(), 3);
+        assert_eq!(answers_to("AWS Libfabric", None, None), ["AWS Libfabric"]);
+        // The SHARP plugin's struct names carry their API: NCCL 2.23 takes v8 of v6-v11.
+        let api = api_in_use(v(2, 23, 4), &[6, 7, 8, 9, 10, 11]);
+        assert_eq!(api, Some(8));
+        assert_eq!(answers_to("IBext_v11", None, api), ["IBext_v8"]);
+        assert_eq!(answers_to("IBext", None, Some(5)), ["IBext"]);
+        assert_eq!(answers_to("UCX", None, Some(8)), ["UCX"]);
+        assert_eq!(api_in_use(v(2, 28, 9), &[4]), None);
+        assert_eq!(api_in_use(v(2, 31, 1), &[13]), Some(13));
+    }
 
     #[test]
     fn api_versions_per_release() {

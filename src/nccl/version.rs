@@ -12,9 +12,9 @@ use std::fmt;
 /// An NCCL release, `2.28.9`. Ordered by (major, minor, patch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
+    major: u32,
+    minor: u32,
+    patch: u32,
 }
 
 impl Version {
@@ -78,7 +78,7 @@ impl Version {
 
 /// Whether NCCL `version` is at least `at`; an unknown version is taken as the newest
 /// (what a check assumes when no libnccl was found, and says so).
-pub fn since(version: Option<Version>, at: Version) -> bool {
+pub(crate) fn since(version: Option<Version>, at: Version) -> bool {
     version.is_none_or(|v| v >= at)
 }
 
@@ -116,90 +116,96 @@ impl<'de> Deserialize<'de> for Version {
 
 /// PXN: a GPU reaches a NIC through an NVLink peer closer to it (src/graph/paths.cc
 /// ncclTopoComputePaths, NCCL_PXN_DISABLE; from v2.12.7-1).
-pub const PXN: Version = Version::new(2, 12, 0);
+pub(crate) const PXN: Version = Version::new(2, 12, 0);
 /// GPUDirect RDMA through dma-buf (src/transport/net_ib.cc ncclIbDmaBufSupport, from
 /// v2.13.4-1).
-pub const DMABUF: Version = Version::new(2, 13, 0);
+pub(crate) const DMABUF: Version = Version::new(2, 13, 0);
 /// cuMem is NCCL's default for P2P buffers, `P2P/CUMEM` (src/transport/p2p.cc,
 /// NCCL_CUMEM_ENABLE default on, v2.19.3-1); so P2P needs no shared IPC namespace.
-pub const CUMEM: Version = Version::new(2, 19, 0);
+pub(crate) const CUMEM: Version = Version::new(2, 19, 0);
 /// GDR read on for every GPU of compute capability 8.0+ (src/graph/paths.cc
 /// ncclTopoCheckGdr, v2.19.3-1); before it only for a GPU with an NVLink peer.
-pub const GDR_READ_SM80: Version = Version::new(2, 19, 0);
+pub(crate) const GDR_READ_SM80: Version = Version::new(2, 19, 0);
 /// Multi-node NVLink (src/init.cc checkMNNVL, v2.20.3-1; absent at v2.19.4-1).
-pub const MNNVL: Version = Version::new(2, 20, 0);
+pub(crate) const MNNVL: Version = Version::new(2, 20, 0);
 /// The RoCE GID chosen by NCCL (NCCL_IB_ADDR_FAMILY, NCCL_IB_ROCE_VERSION_NUM;
 /// src/transport/net_ib.cc ncclIbGetGidIndex, v2.21.5-1).
-pub const DYNAMIC_GID: Version = Version::new(2, 21, 0);
+pub(crate) const DYNAMIC_GID: Version = Version::new(2, 21, 0);
 /// NCCL_NET_PLUGIN's value tried as a library name before `libnccl-net-<value>.so`
 /// (src/net.cc ncclNetPluginInit, v2.21.5-1).
-pub const PLUGIN_BARE_NAME: Version = Version::new(2, 21, 0);
+pub(crate) const PLUGIN_BARE_NAME: Version = Version::new(2, 21, 0);
 /// Before this release a forced NCCL_ALGO/NCCL_PROTO that leaves nothing re-enables
 /// Ring and Tree (src/graph/tuning.cc "ignoring NCCL_ALGO", through v2.20.5-1).
-pub const ALGO_NO_FALLBACK: Version = Version::new(2, 21, 0);
+pub(crate) const ALGO_NO_FALLBACK: Version = Version::new(2, 21, 0);
 /// NCCL_CUMEM_HOST_ENABLE exists (src/misc/cudawrap.cc, v2.23.4-1; default 0).
-pub const CUMEM_HOST_VARIABLE: Version = Version::new(2, 23, 0);
+pub(crate) const CUMEM_HOST_VARIABLE: Version = Version::new(2, 23, 0);
 /// NCCL_CONF_FILE is read (src/misc/param.cc initEnv, v2.23.4-1; absent at v2.22.3-1).
-pub const CONF_FILE: Version = Version::new(2, 23, 0);
+pub(crate) const CONF_FILE: Version = Version::new(2, 23, 0);
 /// Settings-file lines starting with `#` are skipped (src/misc/param.cc setEnvFile,
 /// v2.26.2-1; v2.25.1-1 reads them as variables).
-pub const CONF_FILE_COMMENTS: Version = Version::new(2, 26, 0);
+pub(crate) const CONF_FILE_COMMENTS: Version = Version::new(2, 26, 0);
 /// `~/.nccl.conf` is `$HOME`'s, not the passwd entry's; a carriage return before the
 /// newline is cut and lines are read with fgets into 4096 bytes (src/misc/param.cc
 /// userHomeDir, setEnvFile, v2.30.3-1).
-pub const HOME_FROM_ENV: Version = Version::new(2, 30, 0);
+pub(crate) const HOME_FROM_ENV: Version = Version::new(2, 30, 0);
 /// SHM buffers in cuMem host memory by default on CUDA 12.6 drivers
 /// (src/misc/cudawrap.cc ncclCuMemHostEnable, v2.24.3-1).
-pub const CUMEM_HOST: Version = Version::new(2, 24, 0);
+pub(crate) const CUMEM_HOST: Version = Version::new(2, 24, 0);
 /// An unknown name in NCCL_ALGO/NCCL_PROTO is an init error (src/graph/tuning.cc
 /// parseList, v2.24.3-1).
-pub const STRICT_LIST: Version = Version::new(2, 24, 0);
+pub(crate) const STRICT_LIST: Version = Version::new(2, 24, 0);
 /// Bootstrap's "no socket interface found" returns ncclInvalidUsage (5), not
 /// ncclInternalError (3) (src/bootstrap.cc bootstrapNetInit, v2.24.3-1).
-pub const BOOTSTRAP_INVALID_USAGE: Version = Version::new(2, 24, 0);
+pub(crate) const BOOTSTRAP_INVALID_USAGE: Version = Version::new(2, 24, 0);
 /// NCCL_NET_PLUGIN's value is used as a path when it holds `/` or is `lib*.so`
 /// (src/plugin/plugin_open.cc openPluginLib, v2.26.2-1).
-pub const PLUGIN_PATH: Version = Version::new(2, 26, 0);
+pub(crate) const PLUGIN_PATH: Version = Version::new(2, 26, 0);
 /// NCCL_NET_PLUGIN is a comma list, empty entries skipped (src/plugin/net.cc
 /// ncclNetPluginInit, v2.27.3-1).
-pub const PLUGIN_LIST: Version = Version::new(2, 27, 0);
+pub(crate) const PLUGIN_LIST: Version = Version::new(2, 27, 0);
+/// No usable network is "Failed to initialize any NET plugin", no longer "Error: network
+/// X not found." (src/plugin/net.cc ncclNetInit, v2.27.3-1; v2.26.2-1 still the latter).
+pub(crate) const NET_INIT_MESSAGE: Version = Version::new(2, 27, 0);
 /// Multi-node NVLink decided by a trial FABRIC allocation, failing init with an IMEX
 /// hint where the clique exists but the trial fails (src/mnnvl.cc ncclMnnvlCheck,
 /// v2.27.3-1).
-pub const MNNVL_TRIAL: Version = Version::new(2, 27, 0);
+pub(crate) const MNNVL_TRIAL: Version = Version::new(2, 27, 0);
 /// NVLS goes on without itself where multicast does not bind ("Continue without NVLS
 /// support", src/transport/nvls.cc, v2.27.3-1).
-pub const NVLS_FALLBACK: Version = Version::new(2, 27, 3);
+pub(crate) const NVLS_FALLBACK: Version = Version::new(2, 27, 3);
+/// NCCL raises its threads' default stack to 8 MiB where RLIMIT_STACK is smaller or
+/// unlimited (src/init.cc setCpuStackSize, NCCL_SET_CPU_STACK_SIZE=1, v2.28.3-1).
+pub(crate) const OWN_THREAD_STACKS: Version = Version::new(2, 28, 3);
 /// Interfaces without IFF_RUNNING skipped, `virbr` avoided (src/misc/socket.cc
 /// ncclFindInterfaces, v2.28.3-1).
-pub const RUNNING_INTERFACES: Version = Version::new(2, 28, 0);
+pub(crate) const RUNNING_INTERFACES: Version = Version::new(2, 28, 0);
 /// `NCCL_NET_PLUGIN=none` loads no plugin (src/plugin/net.cc, v2.28.3-1).
-pub const PLUGIN_NONE: Version = Version::new(2, 28, 0);
+pub(crate) const PLUGIN_NONE: Version = Version::new(2, 28, 0);
 /// NCCL_MIN_CTAS, NCCL_MAX_CTAS and NCCL_CGA_CLUSTER_SIZE read at init (src/init.cc
 /// envConfigOverride, v2.17.1-1).
-pub const CTAS_ENV: Version = Version::new(2, 17, 0);
+pub(crate) const CTAS_ENV: Version = Version::new(2, 17, 0);
 /// A P2P chunk times NCCL_STEPS is cut to NCCL_BUFFSIZE (src/init.cc computeBuffSizes,
 /// v2.19.1-1).
-pub const P2P_CHUNK_CLAMP: Version = Version::new(2, 19, 0);
+pub(crate) const P2P_CHUNK_CLAMP: Version = Version::new(2, 19, 0);
 /// MAXCHANNELS 64, 32 before (src/include/device.h, v2.25.1-1).
-pub const MAXCHANNELS_64: Version = Version::new(2, 25, 0);
+pub(crate) const MAXCHANNELS_64: Version = Version::new(2, 25, 0);
 /// NCCL's parameter API: ncclParamGetAllParameterKeys, ncclParamGetParameter,
 /// ncclParamDumpAll (src/nccl.h.in, src/param/c_api.cc, v2.30.3-1).
-pub const PARAM_API: Version = Version::new(2, 30, 0);
+pub(crate) const PARAM_API: Version = Version::new(2, 30, 0);
 /// NCCL_COMM_ID's IPv4 subnet test inverted (src/os/linux.cc matchSubnet, v2.29.2-1 to
 /// v2.29.7-1): bootstrap binds the first IPv4 address outside the subnet.
-pub const COMM_ID_SUBNET_INVERTED: (u32, u32) = (2, 29);
+pub(crate) const COMM_ID_SUBNET_INVERTED: (u32, u32) = (2, 29);
 /// The XML reader's limits: MAX_SUBS 128 (checked; 32 unchecked before),
 /// NCCL_TOPO_XML_MAX_NODES 256 and NCCL_GRAPH_XML_MAX_NODES 4096 (1024 for both before)
 /// (src/graph/xml.h, topo.h, v2.21.5-1).
-pub const XML_LIMITS: Version = Version::new(2, 21, 0);
+pub(crate) const XML_LIMITS: Version = Version::new(2, 21, 0);
 /// XML values in single quotes, and name and value lengths checked (src/graph/xml.cc
 /// xmlGetValue, v2.27.3-1).
-pub const XML_SINGLE_QUOTES: Version = Version::new(2, 27, 0);
+pub(crate) const XML_SINGLE_QUOTES: Version = Version::new(2, 27, 0);
 /// NCCL_GRAPH_XML_MAX_NODES 65536 (src/graph/topo.h, v2.29.7-1).
-pub const XML_GRAPH_NODES: Version = Version::new(2, 29, 7);
+pub(crate) const XML_GRAPH_NODES: Version = Version::new(2, 29, 7);
 /// NCCL's RAS diagnostics (docs troubleshooting/diagnostics.html: "As of v2.31").
-pub const RAS_DIAGNOSTICS: Version = Version::new(2, 31, 0);
+pub(crate) const RAS_DIAGNOSTICS: Version = Version::new(2, 31, 0);
 
 #[cfg(test)]
 mod tests {

@@ -22,7 +22,7 @@ pub use features::{Feature, ShmNeed};
 pub use gdr::{GdrPair, net_gdr_level};
 pub use ib::IbPrediction;
 pub use intra::PairTransport;
-pub use network::{InterNode, NetKind};
+pub use network::{InterNode, NetKind, no_network_error};
 pub use socket::SocketInterfaces;
 
 use crate::facts::Facts;

@@ -68,9 +68,16 @@ pub(super) fn plugin(facts: &Facts) -> Decision<Option<String>> {
     }
 }
 
-/// The first variable set to `value` among `names`, as `NAME=value`.
+/// The variable as the user set it, `NAME=value`: quoted where the value is empty or has
+/// a space or a quote, so an empty one shows (`NCCL_NET_PLUGIN=""`).
 fn set(facts: &Facts, name: &str) -> Option<String> {
-    env(facts, name).map(|v| format!("{name}={v}"))
+    env(facts, name).map(|v| {
+        if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
+            format!("{name}={v:?}")
+        } else {
+            format!("{name}={v}")
+        }
+    })
 }
 
 fn cause(variable: Option<String>, text: impl Into<String>, fix: impl Into<String>) -> Cause {
@@ -81,20 +88,37 @@ fn cause(variable: Option<String>, text: impl Into<String>, fix: impl Into<Strin
     }
 }
 
-/// What the loaded plugin gives: the network name and whether its provider is TCP;
-/// `None` when it cannot drive this node's devices.
-fn plugin_network(facts: &Facts) -> Option<(String, bool, Option<Cause>)> {
+/// What the loaded plugin gives NCCL: the names it answers to for NCCL_NET (the first is
+/// the one it logs by default), whether its provider is TCP, and why; `None` where NCCL
+/// takes no plugin: none loads, or it exports no ncclNet API this release looks for (NCCL
+/// skips it with an INFO line, `crate::nccl::net_plugin::api_in_use`).
+fn plugin_network(facts: &Facts) -> Option<(Vec<String>, bool, Option<Cause>)> {
     let p = facts.rdma.nccl.net_plugin.value()?.as_ref()?;
+    let apis: Vec<u32> = if p.apis.is_empty() {
+        // Facts from older versions recorded only the newest symbol.
+        p.api
+            .as_deref()
+            .and_then(|a| a.strip_prefix('v')?.parse().ok())
+            .into_iter()
+            .collect()
+    } else {
+        p.apis.clone()
+    };
+    let api = match crate::nccl::version(facts) {
+        Some(v) => Some(crate::nccl::net_plugin::api_in_use(v, &apis)?),
+        None => apis.last().copied(),
+    };
     let name = p.name.clone().unwrap_or_else(|| "plugin".into());
-    if !name.contains("Libfabric") {
-        return Some((name, false, None));
+    let names = crate::nccl::net_plugin::answers_to(&name, p.ofi_nccl_version.as_deref(), api);
+    if !names.iter().any(|n| n.contains("Libfabric")) {
+        return Some((names, false, None));
     }
     // aws-ofi-nccl: the provider libfabric gives it. FI_PROVIDER without efa keeps EFA
     // out (libfabric's provider filter), so the plugin runs over tcp or sockets.
     let efa = facts.rdma.devices.value()?.iter().any(|d| d.is_efa());
     match env(facts, "FI_PROVIDER") {
         Some(p) if efa && !p.split(',').any(|x| x.trim() == "efa") => Some((
-            name,
+            names,
             true,
             Some(cause(
                 set(facts, "FI_PROVIDER"),
@@ -104,7 +128,7 @@ fn plugin_network(facts: &Facts) -> Option<(String, bool, Option<Cause>)> {
                 "Unset FI_PROVIDER (aws-ofi-nccl >= 1.6 selects efa itself).",
             )),
         )),
-        _ => Some((name, false, None)),
+        _ => Some((names, false, None)),
     }
 }
 
@@ -113,19 +137,7 @@ fn socket_cause(facts: &Facts, ib: &IbPrediction) -> Cause {
     let devices = facts.rdma.devices.value().map_or(&[][..], Vec::as_slice);
     let efa = devices.iter().any(|d| d.is_efa());
     if let (true, Some(value)) = (efa, env(facts, "NCCL_NET_PLUGIN")) {
-        let what = if value.trim().eq_ignore_ascii_case("none") {
-            "turns net plugins off".to_string()
-        } else {
-            format!("loads no plugin here ({value:?} answers to no library)")
-        };
-        return cause(
-            set(facts, "NCCL_NET_PLUGIN"),
-            format!("NCCL_NET_PLUGIN {what}, and NCCL's IB transport cannot drive EFA"),
-            format!(
-                "Unset NCCL_NET_PLUGIN={:?} so NCCL loads libnccl-net.so (aws-ofi-nccl), or name the installed plugin (NCCL_NET_PLUGIN=ofi loads libnccl-net-ofi.so).",
-                env(facts, "NCCL_NET_PLUGIN").unwrap_or("")
-            ),
-        );
+        return plugin_variable_cause(facts, value);
     }
     if let Some(off) = &ib.off
         && off.starts_with("NCCL_IB_DISABLE")
@@ -186,6 +198,42 @@ fn socket_cause(facts: &Facts, ib: &IbPrediction) -> Cause {
     )
 }
 
+/// NCCL_NET_PLUGIN=`value` leaving an EFA node without aws-ofi-nccl, in the words of
+/// the release's own rule (`crate::nccl::net_plugin::net_plugin_entries`): `none` turns
+/// plugins off from 2.28 (before, it names libnccl-net-none.so), an empty value is an
+/// empty list from 2.27 (before, the default libnccl-net.so), any other value names the
+/// libraries NCCL tries. The variable is quoted as set, an empty one included.
+fn plugin_variable_cause(facts: &Facts, value: &str) -> Cause {
+    let version = crate::nccl::version(facts);
+    let tried: Vec<String> = crate::nccl::net_plugin::net_plugin_entries(Some(value), version)
+        .into_iter()
+        .flatten()
+        .collect();
+    let what = if tried.is_empty() && value.is_empty() {
+        "is set but empty, which NCCL 2.27 and later read as an empty list: no external plugin"
+            .to_string()
+    } else if tried.is_empty() {
+        format!("={value:?} turns net plugins off (NCCL 2.28 and later)")
+    } else {
+        format!(
+            "={value:?} loads no plugin here: NCCL tries {}, and none is in this image",
+            tried.join(", ")
+        )
+    };
+    cause(
+        set(facts, "NCCL_NET_PLUGIN"),
+        format!("NCCL_NET_PLUGIN{what}, and NCCL's IB transport cannot drive EFA"),
+        format!(
+            "Unset NCCL_NET_PLUGIN (set to {value:?}) so NCCL loads libnccl-net.so (aws-ofi-nccl), or name the installed plugin: {}.",
+            if crate::nccl::version::since(version, crate::nccl::version::PLUGIN_BARE_NAME) {
+                "its library name or path (NCCL_NET_PLUGIN=libnccl-net-ofi.so), or the part after libnccl-net- (ofi)"
+            } else {
+                "the part after libnccl-net- only (NCCL_NET_PLUGIN=ofi loads libnccl-net-ofi.so; this NCCL, before 2.21, adds the prefix to any value)"
+            }
+        ),
+    )
+}
+
 /// An NCCL_IB_HCA that names the ACTIVE ports the filter dropped.
 fn ib_hca_fix(ib: &IbPrediction) -> String {
     let active: Vec<String> = ib
@@ -204,6 +252,17 @@ fn ib_hca_fix(ib: &IbPrediction) -> String {
     }
 }
 
+/// What NCCL prints, and returns, when NCCL_NET=`name` leaves it no network: every
+/// communicator's init fails (src/init.cc commAlloc -> ncclNetInit).
+pub fn no_network_error(version: Option<crate::nccl::Version>, name: &str) -> String {
+    let warn = if crate::nccl::version::since(version, crate::nccl::version::NET_INIT_MESSAGE) {
+        "Failed to initialize any NET plugin".to_string()
+    } else {
+        format!("Error: network {name} not found.")
+    };
+    format!("\"{warn}\" (ncclInvalidUsage, src/plugin/net.cc ncclNetInit)")
+}
+
 pub(super) fn inter_node(facts: &Facts, ib: &IbPrediction, _plugin: bool) -> Decision<InterNode> {
     let wanted = env(facts, "NCCL_NET").map(str::to_ascii_lowercase);
     let allowed = |name: &str| {
@@ -217,7 +276,13 @@ pub(super) fn inter_node(facts: &Facts, ib: &IbPrediction, _plugin: bool) -> Dec
         tcp,
         cause,
     };
-    let chosen = if let Some((name, tcp, c)) = plugin_network(facts).filter(|(n, ..)| allowed(n)) {
+    let plugin = plugin_network(facts);
+    let plugin_name = plugin.as_ref().and_then(|(names, ..)| match &wanted {
+        // aws-ofi-nccl renames itself to the NCCL_NET it answers to; NCCL logs that.
+        Some(w) => names.iter().find(|n| n.to_ascii_lowercase() == *w).cloned(),
+        None => names.first().cloned(),
+    });
+    let chosen = if let (Some((_, tcp, c)), Some(name)) = (plugin.clone(), plugin_name) {
         net(NetKind::Plugin, &name, tcp, c)
     } else if !ib.used.is_empty() && allowed("IB") {
         net(NetKind::Ib, "IB", false, None)
@@ -232,10 +297,18 @@ pub(super) fn inter_node(facts: &Facts, ib: &IbPrediction, _plugin: bool) -> Dec
         };
         net(NetKind::Socket, "Socket", true, Some(c))
     } else {
+        let offered = offered_names(plugin.as_ref().map(|(n, ..)| n.as_slice()), ib);
+        let value = env(facts, "NCCL_NET").unwrap_or_default();
         let c = cause(
             set(facts, "NCCL_NET"),
-            "NCCL_NET names no network this node offers: NCCL fails at init",
-            "Unset NCCL_NET.",
+            format!(
+                "NCCL_NET={value:?} names no network this node offers (NCCL compares it without case to {}): NCCL fails at init",
+                offered.join(", ")
+            ),
+            format!(
+                "Unset NCCL_NET={value:?} (NCCL then takes the first of {} that works), or set it to one of those names.",
+                offered.join(", ")
+            ),
         );
         net(NetKind::None, "", false, Some(c))
     };
@@ -244,6 +317,17 @@ pub(super) fn inter_node(facts: &Facts, ib: &IbPrediction, _plugin: bool) -> Dec
         None => format!("Using network {}", chosen.name),
     };
     Decision::new(chosen, why, SOURCE)
+}
+
+/// The names of the networks NCCL has here, in its order: the plugin's, IB where a port
+/// is usable, Socket.
+fn offered_names(plugin: Option<&[String]>, ib: &IbPrediction) -> Vec<String> {
+    let mut names: Vec<String> = plugin.map(<[String]>::to_vec).unwrap_or_default();
+    if !ib.used.is_empty() {
+        names.push("IB".into());
+    }
+    names.push("Socket".into());
+    names
 }
 
 /// The NICs inter-node traffic uses (for GPUDirect RDMA): the IB ports' devices, or the

@@ -75,6 +75,10 @@ pub fn findings(out: &mut String, list: &[Finding], color: bool) {
             pad(out, "", detail_pad);
             let _ = writeln!(out, "- {}", visible(e));
         }
+        if let Some(outcome) = c.outcome() {
+            pad(out, "", detail_pad);
+            let _ = writeln!(out, "NCCL: {}", visible(&outcome.describe()));
+        }
         if let Some(fix) = &c.remediation() {
             pad(out, "", detail_pad);
             match c.blame() {

@@ -27,13 +27,22 @@ fn every_flag_reads_its_environment_variable() {
     let out = run(&["check"], &[("NCCL_PREFLIGHT_MIN_SHM", "12XB")]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--min-shm"));
-    // runtime-defaults fails on dev-shm; the variable form of --ignore turns it into a warning.
-    let strict = in_fixture("runtime-defaults", &[], &[]);
+    // runtime-defaults' 64 MiB /dev/shm fails the variable form of --min-shm 1GiB (a
+    // requirement the gate holds: issue 36); the variable form of --ignore turns it into
+    // a warning.
+    let strict = in_fixture(
+        "runtime-defaults",
+        &[],
+        &[("NCCL_PREFLIGHT_MIN_SHM", "1GiB")],
+    );
     assert_eq!(strict.status.code(), Some(1));
     let lenient = in_fixture(
         "runtime-defaults",
         &[],
-        &[("NCCL_PREFLIGHT_IGNORE", "dev-shm")],
+        &[
+            ("NCCL_PREFLIGHT_MIN_SHM", "1GiB"),
+            ("NCCL_PREFLIGHT_IGNORE", "dev-shm"),
+        ],
     );
     assert_eq!(lenient.status.code(), Some(0), "{}", stdout(&lenient));
     assert!(stdout(&lenient).contains("(failure ignored by --ignore)"));
@@ -256,7 +265,8 @@ fn check_into_a_closed_pipe_ends_quietly_with_the_verdicts_code() {
     for (fixture, code) in [("healthy-pod", 0), ("runtime-defaults", 1)] {
         let (read, write) = nix::unistd::pipe().unwrap();
         drop(read);
-        let out = fixture_command(fixture, "check", &[], &[])
+        // --min-shm 1GiB: runtime-defaults' 64 MiB /dev/shm fails a requirement given.
+        let out = fixture_command(fixture, "check", &["--min-shm", "1GiB"], &[])
             .stdout(std::process::Stdio::from(write))
             .output()
             .unwrap();
@@ -284,7 +294,7 @@ fn a_closed_standard_error_leaves_the_exit_code_unchanged() {
         ),
         (
             Some("runtime-defaults"),
-            vec!["--ignore", "no-such-check"],
+            vec!["--ignore", "no-such-check", "--min-shm", "1GiB"],
             1,
             "no check has this id",
         ),

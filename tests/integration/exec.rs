@@ -60,10 +60,11 @@ fn missing_command_and_failed_checks() {
     );
     let dir = scratch("exec-failed");
     let marker = dir.join("started");
+    // --min-shm 1GiB: the 64 MiB /dev/shm fails a requirement given (issue 36).
     let out = exec_in(
         "runtime-defaults",
         &["touch", marker.to_str().unwrap()],
-        &[],
+        &[("NCCL_PREFLIGHT_MIN_SHM", "1GiB")],
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(!marker.exists(), "the command ran although dev-shm failed");
@@ -74,7 +75,10 @@ fn missing_command_and_failed_checks() {
     let out = exec_in(
         "runtime-defaults",
         &["touch", marker.to_str().unwrap()],
-        &[("NCCL_PREFLIGHT_IGNORE", "dev-shm")],
+        &[
+            ("NCCL_PREFLIGHT_MIN_SHM", "1GiB"),
+            ("NCCL_PREFLIGHT_IGNORE", "dev-shm"),
+        ],
     );
     assert_eq!(out.status.code(), Some(0));
     assert!(marker.exists());

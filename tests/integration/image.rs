@@ -183,11 +183,14 @@ fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
     assert!(env.contains(&envs[0]), "build-oci.py's Env: {env:?}");
 
     // runc's /dev/shm is 64 MiB, like Docker's: the check fails and says why.
+    // runc's /dev/shm is 64 MiB, like Docker's: NCCL keeps nothing there (2.24 and
+    // later), the job's DataLoader workers may: a warning (issue 36), and a failure of
+    // an explicit --min-shm.
     let small = runc(&bundle, &["check", "--format", "json"], None);
-    assert_eq!(small.status.code(), Some(1), "{}", stderr(&small));
+    assert_eq!(small.status.code(), Some(0), "{}", stderr(&small));
     let report: serde_json::Value = serde_json::from_str(&stdout(&small)).unwrap();
     let shm = finding(&report, "dev-shm");
-    assert_eq!(shm["status"], "fail");
+    assert_eq!(shm["status"], "warn");
     assert!(
         shm["summary"]
             .as_str()
@@ -195,7 +198,7 @@ fn the_image_builds_reproducibly_and_runs_as_nonroot_under_runc() {
             .contains("/dev/shm is 64 MiB"),
         "{shm}"
     );
-    let probe = runc(&bundle, &["probe"], None);
+    let probe = runc(&bundle, &["probe", "--min-shm", "1GiB"], None);
     assert_eq!(probe.status.code(), Some(1));
     assert!(stdout(&probe).contains("dev-shm"), "{}", stdout(&probe));
 

@@ -41,7 +41,7 @@ fn private_ipc_namespace_fails_only_when_host_ipc_is_required() {
 }
 
 #[test]
-fn small_tmpfs_on_dev_shm_fails_with_the_emptydir_fix() {
+fn small_tmpfs_on_dev_shm_warns_with_the_emptydir_fix() {
     if !require_root("small_tmpfs_on_dev_shm") {
         return;
     }
@@ -52,9 +52,10 @@ fn small_tmpfs_on_dev_shm_fails_with_the_emptydir_fix() {
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     let out = cmd.output().unwrap();
     let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    // NCCL keeps nothing there (2.24 and later): a warning (issue 36), with the fix.
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     assert!(
-        text.lines().any(|l| l.starts_with("FAIL  dev-shm ")
+        text.lines().any(|l| l.starts_with("WARN  dev-shm ")
             && l.contains("/dev/shm is 64 MiB, below the 1 GiB minimum")),
         "{text}"
     );
@@ -112,9 +113,9 @@ fn low_memlock_is_reported_and_enforced_without_cap_ipc_lock() {
         "{refused}"
     );
     assert_eq!(check_status(&r, "memlock"), "fail");
-    // The default policy without RDMA devices only warns.
+    // The default policy without RDMA devices: NCCL registers nothing, a note (issue 36).
     let out = wrapped(WITHOUT_IPC_LOCK_64K, &["check", "--format", "json"]);
-    assert_eq!(check_status(&report(&out), "memlock"), "warn");
+    assert_eq!(check_status(&report(&out), "memlock"), "pass");
 }
 
 /// Runs BIN in a fresh network namespace with a veth pair named `$IFNAME` carrying the

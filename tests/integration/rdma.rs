@@ -123,8 +123,11 @@ fn a_device_node_this_process_cannot_open_fails() {
         .output()
         .unwrap();
     let r = report(&out);
+    // The provider can give up on every device over one it cannot open: NCCL on TCP,
+    // degraded (issue 36), the pod spec's.
     let devices = finding(&r, "rdma-devices");
-    assert_eq!(devices["status"], "fail", "{devices}");
+    assert_eq!(devices["status"], "warn", "{devices}");
+    assert_eq!(devices["blame"], "job", "{devices}");
     let summary = devices["summary"].as_str().unwrap();
     assert!(
         summary.contains("mlx5_3: /dev/infiniband/uverbs3 exists but cannot be opened"),
@@ -225,8 +228,10 @@ fn a_hung_verbs_call_fails_on_time() {
         "check with a hung ibv_open_device",
     );
     let r = report(&out);
+    // NCCL's IB init calls the same ibv_open_device: it hangs there too.
     let devices = finding(&r, "rdma-devices");
     assert_eq!(devices["status"], "fail");
+    assert_eq!(devices["outcome"]["kind"], "hangs", "{devices}");
     assert!(
         devices["summary"]
             .as_str()

@@ -310,7 +310,11 @@ fn healthz_answers_under_a_flood_of_idle_connections_and_sigterm_stops_it() {
 
 #[test]
 fn readiness_follows_the_verdict_and_a_hung_driver_goes_stale() {
-    let server = start("runtime-defaults", &["--interval", "1s"]);
+    // --min-shm 1GiB: the 64 MiB /dev/shm fails a requirement given (issue 36).
+    let server = start(
+        "runtime-defaults",
+        &["--interval", "1s", "--min-shm", "1GiB"],
+    );
     let (status, _, body) = get(&server, "/readyz");
     assert_eq!(status, 503);
     assert!(body.contains("dev-shm: /dev/shm is 64 MiB"), "{body}");
@@ -750,7 +754,7 @@ fn a_failing_net_plugin_is_retried_each_run_in_a_child_never_in_the_server() {
             .iter()
             .find(|c| c["id"] == "nccl-net-plugin")
             .unwrap()["status"],
-        "fail",
+        "warn",
         "{report:#}"
     );
     drop(server);

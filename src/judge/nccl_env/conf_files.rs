@@ -6,7 +6,7 @@
 
 use super::Problem;
 use crate::facts::{Facts, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::Version;
 use crate::nccl::conf_file::{self, Homes, Misread};
 
@@ -85,7 +85,11 @@ fn misread(path: &str, pair: &conf_file::Pair, m: &Misread, version: Option<Vers
             format!("Keep one {name} line in {path}."),
         ),
     };
-    Problem::new(Severity::Warn, summary, fix)
+    Problem::predicts(
+        Outcome::undetermined(format!("what NCCL does with {name} as it reads it")),
+        summary,
+        fix,
+    )
 }
 
 /// NCCL_CONF_FILE: read from the environment only (src/misc/param.cc initEnvFunc, from
@@ -100,8 +104,10 @@ fn lint_conf_file_var(
         return Vec::new();
     };
     if let Some(from) = &v.from {
-        return vec![Problem::new(
-            Severity::Warn,
+        return vec![Problem::predicts(
+            Outcome::undetermined(
+                "what NCCL does without the settings of the file NCCL_CONF_FILE names",
+            ),
             format!(
                 "NCCL_CONF_FILE is set in {from}, too late: NCCL chooses its settings file from the environment before it reads any file"
             ),
@@ -113,8 +119,10 @@ fn lint_conf_file_var(
     }
     if !rules.conf_file_var {
         let shown = version.map_or_else(String::new, |v| v.to_string());
-        return vec![Problem::new(
-            Severity::Warn,
+        return vec![Problem::predicts(
+            Outcome::undetermined(
+                "what NCCL does without the settings of the file NCCL_CONF_FILE names",
+            ),
             format!(
                 "NCCL {shown} does not read NCCL_CONF_FILE (2.23 and later do): the settings in {:?} are not applied",
                 v.value
@@ -130,8 +138,10 @@ fn lint_conf_file_var(
         Observed::Error(e) => format!("could not be read ({})", e.message),
         Observed::Value(Some(_)) => return Vec::new(),
     };
-    vec![Problem::new(
-        Severity::Warn,
+    vec![Problem::predicts(
+        Outcome::undetermined(
+            "what NCCL does without the settings of the file NCCL_CONF_FILE names",
+        ),
         format!(
             "NCCL_CONF_FILE={:?} {why}: NCCL skips it without a word, and does not read ~/.nccl.conf in its place",
             v.value

@@ -4,7 +4,7 @@
 use super::{Problem, get};
 use crate::facts::Facts;
 use crate::facts::rdma::RdmaDevice;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::ib_hca::HcaFilter;
 use crate::predict::Prediction;
 
@@ -33,13 +33,13 @@ fn spaced_entries(
         .filter(|n| spaced.iter().any(|e| filter.entry_matches(e.trim(), n)))
         .filter(|n| !p.ib.value.used.iter().any(|u| u.device == *n))
         .collect();
-    let status = if !dropped.is_empty() && crate::layout::is_multi_node(facts) {
-        Severity::Fail
+    let status = if dropped.is_empty() {
+        Outcome::Unaffected
     } else {
-        Severity::Warn
+        crate::judge::across_nodes(facts, fewer_hcas(&dropped.join(", ")))
     };
     let fixed: String = value.chars().filter(|c| !c.is_whitespace()).collect();
-    let mut problem = Problem::new(
+    let mut problem = Problem::predicts(
         status,
         format!(
             "NCCL_IB_HCA={value:?} has entries with a space ({}): NCCL keeps the space, so they name no device{}",
@@ -60,6 +60,14 @@ fn spaced_entries(
     Some(problem)
 }
 
+/// What NCCL leaving out HCAs the value meant does: the job's traffic on the others.
+fn fewer_hcas(left_out: &str) -> Outcome {
+    Outcome::degraded(
+        format!("the other HCAs, without {left_out}"),
+        "the left-out HCAs' share of the node's network bandwidth",
+    )
+}
+
 /// One entry: it names no device, or (as a prefix) more than the one meant.
 fn entry_matches(value: &str, filter: &HcaFilter, entry: &str, names: &[&str]) -> Option<Problem> {
     let matched: Vec<&str> = names
@@ -68,8 +76,10 @@ fn entry_matches(value: &str, filter: &HcaFilter, entry: &str, names: &[&str]) -
         .filter(|n| filter.entry_matches(entry, n))
         .collect();
     if matched.is_empty() {
-        Some(Problem::new(
-            Severity::Warn,
+        // ncclIbInitDevices matches devices against the list: an entry that names none
+        // adds none and takes none away (a filter leaving no port is the prediction's).
+        Some(Problem::predicts(
+            Outcome::Unaffected,
             format!(
                 "NCCL_IB_HCA entry {entry:?} names no RDMA device here (devices: {})",
                 names.join(", ")
@@ -77,8 +87,10 @@ fn entry_matches(value: &str, filter: &HcaFilter, entry: &str, names: &[&str]) -
             "Name the devices /sys/class/infiniband lists, with '=' and ports: NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'.",
         ))
     } else if !filter.exact && matched.len() > 1 && !filter.exclude {
-        Some(Problem::new(
-            Severity::Warn,
+        Some(Problem::predicts(
+            Outcome::undetermined(format!(
+                "whether the HCAs {entry:?} also matches reach the other nodes: NCCL uses every one"
+            )),
             format!(
                 "NCCL_IB_HCA entry {entry:?} is a prefix: it also matches {}",
                 matched
@@ -96,15 +108,20 @@ fn entry_matches(value: &str, filter: &HcaFilter, entry: &str, names: &[&str]) -
 }
 
 /// The port an entry names, on every device it matches: present and ACTIVE.
-fn entry_ports(filter: &HcaFilter, entry: &str, p: u32, devices: &[RdmaDevice]) -> Vec<Problem> {
+fn entry_ports(
+    facts: &Facts,
+    (filter, entry, p): (&HcaFilter, &str, u32),
+    devices: &[RdmaDevice],
+) -> Vec<Problem> {
     let mut out = Vec::new();
     for d in devices
         .iter()
         .filter(|d| filter.entry_matches(entry, &d.name))
     {
         match d.ports.iter().find(|x| x.port == p) {
-            Some(x) if x.state.as_deref() != Some("ACTIVE") => out.push(Problem::new(
-                Severity::Warn,
+            // ncclIbInitDevices skips a port that is not ACTIVE.
+            Some(x) if x.state.as_deref() != Some("ACTIVE") => out.push(Problem::predicts(
+                crate::judge::across_nodes(facts, fewer_hcas(&format!("{}:{p}", d.name))),
                 format!(
                     "NCCL_IB_HCA names {}:{p}, which is {}",
                     d.name,
@@ -112,8 +129,8 @@ fn entry_ports(filter: &HcaFilter, entry: &str, p: u32, devices: &[RdmaDevice]) 
                 ),
                 "Name only ACTIVE ports (rdma-devices lists them), or fix the link.",
             )),
-            None => out.push(Problem::new(
-                Severity::Warn,
+            None => out.push(Problem::predicts(
+                crate::judge::across_nodes(facts, fewer_hcas(&format!("{}:{p}", d.name))),
                 format!(
                     "NCCL_IB_HCA names port {p} of {}, which has no such port",
                     d.name
@@ -154,7 +171,7 @@ pub(super) fn lint_ib_hca(facts: &Facts, p: &Prediction) -> Vec<Problem> {
     for (entry, port) in &filter.entries {
         out.extend(entry_matches(value, &filter, entry, &names));
         if let Some(port) = port {
-            out.extend(entry_ports(&filter, entry, *port, devices));
+            out.extend(entry_ports(facts, (&filter, entry, *port), devices));
         }
     }
     out
@@ -165,8 +182,10 @@ pub(super) fn lint_gid_index(facts: &Facts) -> Vec<Problem> {
     if facts.nccl_env.contains_key("NCCL_IB_GID_INDEX")
         && crate::nccl::version(facts).is_some_and(|v| v >= crate::nccl::version::DYNAMIC_GID)
     {
-        out.push(Problem::new(
-            Severity::Warn,
+        // ncclIbGetGidIndex still takes the user's index first: a GID that does not
+        // route is the prediction's lint (lint_gid); one that does changes nothing.
+        out.push(Problem::predicts(
+            Outcome::Unaffected,
             "NCCL_IB_GID_INDEX is set, but this NCCL (>= 2.21) picks the RoCE v2 GID itself; a fixed index breaks where the table differs".to_string(),
             "Unset NCCL_IB_GID_INDEX.",
         ));

@@ -6,7 +6,7 @@
 
 use super::Problem;
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::Version;
 use crate::nccl::catalog::{self, Catalog, Lookup};
 
@@ -68,8 +68,9 @@ pub(super) fn lint_names(
                 } else {
                     "does not read it"
                 };
-                out.push(Problem::new(
-                    Severity::Warn,
+                // NCCL runs as without it: a note (issue 36).
+                out.push(Problem::predicts(
+                    Outcome::Unaffected,
                     format!(
                         "{name} does nothing with NCCL {v}: this version {when} (read by NCCL {})",
                         range(&rows)
@@ -94,7 +95,8 @@ pub(super) fn lint_names(
                         ),
                     ),
                 };
-                out.push(Problem::new(Severity::Warn, summary, fix));
+                // NCCL never reads it and runs as without it: a note (issue 36).
+                out.push(Problem::predicts(Outcome::Unaffected, summary, fix));
             }
         }
     }

@@ -6,7 +6,8 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
+use crate::judge::rdma_scope::Scope;
 
 /// RDMA devices this container can open, split into (EFA, IB/RoCE).
 fn usable_rdma(facts: &Facts) -> (Vec<String>, Vec<&crate::facts::rdma::RdmaDevice>) {
@@ -35,12 +36,10 @@ fn rdma_requests(facts: &Facts) -> Vec<String> {
         .filter(|(name, v)| {
             let value = v.value.trim();
             match name.as_str() {
-                // An exclusion list (^mlx5_0) asks for no device in particular.
+                // An exclusion list (^mlx5_0) asks for no device in particular. NCCL_NET is
+                // the prediction's: a name no network here answers to fails init
+                // (prediction.rs), whatever it names.
                 "NCCL_IB_HCA" => !value.is_empty() && !value.starts_with('^'),
-                "NCCL_NET" => {
-                    let net = value.to_ascii_lowercase();
-                    net == "ib" || net.contains("libfabric") || net.contains("ofi")
-                }
                 "NCCL_NET_PLUGIN" => !value.is_empty() && !value.eq_ignore_ascii_case("none"),
                 "FI_PROVIDER" => value.split(',').any(|p| p.trim() == "efa"),
                 n => n.starts_with("OFI_NCCL_") || n.starts_with("FI_EFA_"),
@@ -72,17 +71,12 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
         return Vec::new();
     }
     let multi_node = crate::layout::is_multi_node(facts);
-    let (status, reach) = if multi_node {
-        (
-            Severity::Fail,
-            "the job spans nodes, so NCCL will send its traffic over TCP sockets",
-        )
+    let reach = if multi_node {
+        "the job spans nodes, so NCCL will send its traffic over TCP sockets"
     } else {
-        (
-            Severity::Warn,
-            "on one node NCCL does not need it, but across nodes NCCL would fall back to TCP sockets",
-        )
+        "on one node NCCL does not need it, but across nodes NCCL would fall back to TCP sockets"
     };
+    let status = crate::judge::across_nodes(facts, Scope::tcp_instead("RDMA"));
     let what = if devices.is_empty() {
         "this container has no RDMA device".to_string()
     } else {
@@ -107,7 +101,7 @@ pub(super) fn lint_rdma_requested(facts: &Facts) -> Vec<Problem> {
     if !devices.is_empty() {
         fix.push_str(" The device plugin's resource is what mounts /dev/infiniband into the container; a hostPath or privileged pod must mount it itself.");
     }
-    let mut p = Problem::new(
+    let mut p = Problem::predicts(
         status,
         format!("{} ask(s) for RDMA, but {what}: {reach}", asked.join(", ")),
         fix,
@@ -144,8 +138,19 @@ pub(super) fn lint_net_plugin_name(facts: &Facts) -> Vec<Problem> {
     }
     let version = crate::nccl::version(facts);
     let names = crate::nccl::net_plugin::library_names(value, version);
-    vec![Problem::new(
-        Severity::Warn,
+    // Without a plugin NCCL's own IB transport drives IB and RoCE; EFA it cannot.
+    let efa = facts
+        .rdma
+        .devices
+        .value()
+        .is_some_and(|d| d.iter().any(|d| d.is_efa()));
+    let outcome = if efa {
+        crate::judge::across_nodes(facts, Scope::tcp_instead("EFA"))
+    } else {
+        Outcome::Unaffected
+    };
+    vec![Problem::predicts(
+        outcome,
         format!(
             "NCCL_NET_PLUGIN={value:?} names no library this image has: NCCL tries {} and, finding none, goes on without a net plugin",
             names.join(" then ")
@@ -170,15 +175,26 @@ pub(super) fn lint_ofi_values(facts: &Facts) -> Vec<Problem> {
             if ofi_params::accepts(kind, &v.value) {
                 return None;
             }
-            let (status, then) = if forced {
-                (Severity::Fail, "NCCL_NET names it, so NCCL fails at init")
+            // src/net.cc: a plugin whose init fails is skipped; NCCL_NET naming it is
+            // an init error ("NET/... not found"), else NCCL's own socket transport.
+            let (outcome, then) = if forced {
+                (
+                    Outcome::init_fails("NCCL_NET names a plugin that did not initialize"),
+                    "NCCL_NET names it, so NCCL fails at init",
+                )
             } else if crate::layout::is_multi_node(facts) {
-                (Severity::Fail, "NCCL goes on without it, over TCP between the nodes")
+                (
+                    Outcome::degraded("NET/Socket (TCP) between the nodes", "a fraction of the EFA bandwidth"),
+                    "NCCL goes on without it, over TCP between the nodes",
+                )
             } else {
-                (Severity::Warn, "NCCL goes on without it (over TCP between nodes)")
+                (
+                    Outcome::Unaffected,
+                    "NCCL goes on without it (over TCP between nodes; this job has one node)",
+                )
             };
-            Some(Problem::new(
-                status,
+            Some(Problem::predicts(
+                outcome,
                 format!("{name}={:?} is a value aws-ofi-nccl refuses (\"WARNING: {name} set to invalid value\"): the plugin does not initialize, and {then}", v.value),
                 match kind {
                     ofi_params::OfiKind::OneOf(names) => format!("Set {name} to one of {}, or unset it.", names.join(", ")),

@@ -6,7 +6,7 @@
 
 use super::Problem;
 use crate::facts::{Facts, NcclParam};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 
 /// The parameter the tool itself sets in the child that asks NCCL.
 const OWN: &str = "NCCL_PARAM_DUMP_ALL";
@@ -27,8 +27,11 @@ fn lint_param(facts: &Facts, p: &NcclParam, version: &str) -> Option<Problem> {
     let set = facts.nccl_env.get(&p.key);
     let from_nccl = p.set_by.as_deref() == Some("EnvPlugin");
     let held = p.value.as_deref().unwrap_or("");
-    let (summary, fix) = match set {
+    // A value the parser refused or a parameter NCCL no longer uses: NCCL runs as if it
+    // were unset. A value only an env plugin supplies: what it does is not judged here.
+    let (outcome, summary, fix) = match set {
         Some(v) if !v.value.is_empty() && p.set_by.as_deref() == Some("Default") => (
+            Outcome::Unaffected,
             format!(
                 "NCCL{version} keeps {} at its default ({held:?}): its parser refused {:?} (from {}), as its parameter API reports",
                 p.key,
@@ -41,6 +44,7 @@ fn lint_param(facts: &Facts, p: &NcclParam, version: &str) -> Option<Problem> {
             ),
         ),
         Some(_) if from_nccl && p.flags.iter().any(|f| f == "Unused" || f == "Deprecated") => (
+            Outcome::Unaffected,
             format!(
                 "NCCL{version} marks {} {}: setting it has no effect, or soon will not",
                 p.key,
@@ -49,6 +53,7 @@ fn lint_param(facts: &Facts, p: &NcclParam, version: &str) -> Option<Problem> {
             format!("Unset {}.", p.key),
         ),
         None if from_nccl => (
+            Outcome::undetermined("what the env plugin's value makes NCCL do"),
             format!(
                 "NCCL{version} holds {}={held:?}, which neither the environment nor a settings file gives: an env plugin (NCCL_ENV_PLUGIN, libnccl-env.so) supplies it",
                 p.key
@@ -57,7 +62,7 @@ fn lint_param(facts: &Facts, p: &NcclParam, version: &str) -> Option<Problem> {
         ),
         _ => return None,
     };
-    Some(Problem::new(Severity::Warn, summary, fix))
+    Some(Problem::predicts(outcome, summary, fix))
 }
 
 /// The evidence line: how many parameters NCCL knows and which are set.

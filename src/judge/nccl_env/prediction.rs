@@ -9,8 +9,9 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
-use crate::layout::{self, Span};
+use crate::finding::Outcome;
+use crate::judge::rdma_scope::Scope;
+use crate::layout;
 use crate::predict::{NetKind, Prediction, path_rank};
 
 /// Every lint that reads the prediction, NCCL_IB_HCA's included.
@@ -27,12 +28,12 @@ pub(super) fn lints(facts: &Facts, predicted: &Prediction) -> Vec<Problem> {
     .collect()
 }
 
-/// The severity of a network problem for this job's span; `None` on one node.
-fn for_span(facts: &Facts) -> Option<Severity> {
-    match layout::span(facts) {
-        Span::Single => None,
-        Span::Multi(_) => Some(Severity::Fail),
-        Span::Unknown => Some(Severity::Warn),
+/// What a network problem does to this job (`across`: what it does between nodes);
+/// `None` on one node, where NCCL sends nothing over the network.
+fn for_span(facts: &Facts, across: Outcome) -> Option<Outcome> {
+    match crate::judge::across_nodes(facts, across) {
+        Outcome::Unaffected => None,
+        o => Some(o),
     }
 }
 
@@ -55,21 +56,27 @@ pub(super) fn lint_inter_node(facts: &Facts, p: &Prediction) -> Vec<Problem> {
         return Vec::new();
     };
     let (status, effect) = if net.kind == NetKind::None {
-        (Severity::Fail, String::new())
+        // Every communicator's init, one node included (src/init.cc commAlloc calls
+        // ncclNetInit): no network NCCL may use.
+        let name = get(facts, "NCCL_NET").unwrap_or_default();
+        (
+            Outcome::init_fails(crate::predict::no_network_error(p.nccl_version, name)),
+            String::new(),
+        )
     } else if !rdma_present(facts) {
         return Vec::new();
     } else {
-        let Some(status) = for_span(facts) else {
+        let Some(status) = for_span(facts, Scope::tcp_instead("RDMA")) else {
             return Vec::new();
         };
-        let reach = if status == Severity::Fail {
+        let reach = if layout::is_multi_node(facts) {
             "this job's inter-node traffic runs over TCP"
         } else {
             "inter-node traffic would run over TCP (the launcher does not say how many nodes the job spans)"
         };
         (status, format!(": {reach} on a node with RDMA devices"))
     };
-    let mut problem = Problem::new(
+    let mut problem = Problem::predicts(
         status,
         format!("{variable}: {}{effect}", cause.text),
         cause.fix.clone(),
@@ -111,10 +118,14 @@ pub(super) fn lint_gid(facts: &Facts, p: &Prediction) -> Vec<Problem> {
                 )
             })
             .collect();
-    let (Some(status), false, false) = (for_span(facts), vars.is_empty(), bad.is_empty()) else {
+    let fails = Outcome::init_fails(
+        "RoCE queue pairs to other nodes do not connect over a link-local or unconfigured GID (\"Call to ibv_modify_qp failed with error Invalid argument\", or completion timeouts)",
+    );
+    let (Some(status), false, false) = (for_span(facts, fails), vars.is_empty(), bad.is_empty())
+    else {
         return Vec::new();
     };
-    let mut problem = Problem::new(
+    let mut problem = Problem::predicts(
         status,
         format!(
             "{} make NCCL use {}: a link-local or unconfigured GID, which RoCE traffic between nodes cannot use (ibv_modify_qp or completion timeouts)",
@@ -151,11 +162,15 @@ pub(super) fn lint_gdr_level(facts: &Facts, p: &Prediction) -> Vec<Problem> {
         .filter(|g| !g.used && g.supported && path_rank(&g.distance) <= path_rank("PXB"))
         .map(|g| format!("GPU {} - {} ({})", g.gpu, g.nic, g.distance))
         .collect();
-    if lost.is_empty() || for_span(facts).is_none() {
+    let staged = Outcome::degraded(
+        "NET with buffers staged through host memory instead of GPUDirect RDMA",
+        "a copy through host memory on each send and receive: lower inter-node bandwidth, higher latency",
+    );
+    let Some(status) = for_span(facts, staged).filter(|_| !lost.is_empty()) else {
         return Vec::new();
-    }
-    let mut problem = Problem::new(
-        Severity::Warn,
+    };
+    let mut problem = Problem::predicts(
+        status,
         format!(
             "NCCL_NET_GDR_LEVEL={level:?} turns GPUDirect RDMA off for {} GPU(s) whose NIC NCCL would reach directly at its default level (PXB): their inter-node traffic is staged through host memory",
             lost.len()
@@ -187,8 +202,11 @@ pub(super) fn lint_p2p_level(facts: &Facts, p: &Prediction) -> Vec<Problem> {
     if lost.is_empty() {
         return Vec::new();
     }
-    let mut problem = Problem::new(
-        Severity::Warn,
+    let mut problem = Problem::predicts(
+        Outcome::degraded(
+            "SHM through host memory instead of P2P",
+            "measured 27 GB/s against ~295 GB/s over NVLink on 2x H200",
+        ),
         format!(
             "NCCL_P2P_LEVEL={level:?} turns P2P off between {} GPU pair(s) NCCL would otherwise connect directly: they go through host memory (SHM, measured 27 GB/s instead of ~295 GB/s over NVLink on 2x H200)",
             lost.len()

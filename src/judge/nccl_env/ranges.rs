@@ -24,7 +24,7 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::Version;
 use crate::nccl::catalog::strtoll;
 use crate::nccl::version::{CTAS_ENV, MAXCHANNELS_64, P2P_CHUNK_CLAMP};
@@ -47,8 +47,9 @@ fn int(facts: &Facts, name: &str) -> Option<i64> {
 }
 
 fn clamp_note(name: &str, value: i64, becomes: i64, why: &str, source: &str) -> Problem {
-    Problem::new(
-        Severity::Warn,
+    // NCCL runs with the value it clamps to: as if the user had set that one.
+    Problem::predicts(
+        Outcome::Unaffected,
         format!(
             "{name}={value} {why}: NCCL uses {becomes} instead, saying so only in an INFO line ({source})"
         ),
@@ -138,8 +139,8 @@ fn channels(facts: &Facts, version: Option<Version>) -> Vec<Problem> {
     if let (Some((lo, a)), Some((hi, b))) = (min, max) {
         let (a, b) = (a.min(max_channels), b.clamp(1, max_channels));
         if a > b {
-            out.push(Problem::new(
-                Severity::Warn,
+            out.push(Problem::predicts(
+                Outcome::Unaffected,
                 format!("{lo}={a} is above {hi}={b}: NCCL caps the channels at {b} and then copies them up to {a}, so the minimum wins (src/graph/connect.cc copyChannels)"),
                 format!("Keep {lo} at or below {hi}."),
             ));
@@ -159,8 +160,8 @@ fn ctas(facts: &Facts, max_channels: i64) -> Vec<Problem> {
     let (min, max) = (read("NCCL_MIN_CTAS"), read("NCCL_MAX_CTAS"));
     for (name, v) in [("NCCL_MIN_CTAS", min), ("NCCL_MAX_CTAS", max)] {
         match v {
-            Some(n) if n <= 0 => out.push(Problem::new(
-                Severity::Warn,
+            Some(n) if n <= 0 => out.push(Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "{name}={n} is too low: NCCL ignores it and keeps its own value ({source})"
                 ),
@@ -224,8 +225,8 @@ fn chunk_product(facts: &Facts, version: Option<Version>) -> Vec<Problem> {
     .filter_map(|(name, where_)| {
         let n = int(facts, name)?;
         (n.saturating_mul(STEPS) > buff).then(|| {
-            Problem::new(
-                Severity::Warn,
+            Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "{name}={n} times NCCL's {STEPS} steps is more than {shown}: where NCCL uses it ({where_}) it cuts the chunk to {} (src/init.cc computeBuffSizes)",
                     buff / STEPS
@@ -247,8 +248,8 @@ fn ib_qps(facts: &Facts) -> Option<Problem> {
         .value()
         .is_some_and(|d| d.iter().any(|d| !d.is_efa()));
     (ib && n > IB_MAX_QPS).then(|| {
-        Problem::new(
-            Severity::Fail,
+        Problem::predicts(
+            Outcome::init_fails("ncclIbConnect writes past its array of queue pairs (memory corruption when the IB transport connects)"),
             format!("NCCL_IB_QPS_PER_CONNECTION={n}: NCCL keeps the queue pairs of a connection in an array of {IB_MAX_QPS} (times the devices it merges into one NIC) and checks neither: it writes past the array when the IB transport connects (src/transport/net_ib.cc ncclIbConnect)"),
             format!("Set NCCL_IB_QPS_PER_CONNECTION to at most {IB_MAX_QPS} (divided by the ports NCCL merges per NIC); 1 to 4 is usual."),
         )
@@ -353,7 +354,10 @@ mod tests {
                 "InfiniBand",
             )],
         );
-        let p = lint_ranges(&with_env(ib, &[("NCCL_IB_QPS_PER_CONNECTION", "200")]));
-        assert_eq!(p[0].status, Severity::Fail);
+        let f = with_env(ib, &[("NCCL_IB_QPS_PER_CONNECTION", "200")]);
+        assert_eq!(lint_ranges(&f).len(), 1);
+        let prediction = crate::predict::predict(&f);
+        let finding = super::super::judge(&f, &prediction, &crate::policy::Policy::default());
+        assert_eq!(finding.status(), crate::finding::Status::Fail, "{finding:?}");
     }
 }

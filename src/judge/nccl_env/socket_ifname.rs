@@ -11,7 +11,7 @@
 
 use super::Problem;
 use crate::facts::{EnvValue, Facts, Interface, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::layout;
 use crate::nccl::bootstrap::{self, SocketEnv};
 use crate::nccl::interface::choose_interface;
@@ -40,14 +40,29 @@ fn unusable_value(facts: &Facts, value: &EnvValue, shown: &str) -> Option<Proble
     } else {
         return None;
     };
-    Some(Problem {
-        undetermined: false,
-        blame: None,
-        status: Severity::Warn,
-        summary,
-        evidence: vec![],
-        remediation: suggestion(facts),
-    })
+    // Bytes that are not UTF-8 match no interface name; a short value NCCL ignores and
+    // selects by itself (then judged as that selection: `ignored_value`).
+    let outcome = if value.not_utf8 {
+        Outcome::undetermined(
+            "which interface, if any, a name with bytes that are not UTF-8 matches",
+        )
+    } else {
+        Outcome::Unaffected
+    };
+    Some(Problem::predicts(outcome, summary, suggestion(facts)))
+}
+
+/// What an interface other nodes cannot reach does to this job's bootstrap: NCCL
+/// advertises its address, ranks elsewhere connect to their own copy of it ("Connection
+/// refused", src/misc/socket.cc ncclSocketConnect gives up after its retries) or wait on
+/// it: across nodes init fails; one node is unaffected.
+fn unreachable_bootstrap(facts: &Facts, first: &str) -> Outcome {
+    crate::judge::across_nodes(
+        facts,
+        Outcome::init_fails(format!(
+            "ranks on other nodes cannot connect to {first}'s address during bootstrap (\"Connection refused\" or a timeout)"
+        )),
+    )
 }
 
 /// The value without its spaces, when a name has one (NCCL keeps it: utils.cc
@@ -129,20 +144,22 @@ fn ignored_value(facts: &Facts, value: &EnvValue, shown: &str) -> Vec<Problem> {
 }
 
 fn unreadable_interfaces(facts: &Facts, shown: &str) -> Problem {
-    Problem {
-        undetermined: true,
-        blame: None,
-        status: Severity::Warn,
-        summary: format!("could not check {shown}: the interface list is unreadable"),
-        evidence: facts
-            .network
-            .interfaces
-            .error()
-            .map(|e| e.to_string())
-            .into_iter()
-            .collect(),
-        remediation: "Run the check where getifaddrs works (the pod's own network namespace)."
-            .into(),
+    let mut p = Problem::predicts(
+        Outcome::undetermined("which interface NCCL selects: the interface list is unreadable"),
+        format!("could not check {shown}: the interface list is unreadable"),
+        "Run the check where getifaddrs works (the pod's own network namespace).",
+    );
+    p.evidence
+        .extend(facts.network.interfaces.error().map(|e| e.to_string()));
+    p
+}
+
+/// Why an interface only one node reaches fails or not, for summaries.
+fn reach(facts: &Facts) -> &'static str {
+    if layout::is_multi_node(facts) {
+        "the job spans several nodes, so ranks on other nodes cannot reach it"
+    } else {
+        "this works on one node only"
     }
 }
 
@@ -163,14 +180,7 @@ fn lint_bootstrap_interface(
         } else {
             "a local bridge whose address every node shares"
         };
-        let (status, reach) = if layout::is_multi_node(facts) {
-            (
-                Severity::Fail,
-                "the job spans several nodes, so ranks on other nodes cannot reach it",
-            )
-        } else {
-            (Severity::Warn, "this works on one node only")
-        };
+        let reach = reach(facts);
         let fix = if filter.exclude && !filter.names.iter().any(|n| first.starts_with(n.as_str())) {
             format!(
                 "NCCL_SOCKET_IFNAME='^{}{},{first}' (exclude {first} too), or {}",
@@ -181,48 +191,42 @@ fn lint_bootstrap_interface(
         } else {
             suggestion(facts)
         };
-        Some(Problem {
-            undetermined: false,
-            blame: None,
-            status,
-            summary: format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
-            evidence: evidence.to_vec(),
-            remediation: fix,
-        })
+        let mut p = Problem::predicts(
+            unreachable_bootstrap(facts, first),
+            format!("{shown} makes NCCL bootstrap over {first} ({what}): {reach}"),
+            fix,
+        );
+        p.evidence = evidence.to_vec();
+        Some(p)
     } else if link.is_some_and(|l| !l.running) {
         // Only NCCL before 2.28 gets here: findInterfaces checks IFF_RUNNING from
         // v2.28.3-1 (src/misc/socket.cc), so older releases bind a down interface that
         // still has an address. Its own address answers locally (the kernel routes local
         // addresses through lo), so one node works; other nodes cannot reach it.
-        let (status, reach) = if layout::is_multi_node(facts) {
-            (
-                Severity::Fail,
-                "the job spans several nodes, so ranks on other nodes cannot reach it",
-            )
-        } else {
-            (Severity::Warn, "this works on one node only")
-        };
-        Some(Problem {
-            undetermined: false,
-            blame: None,
-            status,
-            summary: format!(
-                "{shown} makes NCCL bootstrap over {first}, which is down or has no carrier (this NCCL counts such interfaces; 2.28 and later skip them): {reach}"
+        let mut p = Problem::predicts(
+            unreachable_bootstrap(facts, first),
+            format!(
+                "{shown} makes NCCL bootstrap over {first}, which is down or has no carrier (this NCCL counts such interfaces; 2.28 and later skip them): {}",
+                reach(facts)
             ),
-            evidence: evidence.to_vec(),
-            remediation: suggestion(facts),
-        })
+            suggestion(facts),
+        );
+        p.evidence = evidence.to_vec();
+        Some(p)
     } else if first.starts_with("veth") {
-        Some(Problem {
-            undetermined: false,
-            blame: None,
-            status: Severity::Warn,
-            summary: format!(
-                "{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"
+        // FACTS.md section 2: NCCL traffic over a veth* interface hangs across nodes.
+        let mut p = Problem::predicts(
+            crate::judge::across_nodes(
+                facts,
+                Outcome::hangs(format!(
+                    "NCCL's connections over {first} (a veth) to other nodes"
+                )),
             ),
-            evidence: evidence.to_vec(),
-            remediation: suggestion(facts),
-        })
+            format!("{shown} makes NCCL use {first}: NCCL traffic over veth* interfaces hangs"),
+            suggestion(facts),
+        );
+        p.evidence = evidence.to_vec();
+        Some(p)
     } else {
         None
     }
@@ -246,18 +250,20 @@ fn lint_prefix_matches(
         .map(|c| c.name)
         .filter(|n| selected.contains(n))
         .unwrap_or_else(|| first.clone());
-    Some(Problem {
-        undetermined: false,
-        blame: None,
-        status: Severity::Warn,
-        summary: format!(
+    let mut p = Problem::predicts(
+        Outcome::undetermined(format!(
+            "whether every one of {} reaches the other nodes: NCCL's socket transport connects over each",
+            selected.join(", ")
+        )),
+        format!(
             "{shown} is a prefix that matches {} interfaces ({}): bootstrap uses {first}, and NCCL's socket transport sends over every one of them",
             selected.len(),
             selected.join(", ")
         ),
-        evidence,
-        remediation: format!("NCCL_SOCKET_IFNAME='={keep}' (exact name: only {keep})"),
-    })
+        format!("NCCL_SOCKET_IFNAME='={keep}' (exact name: only {keep})"),
+    );
+    p.evidence = evidence;
+    Some(p)
 }
 
 /// The interfaces this version counts (IFF_RUNNING only from 2.28) with an address, in
@@ -324,28 +330,7 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         evidence.push(format!("launcher: {nodes} node(s)"));
     }
     let Some(first) = selected.first() else {
-        return vec![Problem {
-            undetermined: false,
-            blame: None,
-            status: Severity::Fail,
-            summary: format!(
-                "{shown} matches no {}interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\"",
-                if bootstrap::running_only(version) {
-                    "running "
-                } else {
-                    ""
-                }
-            ),
-            remediation: match (missing_multus(&filter, interfaces), spaced(&filter)) {
-                (Some(name), _) => multus_fix(&name),
-                (None, Some(fixed)) => format!(
-                    "Remove the space: NCCL_SOCKET_IFNAME='{fixed}' (NCCL does not trim names, so a name with a space matches no interface), or {}",
-                    suggestion(facts)
-                ),
-                (None, None) => suggestion(facts),
-            },
-            evidence,
-        }];
+        return vec![no_match(facts, (&shown, &filter), (version, env), evidence)];
     };
     evidence.push(format!(
         "NCCL would use: {} (bootstrap on {first})",
@@ -362,6 +347,54 @@ pub(super) fn lint_socket_ifname(facts: &Facts, value: &EnvValue) -> Vec<Problem
         facts, &shown, &filter, &selected, evidence,
     ));
     lints
+}
+
+/// A filter that leaves no interface: every rank fails bootstrap.
+fn no_match(
+    facts: &Facts,
+    (shown, filter): (&str, &IfnameFilter),
+    (version, env): (Option<crate::nccl::Version>, SocketEnv),
+    evidence: Vec<String>,
+) -> Problem {
+    let (Observed::Value(interfaces), Observed::Value(addresses)) =
+        (&facts.network.interfaces, &facts.network.addresses)
+    else {
+        return unreadable_interfaces(facts, shown);
+    };
+    let failure = bootstrap::bootstrap(version, env, interfaces, addresses);
+    let code = match failure {
+        bootstrap::Bootstrap::NoInterface(f) => f.result,
+        _ => 5,
+    };
+    let mut p = Problem::predicts(
+        Outcome::init_fails(format!(
+            "\"{}\" ({}, {code}) on every rank, even where all traffic would stay on NVLink",
+            bootstrap::NO_INTERFACE,
+            if code == 3 {
+                "ncclInternalError"
+            } else {
+                "ncclInvalidUsage"
+            }
+        )),
+        format!(
+            "{shown} matches no {}interface with an address: NCCL fails at init with \"Bootstrap : no socket interface found\"",
+            if bootstrap::running_only(version) {
+                "running "
+            } else {
+                ""
+            }
+        ),
+        match (missing_multus(filter, interfaces), spaced(filter)) {
+            (Some(name), _) => multus_fix(&name),
+            (None, Some(fixed)) => format!(
+                "Remove the space: NCCL_SOCKET_IFNAME='{fixed}' (NCCL does not trim names, so a name with a space matches no interface), or {}",
+                suggestion(facts)
+            ),
+            (None, None) => suggestion(facts),
+        },
+    );
+    p.evidence = evidence;
+    p
 }
 
 /// Interfaces of the socket transport's (the first [`socket_ifname::MAX_IFS`] that
@@ -392,11 +425,9 @@ fn lint_link_local(
         return None;
     }
     let multi_node = layout::is_multi_node(facts);
-    let status = match layout::nodes(facts) {
-        Some(1) => return None,
-        _ if multi_node => Severity::Fail,
-        _ => Severity::Warn,
-    };
+    if layout::nodes(facts) == Some(1) {
+        return None;
+    }
     let listed = link_local
         .iter()
         .map(|(n, a)| format!("{n} ({a})"))
@@ -428,16 +459,20 @@ fn lint_link_local(
     } else {
         suggestion(facts)
     };
-    Some(Problem {
-        undetermined: false,
-        blame: None,
-        status,
-        summary: format!(
+    let mut p = Problem::predicts(
+        crate::judge::across_nodes(
+            facts,
+            Outcome::init_fails(format!(
+                "connections to {listed} from other nodes are refused or hang: a link-local address does not route"
+            )),
+        ),
+        format!(
             "{shown} leaves NCCL's socket transport {listed}, whose only address NCCL uses is IPv4 link-local: {reach}"
         ),
-        evidence,
         remediation,
-    })
+    );
+    p.evidence = evidence;
+    Some(p)
 }
 
 /// The first interface the filter names exactly or by prefix that looks like
@@ -475,17 +510,15 @@ pub(super) fn lint_socket_family(
     value: &EnvValue,
 ) -> Option<Problem> {
     let Some(family) = socket_ifname::socket_family(Some(&value.value)) else {
-        return Some(Problem {
-            undetermined: false,
-            blame: None,
-            status: Severity::Warn,
-            summary: format!(
+        // src/misc/socket.cc envSocketFamily: any other value is ignored (AF_UNSPEC).
+        return Some(Problem::predicts(
+            Outcome::Unaffected,
+            format!(
                 "NCCL_SOCKET_FAMILY={:?} is ignored by NCCL (it understands AF_INET and AF_INET6)",
                 value.value
             ),
-            evidence: vec![],
-            remediation: "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it".into(),
-        });
+            "NCCL_SOCKET_FAMILY=AF_INET or AF_INET6, or unset it",
+        ));
     };
     family_without_address(facts, predicted, value, family)
 }
@@ -508,17 +541,21 @@ fn family_without_address(
     if socket_ifname::used_address(&routed.name, addresses, Some(family)).is_some() {
         return None;
     }
-    let status = if layout::is_multi_node(facts) {
-        Severity::Fail
-    } else {
-        Severity::Warn
-    };
     let predicted = predicted.sockets.value.bootstrap.as_ref();
-    Some(Problem {
-        undetermined: false,
-        blame: None,
-        status,
-        summary: format!(
+    let outcome = match predicted {
+        None => Outcome::init_fails(format!("\"{}\"", bootstrap::NO_INTERFACE)),
+        Some(b) if b.interface.starts_with("lo") => unreachable_bootstrap(facts, &b.interface),
+        Some(b) => crate::judge::across_nodes(
+            facts,
+            Outcome::undetermined(format!(
+                "whether {} ({}), not the interface that routes between nodes, reaches the other nodes",
+                b.interface, b.address
+            )),
+        ),
+    };
+    Some(Problem::predicts(
+        outcome,
+        format!(
             "NCCL_SOCKET_FAMILY={:?}, but {} ({}) has no address of that family: NCCL bootstraps on {}",
             value.value,
             routed.name,
@@ -528,12 +565,11 @@ fn family_without_address(
                 |b| format!("{} ({})", b.interface, b.address)
             )
         ),
-        evidence: vec![],
-        remediation: format!(
+        format!(
             "Unset NCCL_SOCKET_FAMILY ({} has only the other family's addresses).",
             routed.name
         ),
-    })
+    ))
 }
 
 /// NCCL_COMM_ID: bootstrap binds the first address in its subnet, whatever the
@@ -552,21 +588,21 @@ pub(super) fn lint_comm_id(facts: &Facts, value: &EnvValue) -> Option<Problem> {
         ..SocketEnv::default()
     };
     let shown = format!("NCCL_COMM_ID={:?}", value.value);
-    let (status, summary, fix) = match bootstrap::bootstrap(version, env, interfaces, addresses) {
+    let (outcome, summary, fix) = match bootstrap::bootstrap(version, env, interfaces, addresses) {
         bootstrap::Bootstrap::NoInterface(f) if f.warning == bootstrap::INVALID_COMM_ID => (
-            Severity::Fail,
+            Outcome::init_fails(f.warning),
             format!("{shown} is not an address NCCL reads: every rank fails at init (\"{}\")", f.warning),
             "Write NCCL_COMM_ID as <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port>.".to_string(),
         ),
         bootstrap::Bootstrap::NoInterface(f) => (
-            Severity::Fail,
+            Outcome::init_fails(f.warning),
             format!("{shown}: no address of this container is in its subnet (or of its family), so every rank fails at init (\"{}\")", f.warning),
             "Point NCCL_COMM_ID at rank 0's address on a network this pod has (its pod IP), or unset it.".to_string(),
         ),
         bootstrap::Bootstrap::Uses(e)
             if version.is_some_and(|v| v.series() == crate::nccl::version::COMM_ID_SUBNET_INVERTED) =>
         (
-            Severity::Warn,
+            Outcome::undetermined("whether the other ranks reach rank 0 on the interface bootstrap binds"),
             format!(
                 "{shown}: NCCL {} binds bootstrap to {} ({}), outside NCCL_COMM_ID's subnet: this release inverts its IPv4 subnet test (src/os/linux.cc matchSubnet, fixed in 2.30.3)",
                 version.unwrap_or_default(),
@@ -577,12 +613,5 @@ pub(super) fn lint_comm_id(facts: &Facts, value: &EnvValue) -> Option<Problem> {
         ),
         _ => return None,
     };
-    Some(Problem {
-        blame: None,
-        status,
-        summary,
-        evidence: vec![],
-        remediation: fix,
-        undetermined: false,
-    })
+    Some(Problem::predicts(outcome, summary, fix))
 }

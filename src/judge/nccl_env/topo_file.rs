@@ -5,7 +5,7 @@
 
 use super::Problem;
 use crate::facts::{Facts, NamedFile, Observed};
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::topo_xml::{self, Kind};
 
 pub(super) fn lint_named_files(facts: &Facts) -> Vec<Problem> {
@@ -43,8 +43,8 @@ fn lint_graph(facts: &Facts, named: &NamedFile) -> Vec<Problem> {
             }
         }
     };
-    vec![Problem::new(
-        Severity::Fail,
+    vec![Problem::predicts(
+        Outcome::init_fails("the graph search (ncclTopoCompute) returns ncclSystemError"),
         format!(
             "{} {failed}: NCCL fails at init (the graph search returns an error)",
             what(named)
@@ -58,8 +58,8 @@ fn lint_topology(facts: &Facts, named: &NamedFile) -> Vec<Problem> {
         // src/graph/xml.cc ncclTopoGetXmlFromFile: a file fopen cannot open is an INFO
         // line ("Could not open XML topology file"), and NCCL detects the topology itself.
         Observed::Value(None) => {
-            return vec![Problem::new(
-                Severity::Warn,
+            return vec![Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "{} does not exist in this container: NCCL falls back to its own detection",
                     what(named)
@@ -68,8 +68,8 @@ fn lint_topology(facts: &Facts, named: &NamedFile) -> Vec<Problem> {
             )];
         }
         Observed::Error(e) => {
-            return vec![Problem::new(
-                Severity::Warn,
+            return vec![Problem::predicts(
+                Outcome::undetermined("whether the trainer's NCCL can open the topology file"),
                 format!(
                     "{} could not be read ({}): where NCCL cannot open it either, it falls back to its own detection",
                     what(named),
@@ -85,8 +85,8 @@ fn lint_topology(facts: &Facts, named: &NamedFile) -> Vec<Problem> {
         Ok(nodes) => nodes,
         Err(e) => {
             // Any parse error fails ncclTopoGetSystem, so every communicator's init.
-            return vec![Problem::new(
-                Severity::Fail,
+            return vec![Problem::predicts(
+                Outcome::init_fails(format!("ncclTopoGetSystem: {e}")),
                 format!(
                     "{} is not a topology NCCL can read: every rank fails at init with \"{e}\"",
                     what(named)
@@ -143,8 +143,8 @@ fn absent_devices(facts: &Facts, named: &NamedFile, d: &topo_xml::Described) -> 
     } else {
         String::new()
     };
-    Some(Problem::new(
-        Severity::Warn,
+    Some(Problem::predicts(
+        Outcome::Unaffected,
         format!(
             "{} describes PCI devices this node lacks ({}{more}): NCCL drops them and detects what is here itself, so the file's layout is not used for them",
             what(named),
@@ -168,8 +168,10 @@ fn lint_platform(facts: &Facts) -> Option<Problem> {
         .filter_map(|p| Some((p.topology_marker()?, *p.names.first()?)))
         .find(|(marker, _)| path.contains(marker))?;
     (product != platform).then(|| {
-        Problem::new(
-            Severity::Warn,
+        Problem::predicts(
+            Outcome::undetermined(format!(
+                "which GPU-NIC paths NCCL takes from {platform}'s topology on another machine"
+            )),
             format!(
                 "NCCL_TOPO_FILE={path:?} describes {platform}, but this node is {}",
                 if product.is_empty() {

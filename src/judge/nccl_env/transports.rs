@@ -14,7 +14,7 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::Version;
 use crate::nccl::catalog::Catalog;
 use crate::nccl::version::{ALGO_NO_FALLBACK, STRICT_LIST};
@@ -28,16 +28,22 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     let p2p_off = get(facts, "NCCL_P2P_DISABLE") == Some("1");
     if nvlink && p2p_off {
-        out.push(Problem::new(
-            Severity::Warn,
+        out.push(Problem::predicts(
+            Outcome::degraded(
+                "SHM through host memory instead of P2P over NVLink",
+                "measured 27 GB/s against ~295 GB/s on 2x H200",
+            ),
             "NCCL_P2P_DISABLE=1 on an NVLink node: GPUs talk through host memory (measured 27 GB/s instead of ~295 GB/s on 2x H200)".to_string(),
             "Unset NCCL_P2P_DISABLE.",
         ));
     }
     // NCCL_P2P_LEVEL against the pairs' real paths: prediction.rs lint_p2p_level.
     if get(facts, "NCCL_SHM_DISABLE") == Some("1") && (p2p_off || !nvlink) {
-        out.push(Problem::new(
-            Severity::Warn,
+        out.push(Problem::predicts(
+            Outcome::degraded(
+                "NET (sockets, or the NIC) between the node's own ranks",
+                "measured 3.7 GB/s on 2x H200",
+            ),
             "NCCL_SHM_DISABLE=1 without P2P between the GPUs: ranks of one node talk over the network (measured 3.7 GB/s on 2x H200)".to_string(),
             "Unset NCCL_SHM_DISABLE.",
         ));
@@ -49,8 +55,11 @@ pub(super) fn lint_p2p_shm(facts: &Facts) -> Vec<Problem> {
                 .split(',')
                 .any(|p| p.trim() == "LL128");
         if forced_ll128 && !nvlink {
-            out.push(Problem::new(
-                Severity::Warn,
+            // src/graph/tuning.cc enables LL128 only where it is known safe.
+            out.push(Problem::predicts(
+                Outcome::undetermined(
+                    "whether LL128 delivers correct data on this node: NCCL leaves it off without NVLink because it can corrupt data there",
+                ),
                 format!("NCCL_PROTO={proto:?} forces LL128 without NVLink, where NCCL does not enable it: it can corrupt data"),
                 "Unset NCCL_PROTO, or exclude LL128 (NCCL_PROTO=^LL128) if a vendor asks you to.",
             ));
@@ -112,16 +121,21 @@ fn unknown_names(
     let which = version.map_or_else(|| "the newest NCCL".to_string(), |v| format!("NCCL {}", v));
     let (status, effect) = match version {
         Some(v) if v >= STRICT_LIST => (
-            Severity::Fail,
+            Outcome::init_fails(format!(
+                "\"Unrecognized element token\" for {} (ncclInvalidUsage, src/graph/tuning.cc parseList)",
+                unknown.join(", ")
+            )),
             "NCCL fails at init with \"Unrecognized element token\"",
         ),
-        Some(_) => (Severity::Warn, "this NCCL skips the unknown names"),
+        Some(_) => (Outcome::Unaffected, "this NCCL skips the unknown names"),
         None => (
-            Severity::Warn,
+            Outcome::undetermined(
+                "which NCCL the trainer loads: 2.24 and later fail at init on an unknown name, older skip it",
+            ),
             "NCCL >= 2.24 fails at init on it, older versions skip it",
         ),
     };
-    Some(Problem::new(
+    Some(Problem::predicts(
         status,
         format!(
             "{var}={value:?} names {} that {which} does not have (it has {}): {effect}",
@@ -215,43 +229,53 @@ pub(super) fn lint_algo(
         .collect();
     if forced.is_empty() {
         if entries.iter().any(|e| !e.exclude) {
-            return vec![forced_cost(value)];
+            return vec![forced_cost(facts, value)];
         }
         return Vec::new();
     }
     let Some((left, fix)) = nothing_runs(facts, &forced) else {
-        return vec![forced_cost(value)];
+        return vec![forced_cost(facts, value)];
     };
     // NCCL <= 2.20 re-enabled Ring and Tree when a forced list left nothing
     // (tuning.cc: "ignoring NCCL_ALGO=COLLNET"); 2.24 and later fail the
     // collective; 2.21 to 2.23 were not verified, so they only warn.
     let (status, effect) = match version {
         Some(v) if v >= STRICT_LIST => (
-            Severity::Fail,
+            Outcome::init_fails(
+                "\"no algorithm/protocol available\" in the first collective (ncclInvalidUsage, src/enqueue.cc topoGetAlgoInfo)",
+            ),
             "every collective fails with \"no algorithm/protocol available\"".to_string(),
         ),
         Some(v) if v < ALGO_NO_FALLBACK => (
-            Severity::Warn,
+            Outcome::Unaffected,
             format!(
                 "NCCL {} ignores the setting and falls back to Ring and Tree",
                 v
             ),
         ),
         _ => (
-            Severity::Warn,
+            Outcome::undetermined(
+                "whether this NCCL (2.21 to 2.23, or not known) fails the first collective or falls back to Ring and Tree",
+            ),
             "NCCL >= 2.24 fails every collective with \"no algorithm/protocol available\"; older versions may fall back to Ring and Tree".to_string(),
         ),
     };
-    vec![Problem::new(
+    vec![Problem::predicts(
         status,
         format!("NCCL_ALGO={value:?} leaves only {left}: {effect}"),
         fix,
     )]
 }
 
-fn forced_cost(value: &str) -> Problem {
-    Problem::new(
-        Severity::Warn,
+fn forced_cost(facts: &Facts, value: &str) -> Problem {
+    Problem::predicts(
+        crate::judge::across_nodes(
+            facts,
+            Outcome::degraded(
+                format!("NCCL_ALGO={value:?} for every collective and size"),
+                "a forced Ring's latency grows with the rank count; collectives the algorithms do not implement fall back or fail",
+            ),
+        ),
         format!(
             "NCCL_ALGO={value:?} overrides NCCL's tuner, which picks an algorithm per collective, message size and scale: on one node the cost is small (2x H200, 256 MiB all-reduce: Ring 298 GB/s, Tree 307 GB/s, tuner 299 GB/s), but across many nodes a forced Ring's latency grows with the rank count, and collectives the forced algorithms do not implement fall back or fail (NVIDIA/nccl#317: Tree has no Broadcast)"
         ),

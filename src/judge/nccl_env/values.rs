@@ -7,7 +7,7 @@
 
 use super::{Problem, get};
 use crate::facts::Facts;
-use crate::finding::Severity;
+use crate::finding::Outcome;
 use crate::nccl::Version;
 use crate::nccl::catalog::{Catalog, IntRead, Kind, Lookup, strtoll};
 
@@ -30,7 +30,18 @@ pub(super) fn lint_ints(
         } else {
             format!("its default ({})", row.default)
         };
-        let (summary, fix) = match strtoll(&v.value) {
+        // src/misc/param.cc ncclLoadParam: strtoll's number is used, whatever follows it.
+        let read = strtoll(&v.value);
+        let outcome = match read {
+            IntRead::Overflow => Outcome::Unaffected,
+            IntRead::Prefix(n) => Outcome::undetermined(format!(
+                "what {name} does at {n}, the number NCCL reads, rather than what was written"
+            )),
+            _ => Outcome::undetermined(format!(
+                "what {name} does at 0, the number NCCL reads, rather than what was written"
+            )),
+        };
+        let (summary, fix) = match read {
             IntRead::Whole(_) => continue,
             IntRead::Prefix(n) => (
                 format!(
@@ -53,7 +64,7 @@ pub(super) fn lint_ints(
                 format!("Set {name} to an integer that fits, or unset it."),
             ),
         };
-        out.push(Problem::new(Severity::Warn, summary, fix));
+        out.push(Problem::predicts(outcome, summary, fix));
     }
     out
 }
@@ -74,8 +85,10 @@ pub(super) fn lint_bools(
         })
         .filter(|(_, v)| !accepted.iter().any(|a| a.eq_ignore_ascii_case(&v.value)))
         .map(|(name, v)| {
-            Problem::new(
-                Severity::Warn,
+            // NCCL_PARAM's strtoll reads no number: the parameter keeps its default,
+            // as if unset (src/misc/param.cc ncclLoadParam).
+            Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "{name}={:?} is not a boolean NCCL reads: it keeps its default",
                     v.value
@@ -140,8 +153,9 @@ pub(super) fn lint_levels(
             let Some(level) = old.get(index) else {
                 continue;
             };
-            out.push(Problem::new(
-                Severity::Warn,
+            // NCCL does what the number says; whether that was meant is the user's.
+            out.push(Problem::predicts(
+                Outcome::Unaffected,
                 format!(
                     "{name}={value} is a legacy number: NCCL {} reads it as {level}, which allows {what} {}; is that what you want?",
                     version.map_or_else(|| "(any version since 2.6)".to_string(), |v| v.to_string()),
@@ -158,8 +172,9 @@ pub(super) fn lint_levels(
             .find(|n| n.eq_ignore_ascii_case(value))
             .map(|n| format!(" (names are case-sensitive: {n})"))
             .unwrap_or_default();
-        out.push(Problem::new(
-            Severity::Warn,
+        // ncclGetLevel: an unknown name is a WARN, then NCCL decides as if unset.
+        out.push(Problem::predicts(
+            Outcome::Unaffected,
             format!(
                 "{name}={value:?} is not a level NCCL knows{hint}: NCCL ignores it and decides from the topology"
             ),
@@ -201,8 +216,10 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
     }
     let reads = crate::units::format_bytes(n.unsigned_abs());
     if n <= CRASHES_AT_OR_BELOW {
-        return vec![Problem::new(
-            Severity::Fail,
+        return vec![Problem::predicts(
+            Outcome::init_fails(
+                "SIGFPE on every rank at the first collective (measured, NCCL 2.28.9)",
+            ),
             format!(
                 "NCCL_BUFFSIZE={value} makes NCCL's buffers {reads}: measured with NCCL 2.28.9 on 2x H200, 512 bytes or less kills every rank with SIGFPE at the first collective"
             ),
@@ -216,6 +233,19 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
         .find(|(size, _)| *size >= n)
         .copied()
         .unwrap_or(MEASURED[0]);
+    let outcome = if n >= 1 << 20 {
+        crate::judge::across_nodes(
+            facts,
+            Outcome::undetermined(format!(
+                "the cost of {reads} buffers between nodes (each network step carries an eighth of it): not measured"
+            )),
+        )
+    } else {
+        Outcome::degraded(
+            format!("{reads} buffers"),
+            format!("a 256 MiB all-reduce at {busbw} GB/s instead of 299 GB/s (2x H200, NVLink)"),
+        )
+    };
     let cost = if n >= 1 << 20 {
         "on one NVLink node no loss was measured (1 MiB: 312 GB/s against 299 GB/s at the default, 2x H200); across nodes each network step carries an eighth of it (NCCL_STEPS = 8), which was not measured".to_string()
     } else {
@@ -224,8 +254,8 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
             crate::units::format_bytes(size.unsigned_abs())
         )
     };
-    vec![Problem::new(
-        Severity::Warn,
+    vec![Problem::predicts(
+        outcome,
         format!("NCCL_BUFFSIZE={value} ({reads}) is below NCCL's 4 MiB default: {cost}"),
         "Unset NCCL_BUFFSIZE (4 MiB), or raise it (aws-ofi-nccl's EFA platforms use 8388608).",
     )]
@@ -234,16 +264,21 @@ pub(super) fn lint_buffsize(facts: &Facts) -> Vec<Problem> {
 pub(super) fn lint_debug_and_text(facts: &Facts) -> Vec<Problem> {
     let mut out = Vec::new();
     if get(facts, "NCCL_DEBUG").is_some_and(|d| d.eq_ignore_ascii_case("TRACE")) {
-        out.push(Problem::new(
-            Severity::Warn,
+        out.push(Problem::predicts(
+            Outcome::degraded(
+                "every NCCL call logged",
+                "training slowed by the logging, and logs flooded",
+            ),
             "NCCL_DEBUG=TRACE left on: every call is logged, which slows training and floods the logs".to_string(),
             "Use NCCL_DEBUG=INFO (or WARN) outside a debugging session.",
         ));
     }
     for (name, v) in &facts.nccl_env {
         if v.value.chars().any(|c| c.is_control()) {
-            out.push(Problem::new(
-                Severity::Warn,
+            out.push(Problem::predicts(
+                Outcome::undetermined(format!(
+                    "what NCCL makes of {name} with the control character it reads as is"
+                )),
                 format!("{name} contains a line break or control character: NCCL reads it as is, and no nccl.conf can carry it"),
                 format!("Set {name} to a single-line value."),
             ));
