@@ -47,6 +47,13 @@ JOBS = {
     "nodes": dict(gpus=[0, 1, 2, 3], fault="divergent", rank=3, port=2, nodes=2),
 }
 WAVES = [["divergent", "sleep"], ["sigstop", "kill9"], ["nodes"]]
+if os.environ.get("RAS_HANG_ONE_GPU") == "1":
+    # A machine of one GPU: each rank is a "pod" of its own (namespaces with their own
+    # hostnames), so NCCL sees two hosts and lets both ranks use GPU 0 (NET/Socket between
+    # them); one job at a time, as the pods' veth pair has one name; the four-rank job,
+    # two ranks per pod, needs two GPUs per pod and is left out.
+    JOBS = {k: dict(v, gpus=[0, 0], nodes=2) for k, v in JOBS.items() if k != "nodes"}
+    WAVES = [[k] for k in JOBS]
 
 
 def get(port, path):

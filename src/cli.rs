@@ -336,6 +336,8 @@ pub struct ServeArgs {
     pub taint: TaintArgs,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub tune: TuneArg,
 }
 
 /// `serve --watch-nccl`: the running job through NCCL's RAS (its flags need the switch).
@@ -385,6 +387,8 @@ pub struct GangArgs {
     pub gang: GangOpts,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub tune: TuneArg,
     #[command(flatten)]
     pub cuda: CudaArg,
     #[command(flatten)]
@@ -510,6 +514,8 @@ pub struct ExecArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub tune: TuneArg,
     #[command(flatten)]
     pub cuda: CudaArg,
     #[command(flatten)]
@@ -707,14 +713,19 @@ pub struct CheckArgs {
           value_parser = clap::value_parser!(u64).range(1..),
           help_heading = CHECK,)]
     pub nodes: Option<u64>,
+    #[command(flatten)]
+    pub gather: GatherArgs,
+}
+
+/// The modes that tune the trainer's settings or watch it (not `probe`).
+#[derive(Debug, Clone, Args)]
+pub struct TuneArg {
     /// A directory the trainer and the sidecar share (an emptyDir) for PyTorch's flight
     /// recorder: the tuned settings turn it on with its dump pipe and dumps there, and
     /// `serve --watch-nccl` asks every rank of the pod for a dump on a hang and reports
     /// each rank's collective and line of Python.
     #[arg(long, env = "NCCL_PREFLIGHT_FLIGHT_RECORDER", value_name = "DIR", help_heading = REPORT)]
     pub flight_recorder: Option<PathBuf>,
-    #[command(flatten)]
-    pub gather: GatherArgs,
 }
 
 /// `check` and `doctor`.
@@ -722,6 +733,8 @@ pub struct CheckArgs {
 pub struct ReportArgs {
     #[command(flatten)]
     pub check: CheckArgs,
+    #[command(flatten)]
+    pub tune: TuneArg,
     #[command(flatten)]
     pub cuda: CudaArg,
     #[command(flatten)]
@@ -767,6 +780,8 @@ pub struct InitArgs {
     #[command(flatten)]
     pub check: CheckArgs,
     #[command(flatten)]
+    pub tune: TuneArg,
+    #[command(flatten)]
     pub cuda: CudaArg,
     #[command(flatten)]
     pub output: FormatArg,
@@ -805,16 +820,16 @@ mod tests {
     fn reads(mode: &str) -> String {
         let printed = format!("{CHECKS} {GATHER} cuda format");
         match mode {
-            "check" | "doctor" => printed,
+            "check" | "doctor" => format!("{printed} flight_recorder"),
             "probe" => format!("{CHECKS} {GATHER} npd max_output"),
             "init" => format!(
-                "{printed} {GANG} bench bench_nccl gang env_file nccl_conf report \
+                "{printed} {GANG} flight_recorder bench bench_nccl gang env_file nccl_conf report \
                  termination_log bench_seconds min_bandwidth_fraction"
             ),
-            "exec" => format!("{printed} {GANG} gang dry_run"),
-            "gang" => format!("{printed} {GANG}"),
+            "exec" => format!("{printed} {GANG} flight_recorder gang dry_run"),
+            "gang" => format!("{printed} {GANG} flight_recorder"),
             "serve" => format!(
-                "{CHECKS} {GATHER} listen interval stale_after xid_not_ready xid_ignore \
+                "{CHECKS} {GATHER} flight_recorder listen interval stale_after xid_not_ready xid_ignore \
                  watch_nccl ras_addr watch_interval hang_after watch_init_grace taint_node \
                  taint_after node_name service_account"
             ),

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
 pub fn check(args: &ReportArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
-    let how = Evaluation::default().cuda(&args.cuda);
+    let how = Evaluation::default().cuda(&args.cuda).tune(&args.tune);
     let (report, hung) = evaluate(&args.check, env, how)?;
     print(&report, args.output.format, env)?;
     Ok(Exit::new(exit_code(&report), hung))
@@ -70,7 +70,7 @@ pub fn doctor(args: &ReportArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         probe_all: true,
         ..Evaluation::default()
     };
-    let (report, hung) = evaluate(check, env, how.cuda(&args.cuda))?;
+    let (report, hung) = evaluate(check, env, how.cuda(&args.cuda).tune(&args.tune))?;
     match args.output.format {
         Format::Human => emit(&render::doctor::render(&report, use_color(env)))?,
         Format::Json => {
@@ -101,7 +101,7 @@ fn init_bench(
         ),
     );
     let (mut report, hung, measured) = if args.bench_nccl {
-        let how = Evaluation::under(policy).cuda(&args.cuda);
+        let how = Evaluation::under(policy).cuda(&args.cuda).tune(&args.tune);
         let (report, hung) = evaluate(&args.check, env, how)?;
         // Measured with the settings the trainer will get.
         let bench = crate::bench::child::start_all(args, exec_environment(env, &report.settings));
@@ -116,7 +116,7 @@ fn init_bench(
             },
             None => Evaluation::under(policy).cuda(&args.cuda),
         };
-        let (report, hung) = evaluate(&args.check, env, how)?;
+        let (report, hung) = evaluate(&args.check, env, how.tune(&args.tune))?;
         // Judged against this process's NVML link figures: the child reads none.
         let measured = crate::bench::child::finish_links(
             links,
@@ -153,7 +153,7 @@ pub fn init(args: &InitArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
         evaluate(
             &args.check,
             env,
-            Evaluation::under(&policy).cuda(&args.cuda),
+            Evaluation::under(&policy).cuda(&args.cuda).tune(&args.tune),
         )?
     };
     if let Some(gang) = gang {
@@ -360,7 +360,7 @@ pub fn exec(args: &ExecArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     } else {
         None
     };
-    let how = Evaluation::under(&policy).cuda(&args.cuda);
+    let how = Evaluation::under(&policy).cuda(&args.cuda).tune(&args.tune);
     let (mut report, hung) = evaluate(&args.check, env, how)?;
     if let Some(gang) = &gang
         && let Some(exit) = exec_gang(args, env, &policy, gang, &mut report, hung)?

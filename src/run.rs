@@ -57,6 +57,8 @@ pub(crate) struct Evaluation<'a> {
     /// `serve` never load it), or another process that initialises CUDA anyway (`init
     /// --bench`'s bench): one cuInit serves both.
     pub cuda: CudaProbe,
+    /// `--flight-recorder`: the tuned settings turn PyTorch's flight recorder on there.
+    pub flight_recorder: Option<&'a std::path::Path>,
 }
 
 impl<'a> Evaluation<'a> {
@@ -76,6 +78,14 @@ impl<'a> Evaluation<'a> {
                 ..self
             },
             Switch::On => self,
+        }
+    }
+
+    /// These, tuning as `--flight-recorder` says.
+    pub(crate) fn tune(self, arg: &'a crate::cli::TuneArg) -> Evaluation<'a> {
+        Evaluation {
+            flight_recorder: arg.flight_recorder.as_deref(),
+            ..self
         }
     }
 }
@@ -488,7 +498,7 @@ pub(crate) fn evaluate(
             gather_facts(&args.gather, env, Evaluation { probe_all, ..how })?
         }
     };
-    let mut report = judge_gathered(args, facts, policy);
+    let mut report = judge_gathered(args, facts, policy, how.flight_recorder);
     report.generated = Some(generated(env, &report.facts));
     Ok((report, hung))
 }
@@ -510,7 +520,12 @@ pub(crate) fn generated(env: &[(OsString, OsString)], facts: &Facts) -> crate::r
 }
 
 /// Judges and tunes `facts` gathered (or saved) for `args`.
-pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy) -> Report {
+pub(crate) fn judge_gathered(
+    args: &CheckArgs,
+    mut facts: Facts,
+    policy: &Policy,
+    flight_recorder: Option<&std::path::Path>,
+) -> Report {
     // What the command line says about the job wins over what was gathered or saved.
     if args.nodes.is_some() {
         facts.nodes = args.nodes;
@@ -519,7 +534,7 @@ pub(crate) fn judge_gathered(args: &CheckArgs, mut facts: Facts, policy: &Policy
         facts.image = crate::facts::ImageRole::Own;
     }
     let mut report = Report::judge(facts, policy);
-    if let Some(dir) = &args.flight_recorder {
+    if let Some(dir) = flight_recorder {
         report.settings.extend(tune::flight_recorder::settings(dir));
         report.settings.sort_by(|a, b| a.name.cmp(&b.name));
     }

@@ -275,7 +275,8 @@ pub fn gang(args: &GangArgs, env: &[(OsString, OsString)]) -> Result<Exit> {
     let policy = build_policy(&args.check)?;
     // A bad identity costs nothing: refused before anything is gathered.
     let gang = prepare(&args.check, &args.gang, env)?;
-    let (mut report, hung) = evaluate(&args.check, env, Evaluation::under(&policy))?;
+    let how = Evaluation::under(&policy).tune(&args.tune);
+    let (mut report, hung) = evaluate(&args.check, env, how)?;
     if hung.0 {
         eprintln!(
             "nccl-preflight: gang: a GPU driver call did not return within --timeout; the gang cannot run NCCL here"

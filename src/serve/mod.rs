@@ -230,8 +230,12 @@ fn gathered_in_child(
     };
     match probe::in_child(env, &request) {
         Ok(gathered) => {
-            let mut report =
-                crate::run::judge_gathered(&args.check, gathered.facts, &shared.policy);
+            let mut report = crate::run::judge_gathered(
+                &args.check,
+                gathered.facts,
+                &shared.policy,
+                args.tune.flight_recorder.as_deref(),
+            );
             report.generated = Some(crate::run::generated(env, &report.facts));
             Some((report, crate::gather::gpu::HungCall(gathered.hung)))
         }
@@ -264,7 +268,7 @@ fn run_once(
                 cuda: crate::gather::gpu::CudaProbe::Off,
                 ..crate::run::Evaluation::under(&shared.policy)
             };
-            crate::run::evaluate(&args.check, env, how)
+            crate::run::evaluate(&args.check, env, how.tune(&args.tune))
         }
     };
     let mut next = Snapshot {
@@ -508,7 +512,7 @@ fn start_watching(args: &ServeArgs, shared: &Arc<Shared>, stop: &'static AtomicB
         init_grace: w.watch_init_grace,
         pods: ras::pods::from_etc_hosts(&etc_hosts()),
         local: local_addresses(),
-        flight_dir: args.check.flight_recorder.clone(),
+        flight_dir: args.tune.flight_recorder.clone(),
     };
     let weak = Arc::downgrade(shared);
     let hint = Box::new(move || {

@@ -376,8 +376,9 @@ mod tests {
             lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "rdma")]).status(),
             Status::Pass
         );
+        // One node: NCCL goes on without the plugin, and nothing crosses nodes: a note.
         let f = lint_on(efa(), &[("OFI_NCCL_PROTOCOL", "RDMA_WRITE")]);
-        assert_eq!(f.status(), Status::Warn, "{f:?}");
+        assert_eq!(f.status(), Status::Pass, "{f:?}");
         assert!(f.summary.contains("set to invalid value"), "{}", f.summary);
         let forced = lint_on(
             efa(),
@@ -394,7 +395,8 @@ mod tests {
                 ("PET_NNODES", "2"),
             ],
         );
-        assert_eq!(f.status(), Status::Fail, "{f:?}");
+        // Two nodes: NCCL runs, over TCP between them (degraded), a warning.
+        assert_eq!(f.status(), Status::Warn, "{f:?}");
     }
 
     #[test]
@@ -625,8 +627,10 @@ mod tests {
             "/t.xml",
             Some(&xml("0000:ee:00.0")),
         );
+        // ncclTopoTrimXml drops what no detected device keeps: NCCL runs as without
+        // the file for them, a note.
         let j = judge(&other, &Policy::default());
-        assert_eq!(j.status(), Status::Warn, "{j:?}");
+        assert_eq!(j.status(), Status::Pass, "{j:?}");
         assert!(j.summary.contains("0000:ee:00.0"), "{}", j.summary);
         let upper = with_named(
             healthy(),

@@ -358,6 +358,10 @@ mod tests {
         assert_eq!(lint_ranges(&f).len(), 1);
         let prediction = crate::predict::predict(&f);
         let finding = super::super::judge(&f, &prediction, &crate::policy::Policy::default());
-        assert_eq!(finding.status(), crate::finding::Status::Fail, "{finding:?}");
+        assert_eq!(
+            finding.status(),
+            crate::finding::Status::Fail,
+            "{finding:?}"
+        );
     }
 }
