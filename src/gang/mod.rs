@@ -235,7 +235,7 @@ fn job_version(fps: &[Option<Fingerprint>]) -> Option<crate::nccl::Version> {
         .iter()
         .flatten()
         .filter_map(|f| f.nccl_version.as_deref())
-        .filter_map(|s| crate::nccl::Version::parse(s))
+        .filter_map(crate::nccl::Version::parse)
         .collect();
     let count = |v: &crate::nccl::Version| versions.iter().filter(|w| *w == v).count();
     versions.iter().copied().max_by_key(count)

@@ -641,7 +641,12 @@ fn a_users_nccl_comm_id_never_reaches_a_non_root_rank() {
     );
     for e in ended.iter().flatten() {
         let r = e.json();
-        assert_eq!(gang_finding(&r, "gang-join")["status"], "pass", "{}", e.stderr);
+        assert_eq!(
+            gang_finding(&r, "gang-join")["status"],
+            "pass",
+            "{}",
+            e.stderr
+        );
         // The trainer's own NCCL would fail with it (bootstrap binds no address in its
         // subnet): nccl-env fails on the job's setting, exit 1; the gang itself joined.
         let env = r["checks"]
