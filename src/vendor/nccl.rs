@@ -734,11 +734,21 @@ fn capture_stdout(f: impl FnOnce()) -> Result<String, FactError> {
     use std::io::{Read, Seek};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let err = |what: &str| FactError::new(what, std::io::Error::last_os_error());
-    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd.
-    let raw = unsafe { libc::memfd_create(c"nccl-param-dump".as_ptr(), libc::MFD_CLOEXEC) };
-    if raw < 0 {
+    // SAFETY: memfd_create(2) through syscall(2) (glibc 2.17, the release's floor, has no
+    // wrapper) with a NUL-terminated name and flags; it returns a new fd or -1.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            c"nccl-param-dump".as_ptr(),
+            libc::MFD_CLOEXEC,
+        )
+    };
+    let Ok(raw) = i32::try_from(raw)
+        .map_err(drop)
+        .and_then(|r| if r < 0 { Err(()) } else { Ok(r) })
+    else {
         return Err(err("memfd_create"));
-    }
+    };
     // SAFETY: `raw` is a descriptor this function just opened and owns.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
     // SAFETY: dup(1) returns a new descriptor for standard output, or -1.
